@@ -1,0 +1,252 @@
+r"""Riemannian metrics and the musical isomorphism.
+
+A metric :math:`G(x)` is an inner product :math:`\langle u, v\rangle_x = u^T G(x) v`
+on each tangent space.  It converts between vectors and covectors:
+
+.. math::
+
+    v^\flat = G(x)\,v \quad(\text{flat}),\qquad
+    \omega^\sharp = G(x)^{-1}\omega \quad(\text{sharp}),
+
+so the Riemannian gradient of :math:`f` is :math:`(df)^\sharp`.
+
+Metrics are made directly (:class:`EuclideanMetric`, :class:`MatrixMetric`), by
+pullback (:class:`~infogeo.geometry.pullback.PullbackMetric`) or from a
+dissimilarity (:func:`~infogeo.geometry.pullback.metric_from_divergence`).  A
+subclass implements :meth:`Metric.matrix` and/or :meth:`Metric.mv`; everything
+else (``inner``, ``flat``, ``sharp``, geodesics) follows, and closed forms
+override where known.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from .. import backend as B
+from ..backend import tree as _tree
+from ..linalg import NotPositiveDefiniteError, conjugate_gradient
+from .vectors import Covector, TangentVector
+
+# dense solves up to this dimension, conjugate gradient beyond
+DENSE_MAX_DIM = 2000
+
+
+def _linalg_errors() -> tuple:
+    errs: list = [np.linalg.LinAlgError]
+    torch = __import__("sys").modules.get("torch")
+    if torch is not None:
+        errs.append(torch.linalg.LinAlgError)
+    return tuple(errs)
+
+
+def check_components(components: Any, dim: Optional[int], what: str) -> None:
+    """Raise ``ValueError`` for components of the wrong shape or with NaN/inf."""
+    if not isinstance(components, dict):
+        shape = tuple(getattr(components, "shape", ()))
+        if dim is not None and shape[-1:] != (dim,):
+            raise ValueError(f"{what} must have shape ({dim},), got shape {shape}")
+    if not _tree.tree_all_finite(components):
+        raise ValueError(f"{what} contains NaN or inf")
+
+
+class Metric:
+    """Base class of Riemannian metrics on a chart of dimension ``dim``.
+
+    Subclasses implement :meth:`matrix` (dense :math:`G(x)`) or :meth:`mv`
+    (:math:`v \\mapsto G(x) v`), or both.  ``has_matrix`` says whether
+    :meth:`matrix` is cheap enough for dense solves.
+    """
+
+    has_matrix: bool = True
+
+    def __init__(self, dim: Optional[int] = None):
+        self.dim = dim
+
+    # ------------------------------------------------------------ matrix
+    def matrix(self, x: Any):
+        """Dense metric matrix :math:`G(x)`, shape ``(dim, dim)``."""
+        raise NotImplementedError(f"{type(self).__name__} has no dense matrix; use mv()")
+
+    def mv(self, x: Any, v: Any):
+        """Metric-vector product :math:`G(x) v` on raw components."""
+        return B.matmul(self.matrix(x), v)
+
+    # --------------------------------------------------------- isomorphism
+    def solve(self, x: Any, b: Any, damping: float = 0.0):
+        r"""Components of :math:`(G(x) + \lambda I)^{-1} b`.
+
+        Dense Cholesky when the matrix is available and small, conjugate gradient
+        on :meth:`mv` otherwise.  Raises :class:`~infogeo.linalg.NotPositiveDefiniteError`
+        if :math:`G(x) + \lambda I` is not positive definite.
+        """
+        if damping < 0:
+            raise ValueError(f"damping must be >= 0, got {damping}")
+        if self.has_matrix and not isinstance(b, dict) and (self.dim or 0) <= DENSE_MAX_DIM:
+            G = self.matrix(x)
+            if not _tree.tree_all_finite(G):
+                raise ValueError(f"{type(self).__name__}: the metric matrix at this point contains NaN or inf")
+            if damping:
+                G = G + damping * B.eye(G.shape[-1], like=G)
+            try:
+                L = B.cholesky(G)
+            except _linalg_errors() as exc:
+                lam = float(np.linalg.eigvalsh(B.to_numpy(G)).min())
+                raise NotPositiveDefiniteError(
+                    f"{type(self).__name__} is not positive definite at this point "
+                    f"(smallest eigenvalue {lam:.3g}); pass damping > 0 to sharp/solve") from exc
+            if not _tree.tree_all_finite(L):
+                raise NotPositiveDefiniteError(f"{type(self).__name__} is not positive definite at this point")
+            return B.cho_solve(L, b)
+        return conjugate_gradient(lambda v: self.mv(x, v), b, damping=damping)
+
+    def flat(self, v: TangentVector) -> Covector:
+        r"""Vector to covector: :math:`v^\flat = \langle v, \cdot\rangle = G v`."""
+        if not isinstance(v, TangentVector):
+            raise TypeError(f"flat takes a TangentVector, got {type(v).__name__}"
+                            + ("; did you mean sharp()?" if isinstance(v, Covector) else ""))
+        check_components(v.components, self.dim, "tangent vector")
+        return Covector(v.base, self.mv(v.base, v.components), v.chart)
+
+    def sharp(self, w: Covector, damping: float = 0.0) -> TangentVector:
+        r"""Covector to vector: the unique :math:`w^\sharp` with :math:`\langle w^\sharp, u\rangle = w(u)`.
+
+        Parameters
+        ----------
+        w : Covector
+            For example the differential :math:`df_x`; then ``sharp(w)`` is the
+            Riemannian gradient.
+        damping : float
+            Tikhonov damping :math:`\lambda`: returns :math:`(G + \lambda I)^{-1} w`.
+        """
+        if not isinstance(w, Covector):
+            raise TypeError(f"sharp takes a Covector, got {type(w).__name__}"
+                            + ("; did you mean flat()?" if isinstance(w, TangentVector) else ""))
+        check_components(w.components, self.dim, "covector")
+        return TangentVector(w.base, self.solve(w.base, w.components, damping), w.chart)
+
+    def inner(self, u: TangentVector, v: TangentVector):
+        r""":math:`\langle u, v\rangle_x = u^T G(x) v`."""
+        for a in (u, v):
+            if not isinstance(a, TangentVector):
+                raise TypeError(f"inner takes TangentVectors, got {type(a).__name__}")
+        return self.flat(u)(v)
+
+    def norm(self, v: TangentVector):
+        r""":math:`\|v\|_x = \sqrt{\langle v, v\rangle_x}`."""
+        return B.sqrt(self.inner(v, v))
+
+    def damped(self, damping: float) -> "Metric":
+        r"""The metric :math:`G + \lambda I` (Tikhonov damping)."""
+        return DampedMetric(self, damping)
+
+    # --------------------------------------------------------- geodesics
+    def christoffel(self, x: Any):
+        r"""Christoffel symbols :math:`\Gamma^k_{ij}(x)`, shape ``(dim, dim, dim)``, by autodiff."""
+        from . import geodesics
+        return geodesics.christoffel(self, x)
+
+    def exp(self, x: Any, v: Any):
+        """Riemannian exponential on components (generic: integrates the geodesic equation)."""
+        from . import geodesics
+        return geodesics.exp(self, x, v)
+
+    def log(self, x: Any, y: Any):
+        """Riemannian logarithm on components (generic: geodesic shooting)."""
+        from . import geodesics
+        return geodesics.log(self, x, y)
+
+    def geodesic(self, x: Any, v: Any):
+        """The geodesic ``t -> exp_x(t v)`` for t (scalar or array) in [0, 1]."""
+        from . import geodesics
+        return geodesics.geodesic(self, x, v)
+
+    def dist(self, x: Any, y: Any):
+        """Geodesic distance (generic: the metric norm of ``log(x, y)``)."""
+        v = self.log(x, y)
+        return B.sqrt(B.dot(v, self.mv(x, v)))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(dim={self.dim})"
+
+
+class EuclideanMetric(Metric):
+    """The identity metric :math:`G = I`; geodesics are straight lines."""
+
+    def matrix(self, x):
+        return B.eye(self.dim if self.dim is not None else x.shape[-1], like=x)
+
+    def mv(self, x, v):
+        return v
+
+    def solve(self, x, b, damping: float = 0.0):
+        if damping < 0:
+            raise ValueError(f"damping must be >= 0, got {damping}")
+        return _tree.tree_map(lambda t: t / (1.0 + damping), b)
+
+    def christoffel(self, x):
+        d = x.shape[-1]
+        return B.zeros((d, d, d), like=x)
+
+    def exp(self, x, v):
+        return x + v
+
+    def log(self, x, y):
+        return y - x
+
+    def dist(self, x, y):
+        return B.norm(y - x)
+
+    def geodesic(self, x, v):
+        def path(t):
+            t_arr = np.asarray(t, dtype=float)
+            if t_arr.ndim == 0:
+                return x + float(t_arr) * v
+            return B.stack([x + float(ti) * v for ti in t_arr])
+        return path
+
+
+class MatrixMetric(Metric):
+    """A metric given by a function of the point: ``G = MatrixMetric(lambda x: ..., dim)``.
+
+    Example: the Poincaré half-plane ``MatrixMetric(lambda x: eye(2) / x[1]**2, dim=2)``.
+    Geodesics, Christoffel symbols and distances come from autodiff of ``matrix_fn``.
+    """
+
+    def __init__(self, matrix_fn: Callable[[Any], Any], dim: Optional[int] = None):
+        super().__init__(dim)
+        self._matrix_fn = matrix_fn
+
+    def matrix(self, x):
+        return self._matrix_fn(x)
+
+
+class DampedMetric(Metric):
+    r""":math:`G(x) + \lambda I` for a metric :math:`G`."""
+
+    def __init__(self, base: Metric, damping: float):
+        if not damping > 0:
+            raise ValueError(f"damping must be > 0, got {damping}")
+        super().__init__(base.dim)
+        self.base, self.damping = base, float(damping)
+        self.has_matrix = base.has_matrix
+
+    def matrix(self, x):
+        G = self.base.matrix(x)
+        return G + self.damping * B.eye(G.shape[-1], like=G)
+
+    def mv(self, x, v):
+        return _tree.tree_map(lambda a, b: a + self.damping * b, self.base.mv(x, v), v)
+
+    def solve(self, x, b, damping: float = 0.0):
+        return self.base.solve(x, b, damping=self.damping + damping)
+
+
+def metric_norm_sq(metric: Metric, x: Any, v: Any) -> float:
+    """:math:`v^T G(x) v` as a Python float (for step control)."""
+    return float(B.to_numpy(_tree.tree_vdot(v, metric.mv(x, v))))
+
+
+def is_finite_number(a: Any) -> bool:
+    return math.isfinite(float(B.to_numpy(a)))

@@ -1,0 +1,102 @@
+r"""Metrics by pullback: :math:`G_x = J(x)^T\, G_z(f(x))\, J(x)` (seed 000, Eqs. 26–28).
+
+The same code serves a 2-D map under autograd (Rosenbrock as Gauss-Newton)
+and a network under torch: only the map and the output metric change.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Union
+
+from .. import backend as B
+from ..divergences import Divergence
+from .metric import Metric
+
+
+class DivergenceMetric(Metric):
+    r"""The metric induced by a dissimilarity: :math:`G(w) = \nabla^2_u\rho(u, w)|_{u=w}`."""
+
+    def __init__(self, divergence: Divergence, dim: Optional[int] = None):
+        super().__init__(dim)
+        self.divergence = divergence
+
+    def matrix(self, x):
+        return self.divergence.hessian_at_diagonal(x)
+
+    def mv(self, x, v):
+        return self.divergence.hvp_at_diagonal(x, v)
+
+    def __repr__(self) -> str:
+        return f"DivergenceMetric({self.divergence!r}, dim={self.dim})"
+
+
+def metric_from_divergence(rho: Union[Divergence, Callable[[Any, Any], Any]],
+                           dim: Optional[int] = None) -> DivergenceMetric:
+    r"""Metric of a dissimilarity ``rho(u, w)``: its Hessian in ``u`` at ``u = w``.
+
+    ``metric_from_divergence(lambda u, w: 0.5 * sum((u - w)**2))`` is the identity;
+    ``metric_from_divergence(Bregman(phi))`` is :math:`\nabla^2\phi`.
+    """
+    return DivergenceMetric(Divergence.from_function(rho), dim)
+
+
+def pullback(f: Callable[[Any], Any], rho: Union[Divergence, Callable]) -> Divergence:
+    r"""The pulled-back dissimilarity :math:`(f^*\rho)(u, w) = \rho(f(u), f(w))` (Eq. 26)."""
+    rho = Divergence.from_function(rho)
+    return Divergence.from_function(lambda u, w: rho(f(u), f(w)))
+
+
+class PullbackMetric(Metric):
+    r"""Pullback of an output-space metric through a map :math:`f`.
+
+    .. math:: G(x) = J_f(x)^T\, G_z(f(x))\, J_f(x)
+
+    Parameters
+    ----------
+    map : callable
+        :math:`f`, from points (shape ``(n,)``) to outputs (shape ``(m,)``),
+        written with :mod:`infogeo.backend` functions so that it is
+        differentiable under the active backend.
+    output_metric : Metric or Divergence or callable
+        :math:`G_z` on outputs; a divergence ``rho(z, z')`` is turned into its
+        metric (its Hessian on the diagonal).
+    dim : int, optional
+        Dimension :math:`n` of the input space (checked on use).
+
+    Notes
+    -----
+    :meth:`mv` never forms :math:`J`: a Jacobian-vector product pushes
+    :math:`v` to output space, the output metric acts there, and a
+    vector-Jacobian product pulls the result back (``pullback_mvp`` of
+    seed 000).  :meth:`matrix` forms :math:`J` densely for small problems.
+    """
+
+    def __init__(self, map: Callable[[Any], Any], output_metric: Union[Metric, Divergence, Callable],
+                 dim: Optional[int] = None):
+        super().__init__(dim)
+        if not isinstance(output_metric, Metric):
+            output_metric = metric_from_divergence(output_metric)
+        self.map = map
+        self.output_metric = output_metric
+
+    def _check_output(self, z):
+        m = self.output_metric.dim
+        shape = tuple(getattr(z, "shape", ()))
+        if m is not None and shape != (m,):
+            raise ValueError(f"the map's output has shape {shape}, but the output metric "
+                             f"expects shape ({m},)")
+
+    def matrix(self, x):
+        z = self.map(x)
+        self._check_output(z)
+        J = B.jacobian(self.map, x)
+        J = B.reshape(J, (z.shape[0], -1))
+        return B.matmul(B.transpose(J), B.matmul(self.output_metric.matrix(z), J))
+
+    def mv(self, x, v):
+        z, Jv = B.jvp(self.map, x, v)
+        self._check_output(z)
+        _, pull = B.vjp(self.map, x)
+        return pull(self.output_metric.mv(z, Jv))
+
+    def __repr__(self) -> str:
+        return f"PullbackMetric(map={getattr(self.map, '__name__', self.map)!r}, output_metric={self.output_metric!r})"
