@@ -15,6 +15,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+import numpy as np
+
 from .. import backend as B
 from ..geometry.manifold import Manifold
 from ..geometry.vectors import Covector, TangentVector
@@ -107,9 +109,11 @@ class Solver:
 
     # ----------------------------------------------------------- helpers
     def _evaluate(self, manifold: Manifold, cost: Callable, x: Any) -> Iterate:
-        f, df = manifold.value_and_differential(cost, x)
-        g = manifold.metric.sharp(df, damping=self.damping)
-        gn2 = float(B.to_numpy(df(g)))
+        # overflow is reported as a clear "diverged" message by the loop, not as numpy warnings
+        with np.errstate(over="ignore", invalid="ignore"):
+            f, df = manifold.value_and_differential(cost, x)
+            g = manifold.metric.sharp(df, damping=self.damping)
+            gn2 = float(B.to_numpy(df(g)))
         return Iterate(x, float(B.to_numpy(f)), df, g, math.sqrt(max(gn2, 0.0)))
 
     @staticmethod
@@ -117,7 +121,8 @@ class Solver:
         """Cost at a trial point, ``inf`` outside the manifold or where the cost is not finite."""
         if not manifold.belongs(x):
             return math.inf
-        value = float(B.to_numpy(cost(x)))
+        with np.errstate(over="ignore", invalid="ignore"):
+            value = float(B.to_numpy(cost(x)))
         return value if math.isfinite(value) else math.inf
 
     # -------------------------------------------------------------- loop

@@ -1,0 +1,85 @@
+"""The backend primitives agree with finite differences and with each other across backends."""
+import numpy as np
+import pytest
+
+import infogeo as ig
+from conftest import as_backend, fd_jacobian, rosen, rosen_cost
+
+B = ig.backend
+
+
+def scalar_fn(x):
+    return B.sum(B.exp(x[:2]) * B.sin(x[1:])) + B.log(1 + x[0] ** 2) + B.sqrt(2 + x[2] ** 2)
+
+
+def vector_fn(x):
+    return B.stack([x[0] * x[1], B.tanh(x[2]), B.sum(x ** 3)])
+
+
+X = np.array([0.3, -0.7, 1.1])
+V = np.array([0.5, 0.2, -1.0])
+
+
+def test_grad_matches_finite_differences(backend_name):
+    x = as_backend(X, backend_name)
+    g = B.to_numpy(B.grad(scalar_fn, x))
+    fd = fd_jacobian(lambda y: B.to_numpy(scalar_fn(y)), X)
+    np.testing.assert_allclose(g, fd, rtol=1e-7, atol=1e-9)
+
+
+def test_jvp_vjp_jacobian_are_consistent(backend_name):
+    x, v = as_backend(X, backend_name), as_backend(V, backend_name)
+    J = B.to_numpy(B.jacobian(vector_fn, x))
+    np.testing.assert_allclose(J, fd_jacobian(lambda y: B.to_numpy(vector_fn(y)), X), rtol=1e-7, atol=1e-8)
+    out, Jv = B.jvp(vector_fn, x, v)
+    np.testing.assert_allclose(B.to_numpy(out), B.to_numpy(vector_fn(x)))
+    np.testing.assert_allclose(B.to_numpy(Jv), J @ V, rtol=1e-12)
+    _, pull = B.vjp(vector_fn, x)
+    u = np.array([1.0, -2.0, 0.5])
+    np.testing.assert_allclose(B.to_numpy(pull(as_backend(u, backend_name))), J.T @ u, rtol=1e-12)
+
+
+def test_hvp_matches_dense_hessian(backend_name):
+    x, v = as_backend(X, backend_name), as_backend(V, backend_name)
+    H = B.to_numpy(B.hessian(scalar_fn, x))
+    fd = fd_jacobian(lambda y: B.to_numpy(B.grad(scalar_fn, y)), X, h=1e-5)
+    np.testing.assert_allclose(H, fd, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(B.to_numpy(B.hvp(scalar_fn, x, v)), H @ V, rtol=1e-10)
+
+
+def test_same_computation_on_both_backends():
+    torch = pytest.importorskip("torch")
+    x = np.array([-1.5, 2.0])
+    for f in (lambda y: B.grad(rosen_cost, y), lambda y: B.jacobian(rosen, y),
+              lambda y: B.hvp(rosen_cost, y, y * 0 + 1)):
+        np.testing.assert_allclose(B.to_numpy(f(x)), B.to_numpy(f(torch.tensor(x))), rtol=1e-14)
+
+
+def test_linear_algebra(backend_name):
+    A = np.array([[4.0, 1.0], [1.0, 3.0]])
+    b = np.array([1.0, 2.0])
+    A_b, b_b = as_backend(A, backend_name), as_backend(b, backend_name)
+    expected = np.linalg.solve(A, b)
+    np.testing.assert_allclose(B.to_numpy(B.solve(A_b, b_b)), expected)
+    L = B.cholesky(A_b)
+    np.testing.assert_allclose(B.to_numpy(L) @ B.to_numpy(L).T, A)
+    np.testing.assert_allclose(B.to_numpy(B.cho_solve(L, b_b)), expected)
+
+
+def test_array_creation_follows_active_backend():
+    torch = pytest.importorskip("torch")
+    assert isinstance(B.array([1.0, 2.0]), np.ndarray)
+    with B.use_backend("torch"):
+        t = B.array([1.0, 2.0])
+        assert isinstance(t, torch.Tensor) and t.dtype == torch.float64
+    assert B.get_backend() == "numpy"
+    with pytest.raises(ValueError, match="unknown backend"):
+        B.set_backend("jax")
+
+
+def test_stack_mixes_python_scalars_and_tensors():
+    torch = pytest.importorskip("torch")
+    x = torch.tensor([2.0, 3.0], dtype=torch.float64)
+    out = B.stack([1 - x[0], 1.0])
+    assert isinstance(out, torch.Tensor)
+    np.testing.assert_allclose(B.to_numpy(out), [-1.0, 1.0])

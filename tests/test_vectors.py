@@ -1,0 +1,89 @@
+"""Vectors and covectors are different types: only a metric converts between them."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+import infogeo as ig
+from conftest import as_backend
+
+finite = st.floats(-1e3, 1e3, allow_nan=False)
+vec3 = arrays(np.float64, 3, elements=finite)
+X = np.array([0.1, 0.2, 0.3])
+
+
+def test_covector_applied_to_vector_is_the_pairing(backend_name):
+    x = as_backend(X, backend_name)
+    v = ig.TangentVector(x, as_backend([1.0, 2.0, 3.0], backend_name))
+    w = ig.Covector(x, as_backend([0.5, -1.0, 2.0], backend_name))
+    assert float(ig.backend.to_numpy(w(v))) == pytest.approx(0.5 - 2.0 + 6.0)
+
+
+@pytest.mark.parametrize("op", ["add", "sub"])
+def test_mixing_vector_and_covector_is_a_type_error(op):
+    v = ig.TangentVector(X, np.ones(3))
+    w = ig.Covector(X, np.ones(3))
+    with pytest.raises(TypeError, match="sharp|flat"):
+        v + w if op == "add" else v - w
+    with pytest.raises(TypeError, match="sharp|flat"):
+        w + v if op == "add" else w - v
+
+
+def test_adding_a_point_to_a_vector_is_a_type_error(backend_name):
+    x = as_backend(X, backend_name)
+    v = ig.TangentVector(x, as_backend(np.ones(3), backend_name))
+    with pytest.raises(TypeError, match="retract"):
+        v + x
+    with pytest.raises(TypeError, match="retract"):
+        x + v
+    with pytest.raises(TypeError):
+        ig.Covector(x, x) + x
+
+
+def test_vectors_at_different_points_cannot_be_added():
+    v = ig.TangentVector(X, np.ones(3))
+    u = ig.TangentVector(X + 1, np.ones(3))
+    with pytest.raises(ValueError, match="different base points"):
+        v + u
+    with pytest.raises(ValueError, match="same base point"):
+        ig.Covector(X + 1, np.ones(3))(v)
+
+
+def test_covector_cannot_act_on_covector():
+    w = ig.Covector(X, np.ones(3))
+    with pytest.raises(TypeError, match="TangentVector"):
+        w(w)
+
+
+def test_scaling_only_by_scalars():
+    v = ig.TangentVector(X, np.ones(3))
+    np.testing.assert_allclose((2.5 * v).components, 2.5)
+    np.testing.assert_allclose((v / 2).components, 0.5)
+    np.testing.assert_allclose((-v).components, -1.0)
+    with pytest.raises(TypeError, match="scalar"):
+        v * np.ones(3)
+
+
+def test_sum_of_vectors_works_with_builtin_sum():
+    vs = [ig.TangentVector(X, np.full(3, float(i))) for i in range(4)]
+    np.testing.assert_allclose(sum(vs).components, 6.0)
+
+
+@settings(max_examples=50, deadline=None)
+@given(vec3, vec3, vec3, finite, finite)
+def test_covector_is_linear_on_vectors(a, b, c, s, t):
+    w = ig.Covector(X, c)
+    u, v = ig.TangentVector(X, a), ig.TangentVector(X, b)
+    lhs = w(s * u + t * v)
+    rhs = s * w(u) + t * w(v)
+    assert lhs == pytest.approx(rhs, rel=1e-9, abs=1e-6)
+
+
+def test_dict_components_for_parameter_spaces():
+    base = {"w": np.zeros((2, 2)), "b": np.zeros(2)}
+    v = ig.TangentVector(base, {"w": np.ones((2, 2)), "b": np.ones(2)})
+    w = ig.Covector(base, {"w": 2 * np.ones((2, 2)), "b": np.ones(2)})
+    assert float(w(v + v)) == pytest.approx(2 * (8 + 2))
+    with pytest.raises(ValueError, match="structure"):
+        v + ig.TangentVector(base, {"w": np.ones((2, 2))})
