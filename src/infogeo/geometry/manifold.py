@@ -57,7 +57,10 @@ class Manifold:
     # ------------------------------------------------------------ geometry
     def with_metric(self, metric: Metric) -> "Manifold":
         """The same points with another metric (a shallow copy; ``self`` is unchanged)."""
+        if not isinstance(metric, Metric):
+            raise TypeError(f"with_metric needs a Metric, got {type(metric).__name__}")
         if metric.dim is None:
+            metric = copy.copy(metric)  # fix the dimension on a copy: the caller's object is left alone
             metric.dim = self.dim
         new = copy.copy(self)
         new.metric = metric
