@@ -4,7 +4,7 @@ Manifolds, metrics (closed form, by pullback, from divergences), explicit
 vectors and covectors, and solvers whose every step is
 ``differential -> sharp -> retract``.
 """
-from . import backend, divergences, linalg
+from . import backend, divergences, linalg, solvers
 from .divergences import Bregman, Divergence, SquaredEuclidean
 from .geometry import (Covector, DampedMetric, DivergenceMetric, Euclidean, EuclideanMetric, Manifold,
                        MatrixMetric, Metric, PullbackMetric, TangentVector, metric_from_divergence, pullback)
@@ -21,10 +21,3 @@ __all__ = ["backend", "divergences", "linalg", "solvers",
            "NotPositiveDefiniteError",
            "ExponentialFamily", "Gaussian", "Categorical", "Bernoulli", "IndependenceModel"]
 
-
-def __getattr__(name):
-    # solvers import lazily so that `import infogeo` stays light
-    if name == "solvers":
-        from . import solvers
-        return solvers
-    raise AttributeError(f"module 'infogeo' has no attribute {name!r}")

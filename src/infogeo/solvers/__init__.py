@@ -1,0 +1,11 @@
+"""Solvers: every step is ``differential -> sharp -> retract/exp``."""
+from .base import Solver
+from .gradient_descent import GradientDescent, NaturalGradient
+from .newton import DampedNewton
+from .proximal import ProximalPoint
+from .result import OptimizeResult
+from .step_rules import InverseTime
+from .trust_region import TrustRegion
+
+__all__ = ["Solver", "GradientDescent", "NaturalGradient", "OptimizeResult", "InverseTime",
+           "DampedNewton", "ProximalPoint", "TrustRegion"]

@@ -1,0 +1,205 @@
+r"""The solver loop shared by every method.
+
+Each iteration is ``differential -> sharp -> step``: the cost's differential
+(a covector) is turned into the Riemannian gradient (a vector) by the
+manifold's metric, and a subclass decides how to move (fixed step, line
+search, Newton system, trust region).  The loop owns stopping rules, the
+history, the iteration table, the callback and the progress bar, so every
+solver reports the same way.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from .. import backend as B
+from ..geometry.manifold import Manifold
+from ..geometry.vectors import Covector, TangentVector
+from .result import OptimizeResult
+
+logger = logging.getLogger("infogeo.solvers")
+
+
+def _ensure_console_handler() -> None:
+    """Verbose runs print their table through logging; attach a stdout handler once if none is set."""
+    root_pkg = logging.getLogger("infogeo")
+    if not any(getattr(h, "_infogeo_console", False) for h in root_pkg.handlers) and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler._infogeo_console = True  # type: ignore[attr-defined]
+        root_pkg.addHandler(handler)
+    if root_pkg.level == logging.NOTSET or root_pkg.level > logging.INFO:
+        root_pkg.setLevel(logging.INFO)
+
+
+@dataclass
+class Iterate:
+    """What the loop knows about the current point."""
+
+    x: Any
+    fun: float
+    differential: Covector
+    gradient: TangentVector
+    grad_norm: float
+
+
+@dataclass
+class Step:
+    """What a solver's step returns to the loop."""
+
+    x: Any                       # the next point (the same object when the step was rejected)
+    step_size: float = 0.0       # metric norm of the step actually taken
+    fun: Optional[float] = None  # cost at x when the step already evaluated it
+    nfev: int = 0                # cost evaluations the step used
+    accepted: bool = True
+    failed: Optional[str] = None  # a message if the solver cannot continue
+    extra: dict = field(default_factory=dict)  # solver-specific history fields
+
+
+class Solver:
+    """Base class of the solvers: a loop of ``differential -> sharp -> step``.
+
+    Parameters
+    ----------
+    max_iter : int
+        Iteration limit (``result.success`` is False if it is reached).
+    grad_tol : float
+        Stop when the Riemannian gradient norm :math:`\\|\\operatorname{grad} f\\|_x \\le` ``grad_tol``.
+    step_tol : float
+        Stop when an accepted step has metric norm below ``step_tol``.
+    fun_tol : float, optional
+        Stop when an accepted step changes the cost by less than ``fun_tol``.
+    damping : float
+        Tikhonov damping used by ``sharp`` (:math:`(G + \\lambda I)^{-1}`).
+    verbose : bool
+        Log a compact iteration table (logger ``infogeo.solvers``, shown on stdout
+        unless logging is configured).
+    progress : bool
+        Show a tqdm progress bar.
+    callback : callable, optional
+        ``callback(info) -> bool | None`` after each iteration, with ``info`` the
+        history entry (``iter``, ``x``, ``fun``, ``grad_norm``, ``step_size`` ...);
+        returning True stops the run.
+    """
+
+    name = "Solver"
+
+    def __init__(self, *, max_iter: int = 1000, grad_tol: float = 1e-10, step_tol: float = 0.0,
+                 fun_tol: Optional[float] = None, damping: float = 0.0, verbose: bool = False,
+                 progress: bool = False, callback: Optional[Callable[[dict], Any]] = None):
+        if int(max_iter) != max_iter or max_iter < 0:
+            raise ValueError(f"max_iter must be a non-negative integer, got {max_iter!r}")
+        for label, val in (("grad_tol", grad_tol), ("step_tol", step_tol), ("damping", damping)):
+            if not (val >= 0):
+                raise ValueError(f"{label} must be >= 0, got {val}")
+        self.max_iter, self.grad_tol, self.step_tol, self.fun_tol = int(max_iter), grad_tol, step_tol, fun_tol
+        self.damping, self.verbose, self.progress, self.callback = damping, verbose, progress, callback
+
+    # ------------------------------------------------------------ hooks
+    def _setup(self, manifold: Manifold, cost: Callable, x: Any) -> None:
+        """Per-run state (radius, caches); called once before the loop."""
+
+    def _step(self, manifold: Manifold, cost: Callable, it: Iterate, k: int) -> Step:
+        raise NotImplementedError
+
+    # ----------------------------------------------------------- helpers
+    def _evaluate(self, manifold: Manifold, cost: Callable, x: Any) -> Iterate:
+        f, df = manifold.value_and_differential(cost, x)
+        g = manifold.metric.sharp(df, damping=self.damping)
+        gn2 = float(B.to_numpy(df(g)))
+        return Iterate(x, float(B.to_numpy(f)), df, g, math.sqrt(max(gn2, 0.0)))
+
+    @staticmethod
+    def _safe_cost(manifold: Manifold, cost: Callable, x: Any) -> float:
+        """Cost at a trial point, ``inf`` outside the manifold or where the cost is not finite."""
+        if not manifold.belongs(x):
+            return math.inf
+        value = float(B.to_numpy(cost(x)))
+        return value if math.isfinite(value) else math.inf
+
+    # -------------------------------------------------------------- loop
+    def minimize(self, manifold: Manifold, cost: Callable[[Any], Any], x0: Any, *,
+                 callback: Optional[Callable[[dict], Any]] = None) -> OptimizeResult:
+        """Minimize ``cost`` over ``manifold`` from ``x0``.
+
+        ``cost`` is written with :mod:`infogeo.backend` functions so that it is
+        differentiable; ``x0`` is not modified.
+        """
+        if not isinstance(manifold, Manifold):
+            raise TypeError(f"minimize needs a Manifold, got {type(manifold).__name__}")
+        if not callable(cost):
+            raise TypeError("cost must be callable")
+        callback = callback or self.callback
+        x = manifold.point(x0)
+        self._setup(manifold, cost, x)
+        it = self._evaluate(manifold, cost, x)
+        nfev = 1
+        history = [self._entry(0, it, 0.0, {})]
+        if self.verbose:
+            _ensure_console_handler()
+            logger.info("%s on %s", self.name, manifold.name)
+            logger.info("%6s  %-22s  %-11s  %-11s", "iter", "cost", "|grad|", "step")
+            logger.info("%6d  %+.15e  %.5e  %11s", 0, it.fun, it.grad_norm, "")
+        bar = None
+        if self.progress:
+            from tqdm.auto import tqdm
+            bar = tqdm(total=self.max_iter, desc=self.name, leave=False)
+
+        success, message, k = False, "maximum number of iterations reached", 0
+        try:
+            for k in range(1, self.max_iter + 1):
+                if it.grad_norm <= self.grad_tol:
+                    success, message, k = True, f"gradient norm {it.grad_norm:.3g} <= grad_tol", k - 1
+                    break
+                step = self._step(manifold, cost, it, k)
+                nfev += step.nfev
+                if step.failed:
+                    message, k = step.failed, k - 1
+                    break
+                if step.accepted:
+                    if not manifold.belongs(step.x):
+                        message, k = ("the step left the domain of the manifold; use a smaller step "
+                                      "size, line_search='armijo', or update='exp'"), k - 1
+                        break
+                    try:
+                        new = self._evaluate(manifold, cost, step.x)
+                    except ValueError as exc:
+                        message, k = f"stopped: {exc} (the iteration diverged)", k - 1
+                        break
+                    nfev += 1
+                    change = abs(new.fun - it.fun)
+                    it = new
+                history.append(self._entry(k, it, step.step_size, step.extra))
+                if self.verbose:
+                    logger.info("%6d  %+.15e  %.5e  %.5e%s", k, it.fun, it.grad_norm, step.step_size,
+                                "" if step.accepted else "  (rejected)")
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(cost=f"{it.fun:.3e}")
+                if callback is not None and callback(history[-1]):
+                    message = "stopped by the callback"
+                    break
+                if step.accepted and step.step_size <= self.step_tol:
+                    success, message = True, f"step size {step.step_size:.3g} <= step_tol"
+                    break
+                if step.accepted and self.fun_tol is not None and change <= self.fun_tol:
+                    success, message = True, f"cost change {change:.3g} <= fun_tol"
+                    break
+            else:
+                k = self.max_iter
+                if it.grad_norm <= self.grad_tol:
+                    success, message = True, f"gradient norm {it.grad_norm:.3g} <= grad_tol"
+        finally:
+            if bar is not None:
+                bar.close()
+        if self.verbose:
+            logger.info("%s: %s after %d iterations", self.name, message, k)
+        return OptimizeResult(x=it.x, fun=it.fun, grad_norm=it.grad_norm, jac=it.differential,
+                              nit=k, nfev=nfev, success=success, message=message, history=history)
+
+    @staticmethod
+    def _entry(k: int, it: Iterate, step_size: float, extra: dict) -> dict:
+        return {"iter": k, "x": it.x, "fun": it.fun, "grad_norm": it.grad_norm, "step_size": step_size, **extra}

@@ -1,0 +1,97 @@
+r"""Riemannian gradient descent, and natural gradient as its special case.
+
+.. math:: x_{k+1} = R_{x_k}\big(-\alpha_k\, \operatorname{grad} f(x_k)\big),
+          \qquad \operatorname{grad} f = (df)^\sharp = G^{-1} df,
+
+with :math:`R` the retraction or the exponential map.  Under the Euclidean
+metric this is plain gradient descent; under a Fisher metric it is natural
+gradient; under a pulled-back Euclidean metric it is Gauss-Newton (seed 000,
+Eq. 28).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from ..geometry.manifold import Manifold
+from ..geometry.metric import Metric
+from .base import Iterate, Solver, Step
+from .step_rules import StepSize, armijo, step_at
+
+
+class GradientDescent(Solver):
+    """Riemannian gradient descent.
+
+    Parameters
+    ----------
+    step_size : float or callable
+        A constant :math:`\\alpha`, or a schedule ``k -> alpha_k`` (k from 1), e.g.
+        :class:`~infogeo.solvers.InverseTime`.  With ``line_search='armijo'`` it is the
+        first trial step of each iteration.
+    update : {"retraction", "exp"}
+        Move along the manifold's retraction or along geodesics.
+    line_search : {None, "armijo"}
+        Backtracking on the manifold until sufficient decrease
+        :math:`f(R_x(-\\alpha g)) \\le f(x) - c_1 \\alpha \\|g\\|_x^2`.
+    armijo_c1, armijo_shrink : float
+        Sufficient-decrease constant and backtracking factor.
+    **kwargs
+        Stopping rules and reporting, see :class:`~infogeo.solvers.base.Solver`.
+    """
+
+    name = "GradientDescent"
+
+    def __init__(self, step_size: StepSize = 1.0, *, update: str = "retraction",
+                 line_search: Optional[str] = None, armijo_c1: float = 1e-4, armijo_shrink: float = 0.5,
+                 **kwargs: Any):
+        super().__init__(**kwargs)
+        if update not in ("retraction", "exp"):
+            raise ValueError(f"update must be 'retraction' or 'exp', got {update!r}")
+        if line_search not in (None, "armijo"):
+            raise ValueError(f"line_search must be None or 'armijo', got {line_search!r}")
+        if not callable(step_size):
+            step_at(step_size, 1)  # validate early
+        self.step_size, self.update, self.line_search = step_size, update, line_search
+        self.armijo_c1, self.armijo_shrink = armijo_c1, armijo_shrink
+
+    def _move(self, manifold: Manifold, x: Any, v):
+        return manifold.exp(x, v) if self.update == "exp" else manifold.retract(x, v)
+
+    def _step(self, manifold: Manifold, cost: Callable, it: Iterate, k: int) -> Step:
+        alpha = step_at(self.step_size, k)
+        direction = -it.gradient
+        if self.line_search is None:
+            return Step(self._move(manifold, it.x, alpha * direction), step_size=alpha * it.grad_norm)
+
+        def phi(a: float) -> float:
+            try:
+                return self._safe_cost(manifold, cost, self._move(manifold, it.x, a * direction))
+            except (ValueError, ArithmeticError):
+                return float("inf")
+
+        alpha, _, evals = armijo(phi, it.fun, -it.grad_norm ** 2, alpha,
+                                 shrink=self.armijo_shrink, c1=self.armijo_c1)
+        if alpha == 0.0:
+            return Step(it.x, nfev=evals, failed="line search found no decrease (the gradient may be "
+                                                  "inaccurate or the point is already optimal to precision)")
+        return Step(self._move(manifold, it.x, alpha * direction), step_size=alpha * it.grad_norm,
+                    nfev=evals, extra={"alpha": alpha})
+
+
+class NaturalGradient(GradientDescent):
+    """Gradient descent under a given metric (Fisher, pullback...): natural gradient.
+
+    ``NaturalGradient(metric, step_size).minimize(M, f, x0)`` is
+    ``GradientDescent(step_size).minimize(M.with_metric(metric), f, x0)``; with
+    ``metric=None`` the manifold's own metric is used (e.g. a statistical manifold's Fisher metric).
+    """
+
+    name = "NaturalGradient"
+
+    def __init__(self, metric: Optional[Metric] = None, step_size: StepSize = 1.0, **kwargs: Any):
+        super().__init__(step_size, **kwargs)
+        self.metric = metric
+
+    def minimize(self, manifold: Manifold, cost, x0, **kwargs):
+        if self.metric is not None:
+            manifold = manifold.with_metric(self.metric)
+        return super().minimize(manifold, cost, x0, **kwargs)

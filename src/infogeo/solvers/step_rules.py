@@ -1,0 +1,57 @@
+r"""Step sizes: constant, schedules, and Armijo backtracking on the manifold."""
+from __future__ import annotations
+
+import math
+from typing import Callable, Union
+
+
+class InverseTime:
+    r"""The schedule :math:`\alpha_k = c / (k + k_0)` (k counts from 1).
+
+    With :math:`c = 1, k_0 = 0` this is the :math:`1/k` schedule under which
+    online natural-gradient MLE equals the running maximum-likelihood estimate.
+    """
+
+    def __init__(self, c: float = 1.0, k0: float = 0.0):
+        if not c > 0:
+            raise ValueError(f"c must be > 0, got {c}")
+        self.c, self.k0 = float(c), float(k0)
+
+    def __call__(self, k: int) -> float:
+        return self.c / (k + self.k0)
+
+    def __repr__(self) -> str:
+        return f"InverseTime(c={self.c}, k0={self.k0})"
+
+
+StepSize = Union[float, Callable[[int], float]]
+
+
+def step_at(step_size: StepSize, k: int) -> float:
+    """The step size of iteration ``k`` (1-based) for a constant or a schedule."""
+    alpha = float(step_size(k)) if callable(step_size) else float(step_size)
+    if not (alpha > 0 and math.isfinite(alpha)):
+        raise ValueError(f"step size must be positive and finite, got {alpha} at iteration {k}")
+    return alpha
+
+
+def armijo(phi: Callable[[float], float], f0: float, slope: float, alpha0: float, *,
+           shrink: float = 0.5, c1: float = 1e-4, max_backtracks: int = 40) -> tuple[float, float, int]:
+    r"""Backtracking line search for sufficient decrease.
+
+    Finds :math:`\alpha = \alpha_0\,\beta^j` with
+    :math:`\phi(\alpha) \le f_0 + c_1\,\alpha\,\text{slope}`, where
+    :math:`\phi(\alpha) = f(R_x(\alpha d))` and ``slope`` :math:`= df_x(d) < 0`.
+    ``phi`` returns ``inf`` for points outside the manifold.
+
+    Returns ``(alpha, phi(alpha), evaluations)``; ``alpha = 0`` when no step decreases enough.
+    """
+    if not slope < 0:
+        raise ValueError(f"Armijo needs a descent direction (slope {slope:.3g} >= 0)")
+    alpha = alpha0
+    for j in range(1, max_backtracks + 1):
+        value = phi(alpha)
+        if value <= f0 + c1 * alpha * slope:
+            return alpha, value, j
+        alpha *= shrink
+    return 0.0, f0, max_backtracks
