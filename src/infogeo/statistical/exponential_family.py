@@ -100,7 +100,12 @@ def _newton_legendre(psi: Callable, eta: np.ndarray, theta0: np.ndarray,
         if np.linalg.norm(g) <= tol * (1.0 + np.linalg.norm(eta)):
             return theta
         H = B.to_numpy(B.hessian(psi, theta))
-        step = -np.linalg.solve(H, g)
+        try:
+            step = -np.linalg.solve(H, g)
+        except np.linalg.LinAlgError:
+            break  # psi flattens out: eta lies outside the moment space
+        if not np.all(np.isfinite(step)):
+            break
         t = 1.0
         while t > 1e-12:
             cand = theta + t * step
@@ -115,8 +120,9 @@ def _newton_legendre(psi: Callable, eta: np.ndarray, theta0: np.ndarray,
         else:
             break
         theta, f = cand, f_new
-    g = B.to_numpy(B.grad(psi, theta)) - eta
-    if np.linalg.norm(g) <= 1e-8 * (1.0 + np.linalg.norm(eta)):
+    with np.errstate(all="ignore"):
+        g = B.to_numpy(B.grad(psi, theta)) - eta
+    if np.all(np.isfinite(g)) and np.linalg.norm(g) <= 1e-8 * (1.0 + np.linalg.norm(eta)):
         return theta
     raise ValueError(f"mean parameters {eta} are not attained by any natural parameter "
                      f"(Legendre inversion stalled with moment error {np.linalg.norm(g):.3g}); "
@@ -348,20 +354,24 @@ class ExponentialFamily(Manifold):
         J = self.chart_jacobian(v.base, name)
         return TangentVector(self.to_chart(v.base, name), B.matmul(J, v.components), name)
 
-    def pull_back(self, w: Covector, name: Optional[str] = None) -> Covector:
-        r"""Pull a covector back into the current chart.
+    def pull_back(self, w: Covector, x: Any = None) -> Covector:
+        r"""Pull a covector back into the current chart: components :math:`J^T w`.
 
-        ``w`` is a covector expressed in chart ``name`` (default ``w.chart``) at the
-        point :math:`y`; the result acts on vectors in the current chart at
-        :math:`x` with ``to_chart(x, name) == y``: components :math:`J^T w`.
+        ``w`` is a covector expressed in another chart (``w.chart``) at the point
+        :math:`y`; the result acts on vectors in the current chart at the point
+        :math:`x` with ``to_chart(x, w.chart) == y``.  Pass ``x`` when you have it
+        (it is checked against ``y``); otherwise it is recovered from ``y``.
         """
         if not isinstance(w, Covector):
             raise TypeError(f"pull_back takes a Covector, got {type(w).__name__}"
                             + ("; vectors are pushed forward (push_forward)" if isinstance(w, TangentVector) else ""))
-        name = name or w.chart
+        name = w.chart
         if name is None:
-            raise ValueError("pull_back needs the chart the covector is expressed in (w.chart or name=)")
-        x = self.from_chart(w.base, name)
+            raise ValueError("pull_back needs to know the chart the covector is expressed in (w.chart)")
+        if x is None:
+            x = self.from_chart(w.base, name)
+        elif not np.allclose(B.to_numpy(self.to_chart(x, name)), B.to_numpy(w.base), rtol=1e-9, atol=1e-12):
+            raise ValueError("pull_back: the covector is attached to another point than x")
         J = self.chart_jacobian(x, name)
         return Covector(x, B.matmul(B.transpose(J), w.components), self.chart)
 
