@@ -426,8 +426,11 @@ class FullGaussian(Gaussian):
 
         def residual(v_):
             x, Bm = v_[:d], B.to_numpy(vh.sym(B.array(v_[d:])))
-            with np.errstate(all="ignore"):
-                mu, S = self._unit_exp(x, Bm)
+            try:
+                with np.errstate(all="ignore"):
+                    mu, S = self._unit_exp(x, Bm)
+            except (np.linalg.LinAlgError, ValueError, OverflowError):
+                return None
             r = np.concatenate([mu, vh.vech(S)]) - goal
             return r if np.all(np.isfinite(r)) else None
 
