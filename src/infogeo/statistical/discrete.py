@@ -288,9 +288,12 @@ class IndependenceModel(FiniteFamily):
         return np.where(np.random.default_rng(rng).random((int(n), self.dim)) < m, 1.0, -1.0)
 
     def _fisher_closed(self, x):
-        e = self.to_chart(x, "mean")
         if self.chart == "natural":
-            return B.diag(1.0 - e * e)
+            # sech^2(theta) without the cancellation in 1 - tanh^2, so that natural
+            # gradient keeps working far out towards the delta distributions
+            q = B.exp(-2.0 * B.abs(x))
+            return B.diag(4.0 * q / (1.0 + q) ** 2)
+        e = self.to_chart(x, "mean")
         if self.chart == "mean":
             return B.diag(1.0 / (1.0 - e * e))
         m = self.to_chart(x, "standard")
