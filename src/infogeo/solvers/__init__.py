@@ -1,11 +1,14 @@
 """Solvers: every step is ``differential -> sharp -> retract/exp``."""
 from .base import Solver
 from .gradient_descent import GradientDescent, NaturalGradient
+from .mirror import MirrorDescent, online_mle
 from .newton import DampedNewton
 from .proximal import ProximalPoint
+from .relaxation import StochasticRelaxation, mc_natural_gradient
 from .result import OptimizeResult
 from .step_rules import InverseTime
 from .trust_region import TrustRegion
 
 __all__ = ["Solver", "GradientDescent", "NaturalGradient", "OptimizeResult", "InverseTime",
-           "DampedNewton", "ProximalPoint", "TrustRegion"]
+           "DampedNewton", "ProximalPoint", "TrustRegion",
+           "MirrorDescent", "online_mle", "StochasticRelaxation", "mc_natural_gradient"]

@@ -1,0 +1,78 @@
+"""Bad input fails early with a ValueError that names the problem; caller arrays are never mutated."""
+import numpy as np
+import pytest
+
+import infogeo as ig
+
+
+def test_non_spd_covariance():
+    G = ig.Gaussian(dim=2)
+    with pytest.raises(ValueError, match="not symmetric positive definite"):
+        G.point(mean=[0, 0], cov=[[1, 2], [2, 1]])
+    with pytest.raises(ValueError, match="symmetric"):
+        G.point(mean=[0, 0], cov=[[1, 0.5], [0.0, 1]])
+    with pytest.raises(ValueError, match="not symmetric positive definite"):
+        G.check_point(np.array([0.0, 0.0, 1.0, 2.0, 1.0]))          # vech of [[1, 2], [2, 1]]
+    with pytest.raises(ValueError, match="fixed covariance"):
+        ig.Gaussian(dim=2, covariance="fixed", cov=[[1, 0], [0, -1]])
+    with pytest.raises(ValueError, match=r"cov must have shape \(2, 2\)"):
+        G.point(mean=[0, 0], cov=[1.0, 2.0, 3.0])
+
+
+def test_probabilities_off_the_simplex():
+    C = ig.Categorical(3)
+    with pytest.raises(ValueError, match="off the simplex"):
+        C.point(probs=[0.5, 0.6, -0.1])
+    with pytest.raises(ValueError, match="off the simplex"):
+        C.point(probs=[0.2, 0.2, 0.2])
+    with pytest.raises(ValueError, match="off the simplex"):
+        C.check_point(np.array([0.7, 0.4]))
+    with pytest.raises(ValueError, match="strictly between 0 and 1"):
+        ig.Bernoulli().point(prob=1.2)
+    with pytest.raises(ValueError, match=r"P\(x_i = \+1\)"):
+        ig.IndependenceModel(2).point(probs=[0.5, 1.0])
+
+
+def test_negative_std_and_variance():
+    G = ig.Gaussian(dim=1)
+    with pytest.raises(ValueError, match="std must be positive"):
+        G.point(mean=0.0, std=-1.0)
+    with pytest.raises(ValueError, match="variances must be positive"):
+        G.check_point(np.array([0.0, -1.0]))
+    with pytest.raises(ValueError, match="only accepted when dim == 1"):
+        ig.Gaussian(dim=2).point(mean=[0, 0], std=1.0)
+
+
+def test_unknown_covariance_kind_and_wrong_sizes():
+    with pytest.raises(ValueError, match="unknown covariance"):
+        ig.Gaussian(dim=2, covariance="banded")
+    with pytest.raises(ValueError, match="needs the covariance"):
+        ig.Gaussian(dim=2, covariance="fixed")
+    with pytest.raises(ValueError, match="k >= 2"):
+        ig.Categorical(1)
+    with pytest.raises(ValueError, match="mean must have 2 entries"):
+        ig.Gaussian(dim=2).point(mean=[0, 0, 0])
+
+
+def test_caller_arrays_are_not_mutated():
+    mean, cov = np.array([1.0, 2.0]), np.array([[2.0, 0.3], [0.3, 1.0]])
+    m0, c0 = mean.copy(), cov.copy()
+    G = ig.Gaussian(dim=2)
+    p = G.point(mean=mean, cov=cov)
+    q = G.point(mean=[0, 0], cov=np.eye(2))
+    p0 = p.copy()
+    G.dist(p, q), G.log(p, q), G.kl(p, q), G.to_chart(p, "natural"), G.fisher(p)
+    F = ig.Gaussian(dim=2, covariance="fixed", cov=cov)
+    cov[0, 0] = 99.0                       # the family kept its own copy
+    assert F.Sigma0[0, 0] == 2.0
+    cov[0, 0] = 2.0
+    np.testing.assert_array_equal(mean, m0)
+    np.testing.assert_array_equal(cov, c0)
+    np.testing.assert_array_equal(p, p0)
+
+
+def test_geodesic_leaving_the_simplex_is_reported():
+    C = ig.Categorical(3)
+    p = C.point(probs=[0.1, 0.1, 0.8])
+    with pytest.raises(ValueError, match="leaves the probability simplex"):
+        C.exp(p, C.vector(p, np.array([-0.5, 0.0])))
