@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import infogeo as ig
-from conftest import as_backend, fd_jacobian, rosen, rosen_cost
+from .conftest import as_backend, fd_jacobian, rosen, rosen_cost
 
 B = ig.backend
 

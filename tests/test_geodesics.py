@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import infogeo as ig
-from conftest import as_backend, half_plane_dist, half_plane_metric
+from .conftest import as_backend, half_plane_dist, half_plane_metric
 
 B = ig.backend
 

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import infogeo as ig
-from conftest import as_backend, fd_jacobian, rosen
+from .conftest import as_backend, fd_jacobian, rosen
 
 B = ig.backend
 RNG = np.random.default_rng(0)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import infogeo as ig
-from conftest import as_backend, rosen, rosen_cost
+from .conftest import as_backend, rosen, rosen_cost
 
 B = ig.backend
 X0 = np.array([-1.5, 2.0])
@@ -80,7 +80,7 @@ def test_inverse_time_schedule():
 
 
 def test_exp_update_on_the_half_plane_stays_on_geodesics():
-    from conftest import half_plane_metric
+    from .conftest import half_plane_metric
     M = ig.Manifold(2, half_plane_metric(), domain=lambda x: x[1] > 0)
     target = np.array([0.5, 2.0])
     cost = lambda x: B.sum((x - target) ** 2)  # noqa: E731

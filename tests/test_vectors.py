@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import infogeo as ig
-from conftest import as_backend
+from .conftest import as_backend
 
 finite = st.floats(-1e3, 1e3, allow_nan=False)
 vec3 = arrays(np.float64, 3, elements=finite)

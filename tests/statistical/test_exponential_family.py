@@ -7,7 +7,7 @@ from infogeo import backend as B
 from infogeo.geometry.vectors import Covector, TangentVector
 from infogeo.statistical import ExponentialFamily
 
-from conftest import CHARTS, points
+from .conftest import CHARTS, points
 
 
 def _np(a):
@@ -172,7 +172,7 @@ def test_affine_chart_changes_give_identical_natural_gradient_steps():
 
 def test_user_prototyped_poisson_family():
     """A Poisson family from t and psi alone: moments, Fisher in both charts, KL, MLE identity."""
-    from conftest import poisson
+    from .conftest import poisson
     P = poisson()
     M = P.in_chart("mean")
     lam = B.array([4.0])
@@ -208,6 +208,6 @@ def test_point_outside_the_natural_domain_is_rejected():
 
 
 def test_mean_parameters_outside_the_moment_space_are_rejected():
-    from conftest import poisson
+    from .conftest import poisson
     with pytest.raises(ValueError, match="not attained"):
         poisson().in_chart("mean").point([-1.0])

@@ -7,7 +7,7 @@ from infogeo import backend as B
 from infogeo.geometry import geodesics as generic
 from infogeo.statistical import FullGaussian
 
-from conftest import make, points
+from .conftest import make, points
 
 CLOSED = ["bernoulli", "categorical3", "independence2", "gauss1", "gauss2", "diag2", "fixed2", "zeromean2"]
 

@@ -115,7 +115,7 @@ def test_mirror_descent_needs_an_exponential_family():
 def test_online_natural_gradient_mle_is_the_running_mean(name):
     """alpha_k = 1/(k + 1): the start counts as one pseudo-observation (alpha_1 = 1 would put the
     first iterate at t(x_1), a degenerate distribution on the boundary where Fisher is singular)."""
-    from conftest import make
+    from .conftest import make
     M = make(name).in_chart("mean")
     rng = np.random.default_rng(0)
     x0 = M.random_point(rng)
