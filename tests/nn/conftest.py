@@ -92,3 +92,12 @@ def small_mlp():
     model = mlp()
     X = torch.randn(6, 4, dtype=torch.float64)
     return model, X
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny tensors: intra-op threads only add contention on a shared 2-core machine."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
