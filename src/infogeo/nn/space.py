@@ -20,7 +20,6 @@ import math
 from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, Union
 
 import torch
-import torch.autograd.forward_ad as fwAD
 from torch.func import functional_call
 
 from ..backend import tree as _tree
@@ -44,9 +43,8 @@ def _as_args(data: Any) -> Tuple:
 class NetworkMetric(PullbackMetric):
     r"""The pullback metric :math:`\frac1N\sum_n J_n^T G_z J_n` of a :class:`ParameterSpace`, matrix-free.
 
-    ``mv(v)`` (or ``mv(x, v)``) costs one forward pass carrying a forward-mode
-    tangent (giving :math:`z` and :math:`Jv` together), the output metric, and one
-    backward pass (:math:`J^T u`) — seed 000's ``pullback_mvp``.  ``sharp`` and
+    ``mv(v)`` (or ``mv(x, v)``) is seed 000's ``pullback_mvp``: a forward-mode product
+    :math:`Jv`, the output metric, and a reverse-mode product :math:`J^T u`.  ``sharp`` and
     ``solve`` use truncated conjugate gradient (``cg_max_iter`` iterations).
     The point ``x`` defaults to the space's current point.
     """
@@ -70,15 +68,13 @@ class NetworkMetric(PullbackMetric):
         x, v = self._split(args)
         sp = self.space
         sp.layout.check(v, "the tangent vector")
-        with torch.enable_grad(), fwAD.dual_level():
-            prim = {n: x[n].detach().requires_grad_(True) for n in sp.names}
-            duals = {n: fwAD.make_dual(prim[n], v[n].to(prim[n])) for n in sp.names}
-            out = functional_call(sp.model, duals, sp.args, strict=False)
-            z, Jv = fwAD.unpack_dual(out)
-            if Jv is None:  # outputs do not depend on the parameters
-                Jv = torch.zeros_like(z)
+        prim = {n: x[n].detach() for n in sp.names}
+        with torch.enable_grad():
+            # torch.func's jvp then vjp measured faster than one dual-number forward + autograd backward
+            z, Jv = torch.func.jvp(sp.function, (prim,), ({n: v[n].to(prim[n]) for n in sp.names},))
             u = self.output_metric.mv(z.detach(), Jv) / sp.batch_size
-            grads = torch.autograd.grad(z, [prim[n] for n in sp.names], u, allow_unused=True)
+            pulled = torch.func.vjp(sp.function, prim)[1](u)[0]
+        grads = [pulled[n] for n in sp.names]
         return {n: (g if g is not None else torch.zeros_like(prim[n])) for n, g in zip(sp.names, grads)}
 
     def matrix(self, x: Optional[Params] = None) -> torch.Tensor:
