@@ -21,3 +21,13 @@ __all__ = ["backend", "divergences", "linalg", "solvers",
            "NotPositiveDefiniteError",
            "ExponentialFamily", "Gaussian", "Categorical", "Bernoulli", "IndependenceModel"]
 
+
+def __getattr__(name):
+    if name == "nn":  # torch is optional: ig.nn exists only where torch imports
+        try:
+            import torch  # noqa: F401
+        except ImportError as exc:
+            raise AttributeError("infogeo.nn needs torch: pip install 'infogeo[torch]'") from exc
+        import importlib
+        return importlib.import_module(".nn", __name__)
+    raise AttributeError(f"module 'infogeo' has no attribute {name!r}")

@@ -1,0 +1,62 @@
+"""Flattening ``{name: tensor}`` parameter dicts to vectors and back (for dense blocks and tests)."""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Sequence, Tuple
+
+import torch
+
+Params = Dict[str, torch.Tensor]
+
+
+class ParamLayout:
+    """Order, shapes and offsets of named parameters in the flat (row-major) vector.
+
+    The dense matrices of every curvature representation index parameters in this
+    order, which is the order of ``model.named_parameters()``.
+    """
+
+    def __init__(self, names: Sequence[str], shapes: Sequence[Tuple[int, ...]]):
+        self.names: List[str] = list(names)
+        self.shapes = {n: tuple(s) for n, s in zip(names, shapes)}
+        self.numels = {n: int(math.prod(s)) for n, s in self.shapes.items()}
+        self.offsets: Dict[str, int] = {}
+        off = 0
+        for n in self.names:
+            self.offsets[n] = off
+            off += self.numels[n]
+        self.size = off
+
+    @classmethod
+    def of(cls, params: Params) -> "ParamLayout":
+        return cls(list(params), [tuple(p.shape) for p in params.values()])
+
+    def flatten(self, tree: Params) -> torch.Tensor:
+        """Concatenate the leaves in layout order into one vector."""
+        missing = [n for n in self.names if n not in tree]
+        if missing:
+            raise ValueError(f"components are missing parameters {missing}; expected keys {self.names}")
+        return torch.cat([tree[n].reshape(-1) for n in self.names])
+
+    def unflatten(self, vec: torch.Tensor) -> Params:
+        """Split a vector (or the last axis of a batch of vectors) into named leaves."""
+        lead = tuple(vec.shape[:-1])
+        return {n: vec[..., self.offsets[n]:self.offsets[n] + self.numels[n]].reshape(lead + self.shapes[n])
+                for n in self.names}
+
+    def check(self, tree: Params, what: str) -> None:
+        """Raise ``ValueError`` unless ``tree`` has exactly these names and shapes."""
+        if not isinstance(tree, dict):
+            raise TypeError(f"{what} must be a dict name -> tensor like model.named_parameters(), "
+                            f"got {type(tree).__name__}")
+        if set(tree) != set(self.names):
+            raise ValueError(f"{what} has keys {sorted(tree)}, expected {sorted(self.names)}")
+        for n in self.names:
+            if tuple(tree[n].shape) != self.shapes[n]:
+                raise ValueError(f"{what}[{n!r}] has shape {tuple(tree[n].shape)}, expected {self.shapes[n]}")
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ParamLayout) and self.names == other.names and self.shapes == other.shapes
+
+    def __repr__(self) -> str:
+        return f"ParamLayout({len(self.names)} tensors, {self.size} parameters)"

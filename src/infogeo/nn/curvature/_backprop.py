@@ -1,0 +1,234 @@
+r"""One forward pass, one batched backward pass: the per-layer quantities all curvatures share.
+
+For output columns :math:`s_{kn}` (square-root columns of :math:`G_z`, Monte Carlo
+samples, or loss gradients), every curvature here is built from the
+*pseudo-gradients* :math:`\mathcal D w_{kn} = J_n^T s_{kn}` (seed 000, Sec. 5.2).
+They are never formed for the whole network.  Instead:
+
+1. one forward pass records, for each layer (module owning trainable
+   parameters), its input :math:`a_n` and output (temporary forward hooks,
+   removed before returning; the model's parameters are not touched);
+2. one backward pass propagates all :math:`K` columns at once, batched on a
+   leading axis (``is_grads_batched``), giving each layer's output gradients
+   :math:`b_{kn}`;
+3. each curvature combines :math:`a` and :math:`b` per layer: for a Linear layer
+   the pseudo-gradient of the weight is :math:`b_{kn} a_n^T`, so its squared
+   entries sum to :math:`\sum_{k} b_{kn}^2 (a_n^2)^T` without any per-example
+   gradient in memory (the trick backpack uses).
+
+Layers that need genuinely per-example gradients (sequence dimensions, Conv2d,
+LayerNorm, Embedding, any other module) get them in bounded-memory chunks: by
+einsum for Linear/Conv2d, by ``torch.func.vmap`` of the layer's own vjp for other
+modules.  Parameters whose module is called more than once, not called, or
+returns non-tensors fall back to per-example vjps of the whole network.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call
+
+logger = logging.getLogger(__name__)
+
+#: default number of per-example gradient elements materialised at once
+CHUNK_ELEMENTS = 1 << 24
+
+
+@dataclass
+class Layer:
+    """A module that owns trainable parameters, with what one forward/backward pass recorded."""
+
+    path: str
+    module: torch.nn.Module
+    params: Dict[str, str]                 # attribute name -> full parameter name
+    kind: str = "global"                   # 'linear' | 'conv2d' | 'module' | 'global'
+    inputs: Tuple[torch.Tensor, ...] = ()  # detached positional inputs (batch axis first)
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+    grad_out: Optional[torch.Tensor] = None  # (K, N, ...) output gradients
+    output: Any = None
+
+    @property
+    def names(self) -> List[str]:
+        return list(self.params.values())
+
+    @property
+    def numel(self) -> int:
+        return sum(p.numel() for p in (getattr(self.module, a) for a in self.params))
+
+
+def find_layers(space) -> List[Layer]:
+    """Group the space's parameters by the module that owns them directly."""
+    mods = dict(space.model.named_modules())
+    groups: Dict[str, Dict[str, str]] = {}
+    for name in space.names:
+        path, _, attr = name.rpartition(".")
+        groups.setdefault(path, {})[attr] = name
+    return [Layer(path, mods[path], params) for path, params in groups.items()]
+
+
+def _classify(layer: Layer, calls: list, N: int) -> str:
+    if len(calls) != 1:
+        return "global"
+    args, kwargs, out, version = calls[0]
+    if not isinstance(out, torch.Tensor) or out._version != version or out.dim() == 0 or out.shape[0] != N:
+        return "global"  # unusual output, or modified in place after the layer (e.g. ReLU(inplace=True))
+    if not args or not all(isinstance(a, torch.Tensor) and a.dim() and a.shape[0] == N for a in args):
+        return "global"
+    if any(isinstance(v, torch.Tensor) for v in kwargs.values()):
+        return "global"
+    m = layer.module
+    if isinstance(m, torch.nn.Linear) and len(args) == 1 and not kwargs and args[0].is_floating_point():
+        return "linear"
+    if (isinstance(m, torch.nn.Conv2d) and type(m).forward is torch.nn.Conv2d.forward and m.groups == 1
+            and m.padding_mode == "zeros" and not isinstance(m.padding, str) and len(args) == 1
+            and args[0].dim() == 4):
+        return "conv2d"
+    return "module"
+
+
+def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor, List[Layer]]:
+    """Forward once with hooks, then back-propagate the columns ``S = factor_fn(z)`` to every layer output.
+
+    Returns ``(z, S, layers)``; ``S`` has shape ``(K,) + z.shape``.
+    """
+    layers = find_layers(space)
+    calls: Dict[str, list] = {l.path: [] for l in layers}
+
+    def make_hook(path):
+        def hook(module, args, kwargs, output):
+            calls[path].append((args, kwargs, output, getattr(output, "_version", None)))
+        return hook
+
+    handles = [l.module.register_forward_hook(make_hook(l.path), with_kwargs=True) for l in layers]
+    try:
+        params = {n: space.point[n].detach().requires_grad_(True) for n in space.names}
+        with torch.enable_grad():
+            z = functional_call(space.model, params, space.args, strict=False)
+    finally:
+        for h in handles:
+            h.remove()
+    space.output_metric.check(z)
+    S = factor_fn(z.detach())
+    K = S.shape[0]
+    N = space.batch_size
+    live = []
+    for l in layers:
+        l.kind = _classify(l, calls[l.path], N)
+        if l.kind != "global":
+            args, kwargs, out, _ = calls[l.path][0]
+            l.inputs = tuple(a.detach() for a in args)
+            l.kwargs = dict(kwargs)
+            l.output = out
+            live.append(l)
+        else:
+            logger.debug("layer %r: per-example fallback through the whole network (%d calls)",
+                         l.path, len(calls[l.path]))
+    if live:
+        with torch.enable_grad():
+            grads = torch.autograd.grad(z, [l.output for l in live], S if K > 1 else S[0],
+                                        is_grads_batched=K > 1, allow_unused=True)
+        for l, g in zip(live, grads):
+            if g is None:
+                g = torch.zeros((K,) + tuple(l.output.shape), dtype=z.dtype, device=z.device)
+            l.grad_out = g.detach() if K > 1 else g.detach().unsqueeze(0)
+            l.output = None  # drop the graph
+    return z.detach(), S, layers
+
+
+# ----------------------------------------------------------- per-layer data
+def linear_inputs(layer: Layer) -> Tuple[torch.Tensor, torch.Tensor, int]:
+    """``(a, b, T)``: inputs ``(N, T, in)``, output gradients ``(K, N, T, out)``, positions ``T`` per example."""
+    a = layer.inputs[0]
+    N = a.shape[0]
+    a = a.reshape(N, -1, a.shape[-1])
+    b = layer.grad_out
+    b = b.reshape(b.shape[0], N, -1, b.shape[-1])
+    return a, b, a.shape[1]
+
+
+def conv_inputs(layer: Layer) -> Tuple[torch.Tensor, torch.Tensor, int]:
+    """Conv2d as a Linear over patches: ``(N, L, C_in*kh*kw)`` and ``(K, N, L, C_out)``."""
+    m = layer.module
+    a = F.unfold(layer.inputs[0], m.kernel_size, dilation=m.dilation, padding=m.padding, stride=m.stride)
+    a = a.transpose(1, 2)
+    b = layer.grad_out
+    b = b.reshape(b.shape[0], b.shape[1], b.shape[2], -1).transpose(2, 3)
+    return a, b, a.shape[1]
+
+
+def layer_ab(layer: Layer):
+    return linear_inputs(layer) if layer.kind == "linear" else conv_inputs(layer)
+
+
+def _chunks(R: int, per_row: int, chunk_elements: int) -> Iterator[slice]:
+    step = max(1, chunk_elements // max(per_row, 1))
+    for s in range(0, R, step):
+        yield slice(s, min(R, s + step))
+
+
+def row_grads(layer: Layer, space, S: torch.Tensor, chunk_elements: int = CHUNK_ELEMENTS
+              ) -> Iterator[Dict[str, torch.Tensor]]:
+    r"""Per-row pseudo-gradients :math:`J_n^T s_{kn}` of this layer's parameters, in chunks of rows.
+
+    Rows are ordered ``r = k * N + n``; each chunk is a dict full name -> ``(R, *shape)``.
+    """
+    N = space.batch_size
+    K = S.shape[0]
+    R = K * N
+    per_row = layer.numel
+    if layer.kind in ("linear", "conv2d"):
+        a, b, _ = layer_ab(layer)
+        m = layer.module
+        bf = b.reshape(R, b.shape[2], b.shape[3])
+        for sl in _chunks(R, per_row, chunk_elements):
+            n_idx = torch.arange(sl.start, sl.stop, device=a.device) % N
+            out = {}
+            if "weight" in layer.params:
+                gw = torch.einsum("rto,rti->roi", bf[sl], a[n_idx])
+                out[layer.params["weight"]] = gw.reshape((gw.shape[0],) + tuple(m.weight.shape))
+            if "bias" in layer.params:
+                out[layer.params["bias"]] = bf[sl].sum(1)
+            yield out
+    elif layer.kind == "module":
+        module, attrs = layer.module, list(layer.params)
+        p = {a: space.point[layer.params[a]].detach() for a in attrs}
+        g = layer.grad_out.reshape((R,) + tuple(layer.grad_out.shape[2:]))
+
+        def one(pp, args_row, g_row):
+            f = lambda q: functional_call(module, q, tuple(x.unsqueeze(0) for x in args_row), layer.kwargs,
+                                          strict=False)
+            _, pull = torch.func.vjp(f, pp)
+            return pull(g_row.unsqueeze(0))[0]
+
+        for sl in _chunks(R, per_row, chunk_elements):
+            n_idx = torch.arange(sl.start, sl.stop, device=g.device) % N
+            args = tuple(x[n_idx] for x in layer.inputs)
+            res = torch.func.vmap(one, in_dims=(None, 0, 0))(p, args, g[sl])
+            yield {layer.params[a]: res[a] for a in attrs}
+    else:
+        yield from global_row_grads(space, layer.names, S, chunk_elements)
+
+
+def global_row_grads(space, names: List[str], S: torch.Tensor, chunk_elements: int = CHUNK_ELEMENTS
+                     ) -> Iterator[Dict[str, torch.Tensor]]:
+    """Per-row pseudo-gradients of ``names`` by per-example vjps of the whole network (fallback)."""
+    N = space.batch_size
+    K = S.shape[0]
+    R = K * N
+    p = {n: space.point[n].detach() for n in names}
+    per_row = sum(t.numel() for t in p.values())
+    Sf = S.reshape((R,) + tuple(S.shape[2:]))
+
+    def one(pp, args_row, s_row):
+        f = lambda q: functional_call(space.model, q, tuple(x.unsqueeze(0) for x in args_row), strict=False)
+        _, pull = torch.func.vjp(f, pp)
+        return pull(s_row.unsqueeze(0))[0]
+
+    for sl in _chunks(R, per_row, chunk_elements):
+        n_idx = torch.arange(sl.start, sl.stop, device=S.device) % N
+        args = tuple(x[n_idx] for x in space.args)
+        yield torch.func.vmap(one, in_dims=(None, 0, 0))(p, args, Sf[sl])

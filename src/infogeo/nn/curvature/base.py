@@ -1,0 +1,374 @@
+r"""Curvature representations: the common interface and the blocks they are made of.
+
+Every representation :math:`C` of the metric at a point offers
+
+* ``mv(v)`` — :math:`Cv`;
+* ``solve(w, damping)`` — :math:`(C + \lambda I)^{-1} w` (the damped ``sharp``);
+* ``diagonal()`` — :math:`\operatorname{diag} C`;
+* ``to_dense()`` — the matrix, in :class:`~infogeo.nn._params.ParamLayout` order,
+
+on ``{name: tensor}`` components.  They are :class:`~infogeo.geometry.metric.Metric`
+objects at one point, so ``flat``, ``sharp`` and ``inner`` work on
+:class:`TangentVector` / :class:`Covector` too.
+
+Block-structured representations (:class:`Diagonal`, :class:`KFAC`,
+:class:`BlockDiagonal`) are lists of independent blocks — diagonal, Kronecker
+or dense — each covering some parameters; a curvature may mix kinds.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from ...geometry.metric import Metric
+from ...linalg import NotPositiveDefiniteError
+from .._params import ParamLayout, Params
+
+
+def _check_damping(damping: float) -> float:
+    damping = float(damping)
+    if not damping >= 0:
+        raise ValueError(f"damping must be >= 0, got {damping}")
+    return damping
+
+
+class Curvature(Metric):
+    """Base class of curvature representations at a fixed point (see the module docstring)."""
+
+    has_matrix = False
+
+    def __init__(self, layout: ParamLayout, point: Optional[Params] = None):
+        super().__init__(None)
+        self.layout = layout
+        self.point = point
+
+    def _split(self, args):
+        if len(args) == 1:
+            return self.point, args[0]
+        if len(args) == 2:
+            return args
+        raise TypeError(f"{type(self).__name__}.mv takes (v) or (x, v)")
+
+    def mv(self, *args) -> Params:
+        r""":math:`Cv`; ``mv(v)`` or ``mv(x, v)`` (``x`` must be the curvature's point)."""
+        _, v = self._split(args)
+        self.layout.check(v, "the vector")
+        return self._mv(v)
+
+    def solve(self, *args, damping: float = 0.0) -> Params:
+        r""":math:`(C + \lambda I)^{-1} w`; ``solve(w, damping=..)`` or ``solve(x, w, damping)``."""
+        if len(args) == 3:
+            _, w, damping = args
+        else:
+            _, w = self._split(args)
+        self.layout.check(w, "the right-hand side")
+        return self._solve(w, _check_damping(damping))
+
+    def diagonal(self) -> Params:
+        r""":math:`\operatorname{diag} C` as ``{name: tensor}``."""
+        raise NotImplementedError
+
+    def to_dense(self) -> torch.Tensor:
+        """The matrix, shape ``(P, P)``, in the layout order of ``model.named_parameters()``."""
+        raise NotImplementedError
+
+    def matrix(self, x=None) -> torch.Tensor:
+        return self.to_dense()
+
+    def minus_outer(self, g: Params) -> "Curvature":
+        r""":math:`C - gg^T` (gradient covariance from the empirical Fisher, Eq. 35)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot represent C - g g^T; use 'dense', 'diag', "
+                                  "'block' or 'implicit'")
+
+    def _mv(self, v: Params) -> Params:
+        raise NotImplementedError
+
+    def _solve(self, w: Params, damping: float) -> Params:
+        raise NotImplementedError
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.layout!r})"
+
+
+# ---------------------------------------------------------------- blocks
+class Block:
+    """A curvature block over some parameters; subclasses hold their statistics as tensors."""
+
+    names: List[str]
+    kind = "block"
+
+    def stats(self) -> Dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def with_stats(self, stats: Dict[str, torch.Tensor]) -> "Block":
+        raise NotImplementedError
+
+    def mv(self, v: Params) -> Params:
+        raise NotImplementedError
+
+    def solve(self, v: Params, damping: float) -> Params:
+        raise NotImplementedError
+
+    def diagonal(self) -> Params:
+        raise NotImplementedError
+
+    def dense(self, layout: ParamLayout) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``(idx, M)``: global flat indices of this block and its dense matrix."""
+        raise NotImplementedError
+
+    def precompute(self) -> None:
+        """Factorise now (eigendecompositions, ...), so that later solves are cheap."""
+
+    def _indices(self, layout: ParamLayout, names: Sequence[str], device) -> torch.Tensor:
+        return torch.cat([torch.arange(layout.offsets[n], layout.offsets[n] + layout.numels[n], device=device)
+                          for n in names])
+
+
+class DiagBlock(Block):
+    r"""A diagonal block :math:`\operatorname{diag}(d)`."""
+
+    kind = "diag"
+
+    def __init__(self, diag: Params):
+        self.names = list(diag)
+        self.d = diag
+
+    def stats(self):
+        return dict(self.d)
+
+    def with_stats(self, stats):
+        return DiagBlock({n: stats[n] for n in self.names})
+
+    def mv(self, v):
+        return {n: self.d[n] * v[n] for n in self.names}
+
+    def solve(self, v, damping):
+        out = {}
+        for n in self.names:
+            den = self.d[n] + damping
+            if not bool((den > 0).all()):
+                raise NotPositiveDefiniteError(f"the diagonal curvature of {n!r} has zero or negative entries; "
+                                               "pass damping > 0")
+            out[n] = v[n] / den
+        return out
+
+    def diagonal(self):
+        return dict(self.d)
+
+    def dense(self, layout):
+        d = torch.cat([self.d[n].reshape(-1) for n in self.names])
+        return self._indices(layout, self.names, d.device), torch.diag(d)
+
+    def minus_outer(self, g):
+        return DiagBlock({n: self.d[n] - g[n] ** 2 for n in self.names})
+
+
+class DenseBlock(Block):
+    """A dense block over the concatenated (row-major) parameters ``names``."""
+
+    kind = "dense"
+
+    def __init__(self, names: Sequence[str], shapes: Sequence[Tuple[int, ...]], M: torch.Tensor):
+        self.names = list(names)
+        self.sub = ParamLayout(self.names, shapes)
+        self.M = M
+        self._chol: Dict[float, torch.Tensor] = {}
+
+    def stats(self):
+        return {"M": self.M}
+
+    def with_stats(self, stats):
+        return DenseBlock(self.names, [self.sub.shapes[n] for n in self.names], stats["M"])
+
+    def mv(self, v):
+        return self.sub.unflatten(self.M @ self.sub.flatten(v))
+
+    def _cholesky(self, damping):
+        L = self._chol.get(damping)
+        if L is None:
+            A = self.M + damping * torch.eye(self.M.shape[0], dtype=self.M.dtype, device=self.M.device)
+            L, info = torch.linalg.cholesky_ex(A)
+            if int(info) != 0:
+                raise NotPositiveDefiniteError(f"the dense curvature block of {self.names} is not positive "
+                                               f"definite with damping {damping}; increase damping")
+            self._chol = {damping: L}  # keep one factorisation (the current damping)
+        return L
+
+    def solve(self, v, damping):
+        L = self._cholesky(damping)
+        return self.sub.unflatten(torch.cholesky_solve(self.sub.flatten(v).unsqueeze(-1), L).squeeze(-1))
+
+    def diagonal(self):
+        return self.sub.unflatten(torch.diagonal(self.M))
+
+    def dense(self, layout):
+        return self._indices(layout, self.names, self.M.device), self.M
+
+    def minus_outer(self, g):
+        gv = self.sub.flatten(g)
+        return DenseBlock(self.names, [self.sub.shapes[n] for n in self.names], self.M - torch.outer(gv, gv))
+
+
+class KronBlock(Block):
+    r"""A Kronecker-factored block :math:`G \otimes A` for a Linear or Conv2d layer (K-FAC).
+
+    The weight (reshaped to ``(out, in)``) and bias are concatenated to
+    :math:`\bar W = [W\ b]`; :math:`(G \otimes A)\,\mathrm{vec}(\bar W) = \mathrm{vec}(G \bar W A)`
+    (row-major vec), and the damped inverse is exact through the eigendecompositions
+    :math:`G = U_G\Lambda_G U_G^T`, :math:`A = U_A\Lambda_A U_A^T`:
+
+    .. math:: (G\otimes A + \lambda I)^{-1}\mathrm{vec}(V)
+              = \mathrm{vec}\big(U_G\,[(U_G^T V U_A) \oslash (\lambda_G\lambda_A^T + \lambda)]\,U_A^T\big).
+    """
+
+    kind = "kfac"
+
+    def __init__(self, weight: Optional[str], bias: Optional[str], wshape: Tuple[int, ...], A: torch.Tensor,
+                 G: torch.Tensor):
+        self.weight, self.bias, self.wshape = weight, bias, tuple(wshape)
+        self.names = [n for n in (weight, bias) if n is not None]
+        self.A, self.G = A, G
+        self._eig = None
+
+    def stats(self):
+        return {"A": self.A, "G": self.G}
+
+    def with_stats(self, stats):
+        return KronBlock(self.weight, self.bias, self.wshape, stats["A"], stats["G"])
+
+    def _join(self, v):
+        out = self.wshape[0]
+        parts = []
+        if self.weight is not None:
+            parts.append(v[self.weight].reshape(out, -1))
+        if self.bias is not None:
+            parts.append(v[self.bias].reshape(out, 1))
+        return torch.cat(parts, dim=1)
+
+    def _split(self, Wb):
+        out = {}
+        if self.weight is not None:
+            out[self.weight] = Wb[:, :Wb.shape[1] - (self.bias is not None)].reshape(self.wshape)
+        if self.bias is not None:
+            out[self.bias] = Wb[:, -1]
+        return out
+
+    def mv(self, v):
+        return self._split(self.G @ self._join(v) @ self.A)
+
+    def precompute(self):
+        if self._eig is None:
+            la, Ua = torch.linalg.eigh(self.A)
+            lg, Ug = torch.linalg.eigh(self.G)
+            self._eig = (la.clamp_min(0), Ua, lg.clamp_min(0), Ug)
+        return self._eig
+
+    def solve(self, v, damping):
+        la, Ua, lg, Ug = self.precompute()
+        den = lg.unsqueeze(1) * la.unsqueeze(0) + damping
+        if not bool((den > 0).all()):
+            raise NotPositiveDefiniteError(f"the K-FAC block of {self.names} is singular; pass damping > 0")
+        V = Ug.T @ self._join(v) @ Ua
+        return self._split(Ug @ (V / den) @ Ua.T)
+
+    def diagonal(self):
+        return self._split(torch.outer(torch.diagonal(self.G), torch.diagonal(self.A)))
+
+    def dense(self, layout):
+        out = self.wshape[0]
+        cols = []  # global flat index of each entry of W̄ (row-major), weight columns then the bias column
+        if self.weight is not None:
+            off, n_in = layout.offsets[self.weight], layout.numels[self.weight] // out
+            cols.append(off + torch.arange(out * n_in).reshape(out, n_in))
+        if self.bias is not None:
+            cols.append(layout.offsets[self.bias] + torch.arange(out).reshape(out, 1))
+        idx = torch.cat(cols, dim=1).reshape(-1).to(self.A.device)
+        return idx, torch.kron(self.G, self.A)
+
+
+class BlockCurvature(Curvature):
+    """A curvature made of independent blocks covering all parameters once."""
+
+    def __init__(self, layout: ParamLayout, blocks: List[Block], point: Optional[Params] = None):
+        super().__init__(layout, point)
+        covered = [n for b in blocks for n in b.names]
+        if sorted(covered) != sorted(layout.names):
+            raise ValueError(f"blocks cover {sorted(covered)}, expected each of {layout.names} once")
+        self.blocks = blocks
+
+    def _mv(self, v):
+        out = {}
+        for b in self.blocks:
+            out.update(b.mv(v))
+        return {n: out[n] for n in self.layout.names}
+
+    def _solve(self, w, damping):
+        out = {}
+        for b in self.blocks:
+            out.update(b.solve(w, damping))
+        return {n: out[n] for n in self.layout.names}
+
+    def diagonal(self):
+        out = {}
+        for b in self.blocks:
+            out.update(b.diagonal())
+        return {n: out[n] for n in self.layout.names}
+
+    def to_dense(self):
+        ref = next(iter(self.blocks[0].stats().values()))
+        M = torch.zeros(self.layout.size, self.layout.size, dtype=ref.dtype, device=ref.device)
+        for b in self.blocks:
+            idx, Mb = b.dense(self.layout)
+            M[idx.unsqueeze(1), idx.unsqueeze(0)] = Mb
+        return M
+
+    def precompute(self) -> "BlockCurvature":
+        """Factorise every block now (the optimizer's inverse update)."""
+        for b in self.blocks:
+            b.precompute()
+        return self
+
+    # --------------------------------------------------- statistics
+    def stats(self) -> Dict[str, torch.Tensor]:
+        """All statistics as one flat dict ``'<block>/<stat>' -> tensor`` (for EMA, checks, checkpoints)."""
+        return {f"{i}/{k}": t for i, b in enumerate(self.blocks) for k, t in b.stats().items()}
+
+    def with_stats(self, stats: Dict[str, torch.Tensor]) -> "BlockCurvature":
+        blocks = [b.with_stats({k.split("/", 1)[1]: t for k, t in stats.items() if k.split("/", 1)[0] == str(i)})
+                  for i, b in enumerate(self.blocks)]
+        return type(self)._from_blocks(self, blocks)
+
+    @classmethod
+    def _from_blocks(cls, like: "BlockCurvature", blocks):
+        new = cls.__new__(cls)
+        BlockCurvature.__init__(new, like.layout, blocks, like.point)
+        return new
+
+    def is_finite(self) -> bool:
+        return all(bool(torch.isfinite(t).all()) for t in self.stats().values())
+
+    def same_structure(self, other: "BlockCurvature") -> bool:
+        return (type(self) is type(other) and self.layout == other.layout and
+                [(b.kind, b.names) for b in self.blocks] == [(b.kind, b.names) for b in other.blocks])
+
+    def ema(self, new: "BlockCurvature", decay: float) -> "BlockCurvature":
+        r"""Exponential moving average :math:`(1-\eta)\,\text{self} + \eta\,\text{new}` with :math:`\eta = 1 - \text{decay}` (Eq. 32)."""
+        if not self.same_structure(new):
+            raise ValueError("cannot average curvatures of different structure")
+        old, cur = self.stats(), new.stats()
+        return self.with_stats({k: decay * old[k] + (1 - decay) * cur[k] for k in old})
+
+    def minus_outer(self, g):
+        blocks = []
+        for b in self.blocks:
+            if not hasattr(b, "minus_outer"):
+                raise NotImplementedError(f"a {b.kind} block cannot represent C - g g^T")
+            blocks.append(b.minus_outer(g))
+        return type(self)._from_blocks(self, blocks)
+
+    def __repr__(self):
+        kinds: Dict[str, int] = {}
+        for b in self.blocks:
+            kinds[b.kind] = kinds.get(b.kind, 0) + 1
+        return f"{type(self).__name__}({self.layout!r}, blocks={kinds})"

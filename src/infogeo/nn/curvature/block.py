@@ -1,0 +1,39 @@
+r"""Block-diagonal curvature: the exact dense block :math:`\frac1N\sum_{k,n}\mathcal Dw_{kn}\mathcal Dw_{kn}^T` per layer.
+
+Cross-layer terms are dropped; within a layer nothing is approximated.  Layers
+with more than ``max_block_size`` parameters get a diagonal block instead.
+Per-example pseudo-gradients are formed in bounded chunks.
+"""
+from __future__ import annotations
+
+from typing import List
+
+import torch
+
+from . import _backprop as bp
+from .base import BlockCurvature, DenseBlock
+from .diagonal import diag_blocks
+
+
+class BlockDiagonal(BlockCurvature):
+    """Dense block per layer (module owning parameters); diagonal for large layers."""
+
+    @classmethod
+    def build(cls, space, factor_fn, max_block_size: int = 4096,
+              chunk_elements: int = bp.CHUNK_ELEMENTS) -> "BlockDiagonal":
+        _, S, layers = bp.capture(space, factor_fn)
+        N = space.batch_size
+        blocks: list = []
+        big: List[bp.Layer] = []
+        for layer in layers:
+            P = sum(space.layout.numels[n] for n in layer.names)
+            if P > max_block_size:
+                big.append(layer)
+                continue
+            M = None
+            for chunk in bp.row_grads(layer, space, S, chunk_elements):
+                g = torch.cat([chunk[n].reshape(chunk[n].shape[0], -1) for n in layer.names], dim=1)
+                M = g.T @ g if M is None else M + g.T @ g
+            blocks.append(DenseBlock(layer.names, [space.layout.shapes[n] for n in layer.names], M / N))
+        blocks += diag_blocks(space, big, S, chunk_elements)
+        return cls(space.layout, blocks, space.point)

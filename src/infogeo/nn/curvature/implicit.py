@@ -1,0 +1,64 @@
+r"""Matrix-free curvature: products by jvp → :math:`G_z` → vjp, solves by truncated CG (seed 004, Eq. 43)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ...linalg import conjugate_gradient
+from .._params import Params
+from .base import Curvature
+
+#: to_dense / diagonal of an implicit curvature take one product per parameter; refuse beyond this
+MAX_DENSE_DIM = 20_000
+
+
+class Implicit(Curvature):
+    r"""The pullback metric as an operator: ``mv`` is ``NetworkMetric.mv`` (never forms :math:`J`).
+
+    ``solve(w, damping)`` runs conjugate gradient on :math:`C + \lambda I` for at most
+    ``max_iter`` iterations (truncated CG, Martens 2010).  ``diagonal`` and ``to_dense``
+    take one product per parameter (small networks, tests).
+    """
+
+    def __init__(self, layout, metric, point=None, max_iter: int = 100, rtol: float = 1e-10,
+                 outer: Optional[Params] = None):
+        super().__init__(layout, point)
+        self.metric, self.max_iter, self.rtol, self.outer = metric, int(max_iter), float(rtol), outer
+        self.info = None
+
+    def _mv(self, v):
+        out = self.metric.mv(self.point, v)
+        if self.outer is not None:  # C - g g^T (gradient covariance)
+            c = sum((self.outer[n] * v[n]).sum() for n in self.layout.names)
+            out = {n: out[n] - c * self.outer[n] for n in self.layout.names}
+        return out
+
+    def _solve(self, w, damping):
+        x, self.info = conjugate_gradient(self._mv, w, damping=damping, max_iter=self.max_iter, rtol=self.rtol,
+                                          return_info=True)
+        return x
+
+    def _basis_products(self):
+        P = self.layout.size
+        if P > MAX_DENSE_DIM:
+            raise ValueError(f"an implicit curvature of {P} parameters is too large to densify "
+                             f"(limit {MAX_DENSE_DIM}); use kind='diag' or 'dense'")
+        ref = next(iter(self.point.values()))
+        cols = []
+        for i in range(P):
+            e = torch.zeros(P, dtype=ref.dtype, device=ref.device)
+            e[i] = 1
+            cols.append(self.layout.flatten(self._mv(self.layout.unflatten(e))))
+        return torch.stack(cols, dim=1)
+
+    def to_dense(self):
+        return self._basis_products()
+
+    def diagonal(self):
+        return self.layout.unflatten(torch.diagonal(self._basis_products()))
+
+    def minus_outer(self, g):
+        if self.outer is not None:
+            raise ValueError("this curvature already subtracts an outer product")
+        return Implicit(self.layout, self.metric, self.point, self.max_iter, self.rtol, outer=g)

@@ -1,0 +1,278 @@
+r"""The parameter space of a torch module, with the metric pulled back from its outputs.
+
+A network with parameters :math:`w` and a batch :math:`x_1..x_N` defines the map
+:math:`w \mapsto z = (f(w, x_n))_n`.  Given a metric :math:`G_z` on outputs, the
+parameter space carries the pullback metric (seed 000, Eq. 29)
+
+.. math:: G(w) = \frac1N \sum_{n=1}^N J_n^T\, G_z(z_n)\, J_n,\qquad J_n = \partial f(w, x_n)/\partial w,
+
+the Gauss-Newton matrix for a Euclidean :math:`G_z`, the network Fisher for a
+likelihood's Fisher metric.  Points, tangent vectors and covectors have
+``{name: tensor}`` components shaped like ``model.named_parameters()``.
+
+The model is only ever *evaluated*, by :func:`torch.func.functional_call` with
+the parameter values of the point; it is never modified.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, Union
+
+import torch
+from torch.func import functional_call
+
+from ..backend import tree as _tree
+from ..geometry.pullback import PullbackMetric
+from ..geometry.vectors import Covector, TangentVector
+from ..linalg import conjugate_gradient
+from ._params import ParamLayout, Params
+from .output_metrics import FactorOutput, OutputMetric, output_metric as _resolve_metric
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ParameterSpace", "NetworkMetric"]
+
+_METHODS = ("exact", "mc", "empirical")
+
+
+def _as_args(data: Any) -> Tuple:
+    return tuple(data) if isinstance(data, (tuple, list)) else (data,)
+
+
+class NetworkMetric(PullbackMetric):
+    r"""The pullback metric :math:`\frac1N\sum_n J_n^T G_z J_n` of a :class:`ParameterSpace`, matrix-free.
+
+    ``mv(v)`` (or ``mv(x, v)``) is seed 000's ``pullback_mvp``: a forward-mode product
+    :math:`Jv`, the output metric, and a reverse-mode product :math:`J^T u`.  ``sharp`` and
+    ``solve`` use truncated conjugate gradient (``cg_max_iter`` iterations).
+    The point ``x`` defaults to the space's current point.
+    """
+
+    has_matrix = False
+
+    def __init__(self, space: "ParameterSpace", output: Optional[OutputMetric] = None):
+        super().__init__(space.function, output if output is not None else space.output_metric,
+                         dim=None)
+        self.space = space
+
+    def _split(self, args):
+        if len(args) == 1:
+            return self.space.point, args[0]
+        if len(args) == 2:
+            return args
+        raise TypeError("mv takes (v) or (x, v)")
+
+    def mv(self, *args) -> Params:
+        r""":math:`G v` for a tangent vector's components ``v`` (dict name -> tensor)."""
+        x, v = self._split(args)
+        sp = self.space
+        sp.layout.check(v, "the tangent vector")
+        prim = {n: x[n].detach() for n in sp.names}
+        with torch.enable_grad():
+            # torch.func's jvp then vjp measured faster than one dual-number forward + autograd backward
+            z, Jv = torch.func.jvp(sp.function, (prim,), ({n: v[n].to(prim[n]) for n in sp.names},))
+            u = self.output_metric.mv(z.detach(), Jv) / sp.batch_size
+            pulled = torch.func.vjp(sp.function, prim)[1](u)[0]
+        grads = [pulled[n] for n in sp.names]
+        return {n: (g if g is not None else torch.zeros_like(prim[n])) for n, g in zip(sp.names, grads)}
+
+    def matrix(self, x: Optional[Params] = None) -> torch.Tensor:
+        """Dense :math:`G`, shape ``(P, P)`` in :class:`ParamLayout` order (Jacobian by ``jacrev``)."""
+        sp = self.space
+        x = sp.point if x is None else x
+        J = torch.func.jacrev(sp.function)({n: x[n].detach() for n in sp.names})
+        z = sp.outputs
+        Jm = torch.cat([J[n].reshape(tuple(z.shape) + (-1,)) for n in sp.names], dim=-1)  # (N, ..., m, P)
+        GJ = self.output_metric.mv(z.unsqueeze(0), Jm.movedim(-1, 0)).movedim(0, -1)
+        m, P = z.shape[-1], Jm.shape[-1]
+        return torch.einsum("rmp,rmq->pq", Jm.reshape(-1, m, P), GJ.reshape(-1, m, P)) / sp.batch_size
+
+    def solve(self, *args, damping: float = 0.0, max_iter: Optional[int] = None) -> Params:
+        r"""Truncated CG for :math:`(G + \lambda I)^{-1} b`; ``solve(b, damping=..)`` or ``solve(x, b, damping)``."""
+        if len(args) == 3:
+            x, b, damping = args
+        else:
+            x, b = self._split(args)
+        if damping < 0:
+            raise ValueError(f"damping must be >= 0, got {damping}")
+        return conjugate_gradient(lambda v: self.mv(x, v), b, damping=damping,
+                                  max_iter=max_iter or self.space.cg_max_iter, rtol=self.space.cg_rtol)
+
+    def __repr__(self):
+        return f"NetworkMetric({self.output_metric!r}, {self.space.layout!r})"
+
+
+class ParameterSpace:
+    r"""Parameters of ``model`` as a point, with the pullback metric of ``output_metric`` over ``data``.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The network; only parameters with ``requires_grad=True`` are coordinates.
+    output_metric : str or OutputMetric or Divergence
+        :math:`G_z` on the model's outputs: ``"categorical"`` (logits), ``"bernoulli"``,
+        ``"euclidean"`` (Gauss-Newton), ``"gaussian"``, ``"gaussian_learned"``, or an object.
+    data : tensor or tuple of tensors
+        The batch :math:`x_1..x_N` (first axis = examples); ``model(*data)`` must return
+        outputs of shape ``(N, ..., m)``.
+    targets : tensor, optional
+        Training targets, needed only for the empirical Fisher and gradient covariance.
+    params : iterable of str or of parameters, optional
+        Restrict the coordinates to these parameters (default: all trainable ones).
+    cg_max_iter, cg_rtol : int, float
+        Truncation of conjugate gradient in ``metric.sharp`` / ``metric.solve``.
+
+    Examples
+    --------
+    >>> space = ig.nn.ParameterSpace(model, "categorical", data=X)       # doctest: +SKIP
+    >>> nat = space.metric.sharp(space.differential(y), damping=1e-3)      # doctest: +SKIP
+    """
+
+    def __init__(self, model: torch.nn.Module, output_metric: Union[str, OutputMetric, Any] = "categorical",
+                 data: Any = None, *, targets: Optional[torch.Tensor] = None,
+                 params: Optional[Iterable[Any]] = None, cg_max_iter: int = 100, cg_rtol: float = 1e-10):
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"ParameterSpace needs a torch.nn.Module, got {type(model).__name__}")
+        if data is None:
+            raise ValueError("ParameterSpace needs a batch: pass data=X (inputs of shape (N, ...))")
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        if params is not None:
+            wanted = list(params)
+            ids = {id(p) for p in wanted if isinstance(p, torch.Tensor)}
+            keys = {p for p in wanted if isinstance(p, str)}
+            named = [(n, p) for n, p in named if n in keys or id(p) in ids]
+        if not named:
+            raise ValueError("the model has no parameters with requires_grad=True (among those selected); "
+                             "a parameter space needs at least one trainable parameter")
+        self.model = model
+        self.names = [n for n, _ in named]
+        # a view of the model's current values (no copy); the model is never written to
+        self.point: Params = {n: p.detach() for n, p in named}
+        self.layout = ParamLayout.of(self.point)
+        self.args = _as_args(data)
+        self.targets = targets
+        self.output_metric = _resolve_metric(output_metric)
+        self.cg_max_iter, self.cg_rtol = int(cg_max_iter), float(cg_rtol)
+        p0 = next(iter(self.point.values()))
+        self.device, self.dtype = p0.device, p0.dtype
+        with torch.no_grad():
+            try:
+                z = functional_call(model, self.point, self.args, strict=False)
+            except Exception as exc:  # the model's own error, with the shapes that caused it
+                shapes = [tuple(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__ for a in self.args]
+                raise ValueError(f"model(*data) failed for data of shape(s) {shapes}: {exc}") from exc
+        self.output_metric.check(z)
+        self.outputs = z
+        self.batch_size = int(z.shape[0])
+        for a in self.args:
+            if isinstance(a, torch.Tensor) and a.dim() and a.shape[0] != self.batch_size:
+                raise ValueError(f"data tensors must share the batch axis: outputs have {self.batch_size} "
+                                 f"examples but an input has shape {tuple(a.shape)}")
+        if targets is not None:
+            self.output_metric.check_targets(z, targets)
+        self.metric = NetworkMetric(self)
+
+    # ------------------------------------------------------------ the map
+    def function(self, params: Params) -> torch.Tensor:
+        """Outputs :math:`z = f(w, x)` for parameter values ``params`` (dict), model untouched."""
+        return functional_call(self.model, params, self.args, strict=False)
+
+    @property
+    def dim(self) -> int:
+        """Number of coordinates (trainable parameters)."""
+        return self.layout.size
+
+    def tangent(self, components: Params) -> TangentVector:
+        """Wrap ``{name: tensor}`` components as a tangent vector at the point."""
+        self.layout.check(components, "tangent vector components")
+        return TangentVector(self.point, components)
+
+    def covector(self, components: Params) -> Covector:
+        """Wrap ``{name: tensor}`` components as a covector at the point."""
+        self.layout.check(components, "covector components")
+        return Covector(self.point, components)
+
+    def loss(self, targets: Optional[torch.Tensor] = None, params: Optional[Params] = None) -> torch.Tensor:
+        """Mean negative log-likelihood of the output metric's likelihood over the batch."""
+        t = self._targets(targets)
+        return self.output_metric.loss(self.function(self.point if params is None else params), t).mean()
+
+    def differential(self, targets: Optional[torch.Tensor] = None) -> Covector:
+        r"""The differential :math:`d\mathcal J_w` of the mean loss, a :class:`Covector` (backprop)."""
+        params = {n: p.detach().requires_grad_(True) for n, p in self.point.items()}
+        with torch.enable_grad():
+            g = torch.autograd.grad(self.loss(targets, params), list(params.values()), allow_unused=True)
+        return Covector(self.point, {n: (gi if gi is not None else torch.zeros_like(params[n]))
+                                     for n, gi in zip(self.names, g)})
+
+    def _targets(self, targets):
+        t = self.targets if targets is None else targets
+        if t is None:
+            raise ValueError("this needs training targets: pass targets=... to ParameterSpace or to this call")
+        self.output_metric.check_targets(self.outputs, t)
+        return t
+
+    # ------------------------------------------------------------ curvature
+    def factors(self, z: torch.Tensor, method: str = "exact", samples: int = 1,
+                targets: Optional[torch.Tensor] = None,
+                generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        r"""Output columns :math:`s_{kn}` whose pullback :math:`\frac1N\sum_{k,n} J_n^Ts s^TJ_n` is the curvature.
+
+        ``"exact"``: square-root columns of :math:`G_z` (true Fisher / GGN);
+        ``"mc"``: ``samples`` draws scaled by :math:`1/\sqrt{S}` (true Fisher by the
+        Pullback Sampling Trick, unbiased); ``"empirical"``: the loss gradient
+        :math:`\nabla_z\ell(z_n, t_n)` (empirical Fisher, Eq. 33).
+        """
+        z = z.detach()
+        if method == "exact":
+            return self.output_metric.sqrt(z)
+        if method == "mc":
+            if int(samples) < 1:
+                raise ValueError(f"samples must be a positive integer, got {samples}")
+            return self.output_metric.sample(z, int(samples), generator) / math.sqrt(int(samples))
+        if method == "empirical":
+            return self.output_metric.loss_grad(z, self._targets(targets)).unsqueeze(0)
+        raise ValueError(f"unknown method {method!r}; expected one of {_METHODS}")
+
+    def curvature(self, kind: str = "implicit", method: str = "exact", *, samples: int = 1,
+                  targets: Optional[torch.Tensor] = None, generator: Optional[torch.Generator] = None,
+                  **options):
+        r"""A representation of the metric at the point.
+
+        Parameters
+        ----------
+        kind : {"implicit", "dense", "diag", "kfac", "block"}
+            ``implicit``: matrix-free products (CG solves); ``dense``: the full matrix;
+            ``diag``: its diagonal; ``kfac``: Kronecker factors per Linear/Conv2d layer,
+            diagonal blocks elsewhere; ``block``: a dense block per layer.
+        method : {"exact", "mc", "empirical"}
+            True Fisher / GGN exactly, by Monte Carlo (``samples`` draws), or the
+            empirical Fisher (needs ``targets``).  See also :meth:`gradient_covariance`.
+        options
+            Passed to the representation (e.g. ``chunk_size``, ``max_block_size``).
+        """
+        from .curvature import build
+        return build(self, kind, method, samples=samples, targets=targets, generator=generator, **options)
+
+    def true_fisher(self, kind: str = "implicit", method: str = "exact", **kw):
+        r"""True Fisher :math:`F = \mathbb E_{x}\,\mathbb E_{t\sim r(\cdot|x)}[\mathcal Dw\,\mathcal Dw^T]` (targets sampled from the model)."""
+        if method not in ("exact", "mc"):
+            raise ValueError("the true Fisher is computed exactly ('exact') or by sampling targets ('mc')")
+        return self.curvature(kind, method, **kw)
+
+    def empirical_fisher(self, kind: str = "implicit", targets: Optional[torch.Tensor] = None, **kw):
+        r"""Empirical Fisher :math:`F_{emp} = \frac1N\sum_n \nabla\mathcal J_n\nabla\mathcal J_n^T` (Eq. 33), training targets."""
+        return self.curvature(kind, "empirical", targets=targets, **kw)
+
+    def gradient_covariance(self, kind: str = "dense", targets: Optional[torch.Tensor] = None, **kw):
+        r"""Gradient covariance :math:`C = F_{emp} - \bar g\bar g^T` (Eqs. 34–35), :math:`\bar g` the batch gradient.
+
+        Supported for ``kind`` in ``{"implicit", "dense", "diag", "block"}``.
+        """
+        F = self.empirical_fisher(kind, targets=targets, **kw)
+        return F.minus_outer(self.differential(targets).components)
+
+    def __repr__(self):
+        return (f"ParameterSpace({type(self.model).__name__}, {self.output_metric!r}, "
+                f"batch={self.batch_size}, {self.layout!r})")

@@ -1,0 +1,343 @@
+"""ParameterSpace, output metrics and every curvature representation against a dense jacrev reference."""
+import copy
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import infogeo as ig  # noqa: E402
+from .conftest import (TinyConv, TinyTransformer, categorical_Gz, flat, mlp, params_of,  # noqa: E402
+                      reference_metric)
+
+EXACT = 1e-10
+
+
+def rel(a, b):
+    return float((a - b).norm() / b.norm().clamp_min(1e-300))
+
+
+def rand_like(space, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return {n: torch.randn(p.shape, generator=g, dtype=p.dtype) for n, p in space.point.items()}
+
+
+def check_consistent(C, space, damping=1e-2):
+    """mv, solve, diagonal agree with to_dense (mv, inverse, diagonal of the same matrix)."""
+    M = C.to_dense()
+    v = rand_like(space)
+    names = space.names
+    assert rel(flat(C.mv(v), names), M @ flat(v, names)) < EXACT
+    Minv = torch.linalg.solve(M + damping * torch.eye(M.shape[0], dtype=M.dtype), flat(v, names))
+    assert rel(flat(C.solve(v, damping=damping), names), Minv) < 1e-8
+    assert rel(flat(C.diagonal(), names), torch.diagonal(M)) < EXACT
+    return M
+
+
+def test_ig_nn_attribute():
+    assert hasattr(ig, "nn") and ig.nn.ParameterSpace is not None
+
+
+def test_metric_is_pullback_and_matches_reference(small_mlp):
+    model, X = small_mlp
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    assert isinstance(space.metric, ig.PullbackMetric) and isinstance(space.metric, ig.Metric)
+    G = reference_metric(model, X, categorical_Gz)
+    v = rand_like(space)
+    assert rel(flat(space.metric.mv(v), space.names), G @ flat(v, space.names)) < EXACT
+    assert rel(space.metric.matrix(), G) < EXACT
+    # sharp is the damped inverse, flat the product; sharp(flat(v)) = v with damping 0 on a full-rank G + λI
+    w = space.covector(v)
+    u = space.metric.sharp(w, damping=1e-2)
+    assert rel(flat(u.components, space.names),
+               torch.linalg.solve(G + 1e-2 * torch.eye(G.shape[0], dtype=G.dtype), flat(v, space.names))) < 1e-7
+    back = space.metric.flat(u)
+    assert rel(flat(back.components, space.names) + 1e-2 * flat(u.components, space.names), flat(v, space.names)) < 1e-7
+
+
+@pytest.mark.parametrize("kind", ["implicit", "dense"])
+def test_full_representations_exact(kind, small_mlp):
+    model, X = small_mlp
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    C = space.curvature(kind)
+    M = check_consistent(C, space)
+    assert rel(M, reference_metric(model, X, categorical_Gz)) < EXACT
+
+
+@pytest.mark.parametrize("make", [lambda: (mlp(), torch.randn(6, 4, dtype=torch.float64)),
+                                  lambda: (TinyConv().double(), torch.randn(5, 2, 6, 6, dtype=torch.float64)),
+                                  lambda: (TinyTransformer().double(), torch.randint(0, 7, (5, 3)))],
+                         ids=["mlp", "conv", "transformer"])
+def test_diag_and_block_exact(make):
+    torch.manual_seed(0)
+    model, X = make()
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    G = reference_metric(model, X, categorical_Gz)
+    D = space.curvature("diag")
+    check_consistent(D, space)
+    assert rel(flat(D.diagonal(), space.names), torch.diagonal(G)) < EXACT
+    B = space.curvature("block")
+    MB = check_consistent(B, space)
+    # each block equals the reference's block; everything off the blocks is zero
+    mask = MB != 0
+    assert rel(MB, G * mask) < EXACT
+    lay = space.layout
+    for blk in B.blocks:
+        idx = torch.cat([torch.arange(lay.offsets[n], lay.offsets[n] + lay.numels[n]) for n in blk.names])
+        assert rel(MB[idx][:, idx], G[idx][:, idx]) < EXACT
+
+
+def test_kfac_single_linear_euclidean_is_exact():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3).double()
+    X = torch.randn(7, 4, dtype=torch.float64)
+    space = ig.nn.ParameterSpace(model, "euclidean", data=X)
+    K = space.curvature("kfac")
+    M = check_consistent(K, space)
+    assert rel(M, reference_metric(model, X, lambda z: torch.eye(3, dtype=z.dtype).expand(7, 3, 3))) < EXACT
+
+
+@pytest.mark.parametrize("make", [lambda: (mlp(), torch.randn(6, 4, dtype=torch.float64)),
+                                  lambda: (TinyConv().double(), torch.randn(5, 2, 6, 6, dtype=torch.float64))],
+                         ids=["mlp", "conv"])
+def test_kfac_factors(make):
+    """Each K-FAC block is G ⊗ A built from independently recomputed layer inputs and output gradients."""
+    model, X = make()
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    K = space.curvature("kfac")
+    check_consistent(K, space)
+    kinds = {b.kind for b in K.blocks}
+    assert kinds == {"kfac"}
+    # reference for the last Linear layer: A from its inputs, G from softmax sqrt columns (its outputs are z)
+    last = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1]
+    acts = {}
+    h = last.register_forward_hook(lambda m, i, o: acts.update(a=i[0].detach()))  # returns None: output kept
+    z = model(X).detach()
+    h.remove()
+    a = torch.cat([acts["a"], torch.ones(len(X), 1, dtype=X.dtype)], 1)
+    A = a.T @ a / len(X)
+    G = categorical_Gz(z).mean(0)  # sum_k s_k s_k^T averaged over examples
+    blk = K.blocks[-1]
+    assert rel(blk.A, A) < EXACT and rel(blk.G, G) < EXACT
+
+
+def test_kfac_mixed_fallback_on_transformer():
+    torch.manual_seed(0)
+    model = TinyTransformer().double()
+    X = torch.randint(0, 7, (5, 3))
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    K = space.curvature("kfac")
+    check_consistent(K, space)
+    kinds = {n: b.kind for b in K.blocks for n in b.names}
+    assert kinds["q.weight"] == "kfac" and kinds["k.weight"] == "kfac" and kinds["out.weight"] == "kfac"
+    assert kinds["emb.weight"] == "diag" and kinds["ln.weight"] == "diag" and kinds["mix.proj"] == "diag"
+    G = reference_metric(model, X, categorical_Gz)
+    # diagonal blocks are exact diagonals
+    D = K.diagonal()
+    for n in ("emb.weight", "ln.bias", "mix.gain"):
+        sl = slice(space.layout.offsets[n], space.layout.offsets[n] + space.layout.numels[n])
+        assert rel(D[n].reshape(-1), torch.diagonal(G)[sl]) < EXACT
+
+
+def test_reused_module_falls_back_to_whole_network():
+    """A Linear applied twice cannot be split per call: its diagonal comes from per-example vjps, still exact."""
+    torch.manual_seed(0)
+
+    class Twice(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.f = torch.nn.Linear(3, 3)
+            self.out = torch.nn.Linear(3, 2)
+
+        def forward(self, x):
+            return self.out(torch.tanh(self.f(torch.tanh(self.f(x)))))
+
+    model = Twice().double()
+    X = torch.randn(5, 3, dtype=torch.float64)
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    G = reference_metric(model, X, categorical_Gz)
+    assert rel(flat(space.curvature("diag").diagonal(), space.names), torch.diagonal(G)) < EXACT
+    M = space.curvature("block").to_dense()
+    assert rel(M, G * (M != 0)) < EXACT
+
+
+OUTPUTS = {
+    "euclidean": (lambda: ig.nn.EuclideanOutput(), lambda z: torch.eye(z.shape[-1], dtype=z.dtype).expand(z.shape + z.shape[-1:])),
+    "gaussian": (lambda: ig.nn.GaussianFisher(variance=0.25), lambda z: 4 * torch.eye(z.shape[-1], dtype=z.dtype).expand(z.shape + z.shape[-1:])),
+    "bernoulli": (lambda: "bernoulli", lambda z: torch.diag_embed(torch.sigmoid(z) * (1 - torch.sigmoid(z)))),
+    "gaussian_learned": (lambda: "gaussian_learned",
+                         lambda z: torch.diag_embed(torch.cat([torch.exp(-z[..., 2:]), 0.5 * torch.ones_like(z[..., 2:])], -1))),
+    "bregman": (lambda: ig.nn.DivergenceOutput(ig.Bregman(lambda u: torch.exp(u).sum())),
+                lambda z: torch.diag_embed(torch.exp(z))),
+    "hvp": (lambda: ig.nn.HessianOutput(lambda z, v: 2 * v + v.sum(-1, keepdim=True)),
+            lambda z: (2 * torch.eye(z.shape[-1], dtype=z.dtype) + 1).expand(z.shape + z.shape[-1:])),
+}
+
+
+@pytest.mark.parametrize("name", list(OUTPUTS))
+def test_output_metrics(name):
+    make, Gz = OUTPUTS[name]
+    model = mlp(sizes=(3, 4, 4))
+    X = torch.randn(5, 3, dtype=torch.float64)
+    space = ig.nn.ParameterSpace(model, make(), data=X)
+    G = reference_metric(model, X, Gz)
+    assert rel(space.curvature("dense").to_dense(), G) < EXACT
+    assert rel(flat(space.curvature("diag").diagonal(), space.names), torch.diagonal(G)) < 1e-9
+
+
+def test_true_fisher_equals_ggn_categorical_and_gaussian():
+    """Fisher pullback = J^T (Hessian of the NLL in z) J, the Hessian taken by autodiff of torch's own losses."""
+    model, X = mlp(), torch.randn(6, 4, dtype=torch.float64)
+    y = torch.randint(0, 3, (6,))
+    H = lambda z: torch.stack([torch.func.hessian(lambda u: torch.nn.functional.cross_entropy(u, t))(zi)
+                               for zi, t in zip(z, y)])
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    assert rel(space.true_fisher("dense").to_dense(), reference_metric(model, X, H)) < EXACT
+    yr = torch.randn(6, 3, dtype=torch.float64)
+    Hg = lambda z: torch.stack([torch.func.hessian(lambda u: torch.nn.functional.gaussian_nll_loss(
+        u, t, torch.full_like(t, 0.5), reduction="sum"))(zi) for zi, t in zip(z, yr)])
+    space = ig.nn.ParameterSpace(model, ig.nn.GaussianFisher(0.5), data=X)
+    assert rel(space.true_fisher("dense").to_dense(), reference_metric(model, X, Hg)) < EXACT
+
+
+def per_example_grads(model, X, y):
+    gs = []
+    for xi, yi in zip(X, y):
+        model.zero_grad()
+        torch.nn.functional.cross_entropy(model(xi[None]), yi[None]).backward()
+        gs.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]))
+    model.zero_grad()
+    return torch.stack(gs)
+
+
+@pytest.mark.parametrize("kind", ["dense", "implicit", "diag", "block"])
+def test_empirical_fisher_and_gradient_covariance(kind):
+    model, X = mlp(), torch.randn(6, 4, dtype=torch.float64)
+    y = torch.randint(0, 3, (6,))
+    g = per_example_grads(model, X, y)
+    Femp = g.T @ g / len(X)
+    gbar = g.mean(0)
+    Cov = (g - gbar).T @ (g - gbar) / len(X)
+    space = ig.nn.ParameterSpace(model, "categorical", data=X, targets=y)
+    F = space.empirical_fisher(kind).to_dense()
+    C = space.gradient_covariance(kind).to_dense()
+    mask = (F != 0) if kind == "block" else torch.ones_like(F, dtype=bool)
+    if kind == "diag":
+        F, C, Femp, Cov = torch.diagonal(F), torch.diagonal(C), torch.diagonal(Femp), torch.diagonal(Cov)
+        mask = torch.ones_like(F, dtype=bool)
+    assert rel(F, Femp * mask) < EXACT
+    assert rel(C, Cov * mask) < 1e-9
+    # Eq. 35: F_emp = C + gbar gbar^T
+    if kind == "dense":
+        assert rel(F, C + torch.outer(gbar, gbar)) < EXACT
+
+
+@pytest.mark.parametrize("kind", ["diag", "kfac", "dense"])
+def test_monte_carlo_unbiased(kind):
+    """The Pullback Sampling Trick estimate averages to the exact curvature (3 standard errors)."""
+    model, X = mlp(), torch.randn(6, 4, dtype=torch.float64)
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    exact = space.curvature(kind).to_dense()
+    gen = torch.Generator().manual_seed(0)
+    w = torch.rand(exact.shape, generator=torch.Generator().manual_seed(1), dtype=exact.dtype)
+    if kind == "diag":
+        w = torch.diag(torch.diagonal(w))
+    R = 200
+    est = torch.stack([(space.curvature(kind, "mc", samples=2, generator=gen).to_dense() * w).sum()
+                       for _ in range(R)])
+    se = est.std() / math.sqrt(R)
+    assert abs(est.mean() - (exact * w).sum()) < 3 * se
+    assert se > 0  # it is random
+
+
+def test_sampled_output_metric_mc_only():
+    model, X = mlp(), torch.randn(6, 4, dtype=torch.float64)
+
+    def sampler(z, generator):  # seed 000's categorical_fisher_metric_sample
+        p = torch.softmax(z, -1)
+        t = torch.multinomial(p, 1, generator=generator).squeeze(1)
+        return p - torch.nn.functional.one_hot(t, p.shape[-1]).to(p.dtype)
+
+    space = ig.nn.ParameterSpace(model, ig.nn.SampledOutput(sampler), data=X)
+    exact = ig.nn.ParameterSpace(model, "categorical", data=X).curvature("diag").to_dense().diagonal()
+    gen = torch.Generator().manual_seed(0)
+    est = torch.stack([space.curvature("diag", "mc", generator=gen).to_dense().diagonal().sum() for _ in range(300)])
+    assert abs(est.mean() - exact.sum()) < 3 * est.std() / math.sqrt(300)
+    with pytest.raises(NotImplementedError, match="Monte Carlo"):
+        space.curvature("diag")
+
+
+def test_model_untouched_and_hooks_removed(small_mlp):
+    model, X = small_mlp
+    before = copy.deepcopy(model.state_dict())
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    for kind in ("implicit", "dense", "diag", "kfac", "block"):
+        C = space.curvature(kind)
+        C.mv(rand_like(space))
+    space.curvature("diag", "mc")
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k])
+    assert all(not m._forward_hooks for m in model.modules())
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_float32():
+    model = mlp().float()
+    X = torch.randn(6, 4)
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    for kind in ("diag", "kfac", "block", "implicit"):
+        C = space.curvature(kind)
+        out = C.solve(rand_like(space), damping=1e-2)
+        assert all(t.dtype == torch.float32 for t in out.values())
+    G = reference_metric(model.double(), X.double(), categorical_Gz)
+    model.float()
+    d = flat(ig.nn.ParameterSpace(model, "categorical", data=X).curvature("diag").diagonal(), space.names)
+    assert rel(d.double(), torch.diagonal(G)) < 1e-5
+
+
+# ----------------------------------------------------------------- bad input
+def test_no_trainable_parameters():
+    model = mlp()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    with pytest.raises(ValueError, match="requires_grad"):
+        ig.nn.ParameterSpace(model, "categorical", data=torch.randn(3, 4, dtype=torch.float64))
+
+
+def test_shape_mismatches():
+    model = mlp()
+    with pytest.raises(ValueError, match=r"data of shape.*\(3, 5\)"):
+        ig.nn.ParameterSpace(model, "categorical", data=torch.randn(3, 5, dtype=torch.float64))
+    with pytest.raises(ValueError, match="even last axis"):
+        ig.nn.ParameterSpace(model, "gaussian_learned", data=torch.randn(3, 4, dtype=torch.float64))
+    with pytest.raises(ValueError, match="last axis of size 4"):
+        ig.nn.ParameterSpace(model, ig.nn.HessianOutput(lambda z, v: v, dim=4),
+                             data=torch.randn(3, 4, dtype=torch.float64))
+    with pytest.raises(ValueError, match="targets must have shape"):
+        ig.nn.ParameterSpace(model, "categorical", data=torch.randn(3, 4, dtype=torch.float64),
+                             targets=torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"lie in \[0, 3\)"):
+        ig.nn.ParameterSpace(model, "categorical", data=torch.randn(3, 4, dtype=torch.float64),
+                             targets=torch.tensor([0, 1, 3]))
+    with pytest.raises(ValueError, match="unknown output metric"):
+        ig.nn.ParameterSpace(model, "poisson", data=torch.randn(3, 4, dtype=torch.float64))
+    with pytest.raises(ValueError, match="needs training targets"):
+        ig.nn.ParameterSpace(model, "categorical", data=torch.randn(3, 4, dtype=torch.float64)).empirical_fisher("diag")
+
+
+def test_bad_damping_and_vectors(small_mlp):
+    model, X = small_mlp
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    C = space.curvature("diag")
+    v = rand_like(space)
+    with pytest.raises(ValueError, match="damping must be >= 0"):
+        C.solve(v, damping=-1.0)
+    with pytest.raises(ValueError, match="damping must be >= 0"):
+        space.metric.solve(v, damping=-1.0)
+    bad = dict(v)
+    bad.pop(space.names[0])
+    with pytest.raises(ValueError, match="keys"):
+        C.mv(bad)
+    with pytest.raises(ValueError, match="unknown curvature kind"):
+        space.curvature("lanczos")
+    with pytest.raises(ValueError, match="unknown method"):
+        space.curvature("diag", "fancy")
