@@ -9,6 +9,8 @@ from .divergences import Bregman, Divergence, SquaredEuclidean
 from .geometry import (Covector, DampedMetric, DivergenceMetric, Euclidean, EuclideanMetric, Manifold,
                        MatrixMetric, Metric, PullbackMetric, TangentVector, metric_from_divergence, pullback)
 from .linalg import NotPositiveDefiniteError
+from .statistical import (Bernoulli, Categorical, ExponentialFamily, Gaussian,  # statistical manifolds
+                          IndependenceModel)
 
 __version__ = "0.1.0"
 
@@ -28,5 +30,6 @@ __all__ = ["backend", "divergences", "linalg", "solvers",
            "Manifold", "Euclidean", "Metric", "EuclideanMetric", "MatrixMetric", "DampedMetric",
            "PullbackMetric", "DivergenceMetric", "metric_from_divergence", "pullback",
            "TangentVector", "Covector", "Divergence", "SquaredEuclidean", "Bregman",
-           "NotPositiveDefiniteError"]
+           "NotPositiveDefiniteError",
+           "ExponentialFamily", "Gaussian", "Categorical", "Bernoulli", "IndependenceModel"]
 
