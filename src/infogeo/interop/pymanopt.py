@@ -7,7 +7,9 @@ any metric :math:`G(x)` (Fisher, pullback, closed form) — as a
 * inner product :math:`\langle u, v\rangle_x = u^T G(x) v`;
 * Riemannian gradient :math:`G(x)^{-1}\nabla f` — the metric's ``sharp`` of the
   Euclidean gradient (a covector in the chart);
-* Riemannian Hessian of the Levi-Civita connection in the chart,
+* Riemannian Hessian of the Levi-Civita connection in the chart (the Christoffel
+  contraction is formed from derivatives of metric-vector products, never the
+  full :math:`\Gamma` tensor),
 
   .. math:: \operatorname{Hess} f(x)[v] = G(x)^{-1}\big(\nabla^2 f(x)\,v
             - \Gamma^k_{\,ij}(x)\,v^j\,\partial_k f(x)\big)_i ,
@@ -110,11 +112,18 @@ class InfogeoAsPymanopt(_PmManifold):
 
     def euclidean_to_riemannian_hessian(self, point, euclidean_gradient, euclidean_hessian, tangent_vector):
         x = self._x(point)
-        gamma = _np(self.manifold.metric.christoffel(x))           # Gamma[k, i, j]
-        v = np.asarray(tangent_vector, dtype=float)
-        correction = np.einsum("kij,j,k->i", gamma, v, np.asarray(euclidean_gradient, dtype=float))
+        metric = self.manifold.metric
+        v = B.array(np.asarray(tangent_vector, dtype=float))
+        g = np.asarray(euclidean_gradient, dtype=float)
+        # the Christoffel term c_i = Gamma^k_ij v^j g_k without forming Gamma: with w = G^-1 g,
+        # c = 1/2 (grad_x <w, G(x) v> + (D_v G) w - (D_w G) v), three metric-vector-product derivatives
+        w = metric.solve(x, B.array(g))
+        t1 = B.grad(lambda y: B.dot(w, metric.mv(y, v)), x)
+        t2 = B.jvp(lambda y: metric.mv(y, w), x, v)[1]
+        t3 = B.jvp(lambda y: metric.mv(y, v), x, w)[1]
+        correction = 0.5 * (_np(t1) + _np(t2) - _np(t3))
         rhs = Covector(x, B.array(np.asarray(euclidean_hessian, dtype=float) - correction), self.manifold.chart)
-        return _np(self.manifold.metric.sharp(rhs).components)
+        return _np(metric.sharp(rhs).components)
 
     def retraction(self, point, tangent_vector):
         x = self._x(point)
