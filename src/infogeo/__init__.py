@@ -14,6 +14,18 @@ from .statistical import (Bernoulli, Categorical, ExponentialFamily, Gaussian,  
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    # viz needs matplotlib and interop needs pymanopt/geomstats: import them only on first use
+    if name in ("viz", "interop"):
+        import importlib
+        return importlib.import_module(f"{__name__}.{name}")
+    if name == "load_manifold":
+        from .contrib import load_manifold
+        return load_manifold
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = ["backend", "divergences", "linalg", "solvers",
            "Manifold", "Euclidean", "Metric", "EuclideanMetric", "MatrixMetric", "DampedMetric",
            "PullbackMetric", "DivergenceMetric", "metric_from_divergence", "pullback",
