@@ -8,7 +8,7 @@ import infogeo as ig  # noqa: E402
 from infogeo import backend as B  # noqa: E402
 from infogeo.interop.pymanopt import as_pymanopt, from_pymanopt, problem  # noqa: E402
 
-from _helpers import UnivariateGaussianChart, fisher_rao_normal  # noqa: E402
+from ._helpers import UnivariateGaussianChart, fisher_rao_normal  # noqa: E402
 
 DATA = np.random.default_rng(3).normal(1.5, 0.7, size=200)
 MLE = np.array([DATA.mean(), DATA.std()])  # population std: the Gaussian MLE

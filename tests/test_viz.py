@@ -7,7 +7,7 @@ pytest.importorskip("matplotlib")
 import infogeo as ig  # noqa: E402
 from infogeo import backend as B  # noqa: E402
 
-from _helpers import UnivariateGaussianChart, fisher_rao_normal  # noqa: E402
+from ._helpers import UnivariateGaussianChart, fisher_rao_normal  # noqa: E402
 from scipy.optimize import brentq  # noqa: E402
 
 

@@ -20,6 +20,13 @@ def __getattr__(name: str):
     if name in ("viz", "interop"):
         import importlib
         return importlib.import_module(f"{__name__}.{name}")
+    if name == "nn":  # torch is optional: ig.nn exists only where torch imports
+        try:
+            import torch  # noqa: F401
+        except ImportError as exc:
+            raise AttributeError("infogeo.nn needs torch: pip install 'infogeo[torch]'") from exc
+        import importlib
+        return importlib.import_module(f"{__name__}.nn")
     if name == "load_manifold":
         from .contrib import load_manifold
         return load_manifold
@@ -33,13 +40,3 @@ __all__ = ["backend", "divergences", "linalg", "solvers",
            "NotPositiveDefiniteError",
            "ExponentialFamily", "Gaussian", "Categorical", "Bernoulli", "IndependenceModel"]
 
-
-def __getattr__(name):
-    if name == "nn":  # torch is optional: ig.nn exists only where torch imports
-        try:
-            import torch  # noqa: F401
-        except ImportError as exc:
-            raise AttributeError("infogeo.nn needs torch: pip install 'infogeo[torch]'") from exc
-        import importlib
-        return importlib.import_module(".nn", __name__)
-    raise AttributeError(f"module 'infogeo' has no attribute {name!r}")
