@@ -34,7 +34,7 @@ def christoffel(metric, x):
     r"""Christoffel symbols of the second kind, ``Gamma[k, i, j]``."""
     G = metric.matrix(x)
     dG = B.jacobian(metric.matrix, x)  # dG[l, j, i] = d_i G_lj
-    first = 0.5 * (B.einsum("lji->lij", dG) + B.einsum("lij->lij", dG) - B.einsum("ijl->lij", dG))
+    first = 0.5 * (B.einsum("lji->lij", dG) + dG - B.einsum("ijl->lij", dG))
     return B.einsum("kl,lij->kij", B.inv(G), first)
 
 

@@ -19,7 +19,6 @@ override where known.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -242,11 +241,3 @@ class DampedMetric(Metric):
     def solve(self, x, b, damping: float = 0.0):
         return self.base.solve(x, b, damping=self.damping + damping)
 
-
-def metric_norm_sq(metric: Metric, x: Any, v: Any) -> float:
-    """:math:`v^T G(x) v` as a Python float (for step control)."""
-    return float(B.to_numpy(_tree.tree_vdot(v, metric.mv(x, v))))
-
-
-def is_finite_number(a: Any) -> bool:
-    return math.isfinite(float(B.to_numpy(a)))

@@ -244,7 +244,23 @@ class CategoricalFisher(OutputMetric):
         return torch.softmax(z, dim=-1) - self._onehot(z, targets)
 
 
-class BernoulliFisher(OutputMetric):
+class DiagonalOutputMetric(OutputMetric):
+    """An output metric that is diagonal in :math:`z`: subclasses give :meth:`diag`; the rest follows."""
+
+    def diag(self, z: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def mv(self, z, v):
+        return self.diag(z) * v
+
+    def matrix(self, z):
+        return torch.diag_embed(self.diag(z))
+
+    def sqrt(self, z):
+        return self.diag(z).sqrt().movedim(-1, 0).unsqueeze(-1) * _basis_like(z)
+
+
+class BernoulliFisher(DiagonalOutputMetric):
     r"""Fisher metric of independent Bernoullis with logits :math:`z`: :math:`G_z = \operatorname{diag}(\sigma(1-\sigma))`.
 
     Samples :math:`\sigma(z) - t`, :math:`t\sim\mathrm{Bernoulli}(\sigma(z))`; this is also the
@@ -253,18 +269,9 @@ class BernoulliFisher(OutputMetric):
 
     name = "Bernoulli Fisher metric"
 
-    def _var(self, z):
+    def diag(self, z):
         s = torch.sigmoid(z)
         return s * (1 - s)
-
-    def mv(self, z, v):
-        return self._var(z) * v
-
-    def matrix(self, z):
-        return torch.diag_embed(self._var(z))
-
-    def sqrt(self, z):
-        return self._var(z).sqrt().movedim(-1, 0).unsqueeze(-1) * _basis_like(z)
 
     def sample(self, z, samples=1, generator=None):
         s = torch.sigmoid(z).expand((samples,) + tuple(z.shape))
@@ -280,7 +287,7 @@ class BernoulliFisher(OutputMetric):
         return torch.sigmoid(z) - targets.to(z.dtype)
 
 
-class HeteroscedasticGaussianFisher(OutputMetric):
+class HeteroscedasticGaussianFisher(DiagonalOutputMetric):
     r"""Fisher metric of :math:`N(\mu, \operatorname{diag}(e^{s}))` with outputs :math:`z = [\mu, s]` (learned variance).
 
     The last axis holds :math:`d` means then :math:`d` log-variances.  In these
@@ -296,19 +303,10 @@ class HeteroscedasticGaussianFisher(OutputMetric):
             raise ValueError(f"the learned-variance Gaussian Fisher metric needs outputs [mean, log-variance] "
                              f"with an even last axis, got shape {tuple(z.shape)}")
 
-    def _diag(self, z):
+    def diag(self, z):
         d = z.shape[-1] // 2
         s = z[..., d:]
         return torch.cat([torch.exp(-s), torch.full_like(s, 0.5)], dim=-1)
-
-    def mv(self, z, v):
-        return self._diag(z) * v
-
-    def matrix(self, z):
-        return torch.diag_embed(self._diag(z))
-
-    def sqrt(self, z):
-        return self._diag(z).sqrt().movedim(-1, 0).unsqueeze(-1) * _basis_like(z)
 
     def sample(self, z, samples=1, generator=None):
         d = z.shape[-1] // 2

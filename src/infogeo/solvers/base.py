@@ -54,7 +54,6 @@ class Step:
 
     x: Any                       # the next point (the same object when the step was rejected)
     step_size: float = 0.0       # metric norm of the step actually taken
-    fun: Optional[float] = None  # cost at x when the step already evaluated it
     nfev: int = 0                # cost evaluations the step used
     accepted: bool = True
     failed: Optional[str] = None  # a message if the solver cannot continue

@@ -134,7 +134,7 @@ class TrustRegion(Solver):
             self._radius = min(2 * self._radius, math.sqrt(2 * self.eta_max))
         extra = {"eta": 0.5 * self._radius ** 2, "rho": rho, "inner_iterations": inner}
         if rho > self.accept_ratio and math.isfinite(f_new):
-            return Step(x_new, step_size=step_norm, fun=f_new, nfev=1, extra=extra)
+            return Step(x_new, step_size=step_norm, nfev=1, extra=extra)
         if self._radius < 1e-14:
             return Step(x, nfev=1, failed="trust region collapsed (no step decreases the cost)")
         return Step(x, step_size=0.0, nfev=1, accepted=False, extra=extra)
