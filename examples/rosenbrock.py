@@ -9,7 +9,7 @@ We compare, in input space and in output space:
 * the exact proximal point method with the pulled-back output distance,
   which is implicit gradient descent on the outputs.
 
-Run ``python examples/rosenbrock.py --out figures`` to write
+Run ``python examples/rosenbrock.py --out figures`` (``--quick`` for a fast run) to write
 ``rosenbrock_fig1.png`` and ``rosenbrock_fig2.png``.
 """
 from __future__ import annotations
@@ -133,15 +133,19 @@ def run(out: Path | str = "figures", iterations: int = 200, step: float = 0.1) -
     return results
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="figures", help="folder for the PNG figures (default: ./figures)")
-    parser.add_argument("--iterations", type=int, default=200, help="iterations per method (default: 200)")
+    parser.add_argument("--quick", action="store_true", help="60 iterations per method (a few seconds)")
+    parser.add_argument("--iterations", type=int, default=None,
+                        help="iterations per method (default: 200, or 60 with --quick)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    res = run(args.out, args.iterations)
+    iterations = args.iterations if args.iterations is not None else (60 if args.quick else 200)
+    res = run(args.out, iterations)
     for key, value in res.items():
         print(f"{key}: {value}")
+    return res
 
 
 if __name__ == "__main__":

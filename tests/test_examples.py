@@ -16,7 +16,7 @@ def load(name):
 
 def test_rosenbrock_example_reproduces_the_story(tmp_path):
     pytest.importorskip("matplotlib")
-    res = load("rosenbrock").run(tmp_path, iterations=60)
+    res = load("rosenbrock").main(["--quick", "--out", str(tmp_path)])
     for fig in res["figures"]:
         assert Path(fig).stat().st_size > 10_000
     assert res["gauss_newton_error"] < 1e-8 and res["gauss_newton_iterations"] <= 10
