@@ -1,4 +1,4 @@
-"""examples/gaussian_flows.py (seed 003): E[f] in closed form, and the flows against facts derived by hand.
+"""Seed-003 examples: gaussian_flows.py (E[f] in closed form, flows vs facts derived by hand) and kl_balls.py.
 
 The flow facts below are derived independently of the example's code (which only integrates
 ``(dF)^sharp`` with the library's metrics):
@@ -138,3 +138,47 @@ def test_monte_carlo_natural_gradient_follows_the_natural_flow(res):
 def test_natural_flow_is_the_same_in_every_chart(res):
     assert res["chart_gap_natural"] < 1e-5
     assert res["chart_gap_vanilla"] > 0.1
+
+
+# ----------------------------------------------------------------------------- examples/kl_balls.py
+def seed_kl(p, q):
+    """Seed 003: KL(p0 || p1) = log(s1 / s0) + (s0^2 + (m0 - m1)^2) / (2 s1^2) - 1/2, points (mu, sigma)."""
+    (m0, s0), (m1, s1) = p, q
+    return np.log(s1 / s0) + (s0 ** 2 + (m0 - m1) ** 2) / (2 * s1 ** 2) - 0.5
+
+
+@pytest.fixture(scope="module")
+def balls(tmp_path_factory):
+    return load("kl_balls").main(["--quick", "--out", str(tmp_path_factory.mktemp("kl_balls"))])
+
+
+def test_kl_balls_figures_and_curves_solve_the_seed_formula(balls):
+    assert [Path(f).name for f in balls["figures"]] == ["kl_balls_eps0.02.png", "kl_balls_eps1.png"]
+    assert all(Path(f).stat().st_size > 10_000 for f in balls["figures"])
+    assert len(balls["balls"]) == len(balls["centres"])
+    for ball in balls["balls"] + [balls["ball_eps1"]]:
+        p, eps = ball["center"], ball["eps"]
+        assert [seed_kl(p, q) for q in ball["forward"]] == pytest.approx(np.full(len(ball["forward"]), eps), rel=1e-8)
+        assert [seed_kl(q, p) for q in ball["reverse"]] == pytest.approx(np.full(len(ball["reverse"]), eps), rel=1e-8)
+        # metric ellipse with the textbook Fisher diag(1, 2) / sigma^2 in (mu, sigma)
+        d = ball["ellipse"] - p
+        assert 0.5 * (d[:, 0] ** 2 + 2 * d[:, 1] ** 2) / p[1] ** 2 == pytest.approx(np.full(len(d), eps), rel=1e-10)
+
+
+def test_kl_balls_scale_with_sigma(balls):
+    """x -> a + b x leaves KL unchanged: the ball around (mu, sigma) is sigma times the ball around (0, 1)."""
+    unit = balls["balls"][balls["centres"].index((0.0, 1.0))]
+    for ball in balls["balls"]:
+        sigma = ball["center"][1]
+        for key in ("r_forward", "r_reverse", "r_metric"):
+            assert ball[key] == pytest.approx(sigma * unit[key], rel=1e-7)
+
+
+def test_kl_ball_departs_from_the_ellipse_like_sqrt_eps(balls):
+    dev = balls["deviation"]
+    for kind in ("forward", "reverse"):
+        values = [dev[e][kind] for e in sorted(dev)]
+        assert all(a < b for a, b in zip(values, values[1:]))
+        assert 0.4 < dev[0.005][kind] / dev[0.02][kind] < 0.6      # sqrt(1/4) = 0.5
+    assert dev[0.02]["forward"] < 0.15 and dev[0.02]["reverse"] < 0.03
+    assert dev[1.0]["forward"] > 1.0      # at eps = 1 the forward ball is more than twice the ellipse along some ray
