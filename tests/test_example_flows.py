@@ -182,3 +182,40 @@ def test_kl_ball_departs_from_the_ellipse_like_sqrt_eps(balls):
         assert 0.4 < dev[0.005][kind] / dev[0.02][kind] < 0.6      # sqrt(1/4) = 0.5
     assert dev[0.02]["forward"] < 0.15 and dev[0.02]["reverse"] < 0.03
     assert dev[1.0]["forward"] > 1.0      # at eps = 1 the forward ball is more than twice the ellipse along some ray
+
+
+# ----------------------------------------------------------------------------- examples/independence_flows.py
+@pytest.fixture(scope="module")
+def independence(tmp_path_factory):
+    return load("independence_flows").main(["--quick", "--out", str(tmp_path_factory.mktemp("independence"))])
+
+
+def test_independence_fields_match_the_seed_formulas(independence):
+    assert [Path(f).name for f in independence["figures"]] == ["independence_mu.png", "independence_theta.png"]
+    assert all(Path(f).stat().st_size > 10_000 for f in independence["figures"])
+    # chart mu = P(x_i = +1): F = -4 mu1 - 2 mu2 + 12 mu1 mu2, Fisher diag(1 / (mu_i (1 - mu_i)))
+    field = independence["fields"]["standard"]
+    mu = field["points"]
+    grad = np.column_stack([-4 + 12 * mu[:, 1], -2 + 12 * mu[:, 0]])
+    assert len(mu) > 50
+    assert field["vanilla"] == pytest.approx(-grad, rel=1e-9, abs=1e-12)
+    assert field["natural"] == pytest.approx(-mu * (1 - mu) * grad, rel=1e-9, abs=1e-12)
+    # chart theta, eta = E[x] = tanh(theta): the natural gradient is the vanilla gradient in eta,
+    # grad_eta (eta1 + 2 eta2 + 3 eta1 eta2) = (1 + 3 eta2, 2 + 3 eta1); the vanilla one carries 1 - eta^2
+    field = independence["fields"]["natural"]
+    eta = np.tanh(field["points"])
+    grad_eta = np.column_stack([1 + 3 * eta[:, 1], 2 + 3 * eta[:, 0]])
+    assert field["natural"] == pytest.approx(-grad_eta, rel=1e-9, abs=1e-12)
+    assert field["vanilla"] == pytest.approx(-(1 - eta ** 2) * grad_eta, rel=1e-9, abs=1e-12)
+
+
+def test_independence_descent_paths_tell_the_seed_story(independence):
+    runs = independence["runs"]
+    # natural gradient in theta reaches the point mass on x = (+1, -1), where E[f] = -4
+    assert runs["natural"]["natural"]["fun"] < -3.999
+    assert runs["natural"]["natural"]["probs"] == pytest.approx([1.0, 0.0], abs=1e-3)
+    # vanilla gradient in mu hits the edge mu2 = 0 far from the optimum mu1 = 1: it needs a projection
+    van_mu = runs["standard"]["vanilla"]
+    assert van_mu["probs"][1] < 1e-3 and van_mu["probs"][0] < 0.8 and van_mu["fun"] > -3
+    # vanilla gradient in theta slows down on the plateau: after the same iterations it is behind
+    assert runs["natural"]["vanilla"]["fun"] > runs["natural"]["natural"]["fun"] + 1e-2
