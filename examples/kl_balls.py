@@ -3,9 +3,10 @@ r"""KL balls around univariate Gaussians vs the Fisher metric ellipses (seed 003
 Amari's natural gradient replaces the Euclidean unit ball of steepest ascent by the ball of
 constant KL divergence :math:`\{q : \mathrm{KL}(p\|q) = \varepsilon\}`, whose second-order
 model is the metric ellipse :math:`\tfrac12\Delta^TG(p)\Delta = \varepsilon` (Fisher = Hessian of
-KL). In the chart :math:`(\mu, \sigma)`, with
-:math:`\mathrm{KL}(p_0\|p_1) = \log\frac{\sigma_1}{\sigma_0} + \frac{\sigma_0^2 + (\mu_0 - \mu_1)^2}{2\sigma_1^2} - \frac12`
-and :math:`G = \mathrm{diag}(1, 2)/\sigma^2`:
+KL). In the chart :math:`(\mu, \sigma)`, with :math:`G = \mathrm{diag}(1, 2)/\sigma^2` and
+
+.. math:: \mathrm{KL}(p_0\|p_1) = \log\frac{\sigma_1}{\sigma_0}
+          + \frac{\sigma_0^2 + (\mu_0 - \mu_1)^2}{2\sigma_1^2} - \frac12,
 
 * the balls shrink with :math:`\sigma`: :math:`x \mapsto a + bx` maps :math:`N(\mu, \sigma^2)` to
   :math:`N(a + b\mu, b^2\sigma^2)` and leaves KL unchanged, so the ball around

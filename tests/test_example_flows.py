@@ -57,7 +57,8 @@ def test_expected_polynomial_matches_quadrature_and_monte_carlo(flows, coeffs):
         assert abs(closed - fx.mean()) < 5 * fx.std() / math.sqrt(fx.size)
     # elementwise on a grid, as the level lines use it
     grid = flows.expected_polynomial(coeffs, np.array([0.0, 0.7]), np.array([1.0, 0.3]))
-    assert grid == pytest.approx([flows.expected_polynomial(coeffs, 0.0, 1.0), flows.expected_polynomial(coeffs, 0.7, 0.3)])
+    assert grid == pytest.approx([flows.expected_polynomial(coeffs, 0.0, 1.0),
+                                  flows.expected_polynomial(coeffs, 0.7, 0.3)])
 
 
 def test_expected_quadratic_matches_quadrature_and_monte_carlo(flows):
