@@ -121,7 +121,11 @@ def gradient_flow(M: ig.Manifold, F: Callable[[Any], Any], x0: Any, t_max: float
     x0 : array
         Start, a point of ``M``.
     t_max : float
-        Integrate over :math:`[0, t_{max}]`, or until ``stop(t, x)`` crosses zero from above.
+        Integrate over :math:`[0, t_{max}]`.
+    stop : callable, optional
+        ``stop(t, x) -> float``: the integration ends where it crosses zero from above.
+    rtol, atol : float
+        Tolerances of the RK45 integrator.
 
     Returns
     -------
@@ -214,7 +218,12 @@ def chart_dependence(coeffs: Sequence[float], start: Sequence[float], t_end: flo
 
 def multivariate_flows(starts: Sequence[Sequence[float]], t_vanilla: float, t_natural: float,
                        t_full: float) -> Dict[str, List[Dict[str, np.ndarray]]]:
-    r"""The 2-D quadratic: vanilla and natural flows with :math:`\Sigma_0` fixed, natural flow of the full family."""
+    r"""The 2-D quadratic: vanilla and natural flows with :math:`\Sigma_0` fixed, natural flow of the full family.
+
+    :math:`\partial F/\partial\mu = \nabla f(\mu)` does not depend on :math:`\Sigma`, so the vanilla
+    flow of the full family has the same :math:`\mu`-projection as with :math:`\Sigma_0` fixed (until its
+    covariance, which moves on a straight line in :math:`t`, leaves the SPD cone); it is not drawn twice.
+    """
     fixed = ig.Gaussian(dim=2, covariance="fixed", cov=SIGMA0)         # points mu, Fisher Sigma0^{-1}
     full = ig.Gaussian(dim=2)                                          # points (mu, vech Sigma)
     F_fixed = lambda m: expected_quadratic(B2, A2, m, SIGMA0)          # noqa: E731
