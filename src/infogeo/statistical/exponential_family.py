@@ -27,7 +27,10 @@ forward by the chart Jacobian :math:`J` and covectors pull back by
 
 Concrete families subclass :class:`ExponentialFamily` and override what they
 know in closed form (charts, Fisher matrices, KL, geodesics); tests check every
-override against the autodiff default.
+override against the autodiff default.  A family prototyped from :math:`t` and
+:math:`\psi` declares the same through public arguments: ``standard_chart``
+(a :class:`Chart` with parameter names and, where known, a closed-form Fisher
+matrix) and ``geodesics`` (:class:`ClosedGeodesics`); ``manifolds/`` shows how.
 """
 from __future__ import annotations
 
