@@ -526,7 +526,8 @@ class ExponentialFamily(Manifold):
         """The named parameters of the point ``p`` (floats, or numpy arrays for vector parameters)."""
         shapes = dict(self._charts["standard"].parameters or {})
         if not shapes:
-            raise ValueError(f"{self.name} declares no parameter names (pass standard_chart=Chart(..., parameters=...))")
+            raise ValueError(f"{self.name} declares no parameter names "
+                             "(pass standard_chart=Chart(..., parameters=...))")
         s = np.asarray(B.to_numpy(self.to_chart(p, "standard")), dtype=float)
         out, i = {}, 0
         for k, shape in shapes.items():
