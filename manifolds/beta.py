@@ -3,41 +3,49 @@ r"""Beta distributions :math:`\mathrm{Beta}(\alpha, \beta)` on (0, 1), with the 
 Exponential family with sufficient statistics :math:`t(x) = (\log x, \log(1-x))`,
 natural parameters :math:`\theta = (\alpha, \beta)` (base measure :math:`1/(x(1-x))`) and
 log-partition :math:`\psi(\theta) = \log\Gamma(\alpha) + \log\Gamma(\beta) - \log\Gamma(\alpha+\beta)`.
-The standard chart is :math:`(\alpha, \beta)` itself; Fisher :math:`= \nabla^2\psi`
-(trigamma terms), moments :math:`\eta = (\psi_0(\alpha) - \psi_0(\alpha+\beta), \psi_0(\beta) - \psi_0(\alpha+\beta))`.
+The standard chart is :math:`(\alpha, \beta)` itself, where the Fisher metric is
+:math:`\nabla^2\psi = \mathrm{diag}(\psi_1(\alpha), \psi_1(\beta)) - \psi_1(\alpha+\beta)\,\mathbf 1\mathbf 1^T`
+(trigamma :math:`\psi_1`); moments
+:math:`\eta = (\psi_0(\alpha) - \psi_0(\alpha+\beta), \psi_0(\beta) - \psi_0(\alpha+\beta))`.
+Geodesics have no closed form (the generic ODE solvers apply).
 Written only against infogeo's public API; copy it to prototype a family.
 """
 import numpy as np
-from autograd.scipy.special import gammaln
+from autograd.scipy.special import gammaln, polygamma
 
 import infogeo as ig
 from infogeo import backend as B
+from infogeo.statistical import Chart
+
+
+def _check(s):
+    if not np.all(B.to_numpy(s) > 0):
+        raise ValueError(f"alpha and beta must be positive, got {B.to_numpy(s).tolist()}")
+
+
+def _fisher(a):
+    return B.diag(polygamma(1, a)) - polygamma(1, B.sum(a)) * B.ones((2, 2))
 
 
 class Beta(ig.ExponentialFamily):
     coordinate_names = (r"$\alpha$", r"$\beta$")
 
     def __init__(self, chart=None):
+        ident = lambda s: s  # noqa: E731  (the standard parameters are the natural ones)
         super().__init__(
             sufficient_statistics=lambda x: np.stack([np.log(x), np.log1p(-x)], axis=-1).reshape(-1, 2),
             log_partition=lambda th: gammaln(th[0]) + gammaln(th[1]) - gammaln(th[0] + th[1]),
-            dim=2, log_base_measure=lambda x: -np.log(x) - np.log1p(-x),
+            dim=2, log_base_measure=lambda x: (-np.log(x) - np.log1p(-x)).reshape(-1),
             natural_domain=lambda th: bool(np.all(B.to_numpy(th) > 0)),
             natural_domain_description="alpha > 0 and beta > 0",
-            sampler=lambda th, n, rng: np.random.default_rng(rng).beta(*B.to_numpy(th), size=n),
+            sampler=lambda th, n, rng: rng.beta(*th, size=n),
+            standard_chart=Chart("standard", ident, ident, _check, "(alpha, beta), both positive",
+                                 parameters={"alpha": (), "beta": ()}, fisher=_fisher),
             chart=chart, name="Beta")
 
-    def point(self, coords=None, *, alpha=None, beta=None):
-        """A point from chart coordinates, or from ``alpha=`` and ``beta=``."""
-        if coords is not None:
-            return super().point(coords)
-        if alpha is None or beta is None:
-            raise ValueError("give coords, or both alpha= and beta=")
-        return self.natural_point([float(alpha), float(beta)])
-
-    def parameters(self, p):
-        a, b = B.to_numpy(self.to_natural(p))
-        return {"alpha": float(a), "beta": float(b)}
+    def random_point(self, rng=None, scale=1.0):
+        a, b = np.random.default_rng(rng).uniform(0.5, 5.0, size=2)
+        return self.point(alpha=a, beta=b)
 
 
 def make(chart=None):

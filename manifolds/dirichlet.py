@@ -4,41 +4,42 @@ Sufficient statistics :math:`t(x) = \log x`, natural parameters the concentratio
 :math:`\theta = \alpha` (base measure :math:`\prod_i 1/x_i`), log-partition
 :math:`\psi(\alpha) = \sum_i \log\Gamma(\alpha_i) - \log\Gamma(\sum_i\alpha_i)`; the
 Fisher metric :math:`\nabla^2\psi = \mathrm{diag}(\psi_1(\alpha_i)) - \psi_1(\sum\alpha)\,\mathbf 1\mathbf 1^T`.
+``load_manifold("dirichlet", k=4)`` picks the number of outcomes (default 3).
 """
 import numpy as np
-from autograd.scipy.special import gammaln
+from autograd.scipy.special import gammaln, polygamma
 
 import infogeo as ig
 from infogeo import backend as B
+from infogeo.statistical import Chart
+
+
+def _check(a):
+    if not np.all(B.to_numpy(a) > 0):
+        raise ValueError(f"concentrations must be positive, got {B.to_numpy(a).tolist()}")
 
 
 class Dirichlet(ig.ExponentialFamily):
     def __init__(self, k=3, chart=None):
         if int(k) != k or k < 2:
             raise ValueError(f"a Dirichlet family needs k >= 2 outcomes, got {k!r}")
-        self.k = int(k)
+        self.k = k = int(k)
+        ident = lambda a: a  # noqa: E731  (the concentration is the natural parameter)
+        log_x = lambda x: np.log(np.asarray(x, dtype=float)).reshape(-1, k)  # noqa: E731
         super().__init__(
-            sufficient_statistics=lambda x: np.log(np.asarray(x, dtype=float)).reshape(-1, self.k),
+            sufficient_statistics=log_x,
             log_partition=lambda a: B.sum(gammaln(a)) - gammaln(B.sum(a)),
-            dim=self.k, log_base_measure=lambda x: -np.log(np.asarray(x, dtype=float)).reshape(-1, self.k).sum(1),
+            dim=k, log_base_measure=lambda x: -log_x(x).sum(1),
             natural_domain=lambda a: bool(np.all(B.to_numpy(a) > 0)),
             natural_domain_description="positive concentrations",
-            sampler=lambda a, n, rng: np.random.default_rng(rng).dirichlet(B.to_numpy(a), size=n),
-            chart=chart, name=f"Dirichlet({self.k})")
+            sampler=lambda a, n, rng: rng.dirichlet(a, size=n),
+            standard_chart=Chart("standard", ident, ident, _check, f"{k} positive concentrations",
+                                 parameters={"concentration": (k,)},
+                                 fisher=lambda a: B.diag(polygamma(1, a)) - polygamma(1, B.sum(a)) * B.ones((k, k))),
+            chart=chart, name=f"Dirichlet({k})")
 
-    def point(self, coords=None, *, concentration=None):
-        """A point from chart coordinates, or from ``concentration=`` (k positive numbers)."""
-        if (coords is None) == (concentration is None):
-            raise ValueError("give exactly one of coords or concentration=")
-        if coords is not None:
-            return super().point(coords)
-        a = np.asarray(concentration, dtype=float).reshape(-1)
-        if a.shape != (self.k,):
-            raise ValueError(f"concentration must have {self.k} entries, got {a.shape[0]}")
-        return self.natural_point(a)
-
-    def parameters(self, p):
-        return {"concentration": B.to_numpy(self.to_natural(p)).astype(float)}
+    def random_point(self, rng=None, scale=1.0):
+        return self.point(concentration=np.random.default_rng(rng).uniform(0.5, 5.0, size=self.k))
 
 
 def make(k=3, chart=None):

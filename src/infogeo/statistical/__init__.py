@@ -6,10 +6,10 @@ its metric is a :class:`FisherMetric`.  See :mod:`.exponential_family` for the
 machinery, :mod:`.discrete` and :mod:`.gaussian` for the families.
 """
 from .discrete import Bernoulli, Categorical, FiniteFamily, IndependenceModel
-from .exponential_family import Chart, ExponentialFamily, FisherMetric
+from .exponential_family import Chart, ClosedGeodesics, ExponentialFamily, FisherMetric
 from .gaussian import (DiagonalGaussian, FixedCovarianceGaussian, FullGaussian, Gaussian,
                        GaussianShootingError, UnivariateGaussian, ZeroMeanGaussian)
 
-__all__ = ["Chart", "ExponentialFamily", "FisherMetric", "FiniteFamily", "Bernoulli", "Categorical",
+__all__ = ["Chart", "ClosedGeodesics", "ExponentialFamily", "FisherMetric", "FiniteFamily", "Bernoulli", "Categorical",
            "IndependenceModel", "Gaussian", "UnivariateGaussian", "DiagonalGaussian", "FullGaussian",
            "FixedCovarianceGaussian", "ZeroMeanGaussian", "GaussianShootingError"]

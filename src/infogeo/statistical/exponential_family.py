@@ -27,7 +27,10 @@ forward by the chart Jacobian :math:`J` and covectors pull back by
 
 Concrete families subclass :class:`ExponentialFamily` and override what they
 know in closed form (charts, Fisher matrices, KL, geodesics); tests check every
-override against the autodiff default.
+override against the autodiff default.  A family prototyped from :math:`t` and
+:math:`\psi` declares the same through public arguments: ``standard_chart``
+(a :class:`Chart` with parameter names and, where known, a closed-form Fisher
+matrix) and ``geodesics`` (:class:`ClosedGeodesics`); ``manifolds/`` shows how.
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ import copy
 import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -47,12 +50,16 @@ from ..geometry.vectors import Covector, TangentVector
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Chart", "ExponentialFamily", "FisherMetric"]
+__all__ = ["Chart", "ClosedGeodesics", "ExponentialFamily", "FisherMetric"]
 
 
 @dataclass
 class Chart:
-    """A coordinate system on a family, given by its maps to and from natural parameters.
+    r"""A coordinate system on a family, given by its maps to and from natural parameters.
+
+    A prototyped family declares its usual parametrisation with one of these
+    (``ExponentialFamily(..., standard_chart=Chart(...))``); ``parameters``
+    then gives ``M.point(**named)`` and ``M.parameters(p)`` for free.
 
     Attributes
     ----------
@@ -65,6 +72,15 @@ class Chart:
         a valid point in this chart.
     description : str
         What a valid point is (used in error messages and docs).
+    parameters : mapping of str to shape, optional
+        Names and shapes of the parameters whose flattened values, concatenated
+        in order, are the chart's coordinates, e.g. ``{"shape": (), "rate": ()}``
+        or ``{"concentration": (3,)}``.
+    fisher : callable, optional
+        ``fisher(x)``: the Fisher matrix :math:`J^T\nabla^2\psi J` in this chart
+        in closed form (written with backend functions, so that geodesics can
+        differentiate it).  Without it the Fisher matrix comes from autodiff of
+        :math:`\psi` and of ``to_natural``; tests should compare the two.
     """
 
     name: str
@@ -72,6 +88,38 @@ class Chart:
     from_natural: Callable[[Any], Any]
     check: Optional[Callable[[Any], None]] = None
     description: str = ""
+    parameters: Optional[Mapping[str, Tuple[int, ...]]] = None
+    fisher: Optional[Callable[[Any], Any]] = None
+
+    def parameter_sizes(self) -> Dict[str, int]:
+        """Number of coordinates taken by each named parameter (``{}`` if none are declared)."""
+        return {k: int(np.prod(shape, dtype=int)) for k, shape in (self.parameters or {}).items()}
+
+
+@dataclass
+class ClosedGeodesics:
+    r"""Closed-form Fisher–Rao geodesics of a family, in one of its charts.
+
+    The functions take and return plain numpy arrays of coordinates in chart
+    ``chart``; :class:`FisherMetric` converts points and tangent vectors of any
+    other chart to it (vectors by the chart Jacobian) and back.
+
+    Attributes
+    ----------
+    chart : str
+        The chart the maps are written in (e.g. ``"standard"``).
+    exp : callable
+        ``exp(x, v) -> y``: the end point of the geodesic from ``x`` with initial velocity ``v``.
+    log : callable
+        ``log(x, y) -> v``: the initial velocity of the geodesic from ``x`` to ``y``.
+    dist : callable, optional
+        ``dist(x, y) -> float``; defaults to the Fisher norm of ``log(x, y)``.
+    """
+
+    chart: str
+    exp: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    log: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    dist: Optional[Callable[[np.ndarray, np.ndarray], float]] = None
 
 
 def _as_float_array(x: Any, what: str):
@@ -237,8 +285,14 @@ class ExponentialFamily(Manifold):
     sampler : callable, optional
         ``sampler(theta, n, rng) -> observations``.
     chart : {"natural", "mean", "standard"}
-        The chart points are expressed in.  For a prototyped family "standard"
-        is the natural chart.
+        The chart points are expressed in.
+    standard_chart : Chart, optional
+        The family's usual parametrisation (its ``name`` is replaced by
+        ``"standard"``), ideally with ``parameters`` naming its coordinates and a
+        closed-form ``fisher``.  Default: the natural chart.
+    geodesics : ClosedGeodesics, optional
+        Closed-form exp, log and distance; without them the generic ODE
+        geodesics of :class:`~infogeo.geometry.metric.Metric` are used.
     name : str, optional
 
     Examples
@@ -249,11 +303,20 @@ class ExponentialFamily(Manifold):
         P = ExponentialFamily(lambda x: x[:, None] * 1.0, lambda th: B.exp(th[0]), dim=1,
                               log_base_measure=lambda x: -gammaln(x + 1))
         P.in_chart("mean").fisher(B.array([4.0]))   # 1/4
+
+    The same family in its usual parameter, the rate :math:`\lambda = e^\theta`::
+
+        rate = Chart("standard", B.log, B.exp, description="rate > 0",
+                     parameters={"rate": ()}, fisher=lambda lam: B.reshape(1 / lam, (1, 1)))
+        P = ExponentialFamily(..., standard_chart=rate)
+        P.point(rate=4.0), P.parameters(P.point(rate=4.0))   # array([4.]), {"rate": 4.0}
     """
 
     #: name of the chart in which closed-form geometry (_geo_exp/_geo_log/_geo_dist) works
     geometry_chart: Optional[str] = None
     default_chart: str = "standard"
+    _standard_chart: Optional[Chart] = None
+    _geodesics: Optional[ClosedGeodesics] = None
 
     def __init__(self, sufficient_statistics: Optional[Callable] = None,
                  log_partition: Optional[Callable] = None, dim: Optional[int] = None, *,
@@ -261,6 +324,8 @@ class ExponentialFamily(Manifold):
                  natural_domain: Optional[Callable[[Any], bool]] = None,
                  natural_domain_description: str = "",
                  sampler: Optional[Callable] = None, chart: Optional[str] = None,
+                 standard_chart: Optional[Chart] = None,
+                 geodesics: Optional[ClosedGeodesics] = None,
                  name: Optional[str] = None):
         if dim is None:
             raise ValueError("dim (the number of natural parameters) is required")
@@ -275,19 +340,36 @@ class ExponentialFamily(Manifold):
         self._domain_desc = natural_domain_description or "natural parameters where psi is finite"
         self._sampler = sampler
         super().__init__(dim, None, name=name or type(self).__name__)
+        if standard_chart is not None and not isinstance(standard_chart, Chart):
+            raise TypeError(f"standard_chart must be a Chart, got {type(standard_chart).__name__}")
+        self._standard_chart = standard_chart
         self._charts: Dict[str, Chart] = self._make_charts()
+        for c in self._charts.values():
+            sizes = c.parameter_sizes()
+            if sizes and sum(sizes.values()) != self.dim:
+                raise ValueError(f"the parameters {dict(c.parameters)} of chart {c.name!r} take "
+                                 f"{sum(sizes.values())} coordinates; expected dim = {self.dim}")
+        if geodesics is not None:
+            if not isinstance(geodesics, ClosedGeodesics):
+                raise TypeError(f"geodesics must be ClosedGeodesics, got {type(geodesics).__name__}")
+            if geodesics.chart not in self._charts:
+                raise ValueError(f"geodesics are written in chart {geodesics.chart!r}, which {self.name} "
+                                 f"does not have; expected one of {sorted(self._charts)}")
+            self._geodesics = geodesics
+            self.geometry_chart = geodesics.chart
         chart = chart or self.default_chart
         self._set_chart(chart)
 
     # ------------------------------------------------------------ charts
     def _make_charts(self) -> Dict[str, Chart]:
-        """Natural, mean (Legendre dual by Newton) and standard (= natural) charts."""
+        """Natural, mean (Legendre dual by Newton) and standard (declared, or the natural) charts."""
         ident = Chart("natural", lambda x: x, lambda th: th, self._check_natural,
                       "natural parameters theta")
         theta_of_eta = _legendre_primitive(self)
         mean = Chart("mean", theta_of_eta, self.moments, self._check_mean_generic,
                      "mean parameters eta = E[t(x)]")
-        return {"natural": ident, "mean": mean, "standard": dataclasses.replace(ident, name="standard")}
+        std = self._standard_chart if self._standard_chart is not None else ident
+        return {"natural": ident, "mean": mean, "standard": dataclasses.replace(std, name="standard")}
 
     def _set_chart(self, chart: str) -> None:
         if chart not in self._charts:
@@ -410,6 +492,53 @@ class ExponentialFamily(Manifold):
         """Starting natural parameter for the Legendre inversion (override for a better guess)."""
         return np.zeros(self.dim)
 
+    def point(self, coords: Any = None, **parameters: Any):
+        """A validated point from coordinates in the current chart, or from named parameters.
+
+        ``M.point(shape=2.0, rate=3.0)`` takes the parameter names declared by the
+        standard chart (:attr:`Chart.parameters`) and returns the point in the
+        current chart.
+        """
+        if (coords is None) == (not parameters):
+            raise ValueError(f"give exactly one of coords or the named parameters {self._parameter_names()}")
+        if coords is not None:
+            return super().point(coords)
+        std = self._charts["standard"]
+        shapes = dict(std.parameters or {})
+        if set(parameters) != set(shapes):
+            raise ValueError(f"{self.name} takes the parameters {self._parameter_names()}, got {sorted(parameters)}")
+        flat = []
+        for k, shape in shapes.items():
+            a = _as_float_array(parameters[k], k)
+            if a.shape != tuple(shape):
+                raise ValueError(f"{k} must have shape {tuple(shape)}, got {a.shape}")
+            flat.append(a.reshape(-1))
+        s = np.concatenate(flat)
+        if not np.all(np.isfinite(s)):
+            raise ValueError(f"parameters of {self.name} must be finite, got {parameters}")
+        if std.check is not None:
+            std.check(s)
+        x = self.from_chart(B.array(s), "standard")
+        self.check_point(x)
+        return x
+
+    def parameters(self, p: Any) -> Dict[str, Any]:
+        """The named parameters of the point ``p`` (floats, or numpy arrays for vector parameters)."""
+        shapes = dict(self._charts["standard"].parameters or {})
+        if not shapes:
+            raise ValueError(f"{self.name} declares no parameter names "
+                             "(pass standard_chart=Chart(..., parameters=...))")
+        s = np.asarray(B.to_numpy(self.to_chart(p, "standard")), dtype=float)
+        out, i = {}, 0
+        for k, shape in shapes.items():
+            n = int(np.prod(shape, dtype=int))
+            out[k] = float(s[i]) if tuple(shape) == () else s[i:i + n].reshape(shape).copy()
+            i += n
+        return out
+
+    def _parameter_names(self) -> list:
+        return list((self._charts["standard"].parameters or {}).keys())
+
     def natural_point(self, theta: Any):
         """The point (in the current chart) with natural parameters ``theta``."""
         theta = _as_float_array(theta, "natural parameters")
@@ -467,8 +596,9 @@ class ExponentialFamily(Manifold):
         return self._fisher_autodiff(x)
 
     def _fisher_closed(self, x: Any):
-        """Closed-form Fisher matrix in the current chart, or ``None`` (subclasses)."""
-        return None
+        """Closed-form Fisher matrix in the current chart (the chart's ``fisher``), or ``None``."""
+        fisher = self._charts[self.chart].fisher
+        return None if fisher is None else fisher(x)
 
     def _fisher_autodiff(self, x: Any):
         theta = self.to_natural(x)
@@ -525,13 +655,20 @@ class ExponentialFamily(Manifold):
         return s.T @ s / len(s)
 
     # ------------------------------------------------------------ closed geometry hooks
+    # built-in families override these; prototyped ones pass geodesics=ClosedGeodesics(...)
     def _geo_exp(self, x: np.ndarray, v: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+        if self._geodesics is None:
+            raise NotImplementedError
+        return np.asarray(self._geodesics.exp(x, v), dtype=float)
 
     def _geo_log(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+        if self._geodesics is None:
+            raise NotImplementedError
+        return np.asarray(self._geodesics.log(x, y), dtype=float)
 
     def _geo_dist(self, x: np.ndarray, y: np.ndarray) -> float:
+        if self._geodesics is not None and self._geodesics.dist is not None:
+            return float(self._geodesics.dist(x, y))
         return float(np.sqrt(max(0.0, self._geo_sqnorm(x, self._geo_log(x, y)))))
 
     def _geo_sqnorm(self, x: np.ndarray, v: np.ndarray) -> float:

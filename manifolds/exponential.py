@@ -1,0 +1,52 @@
+r"""Exponential distributions :math:`p(x) = \lambda e^{-\lambda x}` on :math:`x > 0`, rate :math:`\lambda > 0`.
+
+:math:`t(x) = x`, :math:`\theta = -\lambda`, :math:`\psi(\theta) = -\log(-\theta)`, base measure 1.
+Standard chart :math:`\lambda`, where the Fisher metric is :math:`1/\lambda^2`.  In
+:math:`u = \log\lambda` the metric is :math:`du^2`: :math:`\exp_\lambda(v) = \lambda e^{v/\lambda}`,
+:math:`\log_\lambda(\mu) = \lambda\log(\mu/\lambda)`, distance :math:`|\log(\lambda_1/\lambda_2)|`
+(the family is a complete line).
+"""
+import numpy as np
+
+import infogeo as ig
+from infogeo import backend as B
+from infogeo.statistical import Chart, ClosedGeodesics
+
+
+def _check(s):
+    if not float(B.to_numpy(s)[0]) > 0:
+        raise ValueError(f"the rate must be positive, got {B.to_numpy(s).tolist()}")
+
+
+def _check_support(x):
+    x = np.asarray(x, dtype=float).reshape(-1)
+    if np.any(x < 0):
+        raise ValueError("exponential observations must be non-negative")
+    return x
+
+
+class Exponential(ig.ExponentialFamily):
+    coordinate_names = (r"$\lambda$",)
+
+    def __init__(self, chart=None):
+        neg = lambda s: -s  # noqa: E731  (lambda <-> theta = -lambda)
+        super().__init__(
+            sufficient_statistics=lambda x: _check_support(x).reshape(-1, 1),
+            log_partition=lambda th: -B.log(-th[0]), dim=1,
+            natural_domain=lambda th: bool(B.to_numpy(th)[0] < 0),
+            natural_domain_description="theta = -rate < 0",
+            sampler=lambda th, n, rng: rng.exponential(-1.0 / th[0], n),
+            standard_chart=Chart("standard", neg, neg, _check, "rate > 0", parameters={"rate": ()},
+                                 fisher=lambda lam: B.reshape(1.0 / lam ** 2, (1, 1))),
+            geodesics=ClosedGeodesics(
+                "standard", exp=lambda lam, v: lam * np.exp(v / lam),
+                log=lambda lam, mu: lam * np.log(mu / lam),
+                dist=lambda lam, mu: float(abs(np.log(mu[0] / lam[0])))),
+            chart=chart, name="Exponential")
+
+    def random_point(self, rng=None, scale=1.0):
+        return self.point(rate=np.random.default_rng(rng).uniform(0.2, 5.0))
+
+
+def make(chart=None):
+    return Exponential(chart)
