@@ -102,3 +102,13 @@ def test_geodesic_argument_errors():
         M.log(x, np.array([0.0, -1.0]))
     with pytest.raises(TypeError, match="sharp"):
         M.exp(x, ig.Covector(x, np.ones(2)))
+
+
+def test_log_recovers_from_a_stall_caused_by_loose_integration():
+    # Beta pair on which shooting once stalled at end-point error 1.35e-7: the
+    # kept residual came from a looser solve than the trial steps compared to it.
+    from infogeo.geometry import geodesics
+    M = ig.load_manifold("beta")
+    x, y = np.array([3.3129296, 4.5374621]), np.array([1.55905014, 3.58919388])
+    v = geodesics.log(M.metric, x, y)
+    np.testing.assert_allclose(geodesics.exp(M.metric, x, v), y, atol=1e-10)

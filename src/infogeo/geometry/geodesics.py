@@ -144,7 +144,7 @@ def log(metric, x, y, tol: float = 1e-11, max_iter: int = 60, v0=None):
     if r is None:
         raise GeodesicError("geodesic shooting: the initial guess leaves the domain of the metric")
     J = _shooting_jacobian(metric, x, B.array(v, like=x))
-    fresh = True
+    fresh, precise = True, False
     for _ in range(max_iter):
         err = np.linalg.norm(r)
         if err <= 1e3 * tol * scale and accuracy(err) > RTOL:
@@ -155,13 +155,21 @@ def log(metric, x, y, tol: float = 1e-11, max_iter: int = 60, v0=None):
         step = -np.linalg.solve(J, r)
         t = 1.0
         while t > 1e-4:
-            r_new = residual(v + t * step, accuracy(err))
+            r_new = residual(v + t * step, RTOL if precise else accuracy(err))
             if r_new is not None and np.linalg.norm(r_new) < err:
                 break
             t *= 0.5
         else:
             if fresh:
-                break
+                if precise:
+                    break
+                # A stall at a fresh Jacobian can be integration noise: the kept
+                # residual came from a looser solve.  Retry once at full accuracy.
+                precise, r_full = True, residual(v)
+                if r_full is None:
+                    break
+                r = r_full
+                continue
             J, fresh = _shooting_jacobian(metric, x, B.array(v, like=x)), True
             continue
         s_ = t * step
