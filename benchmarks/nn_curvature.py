@@ -111,6 +111,7 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--skip", nargs="*", default=[], help="peers to skip: backpack curvlinops nngeometry")
+    ap.add_argument("--only", nargs="*", default=None, help="measure only quantities containing these words")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -246,6 +247,8 @@ def main(argv=None):
     m0 = None if args.no_memory else peak_memory(backward, device)
     print(f"baseline forward+backward: {t0 * 1e3:.2f} ms, peak {0 if m0 is None else m0 / 2**20:.2f} MiB")
     results = {}
+    if args.only:
+        quantities = {q: i for q, i in quantities.items() if any(w.lower() in q.lower() for w in args.only)}
     for q, impls in quantities.items():
         ok = {}
         for impl, fn in impls.items():  # drop a peer that fails on this workload, keep the rest

@@ -11,7 +11,13 @@ likelihood's Fisher metric.  Points, tangent vectors and covectors have
 ``{name: tensor}`` components shaped like ``model.named_parameters()``.
 
 The model is only ever *evaluated*, by :func:`torch.func.functional_call` with
-the parameter values of the point; it is never modified.
+the parameter values of the point; it is never modified.  Normalisation layers
+in training mode (BatchNorm) would update their running statistics in place on
+every evaluation: they are given copies of those buffers instead.  Such layers
+also couple the examples of a batch (batch statistics), so :math:`z_n` depends on
+every :math:`x_{n'}`: the implicit and dense metrics (products with the whole
+batch's Jacobian) stay exact, while the per-example curvatures (diagonal, K-FAC,
+block) are refused with an error naming the layer.
 """
 from __future__ import annotations
 
@@ -40,6 +46,18 @@ def _as_args(data: Any) -> Tuple:
     return tuple(data) if isinstance(data, (tuple, list)) else (data,)
 
 
+def batch_statistics_layers(model: torch.nn.Module) -> Dict[str, torch.nn.Module]:
+    """Modules that normalise with statistics of the current batch (BatchNorm in training mode,
+    or without running statistics), by path: they couple the examples of a batch."""
+    return {path: m for path, m in model.named_modules()
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+            and (m.training or not m.track_running_stats)}
+
+
+def _versions(tensors) -> Tuple:
+    return tuple(t._version for t in tensors)
+
+
 class NetworkMetric(PullbackMetric):
     r"""The pullback metric :math:`\frac1N\sum_n J_n^T G_z J_n` of a :class:`ParameterSpace`, matrix-free.
 
@@ -55,6 +73,9 @@ class NetworkMetric(PullbackMetric):
         super().__init__(space.function, output if output is not None else space.output_metric,
                          dim=None)
         self.space = space
+        #: reuse the forward pass of the vjp across products at the same point
+        self.cache = True
+        self._cache = None
 
     def _split(self, args):
         if len(args) == 1:
@@ -63,19 +84,53 @@ class NetworkMetric(PullbackMetric):
             return args
         raise TypeError("mv takes (v) or (x, v)")
 
+    def _pullback(self, x: Params):
+        """The vjp closure :math:`u \mapsto J^T u` at ``x``, reused while ``x``, the data and buffers are unchanged.
+
+        Successive products at one point (the iterations of a CG solve, or repeated
+        ``mv``) then cost one jvp and one backward pass each instead of also a second
+        forward pass.  The key holds the tensors themselves (so their ids cannot be
+        recycled) and their version counters (bumped by every in-place update, e.g.
+        an optimizer step on the model's parameters).  The cache keeps one forward
+        pass's saved activations alive; :meth:`clear_cache` releases them.
+        """
+        sp = self.space
+        keyed = [x[n] for n in sp.names] + [a for a in sp.args if isinstance(a, torch.Tensor)] + \
+            list(sp.model.buffers())
+        c = self._cache
+        if (c is not None and len(c[0]) == len(keyed) and all(a is b for a, b in zip(c[0], keyed))
+                and c[1] == _versions(keyed)):
+            return c[2]
+        self._cache = None  # release the previous point's activations before the new forward pass
+        prim = {n: x[n].detach() for n in sp.names}
+        with torch.enable_grad():
+            pull = torch.func.vjp(sp.function, prim)[1]
+        if self.cache:
+            self._cache = (keyed, _versions(keyed), pull)
+        return pull
+
+    def clear_cache(self) -> None:
+        """Drop the cached pullback (and the activations it holds)."""
+        self._cache = None
+
     def mv(self, *args) -> Params:
-        r""":math:`G v` for a tangent vector's components ``v`` (dict name -> tensor)."""
+        r""":math:`G v` for a tangent vector's components ``v`` (dict name -> tensor).
+
+        One jvp :math:`(z, Jv)`, the output metric in closed form
+        :math:`u = G_z Jv / N`, one vjp :math:`J^Tu` (seed 000's ``pullback_mvp``); the
+        vjp's forward pass is cached per point (see :meth:`_pullback`).
+        """
         x, v = self._split(args)
         sp = self.space
         sp.layout.check(v, "the tangent vector")
         prim = {n: x[n].detach() for n in sp.names}
+        pull = self._pullback(x)
         with torch.enable_grad():
             # torch.func's jvp then vjp measured faster than one dual-number forward + autograd backward
             z, Jv = torch.func.jvp(sp.function, (prim,), ({n: v[n].to(prim[n]) for n in sp.names},))
-            u = self.output_metric.mv(z.detach(), Jv) / sp.batch_size
-            pulled = torch.func.vjp(sp.function, prim)[1](u)[0]
-        grads = [pulled[n] for n in sp.names]
-        return {n: (g if g is not None else torch.zeros_like(prim[n])) for n, g in zip(sp.names, grads)}
+            u = self.output_metric.mv(z, Jv) / sp.batch_size
+            pulled = pull(u)[0]
+        return {n: (pulled[n] if pulled[n] is not None else torch.zeros_like(prim[n])) for n in sp.names}
 
     def matrix(self, x: Optional[Params] = None) -> torch.Tensor:
         """Dense :math:`G`, shape ``(P, P)`` in :class:`ParamLayout` order (Jacobian by ``jacrev``)."""
@@ -158,7 +213,7 @@ class ParameterSpace:
         self.device, self.dtype = p0.device, p0.dtype
         with torch.no_grad():
             try:
-                z = functional_call(model, self.point, self.args, strict=False)
+                z = self.function(self.point)
             except Exception as exc:  # the model's own error, with the shapes that caused it
                 shapes = [tuple(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__ for a in self.args]
                 raise ValueError(f"model(*data) failed for data of shape(s) {shapes}: {exc}") from exc
@@ -175,8 +230,27 @@ class ParameterSpace:
 
     # ------------------------------------------------------------ the map
     def function(self, params: Params) -> torch.Tensor:
-        """Outputs :math:`z = f(w, x)` for parameter values ``params`` (dict), model untouched."""
+        """Outputs :math:`z = f(w, x)` for parameter values ``params`` (dict), model untouched.
+
+        BatchNorm layers in training mode update copies of their running statistics.
+        """
+        stateful = {f"{path}.{b}" if path else b: t.clone()
+                    for path, m in batch_statistics_layers(self.model).items() if m.track_running_stats
+                    for b, t in m.named_buffers(recurse=False) if t is not None}
+        if stateful:
+            params = {**params, **stateful}
         return functional_call(self.model, params, self.args, strict=False)
+
+    def check_per_example(self) -> None:
+        """Raise ``ValueError`` if a layer couples the examples of the batch (per-example curvature undefined)."""
+        coupled = batch_statistics_layers(self.model)
+        if coupled:
+            path, m = next(iter(coupled.items()))
+            raise ValueError(
+                f"layer {path!r} ({type(m).__name__} in training mode) normalises with statistics of the whole "
+                f"batch, so the examples are coupled and the per-example curvatures ('diag', 'kfac', 'block') "
+                f"are not defined; call model.eval() first, or use kind='implicit' or 'dense' (exact for the "
+                f"coupled batch)")
 
     @property
     def dim(self) -> int:

@@ -21,6 +21,16 @@ from . import _backprop as bp
 from .base import BlockCurvature, DiagBlock
 
 
+def is_plain_linear(layer: bp.Layer) -> bool:
+    """A Linear layer applied once to ``(N, in)`` inputs: its diagonal needs only :math:`\sum_k b_k^2`."""
+    return layer.kind == "linear" and layer.inputs[0].dim() == 2
+
+
+def diag_reducer(layer: bp.Layer):
+    """Column sink for :func:`~._backprop.capture`: plain Linear layers keep only :math:`\sum_k b_k^2`."""
+    return bp.square_sum(layer) if is_plain_linear(layer) else None
+
+
 def diag_blocks(space, layers: List[bp.Layer], S: torch.Tensor,
                 chunk_elements: int = bp.CHUNK_ELEMENTS) -> List[DiagBlock]:
     """One :class:`DiagBlock` per layer (and one for all whole-network fallback parameters)."""
@@ -31,14 +41,15 @@ def diag_blocks(space, layers: List[bp.Layer], S: torch.Tensor,
         if layer.kind == "global":
             global_names += layer.names
             continue
-        if layer.kind == "linear" and layer.inputs[0].dim() == 2:
-            a, b = layer.inputs[0], layer.grad_out           # (N, in), (K, N, out)
-            b2 = b.square().sum(0)                            # sum over columns k first: O(N out)
+        if is_plain_linear(layer):
+            a = layer.inputs[0]                                   # (N, in)
+            # sum over columns k first, O(N out): accumulated during the backward passes when possible
+            b2 = layer.stat if layer.stat is not None else layer.grad_out.square().sum(0)
             d = {}
             if "weight" in layer.params:
-                d[layer.params["weight"]] = (b2.T @ a.square()) / N
+                d[layer.params["weight"]] = torch.mm(b2.T, a.square()).div_(N)
             if "bias" in layer.params:
-                d[layer.params["bias"]] = b2.sum(0) / N
+                d[layer.params["bias"]] = b2.sum(0).div_(N)
             blocks.append(DiagBlock(d))
             continue
         acc: Dict[str, torch.Tensor] = {}
@@ -66,5 +77,5 @@ class Diagonal(BlockCurvature):
 
     @classmethod
     def build(cls, space, factor_fn, chunk_elements: int = bp.CHUNK_ELEMENTS) -> "Diagonal":
-        _, S, layers = bp.capture(space, factor_fn)
+        _, S, layers = bp.capture(space, factor_fn, diag_reducer)
         return cls(space.layout, diag_blocks(space, layers, S, chunk_elements), space.point)

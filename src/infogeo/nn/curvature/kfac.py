@@ -27,19 +27,39 @@ from .diagonal import diag_blocks
 
 def kron_block(space, layer: bp.Layer) -> KronBlock:
     """The factors :math:`A, G` of one Linear/Conv2d layer from its recorded inputs and output gradients."""
-    a, b, T = bp.layer_ab(layer)            # (N, T, in), (K, N, T, out)
     N = space.batch_size
-    a = a.reshape(-1, a.shape[-1])
-    cols = []
-    if "weight" in layer.params:
-        cols.append(a)
-    if "bias" in layer.params:
-        cols.append(torch.ones(a.shape[0], 1, dtype=a.dtype, device=a.device))
-    abar = torch.cat(cols, dim=1) if len(cols) > 1 else cols[0]
-    A = abar.T @ abar / abar.shape[0]
-    bf = b.reshape(-1, b.shape[-1])
-    G = bf.T @ bf / N
+    if layer.kind == "linear":
+        a = layer.inputs[0]
+        a = a.reshape(-1, a.shape[-1])                       # (N T, in), a view: no patch copy
+    else:
+        a = bp.conv_patches(layer)
+        a = a.reshape(-1, a.shape[-1])                       # (N L, C_in kh kw)
+    rows, n_in = a.shape
+    if "weight" in layer.params and "bias" in layer.params:
+        # A of the bias-augmented input [a, 1], filled blockwise instead of concatenating a copy of a
+        A = torch.empty(n_in + 1, n_in + 1, dtype=a.dtype, device=a.device)
+        A[:n_in, :n_in].addmm_(a.T, a, beta=0)              # written in place (beta=0 ignores the garbage)
+        s = a.sum(0)
+        A[:n_in, n_in] = s
+        A[n_in, :n_in] = s
+        A[n_in, n_in] = rows
+        A.div_(rows)
+    elif "weight" in layer.params:
+        A = torch.mm(a.T, a).div_(rows)
+    else:
+        A = torch.ones(1, 1, dtype=a.dtype, device=a.device)
+    if layer.stat is not None:
+        G = layer.stat.div_(N)
+    else:
+        _, b, _ = bp.layer_ab(layer)                        # (K, N, T, out)
+        bf = b.reshape(-1, b.shape[-1])
+        G = bf.T @ bf / N
     return KronBlock(layer.params.get("weight"), layer.params.get("bias"), tuple(layer.module.weight.shape), A, G)
+
+
+def kfac_reducer(layer: bp.Layer):
+    """Column sink for :func:`~._backprop.capture`: factorable layers keep only :math:`\sum_k b_k b_k^T`."""
+    return bp.gram_sum(layer) if layer.kind in ("linear", "conv2d") else None
 
 
 class KFAC(BlockCurvature):
@@ -52,7 +72,7 @@ class KFAC(BlockCurvature):
 
     @classmethod
     def build(cls, space, factor_fn, chunk_elements: int = bp.CHUNK_ELEMENTS) -> "KFAC":
-        _, S, layers = bp.capture(space, factor_fn)
+        _, S, layers = bp.capture(space, factor_fn, kfac_reducer)
         blocks: list = []
         other: List[bp.Layer] = []
         for layer in layers:
