@@ -58,6 +58,11 @@ def _versions(tensors) -> Tuple:
     return tuple(t._version for t in tensors)
 
 
+def _same_state(a, b) -> bool:
+    """Same tensor objects (held, so ids are not recycled) with unchanged version counters."""
+    return len(a[0]) == len(b[0]) and all(x is y for x, y in zip(a[0], b[0])) and a[1] == b[1]
+
+
 class NetworkMetric(PullbackMetric):
     r"""The pullback metric :math:`\frac1N\sum_n J_n^T G_z J_n` of a :class:`ParameterSpace`, matrix-free.
 
@@ -95,18 +100,17 @@ class NetworkMetric(PullbackMetric):
         pass's saved activations alive; :meth:`clear_cache` releases them.
         """
         sp = self.space
-        keyed = [x[n] for n in sp.names] + [a for a in sp.args if isinstance(a, torch.Tensor)] + \
-            list(sp.model.buffers())
-        c = self._cache
-        if (c is not None and len(c[0]) == len(keyed) and all(a is b for a, b in zip(c[0], keyed))
-                and c[1] == _versions(keyed)):
-            return c[2]
+        tensors, versions = sp._state()
+        tensors = [x[n] for n in sp.names] + tensors[len(sp.names):]
+        state = (tensors, _versions(tensors))
+        if self._cache is not None and _same_state(self._cache[0], state):
+            return self._cache[1]
         self._cache = None  # release the previous point's activations before the new forward pass
         prim = {n: x[n].detach() for n in sp.names}
         with torch.enable_grad():
             pull = torch.func.vjp(sp.function, prim)[1]
         if self.cache:
-            self._cache = (keyed, _versions(keyed), pull)
+            self._cache = (state, pull)
         return pull
 
     def clear_cache(self) -> None:
@@ -211,14 +215,13 @@ class ParameterSpace:
         self.cg_max_iter, self.cg_rtol = int(cg_max_iter), float(cg_rtol)
         p0 = next(iter(self.point.values()))
         self.device, self.dtype = p0.device, p0.dtype
-        with torch.no_grad():
-            try:
-                z = self.function(self.point)
-            except Exception as exc:  # the model's own error, with the shapes that caused it
-                shapes = [tuple(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__ for a in self.args]
-                raise ValueError(f"model(*data) failed for data of shape(s) {shapes}: {exc}") from exc
+        for a in self.args:
+            if isinstance(a, torch.Tensor) and a.device != self.device:
+                raise ValueError(f"data on {a.device} but the model's parameters on {self.device}; "
+                                 f"move them to one device")
+        self._outputs = None
+        z = self._output_shape()
         self.output_metric.check(z)
-        self.outputs = z
         self.batch_size = int(z.shape[0])
         for a in self.args:
             if isinstance(a, torch.Tensor) and a.dim() and a.shape[0] != self.batch_size:
@@ -229,6 +232,43 @@ class ParameterSpace:
         self.metric = NetworkMetric(self)
 
     # ------------------------------------------------------------ the map
+    def _output_shape(self) -> torch.Tensor:
+        """Outputs as a tensor of the right shape and dtype, cheaply: a forward pass on the
+        ``meta`` device (no arithmetic), or the real forward pass where the model cannot run there."""
+        meta = {n: torch.empty_like(t, device="meta")
+                for n, t in list(self.model.named_parameters()) + list(self.model.named_buffers())}
+        try:
+            with torch.no_grad():
+                z = functional_call(self.model, meta,
+                                    tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in self.args),
+                                    strict=False)
+            if isinstance(z, torch.Tensor) and z.is_meta:
+                return z
+        except Exception:  # data-dependent code, tensors held outside parameters and buffers, ...
+            logger.debug("meta-device forward failed; probing the outputs with the real forward pass")
+        return self.outputs
+
+    @property
+    def outputs(self) -> torch.Tensor:
+        """The network outputs :math:`z` at the point (computed on first use, again after in-place updates)."""
+        state = self._state()
+        if self._outputs is None or not _same_state(self._outputs[0], state):
+            with torch.no_grad():
+                try:
+                    z = self.function(self.point)
+                except Exception as exc:  # the model's own error, with the shapes that caused it
+                    shapes = [tuple(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__
+                              for a in self.args]
+                    raise ValueError(f"model(*data) failed for data of shape(s) {shapes}: {exc}") from exc
+            self._outputs = (state, z)
+        return self._outputs[1]
+
+    def _state(self) -> Tuple[list, Tuple]:
+        """The tensors the map depends on (point, data, buffers) and their version counters."""
+        tensors = [self.point[n] for n in self.names] + [a for a in self.args if isinstance(a, torch.Tensor)] + \
+            list(self.model.buffers())
+        return tensors, _versions(tensors)
+
     def function(self, params: Params) -> torch.Tensor:
         """Outputs :math:`z = f(w, x)` for parameter values ``params`` (dict), model untouched.
 

@@ -164,6 +164,37 @@ def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor],
 
 
 # ----------------------------------------------------------- reducers
+#: column-block width of :func:`gram`
+GRAM_BLOCK = 256
+
+
+def gram(a: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    r""":math:`a^T a` for ``a`` of shape ``(R, n)``, computing only the upper block triangle.
+
+    The result is symmetric, so for ``n`` above :data:`GRAM_BLOCK` the columns are cut
+    into equal blocks and each off-diagonal block product is done once and mirrored
+    (about half the flops of one ``a.T @ a``, a BLAS ``syrk``; the smaller products
+    also stay in cache).  ``out`` (``(n, n)``, may be a view) receives the result.
+    """
+    n = a.shape[1]
+    nb = -(-n // GRAM_BLOCK)
+    if nb <= 1:
+        if out is None:
+            return a.T @ a
+        out.copy_(a.T @ a)
+        return out
+    bs = -(-n // nb)
+    if out is None:
+        out = a.new_empty(n, n)
+    for i in range(0, n, bs):
+        ai = a[:, i:i + bs]
+        for j in range(i, n, bs):
+            blk = torch.mm(ai.T, a[:, j:j + bs])
+            out[i:i + bs, j:j + bs] = blk
+            if j != i:
+                out[j:j + bs, i:i + bs] = blk.T
+    return out
+
 def square_sum(layer: Layer) -> Callable[[torch.Tensor], None]:
     r"""Sink accumulating :math:`\sum_k b_k^{\odot 2}` (shape of the layer output) into ``layer.stat``."""
     def sink(g):
@@ -182,14 +213,11 @@ def gram_sum(layer: Layer) -> Callable[[torch.Tensor], None]:
     def sink(g):
         if layer.kind == "conv2d":
             gm = g.flatten(2)                                   # (N, C, L)
-            gram = torch.tensordot(gm, gm, dims=([0, 2], [0, 2]))
-            layer.stat = gram if layer.stat is None else layer.stat.add_(gram)
+            gg = torch.tensordot(gm, gm, dims=([0, 2], [0, 2]))
+            layer.stat = gg if layer.stat is None else layer.stat.add_(gg)
             return
         gm = g.reshape(-1, g.shape[-1])
-        if layer.stat is None:
-            layer.stat = gm.T @ gm
-        else:
-            layer.stat.addmm_(gm.T, gm)
+        layer.stat = gram(gm) if layer.stat is None else layer.stat.add_(gram(gm))
     return sink
 
 

@@ -38,14 +38,14 @@ def kron_block(space, layer: bp.Layer) -> KronBlock:
     if "weight" in layer.params and "bias" in layer.params:
         # A of the bias-augmented input [a, 1], filled blockwise instead of concatenating a copy of a
         A = torch.empty(n_in + 1, n_in + 1, dtype=a.dtype, device=a.device)
-        A[:n_in, :n_in].addmm_(a.T, a, beta=0)              # written in place (beta=0 ignores the garbage)
+        bp.gram(a, out=A[:n_in, :n_in])
         s = a.sum(0)
         A[:n_in, n_in] = s
         A[n_in, :n_in] = s
         A[n_in, n_in] = rows
         A.div_(rows)
     elif "weight" in layer.params:
-        A = torch.mm(a.T, a).div_(rows)
+        A = bp.gram(a).div_(rows)
     else:
         A = torch.ones(1, 1, dtype=a.dtype, device=a.device)
     if layer.stat is not None:
@@ -53,7 +53,7 @@ def kron_block(space, layer: bp.Layer) -> KronBlock:
     else:
         _, b, _ = bp.layer_ab(layer)                        # (K, N, T, out)
         bf = b.reshape(-1, b.shape[-1])
-        G = bf.T @ bf / N
+        G = bp.gram(bf).div_(N)
     return KronBlock(layer.params.get("weight"), layer.params.get("bias"), tuple(layer.module.weight.shape), A, G)
 
 
