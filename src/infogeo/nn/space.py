@@ -90,7 +90,7 @@ class NetworkMetric(PullbackMetric):
         raise TypeError("mv takes (v) or (x, v)")
 
     def _pullback(self, x: Params):
-        """The vjp closure :math:`u \mapsto J^T u` at ``x``, reused while ``x``, the data and buffers are unchanged.
+        r"""The vjp closure :math:`u \mapsto J^T u` at ``x``, reused while ``x``, the data and buffers are unchanged.
 
         Successive products at one point (the iterations of a CG solve, or repeated
         ``mv``) then cost one jvp and one backward pass each instead of also a second
@@ -100,8 +100,7 @@ class NetworkMetric(PullbackMetric):
         pass's saved activations alive; :meth:`clear_cache` releases them.
         """
         sp = self.space
-        tensors, versions = sp._state()
-        tensors = [x[n] for n in sp.names] + tensors[len(sp.names):]
+        tensors = [x[n] for n in sp.names] + sp._state()[0][len(sp.names):]
         state = (tensors, _versions(tensors))
         if self._cache is not None and _same_state(self._cache[0], state):
             return self._cache[1]
@@ -128,12 +127,12 @@ class NetworkMetric(PullbackMetric):
         sp = self.space
         sp.layout.check(v, "the tangent vector")
         prim = {n: x[n].detach() for n in sp.names}
-        pull = self._pullback(x)
         with torch.enable_grad():
             # torch.func's jvp then vjp measured faster than one dual-number forward + autograd backward
             z, Jv = torch.func.jvp(sp.function, (prim,), ({n: v[n].to(prim[n]) for n in sp.names},))
             u = self.output_metric.mv(z, Jv) / sp.batch_size
-            pulled = pull(u)[0]
+            del Jv  # the jvp's temporaries are gone before a new point's vjp forward pass
+            pulled = self._pullback(x)(u)[0]
         return {n: (pulled[n] if pulled[n] is not None else torch.zeros_like(prim[n])) for n in sp.names}
 
     def matrix(self, x: Optional[Params] = None) -> torch.Tensor:

@@ -22,12 +22,12 @@ from .base import BlockCurvature, DiagBlock
 
 
 def is_plain_linear(layer: bp.Layer) -> bool:
-    """A Linear layer applied once to ``(N, in)`` inputs: its diagonal needs only :math:`\sum_k b_k^2`."""
+    r"""A Linear layer applied once to ``(N, in)`` inputs: its diagonal needs only :math:`\sum_k b_k^2`."""
     return layer.kind == "linear" and layer.inputs[0].dim() == 2
 
 
 def diag_reducer(layer: bp.Layer):
-    """Column sink for :func:`~._backprop.capture`: plain Linear layers keep only :math:`\sum_k b_k^2`."""
+    r"""Column sink for :func:`~._backprop.capture`: plain Linear layers keep only :math:`\sum_k b_k^2`."""
     return bp.square_sum(layer) if is_plain_linear(layer) else None
 
 

@@ -25,7 +25,7 @@ from .base import BlockCurvature, KronBlock
 from .diagonal import diag_blocks
 
 
-def kron_block(space, layer: bp.Layer) -> KronBlock:
+def kron_block(space, layer: bp.Layer, inverse: str = "eigen") -> KronBlock:
     """The factors :math:`A, G` of one Linear/Conv2d layer from its recorded inputs and output gradients."""
     N = space.batch_size
     if layer.kind == "linear":
@@ -54,30 +54,35 @@ def kron_block(space, layer: bp.Layer) -> KronBlock:
         _, b, _ = bp.layer_ab(layer)                        # (K, N, T, out)
         bf = b.reshape(-1, b.shape[-1])
         G = bp.gram(bf).div_(N)
-    return KronBlock(layer.params.get("weight"), layer.params.get("bias"), tuple(layer.module.weight.shape), A, G)
+    return KronBlock(layer.params.get("weight"), layer.params.get("bias"), tuple(layer.module.weight.shape), A, G,
+                     inverse)
 
 
 def kfac_reducer(layer: bp.Layer):
-    """Column sink for :func:`~._backprop.capture`: factorable layers keep only :math:`\sum_k b_k b_k^T`."""
+    r"""Column sink for :func:`~._backprop.capture`: factorable layers keep only :math:`\sum_k b_k b_k^T`."""
     return bp.gram_sum(layer) if layer.kind in ("linear", "conv2d") else None
 
 
 class KFAC(BlockCurvature):
     r"""Kronecker-factored curvature, diagonal where a layer cannot be factored.
 
-    Build with ``space.curvature("kfac", method=...)``.  ``solve`` applies the exact
-    inverse of :math:`G\otimes A + \lambda I` per block from eigendecompositions of the
-    factors (computed once, reused for any damping).
+    Build with ``space.curvature("kfac", method=..., inverse="eigen" | "tikhonov")``.
+    ``solve`` applies, per block, the exact inverse of :math:`G\otimes A + \lambda I`
+    (``"eigen"``) or the factored-Tikhonov approximation
+    :math:`(G + \tfrac{\sqrt\lambda}{\pi}I)^{-1}\otimes(A + \pi\sqrt\lambda I)^{-1}` (``"tikhonov"``),
+    both from eigendecompositions of the factors (computed once, reused for any damping).
     """
 
     @classmethod
-    def build(cls, space, factor_fn, chunk_elements: int = bp.CHUNK_ELEMENTS) -> "KFAC":
+    def build(cls, space, factor_fn, chunk_elements: int = bp.CHUNK_ELEMENTS, inverse: str = "eigen") -> "KFAC":
+        if inverse not in KronBlock.INVERSES:
+            raise ValueError(f"unknown K-FAC inverse {inverse!r}; expected one of {KronBlock.INVERSES}")
         _, S, layers = bp.capture(space, factor_fn, kfac_reducer)
         blocks: list = []
         other: List[bp.Layer] = []
         for layer in layers:
             if layer.kind in ("linear", "conv2d"):
-                blocks.append(kron_block(space, layer))
+                blocks.append(kron_block(space, layer, inverse))
             else:
                 other.append(layer)
         blocks += diag_blocks(space, other, S, chunk_elements)
