@@ -180,3 +180,14 @@ def test_batchnorm_eval_mode_per_example_curvatures():
     assert rel(flat(d, space.names), torch.diagonal(G)) < EXACT
     for k, t in model.state_dict().items():
         assert torch.equal(t, before[k]), k
+
+
+def test_diagonal_squares_inputs_in_chunks(monkeypatch, small_mlp):
+    """The chunked b2^T (a*a) equals the one-shot product (many one-row chunks here)."""
+    from infogeo.nn.curvature import diagonal
+    model, X = small_mlp
+    monkeypatch.setattr(diagonal, "SQUARE_CHUNK_ELEMENTS", 1)
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    d = space.curvature("diag").diagonal()
+    G = reference_metric(model, X, categorical_Gz)
+    assert rel(flat(d, space.names), torch.diagonal(G)) < EXACT
