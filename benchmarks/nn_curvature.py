@@ -1,14 +1,21 @@
 """Curvature of a network: infogeo against backpack, nngeometry and curvlinops, in one process.
 
-Same model, same batch.  Every time is a median over repeats, reported as a ratio
-to one training step's ``forward + loss.backward()``; peak memory (CUDA: allocator
-peak; CPU: peak of the profiler's allocation trace) likewise.  The last column
-compares infogeo with the best peer for the same quantity (< 1: infogeo is faster).
+Same model, same batch.  For each quantity every implementation, and one training
+step's ``forward + loss.backward()`` as the baseline, run round-robin ``--repeats``
+times (interleaved, so that load on a shared machine hits them alike); the time
+column is the median over rounds of (implementation / baseline of the same round).
+Peak memory is the extra memory allocated during one call, over the baseline's:
+on CUDA the allocator peak (``max_memory_allocated`` above what was allocated
+before), on CPU the running sum of every allocation and free the profiler records
+(the raw ``[memory]`` events, so temporaries freed inside an operator count too).
+Both measures are the same function for every implementation.
 
-    python benchmarks/nn_curvature.py            # MLP 784-256-256-10 tanh, 512 inputs, 1 thread
-    python benchmarks/nn_curvature.py --large    # bigger net and batch, on CUDA if available
+    python benchmarks/nn_curvature.py                 # MLP 784-256-256-10 tanh, 512 inputs, 1 thread, CPU
+    python benchmarks/nn_curvature.py --large         # MLP 3072-1024-1024-1024-100, batch 2048, CUDA if available
+    python benchmarks/nn_curvature.py --large --hidden 256 --batch 256   # the large net scaled down (CPU)
 
-Peers that are not installed are skipped.
+The final block ``targets`` lists the issue's ratios (infogeo / named peer) with
+PASS/FAIL.  Peers that are not installed are skipped.
 """
 from __future__ import annotations
 
@@ -41,91 +48,124 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def timeit(fn, device, repeats):
-    fn()  # warm-up
-    ts = []
-    for _ in range(repeats):
-        gc.collect()
-        sync(device)
-        t = time.perf_counter()
-        fn()
-        sync(device)
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+def timed(fn, device):
+    sync(device)
+    t = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - t
 
 
 def peak_memory(fn, device):
+    """Bytes allocated at the peak of one call of ``fn``, above what was allocated before it."""
     gc.collect()
     if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
+        sync(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
         fn()
         sync(device)
-        return torch.cuda.max_memory_allocated() - base
+        return torch.cuda.max_memory_allocated(device) - base
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
-    evs = sorted((e for e in prof.events() if e.cpu_memory_usage), key=lambda e: e.time_range.start)
+    # raw allocator trace: one event per allocation (+) and free (-), in time order
+    evs = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    evs.sort(key=lambda e: e.start_ns())
     cur = peak = 0
-    for e in evs:  # allocation trace: + on alloc, - on free (self usage of the op)
-        cur += e.self_cpu_memory_usage
-        peak = max(peak, cur)
+    for e in evs:
+        if e.device_type() == torch.autograd.DeviceType.CPU:
+            cur += e.nbytes()
+            peak = max(peak, cur)
     return peak
+
+
+def measure(impls, baseline, device, repeats, memory):
+    """``{name: (median time ratio, memory ratio)}`` for ``impls`` against ``baseline`` (interleaved rounds)."""
+    names = list(impls)
+    for fn in list(impls.values()) + [baseline]:
+        fn()  # warm-up (and caches a peer builds on first use)
+    ratios = {n: [] for n in names}
+    for r in range(repeats):
+        gc.collect()
+        order = names[r % len(names):] + names[:r % len(names)]  # rotate who runs right after the baseline
+        t0 = timed(baseline, device)
+        for n in order:
+            ratios[n].append(timed(impls[n], device) / t0)
+    # the smallest of three peaks: a free deferred past the profiling window must not count
+    m0 = min(peak_memory(baseline, device) for _ in range(3)) if memory else None
+    out = {}
+    for n in names:
+        m = min(peak_memory(impls[n], device) for _ in range(3)) / m0 if memory else None
+        out[n] = (statistics.median(ratios[n]), m)
+    return out
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--large", action="store_true", help="MLP 3072-1024-1024-1024-100, batch 2048, CUDA if available")
-    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--large", action="store_true",
+                    help="MLP 3072-H-H-H-100 (H=1024), batch 2048, on CUDA if available")
+    ap.add_argument("--hidden", type=int, default=None, help="override the hidden width")
+    ap.add_argument("--batch", type=int, default=None, help="override the batch size")
+    ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda for --large when available)")
+    ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--skip", nargs="*", default=[], help="peers to skip: backpack curvlinops nngeometry")
+    ap.add_argument("--only", nargs="*", default=None, help="measure only quantities containing these words")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     if args.large:
-        sizes, N = (3072, 1024, 1024, 1024, 100), 2048
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        H, N, io = 1024, 2048, (3072, 100)
+        sizes_of = lambda h: (io[0], h, h, h, io[1])  # noqa: E731
+        default_device = "cuda" if torch.cuda.is_available() else "cpu"
     else:
-        sizes, N = (784, 256, 256, 10), 512
-        device = torch.device("cpu")
+        H, N, io = 256, 512, (784, 10)
+        sizes_of = lambda h: (io[0], h, h, io[1])  # noqa: E731
+        default_device = "cpu"
+    H = args.hidden or H
+    N = args.batch or N
+    sizes = sizes_of(H)
+    device = torch.device(args.device or default_device)
     dtype = torch.float32
     model = make_model(sizes, device, dtype)
     X = torch.randn(N, sizes[0], device=device, dtype=dtype)
     y = torch.randint(0, sizes[-1], (N,), device=device)
-    params = [p for p in model.parameters()]
+    params = list(model.parameters())
     print(f"model MLP {'-'.join(map(str, sizes))} tanh, batch {N}, {device}, {dtype}, "
-          f"threads {torch.get_num_threads()}, torch {torch.__version__}")
+          f"threads {torch.get_num_threads()}, torch {torch.__version__}, {args.repeats} interleaved repeats")
 
     def backward():
         model.zero_grad(set_to_none=True)
         F.cross_entropy(model(X), y).backward()
 
-    results = {}  # quantity -> {impl: (time_ratio, mem_ratio)}
-    t0 = timeit(backward, device, args.repeats)
-    m0 = None if args.no_memory else peak_memory(backward, device)
-    print(f"baseline forward+backward: {t0 * 1e3:.2f} ms, peak {0 if m0 is None else m0 / 2**20:.1f} MiB")
+    quantities = {}  # quantity -> {impl: fn}
 
-    def record(quantity, impl, fn):
-        try:
-            t = timeit(fn, device, args.repeats)
-            m = None if args.no_memory else peak_memory(fn, device)
-        except Exception as exc:  # a peer API mismatch must not stop the other measurements
-            print(f"  {impl:<28} {quantity}: failed ({type(exc).__name__}: {str(exc)[:80]})")
-            return
-        results.setdefault(quantity, {})[impl] = (t / t0, None if m is None else m / m0)
+    def add(quantity, impl, fn):
+        quantities.setdefault(quantity, {})[impl] = fn
 
     # ------------------------------------------------------------------ infogeo
     gen = torch.Generator(device=device).manual_seed(0)
     v = {n: torch.randn_like(p) for n, p in model.named_parameters()}
     space = ig.nn.ParameterSpace(model, "categorical", data=X)
-    record("diag MC (1 sample)", "infogeo", lambda: ig.nn.ParameterSpace(model, "categorical", data=X)
-           .curvature("diag", "mc", samples=1, generator=gen))
-    record("diag exact", "infogeo", lambda: ig.nn.ParameterSpace(model, "categorical", data=X).curvature("diag"))
-    record("K-FAC factors (MC)", "infogeo", lambda: ig.nn.ParameterSpace(model, "categorical", data=X)
-           .curvature("kfac", "mc", generator=gen))
-    record("K-FAC factors (exact)", "infogeo", lambda: ig.nn.ParameterSpace(model, "categorical", data=X)
-           .curvature("kfac", "exact"))
-    record("GGN matvec", "infogeo", lambda: space.metric.mv(v))
+    add("diag MC (1 sample)", "infogeo", lambda: ig.nn.ParameterSpace(model, "categorical", data=X)
+        .curvature("diag", "mc", samples=1, generator=gen))
+    add("diag exact", "infogeo", lambda: ig.nn.ParameterSpace(model, "categorical", data=X).curvature("diag"))
+    add("K-FAC factors (MC)", "infogeo", lambda: ig.nn.ParameterSpace(model, "categorical", data=X)
+        .curvature("kfac", "mc", generator=gen))
+    add("K-FAC factors (exact)", "infogeo", lambda: ig.nn.ParameterSpace(model, "categorical", data=X)
+        .curvature("kfac", "exact"))
+    # a new point every call (the parameters change in place, as after an optimizer step): nothing reused
+
+    def moved_mv():
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.0)  # bumps the tensors' version counters: the point is "new"
+        return space.metric.mv(v)
+    add("GGN matvec (new point)", "infogeo", moved_mv)
+    # the same point every call, as in the iterations of one CG solve: the forward pass is cached
+    add("GGN matvec (same point)", "infogeo", lambda: space.metric.mv(v))
 
     # hand-written torch.func jvp + vjp product, the reference for the implicit product
     from torch.func import functional_call, jvp, vjp
@@ -137,80 +177,122 @@ def main(argv=None):
         prob = torch.softmax(z, -1)
         u = (prob * Jv - prob * (prob * Jv).sum(-1, keepdim=True)) / N
         return vjp(f, p0)[1](u)
-    record("GGN matvec", "torch.func jvp+vjp", func_ggn)
+    for q in ("GGN matvec (new point)", "GGN matvec (same point)"):
+        add(q, "torch.func jvp+vjp", func_ggn)
 
     # ------------------------------------------------------------------ backpack
-    try:
-        import backpack
-        from backpack import extensions as bpe
-        bmodel = backpack.extend(make_model(sizes, device, dtype))
-        bmodel.load_state_dict(model.state_dict())
-        bloss = backpack.extend(torch.nn.CrossEntropyLoss())
+    if "backpack" not in args.skip:
+        try:
+            import backpack
+            from backpack import extensions as bpe
+            bmodel = backpack.extend(make_model(sizes, device, dtype))
+            bmodel.load_state_dict(model.state_dict())
+            bloss = backpack.extend(torch.nn.CrossEntropyLoss())
 
-        def bp(ext):
-            def run():
-                bmodel.zero_grad(set_to_none=True)
-                with backpack.backpack(ext):
-                    bloss(bmodel(X), y).backward()
-            return run
-        record("diag MC (1 sample)", "backpack DiagGGNMC", bp(bpe.DiagGGNMC(mc_samples=1)))
-        record("diag exact", "backpack DiagGGNExact", bp(bpe.DiagGGNExact()))
-        record("K-FAC factors (MC)", "backpack KFAC", bp(bpe.KFAC(mc_samples=1)))
-        record("K-FAC factors (exact)", "backpack KFLR", bp(bpe.KFLR()))
-    except ImportError:
-        print("  backpack-for-pytorch not installed: skipped")
+            def bp(ext):
+                def run():
+                    bmodel.zero_grad(set_to_none=True)
+                    with backpack.backpack(ext):
+                        bloss(bmodel(X), y).backward()
+                return run
+            add("diag MC (1 sample)", "backpack DiagGGNMC", bp(bpe.DiagGGNMC(mc_samples=1)))
+            add("diag exact", "backpack DiagGGNExact", bp(bpe.DiagGGNExact()))
+            add("K-FAC factors (MC)", "backpack KFAC", bp(bpe.KFAC(mc_samples=1)))
+            add("K-FAC factors (exact)", "backpack KFLR", bp(bpe.KFLR()))
+        except ImportError:
+            print("  backpack-for-pytorch not installed: skipped")
 
     # ------------------------------------------------------------------ curvlinops
-    try:
-        from curvlinops import GGNLinearOperator, KFACLinearOperator
-        loss_func = torch.nn.CrossEntropyLoss()
-        G = GGNLinearOperator(model, loss_func, params, [(X, y)], check_deterministic=False)
-        vflat = torch.cat([t.reshape(-1) for t in v.values()])
-        record("GGN matvec", "curvlinops GGN", lambda: G @ vflat)
+    if "curvlinops" not in args.skip:
+        try:
+            from curvlinops import GGNLinearOperator, KFACLinearOperator
+            loss_func = torch.nn.CrossEntropyLoss()
+            G = GGNLinearOperator(model, loss_func, params, [(X, y)], check_deterministic=False)
+            vflat = torch.cat([t.reshape(-1) for t in v.values()])
+            for q in ("GGN matvec (new point)", "GGN matvec (same point)"):
+                add(q, "curvlinops GGN", lambda: G @ vflat)
 
-        def kfac_build(fisher):
-            def run():
-                K = KFACLinearOperator(model, loss_func, params, [(X, y)], check_deterministic=False,
-                                       fisher_type=fisher)
-                K.compute_kronecker_factors()
-            return run
-        record("K-FAC factors (MC)", "curvlinops KFAC", kfac_build("mc"))
-        record("K-FAC factors (exact)", "curvlinops KFAC", kfac_build("type-2"))
-    except ImportError:
-        print("  curvlinops-for-pytorch not installed: skipped")
+            def kfac_build(fisher):
+                def run():
+                    K = KFACLinearOperator(model, loss_func, params, [(X, y)], check_deterministic=False,
+                                           fisher_type=fisher)
+                    K.compute_kronecker_factors()
+                return run
+            add("K-FAC factors (MC)", "curvlinops KFAC", kfac_build("mc"))
+            add("K-FAC factors (exact)", "curvlinops KFAC", kfac_build("type-2"))
+        except ImportError:
+            print("  curvlinops-for-pytorch not installed: skipped")
 
     # ------------------------------------------------------------------ nngeometry
-    try:
-        from nngeometry.metrics import FIM
-        from nngeometry.object import PMatDiag, PMatImplicit, PMatKFAC
-        from nngeometry.object.vector import PVector
-        loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, y), batch_size=N)
-        record("diag exact", "nngeometry PMatDiag", lambda: FIM(model, loader, PMatDiag, device=str(device)))
-        record("K-FAC factors (exact)", "nngeometry PMatKFAC", lambda: FIM(model, loader, PMatKFAC, device=str(device)))
-        Fi = FIM(model, loader, PMatImplicit, device=str(device))
-        pv = PVector.from_model(model).__class__.from_model_grad if False else None  # noqa: F841
-        from nngeometry.layercollection import LayerCollection
-        lc = LayerCollection.from_model(model)
-        vec = PVector(lc, vector_repr=torch.cat([t.reshape(-1) for t in v.values()]))
-        record("GGN matvec", "nngeometry PMatImplicit", lambda: Fi.mv(vec))
-    except ImportError:
-        print("  nngeometry not installed: skipped")
-    except Exception as exc:
-        print(f"  nngeometry failed: {type(exc).__name__}: {str(exc)[:100]}")
+    if "nngeometry" not in args.skip:
+        try:
+            from nngeometry.layercollection import LayerCollection
+            from nngeometry.metrics import FIM
+            from nngeometry.object import PMatDiag, PMatImplicit, PMatKFAC
+            from nngeometry.object.vector import PVector
+            loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, y), batch_size=N)
+            add("diag exact", "nngeometry PMatDiag", lambda: FIM(model, loader, PMatDiag, device=str(device)))
+            add("K-FAC factors (exact)", "nngeometry PMatKFAC",
+                lambda: FIM(model, loader, PMatKFAC, device=str(device)))
+            Fi = FIM(model, loader, PMatImplicit, device=str(device))
+            vec = PVector(LayerCollection.from_model(model), vector_repr=torch.cat([t.reshape(-1) for t in v.values()]))
+            for q in ("GGN matvec (new point)", "GGN matvec (same point)"):
+                add(q, "nngeometry PMatImplicit", lambda: Fi.mv(vec))
+        except ImportError:
+            print("  nngeometry not installed: skipped")
+        except Exception as exc:  # an API mismatch of a peer must not stop the others
+            print(f"  nngeometry failed: {type(exc).__name__}: {str(exc)[:100]}")
+
+    # ------------------------------------------------------------------ measure
+    t0 = statistics.median(timed(backward, device) for _ in range(max(3, args.repeats)))
+    m0 = None if args.no_memory else peak_memory(backward, device)
+    print(f"baseline forward+backward: {t0 * 1e3:.2f} ms, peak {0 if m0 is None else m0 / 2**20:.2f} MiB")
+    results = {}
+    if args.only:
+        quantities = {q: i for q, i in quantities.items() if any(w.lower() in q.lower() for w in args.only)}
+    for q, impls in quantities.items():
+        ok = {}
+        for impl, fn in impls.items():  # drop a peer that fails on this workload, keep the rest
+            try:
+                fn()
+                ok[impl] = fn
+            except Exception as exc:
+                print(f"  {impl:<28} {q}: failed ({type(exc).__name__}: {str(exc)[:80]})")
+        results[q] = measure(ok, backward, device, args.repeats, not args.no_memory)
 
     # ------------------------------------------------------------------ report
-    print(f"\n{'quantity':<24}{'implementation':<28}{'time/bwd':>10}{'mem/bwd':>10}")
+    print(f"\n{'quantity':<26}{'implementation':<28}{'time/bwd':>10}{'mem/bwd':>10}")
     for q, impls in results.items():
         for impl, (tr, mr) in impls.items():
-            print(f"{q:<24}{impl:<28}{tr:>10.2f}{'' if mr is None else f'{mr:>10.2f}'}")
+            print(f"{q:<26}{impl:<28}{tr:>10.2f}{'' if mr is None else f'{mr:>10.2f}'}")
         peers = {k: val for k, val in impls.items() if k != "infogeo"}
         if "infogeo" in impls and peers:
             best_t = min(peers.items(), key=lambda kv: kv[1][0])
-            line = f"{'':<24}{'infogeo / best peer':<28}{impls['infogeo'][0] / best_t[1][0]:>10.2f}"
+            line = f"{'':<26}{'infogeo / best peer':<28}{impls['infogeo'][0] / best_t[1][0]:>10.2f}"
             mems = [val[1] for val in peers.values() if val[1]]
             if impls["infogeo"][1] is not None and mems:
                 line += f"{impls['infogeo'][1] / min(mems):>10.2f}"
             print(line + f"   (best time: {best_t[0]})")
+
+    print("\ntargets (infogeo / peer, medians)")
+    targets = [("diag MC (1 sample)", "backpack DiagGGNMC", 0, 1.0),
+               ("diag MC (1 sample)", "backpack DiagGGNMC", 1, 1.0),
+               ("diag exact", "backpack DiagGGNExact", 0, 1.0),
+               ("diag exact", "backpack DiagGGNExact", 1, 1.0),
+               ("K-FAC factors (MC)", "curvlinops KFAC", 0, 1.0),
+               ("K-FAC factors (exact)", "curvlinops KFAC", 0, 1.0),
+               ("GGN matvec (same point)", "curvlinops GGN", 0, 0.8),
+               ("GGN matvec (same point)", "torch.func jvp+vjp", 0, 1.05),
+               ("GGN matvec (new point)", "curvlinops GGN", 0, 0.8),
+               ("GGN matvec (new point)", "torch.func jvp+vjp", 0, 1.05)]
+    for q, peer, col, bound in targets:
+        r = results.get(q, {})
+        what = f"{q} vs {peer} ({'time' if col == 0 else 'memory'})"
+        if "infogeo" not in r or peer not in r or r[peer][col] is None or r["infogeo"][col] is None:
+            print(f"  {what:<70} {'n/a':>6}   target <= {bound:.2f}   SKIPPED")
+            continue
+        ratio = r["infogeo"][col] / r[peer][col]
+        print(f"  {what:<70} {ratio:>6.2f}   target <= {bound:.2f}   {'PASS' if ratio <= bound else 'FAIL'}")
     return results
 
 

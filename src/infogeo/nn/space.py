@@ -11,7 +11,13 @@ likelihood's Fisher metric.  Points, tangent vectors and covectors have
 ``{name: tensor}`` components shaped like ``model.named_parameters()``.
 
 The model is only ever *evaluated*, by :func:`torch.func.functional_call` with
-the parameter values of the point; it is never modified.
+the parameter values of the point; it is never modified.  Normalisation layers
+in training mode (BatchNorm) would update their running statistics in place on
+every evaluation: they are given copies of those buffers instead.  Such layers
+also couple the examples of a batch (batch statistics), so :math:`z_n` depends on
+every :math:`x_{n'}`: the implicit and dense metrics (products with the whole
+batch's Jacobian) stay exact, while the per-example curvatures (diagonal, K-FAC,
+block) are refused with an error naming the layer.
 """
 from __future__ import annotations
 
@@ -40,6 +46,23 @@ def _as_args(data: Any) -> Tuple:
     return tuple(data) if isinstance(data, (tuple, list)) else (data,)
 
 
+def batch_statistics_layers(model: torch.nn.Module) -> Dict[str, torch.nn.Module]:
+    """Modules that normalise with statistics of the current batch (BatchNorm in training mode,
+    or without running statistics), by path: they couple the examples of a batch."""
+    return {path: m for path, m in model.named_modules()
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+            and (m.training or not m.track_running_stats)}
+
+
+def _versions(tensors) -> Tuple:
+    return tuple(t._version for t in tensors)
+
+
+def _same_state(a, b) -> bool:
+    """Same tensor objects (held, so ids are not recycled) with unchanged version counters."""
+    return len(a[0]) == len(b[0]) and all(x is y for x, y in zip(a[0], b[0])) and a[1] == b[1]
+
+
 class NetworkMetric(PullbackMetric):
     r"""The pullback metric :math:`\frac1N\sum_n J_n^T G_z J_n` of a :class:`ParameterSpace`, matrix-free.
 
@@ -55,6 +78,9 @@ class NetworkMetric(PullbackMetric):
         super().__init__(space.function, output if output is not None else space.output_metric,
                          dim=None)
         self.space = space
+        #: reuse the forward pass of the vjp across products at the same point
+        self.cache = True
+        self._cache = None
 
     def _split(self, args):
         if len(args) == 1:
@@ -63,8 +89,40 @@ class NetworkMetric(PullbackMetric):
             return args
         raise TypeError("mv takes (v) or (x, v)")
 
+    def _pullback(self, x: Params):
+        r"""The vjp closure :math:`u \mapsto J^T u` at ``x``, reused while ``x``, the data and buffers are unchanged.
+
+        Successive products at one point (the iterations of a CG solve, or repeated
+        ``mv``) then cost one jvp and one backward pass each instead of also a second
+        forward pass.  The key holds the tensors themselves (so their ids cannot be
+        recycled) and their version counters (bumped by every in-place update, e.g.
+        an optimizer step on the model's parameters).  The cache keeps one forward
+        pass's saved activations alive; :meth:`clear_cache` releases them.
+        """
+        sp = self.space
+        tensors = [x[n] for n in sp.names] + sp._state()[0][len(sp.names):]
+        state = (tensors, _versions(tensors))
+        if self._cache is not None and _same_state(self._cache[0], state):
+            return self._cache[1]
+        self._cache = None  # release the previous point's activations before the new forward pass
+        prim = {n: x[n].detach() for n in sp.names}
+        with torch.enable_grad():
+            pull = torch.func.vjp(sp.function, prim)[1]
+        if self.cache:
+            self._cache = (state, pull)
+        return pull
+
+    def clear_cache(self) -> None:
+        """Drop the cached pullback (and the activations it holds)."""
+        self._cache = None
+
     def mv(self, *args) -> Params:
-        r""":math:`G v` for a tangent vector's components ``v`` (dict name -> tensor)."""
+        r""":math:`G v` for a tangent vector's components ``v`` (dict name -> tensor).
+
+        One jvp :math:`(z, Jv)`, the output metric in closed form
+        :math:`u = G_z Jv / N`, one vjp :math:`J^Tu` (seed 000's ``pullback_mvp``); the
+        vjp's forward pass is cached per point (see :meth:`_pullback`).
+        """
         x, v = self._split(args)
         sp = self.space
         sp.layout.check(v, "the tangent vector")
@@ -72,10 +130,10 @@ class NetworkMetric(PullbackMetric):
         with torch.enable_grad():
             # torch.func's jvp then vjp measured faster than one dual-number forward + autograd backward
             z, Jv = torch.func.jvp(sp.function, (prim,), ({n: v[n].to(prim[n]) for n in sp.names},))
-            u = self.output_metric.mv(z.detach(), Jv) / sp.batch_size
-            pulled = torch.func.vjp(sp.function, prim)[1](u)[0]
-        grads = [pulled[n] for n in sp.names]
-        return {n: (g if g is not None else torch.zeros_like(prim[n])) for n, g in zip(sp.names, grads)}
+            u = self.output_metric.mv(z, Jv) / sp.batch_size
+            del Jv  # the jvp's temporaries are gone before a new point's vjp forward pass
+            pulled = self._pullback(x)(u)[0]
+        return {n: (pulled[n] if pulled[n] is not None else torch.zeros_like(prim[n])) for n in sp.names}
 
     def matrix(self, x: Optional[Params] = None) -> torch.Tensor:
         """Dense :math:`G`, shape ``(P, P)`` in :class:`ParamLayout` order (Jacobian by ``jacrev``)."""
@@ -156,14 +214,13 @@ class ParameterSpace:
         self.cg_max_iter, self.cg_rtol = int(cg_max_iter), float(cg_rtol)
         p0 = next(iter(self.point.values()))
         self.device, self.dtype = p0.device, p0.dtype
-        with torch.no_grad():
-            try:
-                z = functional_call(model, self.point, self.args, strict=False)
-            except Exception as exc:  # the model's own error, with the shapes that caused it
-                shapes = [tuple(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__ for a in self.args]
-                raise ValueError(f"model(*data) failed for data of shape(s) {shapes}: {exc}") from exc
+        for a in self.args:
+            if isinstance(a, torch.Tensor) and a.device != self.device:
+                raise ValueError(f"data on {a.device} but the model's parameters on {self.device}; "
+                                 f"move them to one device")
+        self._outputs = None
+        z = self._output_shape()
         self.output_metric.check(z)
-        self.outputs = z
         self.batch_size = int(z.shape[0])
         for a in self.args:
             if isinstance(a, torch.Tensor) and a.dim() and a.shape[0] != self.batch_size:
@@ -174,9 +231,65 @@ class ParameterSpace:
         self.metric = NetworkMetric(self)
 
     # ------------------------------------------------------------ the map
+    def _output_shape(self) -> torch.Tensor:
+        """Outputs as a tensor of the right shape and dtype, cheaply: a forward pass on the
+        ``meta`` device (no arithmetic), or the real forward pass where the model cannot run there."""
+        meta = {n: torch.empty_like(t, device="meta")
+                for n, t in list(self.model.named_parameters()) + list(self.model.named_buffers())}
+        try:
+            with torch.no_grad():
+                z = functional_call(self.model, meta,
+                                    tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in self.args),
+                                    strict=False)
+            if isinstance(z, torch.Tensor) and z.is_meta:
+                return z
+        except Exception:  # data-dependent code, tensors held outside parameters and buffers, ...
+            logger.debug("meta-device forward failed; probing the outputs with the real forward pass")
+        return self.outputs
+
+    @property
+    def outputs(self) -> torch.Tensor:
+        """The network outputs :math:`z` at the point (computed on first use, again after in-place updates)."""
+        state = self._state()
+        if self._outputs is None or not _same_state(self._outputs[0], state):
+            with torch.no_grad():
+                try:
+                    z = self.function(self.point)
+                except Exception as exc:  # the model's own error, with the shapes that caused it
+                    shapes = [tuple(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__
+                              for a in self.args]
+                    raise ValueError(f"model(*data) failed for data of shape(s) {shapes}: {exc}") from exc
+            self._outputs = (state, z)
+        return self._outputs[1]
+
+    def _state(self) -> Tuple[list, Tuple]:
+        """The tensors the map depends on (point, data, buffers) and their version counters."""
+        tensors = [self.point[n] for n in self.names] + [a for a in self.args if isinstance(a, torch.Tensor)] + \
+            list(self.model.buffers())
+        return tensors, _versions(tensors)
+
     def function(self, params: Params) -> torch.Tensor:
-        """Outputs :math:`z = f(w, x)` for parameter values ``params`` (dict), model untouched."""
+        """Outputs :math:`z = f(w, x)` for parameter values ``params`` (dict), model untouched.
+
+        BatchNorm layers in training mode update copies of their running statistics.
+        """
+        stateful = {f"{path}.{b}" if path else b: t.clone()
+                    for path, m in batch_statistics_layers(self.model).items() if m.track_running_stats
+                    for b, t in m.named_buffers(recurse=False) if t is not None}
+        if stateful:
+            params = {**params, **stateful}
         return functional_call(self.model, params, self.args, strict=False)
+
+    def check_per_example(self) -> None:
+        """Raise ``ValueError`` if a layer couples the examples of the batch (per-example curvature undefined)."""
+        coupled = batch_statistics_layers(self.model)
+        if coupled:
+            path, m = next(iter(coupled.items()))
+            raise ValueError(
+                f"layer {path!r} ({type(m).__name__} in training mode) normalises with statistics of the whole "
+                f"batch, so the examples are coupled and the per-example curvatures ('diag', 'kfac', 'block') "
+                f"are not defined; call model.eval() first, or use kind='implicit' or 'dense' (exact for the "
+                f"coupled batch)")
 
     @property
     def dim(self) -> int:

@@ -1,4 +1,4 @@
-r"""One forward pass, one batched backward pass: the per-layer quantities all curvatures share.
+r"""One forward pass, one backward pass per output column: the per-layer quantities all curvatures share.
 
 For output columns :math:`s_{kn}` (square-root columns of :math:`G_z`, Monte Carlo
 samples, or loss gradients), every curvature here is built from the
@@ -8,9 +8,12 @@ They are never formed for the whole network.  Instead:
 1. one forward pass records, for each layer (module owning trainable
    parameters), its input :math:`a_n` and output (temporary forward hooks,
    removed before returning; the model's parameters are not touched);
-2. one backward pass propagates all :math:`K` columns at once, batched on a
-   leading axis (``is_grads_batched``), giving each layer's output gradients
-   :math:`b_{kn}`;
+2. the :math:`K` columns are back-propagated one after the other through the
+   retained graph, giving each layer's output gradients :math:`b_{kn}`; a
+   curvature may consume each column as it arrives (a running sum of
+   :math:`b_{kn}^2` or of :math:`b_k^T b_k`), so that only one column's gradients
+   are alive at a time (as curvlinops does for K-FAC) instead of a
+   :math:`(K, N, \ldots)` stack per layer;
 3. each curvature combines :math:`a` and :math:`b` per layer: for a Linear layer
    the pseudo-gradient of the weight is :math:`b_{kn} a_n^T`, so its squared
    entries sum to :math:`\sum_{k} b_{kn}^2 (a_n^2)^T` without any per-example
@@ -50,6 +53,7 @@ class Layer:
     kwargs: Dict[str, Any] = field(default_factory=dict)
     grad_out: Optional[torch.Tensor] = None  # (K, N, ...) output gradients
     output: Any = None
+    stat: Optional[torch.Tensor] = None      # what a reducer accumulated over the columns
 
     @property
     def names(self) -> List[str]:
@@ -90,11 +94,20 @@ def _classify(layer: Layer, calls: list, N: int) -> str:
     return "module"
 
 
-def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor, List[Layer]]:
+def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor],
+            reducer: Optional[Callable[[Layer], Optional[Callable[[torch.Tensor], None]]]] = None,
+            ) -> Tuple[torch.Tensor, torch.Tensor, List[Layer]]:
     """Forward once with hooks, then back-propagate the columns ``S = factor_fn(z)`` to every layer output.
+
+    The ``K`` columns go back one at a time through the retained graph, so no
+    ``(K, N, ...)`` gradient of the whole network is ever held.  ``reducer(layer)``
+    may return a callable that consumes one column's output gradient ``(N, ...)``
+    of that layer (and accumulates what the curvature needs); layers without one
+    keep all columns in ``layer.grad_out``, shape ``(K, N, ...)``.
 
     Returns ``(z, S, layers)``; ``S`` has shape ``(K,) + z.shape``.
     """
+    space.check_per_example()
     layers = find_layers(space)
     calls: Dict[str, list] = {l.path: [] for l in layers}
 
@@ -107,7 +120,7 @@ def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor]) -> Tuple[t
     try:
         params = {n: space.point[n].detach().requires_grad_(True) for n in space.names}
         with torch.enable_grad():
-            z = functional_call(space.model, params, space.args, strict=False)
+            z = space.function(params)
     finally:
         for h in handles:
             h.remove()
@@ -127,16 +140,85 @@ def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor]) -> Tuple[t
         else:
             logger.debug("layer %r: per-example fallback through the whole network (%d calls)",
                          l.path, len(calls[l.path]))
+    del calls
     if live:
-        with torch.enable_grad():
-            grads = torch.autograd.grad(z, [l.output for l in live], S if K > 1 else S[0],
-                                        is_grads_batched=K > 1, allow_unused=True)
-        for l, g in zip(live, grads):
-            if g is None:
-                g = torch.zeros((K,) + tuple(l.output.shape), dtype=z.dtype, device=z.device)
-            l.grad_out = g.detach() if K > 1 else g.detach().unsqueeze(0)
+        sinks = [reducer(l) if reducer is not None else None for l in live]
+        outs = [l.output for l in live]
+        for k in range(K):
+            with torch.enable_grad():
+                grads = torch.autograd.grad(z, outs, S[k], retain_graph=k < K - 1, allow_unused=True)
+            for l, sink, g in zip(live, sinks, grads):
+                if g is None:
+                    g = torch.zeros(l.output.shape, dtype=z.dtype, device=z.device)
+                if sink is not None:
+                    sink(g)
+                    continue
+                if l.grad_out is None:
+                    l.grad_out = torch.empty((K,) + tuple(g.shape), dtype=g.dtype, device=g.device)
+                l.grad_out[k] = g
+            del grads
+        del outs
+        for l in live:
             l.output = None  # drop the graph
     return z.detach(), S, layers
+
+
+# ----------------------------------------------------------- reducers
+#: column-block width of :func:`gram`
+GRAM_BLOCK = 256
+
+
+def gram(a: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    r""":math:`a^T a` for ``a`` of shape ``(R, n)``, computing only the upper block triangle.
+
+    The result is symmetric, so for ``n`` above :data:`GRAM_BLOCK` the columns are cut
+    into equal blocks and each off-diagonal block product is done once and mirrored
+    (about half the flops of one ``a.T @ a``, a BLAS ``syrk``; the smaller products
+    also stay in cache).  ``out`` (``(n, n)``, may be a view) receives the result.
+    """
+    n = a.shape[1]
+    nb = -(-n // GRAM_BLOCK)
+    if nb <= 1:
+        if out is None:
+            return a.T @ a
+        out.copy_(a.T @ a)
+        return out
+    bs = -(-n // nb)
+    if out is None:
+        out = a.new_empty(n, n)
+    for i in range(0, n, bs):
+        ai = a[:, i:i + bs]
+        for j in range(i, n, bs):
+            blk = torch.mm(ai.T, a[:, j:j + bs])
+            out[i:i + bs, j:j + bs] = blk
+            if j != i:
+                out[j:j + bs, i:i + bs] = blk.T
+    return out
+
+def square_sum(layer: Layer) -> Callable[[torch.Tensor], None]:
+    r"""Sink accumulating :math:`\sum_k b_k^{\odot 2}` (shape of the layer output) into ``layer.stat``."""
+    def sink(g):
+        if layer.stat is None:
+            layer.stat = g.square()
+        else:
+            layer.stat.addcmul_(g, g)
+    return sink
+
+
+def gram_sum(layer: Layer) -> Callable[[torch.Tensor], None]:
+    r"""Sink accumulating :math:`\sum_{k,n,t} b_{knt} b_{knt}^T` (output channels) into ``layer.stat``.
+
+    For Linear the channel axis is last, for Conv2d it is axis 1 (positions after it).
+    """
+    def sink(g):
+        if layer.kind == "conv2d":
+            gm = g.flatten(2)                                   # (N, C, L)
+            gg = torch.tensordot(gm, gm, dims=([0, 2], [0, 2]))
+            layer.stat = gg if layer.stat is None else layer.stat.add_(gg)
+            return
+        gm = g.reshape(-1, g.shape[-1])
+        layer.stat = gram(gm) if layer.stat is None else layer.stat.add_(gram(gm))
+    return sink
 
 
 # ----------------------------------------------------------- per-layer data
@@ -150,11 +232,16 @@ def linear_inputs(layer: Layer) -> Tuple[torch.Tensor, torch.Tensor, int]:
     return a, b, a.shape[1]
 
 
-def conv_inputs(layer: Layer) -> Tuple[torch.Tensor, torch.Tensor, int]:
-    """Conv2d as a Linear over patches: ``(N, L, C_in*kh*kw)`` and ``(K, N, L, C_out)``."""
+def conv_patches(layer: Layer) -> torch.Tensor:
+    """The input patches of a Conv2d layer, ``(N, L, C_in*kh*kw)`` (the layer is a Linear over them)."""
     m = layer.module
     a = F.unfold(layer.inputs[0], m.kernel_size, dilation=m.dilation, padding=m.padding, stride=m.stride)
-    a = a.transpose(1, 2)
+    return a.transpose(1, 2)
+
+
+def conv_inputs(layer: Layer) -> Tuple[torch.Tensor, torch.Tensor, int]:
+    """Conv2d as a Linear over patches: ``(N, L, C_in*kh*kw)`` and ``(K, N, L, C_out)``."""
+    a = conv_patches(layer)
     b = layer.grad_out
     b = b.reshape(b.shape[0], b.shape[1], b.shape[2], -1).transpose(2, 3)
     return a, b, a.shape[1]

@@ -17,6 +17,7 @@ or dense — each covering some parameters; a curvature may mix kinds.
 """
 from __future__ import annotations
 
+import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -219,23 +220,35 @@ class KronBlock(Block):
     :math:`G = U_G\Lambda_G U_G^T`, :math:`A = U_A\Lambda_A U_A^T`:
 
     .. math:: (G\otimes A + \lambda I)^{-1}\mathrm{vec}(V)
-              = \mathrm{vec}\big(U_G\,[(U_G^T V U_A) \oslash (\lambda_G\lambda_A^T + \lambda)]\,U_A^T\big).
+              = \mathrm{vec}\big(U_G\,[(U_G^T V U_A) \oslash (\lambda_G\lambda_A^T + \lambda)]\,U_A^T\big)
+
+    (``inverse="eigen"``, the default: damping added to the Kronecker eigenvalues).
+    ``inverse="tikhonov"`` is the factored Tikhonov damping of Martens & Grosse (2015,
+    Sec. 6.3): :math:`(G + \tfrac{\sqrt\lambda}{\pi} I)^{-1}\otimes(A + \pi\sqrt\lambda I)^{-1}` with
+    :math:`\pi = \sqrt{(\operatorname{tr}A/\dim A)\,/\,(\operatorname{tr}G/\dim G)}`, an approximation
+    of the damped block that is exact only at :math:`\lambda = 0`; through the same
+    eigendecompositions it is the denominator :math:`(\lambda_G + \sqrt\lambda/\pi)(\lambda_A + \pi\sqrt\lambda)^T`.
     """
+
+    INVERSES = ("eigen", "tikhonov")
 
     kind = "kfac"
 
     def __init__(self, weight: Optional[str], bias: Optional[str], wshape: Tuple[int, ...], A: torch.Tensor,
-                 G: torch.Tensor):
+                 G: torch.Tensor, inverse: str = "eigen"):
+        if inverse not in self.INVERSES:
+            raise ValueError(f"unknown K-FAC inverse {inverse!r}; expected one of {self.INVERSES}")
         self.weight, self.bias, self.wshape = weight, bias, tuple(wshape)
         self.names = [n for n in (weight, bias) if n is not None]
         self.A, self.G = A, G
+        self.inverse = inverse
         self._eig = None
 
     def stats(self):
         return {"A": self.A, "G": self.G}
 
     def with_stats(self, stats):
-        return KronBlock(self.weight, self.bias, self.wshape, stats["A"], stats["G"])
+        return KronBlock(self.weight, self.bias, self.wshape, stats["A"], stats["G"], self.inverse)
 
     def _join(self, v):
         out = self.wshape[0]
@@ -264,9 +277,21 @@ class KronBlock(Block):
             self._eig = (la.clamp_min(0), Ua, lg.clamp_min(0), Ug)
         return self._eig
 
+    def tikhonov_split(self, damping: float) -> Tuple[float, float]:
+        r"""The factored damping :math:`(\gamma_G, \gamma_A) = (\sqrt\lambda/\pi, \pi\sqrt\lambda)`."""
+        ta = float(torch.diagonal(self.A).mean())
+        tg = float(torch.diagonal(self.G).mean())
+        pi = math.sqrt(ta / tg) if ta > 0 and tg > 0 and math.isfinite(ta / tg) else 1.0
+        r = math.sqrt(damping)
+        return r / pi, r * pi
+
     def solve(self, v, damping):
         la, Ua, lg, Ug = self.precompute()
-        den = lg.unsqueeze(1) * la.unsqueeze(0) + damping
+        if self.inverse == "tikhonov":
+            gg, ga = self.tikhonov_split(damping)
+            den = (lg + gg).unsqueeze(1) * (la + ga).unsqueeze(0)
+        else:
+            den = lg.unsqueeze(1) * la.unsqueeze(0) + damping
         if not bool((den > 0).all()):
             raise NotPositiveDefiniteError(f"the K-FAC block of {self.names} is singular; pass damping > 0")
         V = Ug.T @ self._join(v) @ Ua

@@ -33,7 +33,7 @@ class BlockDiagonal(BlockCurvature):
             M = None
             for chunk in bp.row_grads(layer, space, S, chunk_elements):
                 g = torch.cat([chunk[n].reshape(chunk[n].shape[0], -1) for n in layer.names], dim=1)
-                M = g.T @ g if M is None else M + g.T @ g
+                M = bp.gram(g) if M is None else M.add_(bp.gram(g))
             blocks.append(DenseBlock(layer.names, [space.layout.shapes[n] for n in layer.names], M / N))
         blocks += diag_blocks(space, big, S, chunk_elements)
         return cls(space.layout, blocks, space.point)

@@ -21,6 +21,38 @@ from . import _backprop as bp
 from .base import BlockCurvature, DiagBlock
 
 
+#: squared inputs formed at once: at most this many elements or a quarter of the result, whichever is larger
+SQUARE_CHUNK_ELEMENTS = 1 << 16
+
+
+def squared_product(b2: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    r""":math:`b_2^T (a \odot a)` for ``b2`` ``(N, out)`` and ``a`` ``(N, in)``, squaring ``a`` in row chunks.
+
+    The square of a wide input (e.g. the data) is never whole in memory; it would be
+    as large as the result itself when the batch is as large as the layer's output.
+    """
+    limit = max(SQUARE_CHUNK_ELEMENTS, b2.shape[1] * a.shape[1] // 4)
+    step = max(1, limit // max(a.shape[1], 1))
+    out = None
+    for s in range(0, a.shape[0], step):
+        a2 = a[s:s + step].square()
+        if out is None:
+            out = torch.mm(b2[s:s + step].T, a2)
+        else:
+            out.addmm_(b2[s:s + step].T, a2)
+    return out
+
+
+def is_plain_linear(layer: bp.Layer) -> bool:
+    r"""A Linear layer applied once to ``(N, in)`` inputs: its diagonal needs only :math:`\sum_k b_k^2`."""
+    return layer.kind == "linear" and layer.inputs[0].dim() == 2
+
+
+def diag_reducer(layer: bp.Layer):
+    r"""Column sink for :func:`~._backprop.capture`: plain Linear layers keep only :math:`\sum_k b_k^2`."""
+    return bp.square_sum(layer) if is_plain_linear(layer) else None
+
+
 def diag_blocks(space, layers: List[bp.Layer], S: torch.Tensor,
                 chunk_elements: int = bp.CHUNK_ELEMENTS) -> List[DiagBlock]:
     """One :class:`DiagBlock` per layer (and one for all whole-network fallback parameters)."""
@@ -31,14 +63,15 @@ def diag_blocks(space, layers: List[bp.Layer], S: torch.Tensor,
         if layer.kind == "global":
             global_names += layer.names
             continue
-        if layer.kind == "linear" and layer.inputs[0].dim() == 2:
-            a, b = layer.inputs[0], layer.grad_out           # (N, in), (K, N, out)
-            b2 = b.square().sum(0)                            # sum over columns k first: O(N out)
+        if is_plain_linear(layer):
+            a = layer.inputs[0]                                   # (N, in)
+            # sum over columns k first, O(N out): accumulated during the backward passes when possible
+            b2 = layer.stat if layer.stat is not None else layer.grad_out.square().sum(0)
             d = {}
             if "weight" in layer.params:
-                d[layer.params["weight"]] = (b2.T @ a.square()) / N
+                d[layer.params["weight"]] = squared_product(b2, a).div_(N)
             if "bias" in layer.params:
-                d[layer.params["bias"]] = b2.sum(0) / N
+                d[layer.params["bias"]] = b2.sum(0).div_(N)
             blocks.append(DiagBlock(d))
             continue
         acc: Dict[str, torch.Tensor] = {}
@@ -66,5 +99,5 @@ class Diagonal(BlockCurvature):
 
     @classmethod
     def build(cls, space, factor_fn, chunk_elements: int = bp.CHUNK_ELEMENTS) -> "Diagonal":
-        _, S, layers = bp.capture(space, factor_fn)
+        _, S, layers = bp.capture(space, factor_fn, diag_reducer)
         return cls(space.layout, diag_blocks(space, layers, S, chunk_elements), space.point)

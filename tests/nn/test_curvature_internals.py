@@ -1,0 +1,193 @@
+"""Blocked Gram products, K-FAC inverses, the cached pullback, the meta-device shape probe and BatchNorm."""
+import copy
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch.func import functional_call, jacrev  # noqa: E402
+
+import infogeo as ig  # noqa: E402
+from infogeo.nn.curvature import _backprop as bp  # noqa: E402
+from .conftest import categorical_Gz, flat, mlp, reference_metric  # noqa: E402
+from .test_space import EXACT, rand_like, rel  # noqa: E402
+
+
+# ----------------------------------------------------------------- Gram products
+@pytest.mark.parametrize("n", [5, 256, 600])
+def test_gram_matches_matmul(n):
+    a = torch.randn(37, n, dtype=torch.float64, generator=torch.Generator().manual_seed(n))
+    ref = a.T @ a
+    assert rel(bp.gram(a), ref) < 1e-14
+    big = torch.full((n + 1, n + 1), float("nan"), dtype=torch.float64)
+    bp.gram(a, out=big[:n, :n])  # a strided view is filled completely
+    assert rel(big[:n, :n], ref) < 1e-14 and torch.isnan(big[n]).all()
+
+
+# ----------------------------------------------------------------- K-FAC inverses
+def kron_blocks(inverse):
+    model = mlp(sizes=(4, 6, 3))
+    X = torch.randn(9, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    return space, space.curvature("kfac", inverse=inverse)
+
+
+def block_vector(space, blk, seed=0):
+    v = rand_like(space, seed)
+    return {n: v[n] for n in blk.names}, torch.cat([v[n].reshape(-1) for n in blk.names])
+
+
+def to_wbar(blk, d):
+    """Row-major vec of [W b] from a {name: tensor} block vector (the order of kron(G, A))."""
+    return blk._join(d).reshape(-1)
+
+
+def test_kfac_eigen_inverse_is_exact_damped_inverse():
+    space, K = kron_blocks("eigen")
+    lam = 3e-2
+    for blk in K.blocks:
+        d, _ = block_vector(space, blk)
+        M = torch.kron(blk.G, blk.A)
+        ref = torch.linalg.solve(M + lam * torch.eye(M.shape[0], dtype=M.dtype), to_wbar(blk, d))
+        assert rel(to_wbar(blk, blk.solve(d, lam)), ref) < 1e-10
+
+
+def test_kfac_tikhonov_inverse_is_factored_damping():
+    space, K = kron_blocks("tikhonov")
+    lam = 3e-2
+    for blk in K.blocks:
+        d, _ = block_vector(space, blk)
+        A, G = blk.A, blk.G
+        pi = math.sqrt((torch.trace(A) / A.shape[0]) / (torch.trace(G) / G.shape[0]))
+        IA, IG = torch.eye(A.shape[0], dtype=A.dtype), torch.eye(G.shape[0], dtype=G.dtype)
+        M = torch.kron(G + math.sqrt(lam) / pi * IG, A + pi * math.sqrt(lam) * IA)
+        ref = torch.linalg.solve(M, to_wbar(blk, d))
+        got = to_wbar(blk, blk.solve(d, lam))
+        assert rel(got, ref) < 1e-10
+        # an approximation of the damped inverse, not the same operator
+        exact = torch.linalg.solve(torch.kron(G, A) + lam * torch.eye(M.shape[0], dtype=M.dtype), to_wbar(blk, d))
+        assert rel(got, exact) > 1e-3
+    # the option survives averaging (the optimizer's EMA) and bad names are refused
+    assert all(b.inverse == "tikhonov" for b in K.ema(K, 0.9).blocks)
+    with pytest.raises(ValueError, match="unknown K-FAC inverse 'cholesky'"):
+        space.curvature("kfac", inverse="cholesky")
+
+
+# ----------------------------------------------------------------- cached pullback
+def test_cached_pullback_follows_in_place_updates(small_mlp):
+    model, X = small_mlp
+    model = copy.deepcopy(model)
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    v = rand_like(space)
+    first = space.metric.mv(v)
+    pull = space.metric._cache[1]
+    again = space.metric.mv(v)
+    assert space.metric._cache[1] is pull  # same point: the forward pass is reused
+    assert rel(flat(again, space.names), flat(first, space.names)) < 1e-15
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.5)  # an optimizer-like in-place step: the cache must not be reused
+    G = reference_metric(model, X, categorical_Gz)
+    assert rel(flat(space.metric.mv(v), space.names), G @ flat(v, space.names)) < EXACT
+    # products at other points given explicitly (fresh tensors each time) are never confused
+    for scale in (0.5, 2.0):
+        x = {n: p.detach() * scale for n, p in model.named_parameters()}
+        other = copy.deepcopy(model)
+        with torch.no_grad():
+            for p in other.parameters():
+                p.mul_(scale)
+        Gx = reference_metric(other, X, categorical_Gz)
+        assert rel(flat(space.metric.mv(x, v), space.names), Gx @ flat(v, space.names)) < EXACT
+    space.metric.clear_cache()
+    assert space.metric._cache is None
+
+
+# ----------------------------------------------------------------- shape probe
+class DataDependent(torch.nn.Module):
+    """Python control flow on values and a tensor held outside parameters/buffers: no meta-device run."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3).double()
+        self.offset = torch.ones(3, dtype=torch.float64)
+
+    def forward(self, x):
+        z = self.lin(x) + self.offset
+        return z if float(z.detach().sum()) > -1e9 else -z
+
+
+def test_shape_probe_falls_back_to_real_forward():
+    torch.manual_seed(0)
+    model = DataDependent()
+    X = torch.randn(5, 4, dtype=torch.float64)
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    assert space.batch_size == 5 and torch.allclose(space.outputs, model(X))
+    d = space.curvature("diag").diagonal()
+    G = reference_metric(model, X, categorical_Gz)
+    assert rel(flat(d, space.names), torch.diagonal(G)) < EXACT
+
+
+# ----------------------------------------------------------------- BatchNorm
+def bn_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.BatchNorm1d(5), torch.nn.Tanh(),
+                               torch.nn.Linear(5, 3)).double()
+
+
+def coupled_reference(model, X):
+    """(1/N) sum_n J_n^T G_z J_n with J the whole batch's Jacobian (BatchNorm couples the rows)."""
+    m = copy.deepcopy(model)
+    p = {n: q.detach() for n, q in m.named_parameters()}
+    bufs = {n: b.clone() for n, b in m.named_buffers()}
+    f = lambda q: functional_call(m, {**q, **{n: b.clone() for n, b in bufs.items()}}, (X,))  # noqa: E731
+    J = jacrev(f)(p)
+    z = f(p).detach()
+    Jm = torch.cat([J[n].reshape(tuple(z.shape) + (-1,)) for n in p], -1)
+    return torch.einsum("nmp,nmk,nkq->pq", Jm, categorical_Gz(z), Jm) / z.shape[0]
+
+
+def test_batchnorm_training_mode_exact_where_defined_and_untouched():
+    model = bn_model()
+    X = torch.randn(8, 4, dtype=torch.float64)
+    before = copy.deepcopy(model.state_dict())
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    G = coupled_reference(model, X)
+    v = rand_like(space)
+    assert rel(flat(space.metric.mv(v), space.names), G @ flat(v, space.names)) < EXACT
+    assert rel(space.curvature("dense").to_dense(), G) < EXACT
+    C = space.curvature("implicit")
+    C.solve(v, damping=1e-2)
+    for kind in ("diag", "kfac", "block"):
+        with pytest.raises(ValueError, match=r"'1'.*BatchNorm1d in training mode.*model\.eval\(\)"):
+            space.curvature(kind)
+    for k, t in model.state_dict().items():  # running statistics and counters included
+        assert torch.equal(t, before[k]), k
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_batchnorm_eval_mode_per_example_curvatures():
+    model = bn_model()
+    X = torch.randn(8, 4, dtype=torch.float64)
+    with torch.no_grad():
+        model[0](X)  # a little non-trivial running statistics
+        model[1].running_mean.normal_()
+        model[1].running_var.uniform_(0.5, 2.0)
+    model.eval()
+    before = copy.deepcopy(model.state_dict())
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    G = reference_metric(model, X, categorical_Gz)
+    d = space.curvature("diag").diagonal()
+    assert rel(flat(d, space.names), torch.diagonal(G)) < EXACT
+    for k, t in model.state_dict().items():
+        assert torch.equal(t, before[k]), k
+
+
+def test_diagonal_squares_inputs_in_chunks(monkeypatch, small_mlp):
+    """The chunked b2^T (a*a) equals the one-shot product (many one-row chunks here)."""
+    from infogeo.nn.curvature import diagonal
+    model, X = small_mlp
+    monkeypatch.setattr(diagonal, "SQUARE_CHUNK_ELEMENTS", 1)
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    d = space.curvature("diag").diagonal()
+    G = reference_metric(model, X, categorical_Gz)
+    assert rel(flat(d, space.names), torch.diagonal(G)) < EXACT
