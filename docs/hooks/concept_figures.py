@@ -4,8 +4,8 @@ Run by the gallery hook as ``python docs/hooks/concept_figures.py --out DIR --qu
 
 * ``kl_ball.png`` — KL balls (:math:`\\varepsilon = 0.02` and 1) around univariate Gaussians in
   :math:`(\\mu, \\sigma)` next to the metric ellipses that approximate them (seed 003);
-* ``geodesics.png`` — a fan of Fisher–Rao geodesics of the univariate Gaussian and of the
-  categorical simplex;
+* ``geodesics.png`` — fans of Fisher–Rao geodesics (closed form) of the univariate Gaussian
+  and of the categorical simplex;
 * ``gradient_field_<chart>.png`` — vanilla vs natural gradient of
   :math:`E_p[x_1 + 2x_2 + 3x_1x_2]` on the independence model, in two charts;
 * ``pullback.png`` — Rosenbrock as a composite problem: gradient descent vs Gauss-Newton
@@ -52,11 +52,13 @@ def main() -> None:
     save(fig, "kl_ball.png")
 
     fig, axes = new_axes(2, size=(5.0, 4.2))
-    ig.viz.plot_geodesics(M, B.array([0.0, 1.0]), q=[B.array([2.0, 1.0])], n=8 if a.quick else 16, radius=1.5,
-                          n_t=30, ax=axes[0], title=r"Gaussian $(\mu, \sigma)$: geodesics are half-ellipses")
+    G1 = ig.Gaussian(dim=1)  # closed-form geodesics in (mu, sigma^2)
+    ig.viz.plot_geodesics(G1, G1.point(mean=0.0, var=1.0), q=[G1.point(mean=2.0, var=1.0)], n=16, radius=1.5,
+                          n_t=30, ax=axes[0], labels=(r"$\mu$", r"$\sigma^2$"),
+                          title=r"univariate Gaussian, chart $(\mu, \sigma^2)$")
     C = ig.Categorical(3)
     ig.viz.plot_geodesics(C, C.point(probs=[1 / 3, 1 / 3, 1 / 3]), q=[C.point(probs=[0.8, 0.1, 0.1])],
-                          n=8 if a.quick else 16, radius=1.0, n_t=30, ax=axes[1], title="Categorical(3) simplex")
+                          n=16, radius=1.0, n_t=30, ax=axes[1], title="Categorical(3) simplex")
     save(fig, "geodesics.png")
 
     windows = {"standard": ((0.03, 0.97), (0.03, 0.97)), "natural": ((-2.5, 2.5), (-2.5, 2.5))}
