@@ -173,6 +173,9 @@ def test_rst_roles_become_markdown():
     assert '<autoref identifier="a.b.f" optional><code>f</code></autoref>' in out
     assert "`x`" in out and "``" not in out and "such as:\n" in out
     assert "$$\na = b\n+ c\n$$\n\nafter" in out
+    # inside a list item the math joins the item's paragraph, so the list goes on
+    item = ext.rst_to_markdown("* one,\n\n  .. math:: x = 1\n\n  so;\n* two", mod)
+    assert item == "* one,\n  \\(\\displaystyle x = 1\\)\n  so;\n* two"
 
 
 # ----------------------------------------------------------------------------- the pages' snippets run

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import concurrent.futures
 import hashlib
+import importlib.util
 import logging
 import os
 import re
@@ -67,12 +68,20 @@ def docstring_of(path: Path) -> str:
     return doc
 
 
+def _load_sibling(name: str):
+    # mkdocs loads hooks by path, not as a package: import the docstring converter the same way
+    spec = importlib.util.spec_from_file_location(f"infogeo_docs_{name}", Path(__file__).with_name(f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+_rst = _load_sibling("griffe_rst")
+
+
 def rst_to_markdown(text: str) -> str:
-    r"""The reStructuredText bits used in the project's docstrings, as Markdown (``:math:`x``` -> ``\(x\)``)."""
-    text = re.sub(r":math:`([^`]+)`", lambda m: rf"\({m.group(1)}\)", text)
-    text = re.sub(r":(?:class|func|meth|mod|attr):`~?([^`]+)`", r"`\1`", text)
-    text = re.sub(r"``([^`]+)``", r"`\1`", text)
-    return re.sub(r"(\S)::$", r"\1:", text, flags=re.MULTILINE)
+    r"""A script's docstring as Markdown (``:math:`x``` -> ``\(x\)``; roles as plain code, no links)."""
+    return _rst.convert(text, lambda target, short: f"`{target.rsplit('.', 1)[-1] if short else target}`")
 
 
 def title_and_body(doc: str):

@@ -21,7 +21,7 @@ Only the docstring text changes; the source files are untouched.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 import griffe
 
@@ -32,9 +32,14 @@ _LITERAL_MARKER = re.compile(r"(\S)::$", re.MULTILINE)
 
 
 def _display_math(text: str) -> str:
-    """``.. math:: body`` plus its more-indented continuation lines -> a ``$$`` block."""
+    """``.. math:: body`` plus its more-indented continuation lines -> display math.
+
+    At the left margin this is a ``$$`` block.  An indented one sits inside a list item, where
+    Markdown would need four-space indentation to keep a block in the item; there it becomes
+    inline display math joined to the item's paragraph (the blank lines around it dropped).
+    """
     lines = text.split("\n")
-    out = []
+    out: list = []
     i = 0
     while i < len(lines):
         line = lines[i]
@@ -48,7 +53,14 @@ def _display_math(text: str) -> str:
         while i < len(lines) and lines[i].strip() and len(lines[i]) - len(lines[i].lstrip()) > len(indent):
             body.append(lines[i].strip())
             i += 1
-        out.extend([f"{indent}$$", *(f"{indent}{b}" for b in body), f"{indent}$$"])
+        if not indent:
+            out.extend(["$$", *body, "$$"])
+            continue
+        while out and not out[-1].strip():
+            out.pop()
+        out.append(f"{indent}\\(\\displaystyle {' '.join(body)}\\)")
+        while i < len(lines) and not lines[i].strip():
+            i += 1
     return "\n".join(out)
 
 
@@ -71,20 +83,25 @@ def _resolve(target: str, obj: griffe.Object) -> str:
     return target
 
 
-def rst_to_markdown(text: str, obj: griffe.Object) -> str:
-    """The Markdown version of one docstring (see the module docstring for the rules)."""
+def convert(text: str, role: Callable[[str, bool], str]) -> str:
+    """RST math, roles, double backticks and literal markers as Markdown.
+
+    ``role(target, short)`` renders a cross-reference role (``short`` for a ``~`` target).
+    """
     text = _display_math(text)
     text = _INLINE_MATH.sub(lambda m: rf"\({m.group(1)}\)", text)
+    text = _ROLE.sub(lambda m: role(m.group(3), m.group(2) == "~"), text)
+    text = _DOUBLE_TICKS.sub(r"`\1`", text)
+    return _LITERAL_MARKER.sub(r"\1:", text)
 
-    def role(m: re.Match) -> str:
-        short, target = m.group(2) == "~", m.group(3)
+
+def rst_to_markdown(text: str, obj: griffe.Object) -> str:
+    """The Markdown version of one docstring of ``obj`` (see the module docstring for the rules)."""
+    def role(target: str, short: bool) -> str:
         path = _resolve(target, obj)
         title = path.rsplit(".", 1)[-1] if short else target.lstrip(".")
         return f'<autoref identifier="{path}" optional><code>{title}</code></autoref>'
-
-    text = _ROLE.sub(role, text)
-    text = _DOUBLE_TICKS.sub(r"`\1`", text)
-    return _LITERAL_MARKER.sub(r"\1:", text)
+    return convert(text, role)
 
 
 def _walk(obj: griffe.Object):
