@@ -152,6 +152,13 @@ def test_gallery_page_shows_docstring_figures_and_command(hook, tmp_path):
     assert "python examples/demo_plot.py --out figures --quick" in page
 
 
+def test_quick_is_passed_only_to_scripts_that_define_it(hook, tmp_path):
+    with_flag, without = tmp_path / "a.py", tmp_path / "b.py"
+    with_flag.write_text("ap.add_argument('--quick', action='store_true')\n")
+    without.write_text("ap.add_argument('--full', action='store_true')\n")
+    assert hook._takes_quick(with_flag) and not hook._takes_quick(without)
+
+
 def test_contributed_list_covers_every_file(hook):
     text = hook.contributed_list(ROOT)
     for f in (ROOT / "manifolds").glob("*.py"):
