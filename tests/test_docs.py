@@ -206,3 +206,20 @@ def test_page_snippets_run(page, monkeypatch):
     namespace = {"__name__": f"docs_{page}"}
     for block in blocks:  # one namespace per page, blocks in order, as a reader would run them
         exec(compile(block, f"docs/{page}", "exec"), namespace)
+
+
+def test_griffe_extension_shows_true_defaults_and_factory_constructors():
+    griffe = pytest.importorskip("griffe")
+    ext = _load("infogeo_docs_griffe_rst", DOCS / "hooks" / "griffe_rst.py")
+    code = ('class Factory:\n'
+            '    def __new__(cls, dim: int = 1, kind: str = "full"):\n'
+            '        return super().__new__(cls)\n\n'
+            'def f(a=1, b=2.5, mode="x"):\n'
+            '    """Doc.\n\n    Parameters\n    ----------\n    a, b : float\n        Two numbers.\n'
+            '    mode : {"y", "x"}\n        A mode.\n    """\n')
+    with griffe.temporary_visited_package("pkg", {"__init__.py": code}, docstring_parser="numpy",
+                                          extensions=griffe.load_extensions(ext.RstRoles)) as pkg:
+        params = pkg["f"].docstring.parsed[1].value
+        # plain numpy parsing would give b the default of a, and mode the first choice "y"
+        assert [(p.name, p.default) for p in params] == [("a", "1"), ("b", "2.5"), ("mode", "'x'")]
+        assert pkg["Factory"].signature() == "Factory(dim: int = 1, kind: str = 'full')"

@@ -14,7 +14,8 @@ extension rewrites
   marker) into ``:``;
 
 and it shows a factory class's ``__new__`` signature as its constructor (see
-:func:`_constructor_from_new`).
+:func:`_constructor_from_new`) and the signature's defaults in the parameter tables (see
+:func:`_signature_defaults`).
 
 Only the docstring text changes; the source files are untouched.
 """
@@ -128,6 +129,27 @@ def _constructor_from_new(cls: griffe.Class) -> None:
     cls.set_member("__init__", init)
 
 
+def _signature_defaults(obj: griffe.Object) -> None:
+    """Show each documented parameter's default from the signature, the value the code really uses.
+
+    The numpy parser takes a default from the braces of a choice type (its first entry) and,
+    for a line documenting several parameters (``a, b : float``), gives them all the first
+    one's default; the signature is authoritative.  Parsing here caches the sections that
+    mkdocstrings renders (same parser and options, set when the package was loaded).
+    """
+    if obj.docstring is None or obj.docstring.parser is None:
+        return
+    try:
+        params = obj.parameters  # type: ignore[union-attr]
+    except (AttributeError, griffe.AliasResolutionError, griffe.CyclicAliasError):
+        return
+    for section in obj.docstring.parsed:
+        if section.kind is griffe.DocstringSectionKind.parameters:
+            for item in section.value:
+                if item.name in params:
+                    item.value = params[item.name].default
+
+
 class RstRoles(griffe.Extension):
     """Rewrite every docstring of a package once it is fully loaded (so bare names can be looked up)."""
 
@@ -137,3 +159,5 @@ class RstRoles(griffe.Extension):
                 _constructor_from_new(obj)
             if obj.docstring is not None:
                 obj.docstring.value = rst_to_markdown(obj.docstring.value, obj)
+                if obj.is_function or obj.is_class:
+                    _signature_defaults(obj)
