@@ -64,8 +64,8 @@ def test_site_builds_strict_without_warnings(tmp_path):
     pytest.importorskip("sklearn")
     pytest.importorskip("matplotlib")
     site = tmp_path / "site"
-    # NO_MKDOCS_2_WARNING: mkdocs-material >= 9.7 prints an advisory banner about MkDocs 2.0 on
-    # stderr (not a build warning; it names this variable as the way to silence it)
+    # NO_MKDOCS_2_WARNING: recent mkdocs-material prints an end-of-life notice (print() to stderr,
+    # not a logged build warning, so --strict ignores it); the notice names this variable to silence it
     env = dict(os.environ, MPLBACKEND="Agg", NO_MKDOCS_2_WARNING="1")
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
