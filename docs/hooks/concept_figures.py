@@ -16,9 +16,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from matplotlib.figure import Figure
+
 import infogeo as ig
 from infogeo.demo import gaussian_in_mu_sigma, rosenbrock_runs
-from infogeo.viz._common import new_axes
 
 B = ig.backend
 
@@ -40,18 +41,22 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     rays = 90 if a.quick else 360
 
+    def two_panels():
+        fig = Figure(figsize=(10.0, 4.2), layout="constrained")  # no pyplot: nothing global, nothing shown
+        return fig, fig.subplots(1, 2)
+
     def save(fig, name):
         fig.savefig(out / name, dpi=100, bbox_inches="tight")
 
     M = gaussian_in_mu_sigma()
-    fig, axes = new_axes(2, size=(5.0, 4.2))
+    fig, axes = two_panels()
     ig.viz.plot_kl_ball(M, [[0.0, 1.0], [1.5, 0.5], [-1.5, 2.0]], 0.02, n_rays=rays, ax=axes[0],
                         title=r"$\varepsilon = 0.02$: KL balls $\approx$ metric ellipses")
     ig.viz.plot_kl_ball(M, [[0.0, 1.0]], 1.0, n_rays=rays, ax=axes[1],
                         title=r"$\varepsilon = 1$: the exact balls are lopsided")
     save(fig, "kl_ball.png")
 
-    fig, axes = new_axes(2, size=(5.0, 4.2))
+    fig, axes = two_panels()
     G1 = ig.Gaussian(dim=1)  # closed-form geodesics in (mu, sigma^2)
     ig.viz.plot_geodesics(G1, G1.point(mean=0.0, var=1.0), q=[G1.point(mean=2.0, var=1.0)], n=16, radius=1.5,
                           n_t=30, ax=axes[0], labels=(r"$\mu$", r"$\sigma^2$"),
