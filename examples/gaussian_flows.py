@@ -49,7 +49,6 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 import infogeo as ig
-from infogeo.demo import gaussian_in_mu_sigma
 
 B = ig.backend
 logger = logging.getLogger("infogeo.examples.gaussian_flows")
@@ -181,7 +180,7 @@ def mc_natural_ascent(coeffs: Sequence[float], mean: float, std: float, *, step:
 def univariate_flows(coeffs: Sequence[float], starts: Sequence[Sequence[float]], t_vanilla: float,
                      t_natural: float) -> Dict[str, List[Dict[str, np.ndarray]]]:
     r"""Vanilla and natural ascent flows of :math:`E_{N(\mu,\sigma^2)}[f]` in the :math:`(\mu, \sigma)` chart."""
-    natural = gaussian_in_mu_sigma()                       # Fisher metric in (mu, sigma), by pullback
+    natural = ig.Gaussian(dim=1, covariance="diagonal").in_chart("mean_std")   # Fisher metric in (mu, sigma)
     vanilla = natural.with_metric(ig.EuclideanMetric(2))   # same chart, Euclidean metric
     F = lambda x: expected_polynomial(coeffs, x[0], x[1])  # noqa: E731
     return {"vanilla": [gradient_flow(vanilla, F, s, t_vanilla, stop=_sigma_floor) for s in starts],
@@ -195,7 +194,7 @@ def chart_dependence(coeffs: Sequence[float], start: Sequence[float], t_end: flo
     integrations, read in :math:`(\mu, \sigma)`: tiny for the natural flow (a property of the
     distributions), large for the vanilla flow (a property of the chart).
     """
-    mu_sigma = gaussian_in_mu_sigma()
+    mu_sigma = ig.Gaussian(dim=1, covariance="diagonal").in_chart("mean_std")
     theta = ig.Gaussian(dim=1).in_chart("natural")
 
     def to_mu_sigma(th):

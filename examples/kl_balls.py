@@ -15,7 +15,7 @@ KL). In the chart :math:`(\mu, \sigma)`, with :math:`G = \mathrm{diag}(1, 2)/\si
   nearly coincide at :math:`\varepsilon = 0.02` and visibly part at :math:`\varepsilon = 1`.
 
 The curves come from :func:`infogeo.viz.plot_kl_ball` on the Gaussian family in the
-:math:`(\mu, \sigma)` chart (:func:`infogeo.demo.gaussian_in_mu_sigma`, the library's Fisher
+:math:`(\mu, \sigma)` chart (``ig.Gaussian(dim=1, covariance="diagonal").in_chart("mean_std")``, the library's Fisher
 metric pulled back from :math:`(\mu, \sigma^2)`).
 
 Run ``python examples/kl_balls.py --out figures`` (``--quick`` for a fast run) to write
@@ -30,7 +30,6 @@ from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
-from infogeo.demo import gaussian_in_mu_sigma
 
 logger = logging.getLogger("infogeo.examples.kl_balls")
 
@@ -46,7 +45,7 @@ def run(out: Path | str = "figures", quick: bool = False) -> Dict[str, Any]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     n_rays = 48 if quick else 360
-    M = gaussian_in_mu_sigma()
+    M = ig.Gaussian(dim=1, covariance="diagonal").in_chart("mean_std")
 
     fig_small = ig.viz.plot_kl_ball(M, CENTRES, EPS, n_rays=n_rays,
                                     title=rf"KL balls around $N(\mu, \sigma^2)$, $\varepsilon$ = {EPS:g}")

@@ -19,7 +19,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 import infogeo as ig
-from infogeo.demo import gaussian_in_mu_sigma, rosenbrock_runs
+from infogeo.demo import rosenbrock_runs
 
 B = ig.backend
 
@@ -48,7 +48,7 @@ def main() -> None:
     def save(fig, name):
         fig.savefig(out / name, dpi=100, bbox_inches="tight")
 
-    M = gaussian_in_mu_sigma()
+    M = ig.Gaussian(dim=1, covariance="diagonal").in_chart("mean_std")
     fig, axes = two_panels()
     ig.viz.plot_kl_ball(M, [[0.0, 1.0], [1.5, 0.5], [-1.5, 2.0]], 0.02, n_rays=rays, ax=axes[0],
                         title=r"$\varepsilon = 0.02$: KL balls $\approx$ metric ellipses")

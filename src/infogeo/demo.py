@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 
 from . import backend as B
-from .geometry.manifold import Euclidean, Manifold
+from .geometry.manifold import Euclidean
 from .geometry.metric import EuclideanMetric
 from .geometry.pullback import PullbackMetric
 from .divergences import SquaredEuclidean
@@ -33,32 +33,11 @@ from .solvers import GradientDescent, NaturalGradient
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["run_demo", "gaussian_in_mu_sigma", "rosenbrock_runs"]
+__all__ = ["run_demo", "rosenbrock_runs"]
 
 
 def _f(a: Any) -> float:
     return float(B.to_numpy(a))
-
-
-def gaussian_in_mu_sigma():
-    r"""The univariate Gaussian family in the chart :math:`(\mu, \sigma)` of seed 003.
-
-    Built from :class:`~infogeo.Gaussian` (standard chart :math:`(\mu, \sigma^2)`) by
-    pullback: the metric is :math:`J^T F J` for :math:`(\mu, \sigma) \mapsto (\mu, \sigma^2)`
-    — the Fisher metric in the new chart — and KL is evaluated in the old chart.
-    """
-    from .statistical import Gaussian
-    G = Gaussian(dim=1)
-    to_std = lambda x: B.stack([x[0], x[1] * x[1]])  # noqa: E731
-
-    class MuSigma(Manifold):
-        coordinate_names = (r"$\mu$", r"$\sigma$")
-
-        def kl(self, p, q):
-            return G.kl(to_std(p), to_std(q))
-
-    return MuSigma(2, PullbackMetric(to_std, G.metric, dim=2), domain=lambda x: bool(x[1] > 0),
-                   domain_description="sigma > 0", name="Gaussian(mu, sigma)")
 
 
 # ----------------------------------------------------------------------------- studies
@@ -171,7 +150,8 @@ def run_demo(out: str = "infogeo-demo", quick: bool = False, progress: bool = Tr
         report.extend(["", f"![Independence model]({save(fig, 'independence.png')})", ""])
 
     def s_balls():
-        M = gaussian_in_mu_sigma()
+        from .statistical import Gaussian
+        M = Gaussian(dim=1, covariance="diagonal").in_chart("mean_std")
         centres = [[0.0, 1.0], [1.5, 0.5], [-1.5, 2.0]]
         f1 = plot_kl_ball(M, centres, 0.02, n_rays=90 if quick else 360)
         f2 = plot_kl_ball(M, [[0.0, 1.0]], 1.0, n_rays=90 if quick else 360)
@@ -185,8 +165,8 @@ def run_demo(out: str = "infogeo-demo", quick: bool = False, progress: bool = Tr
                            f"![KL ball eps=1]({save(f2, 'kl_ball_eps1.png')})", ""])
 
     def s_geo():
-        from .statistical import Categorical
-        M = gaussian_in_mu_sigma()
+        from .statistical import Categorical, Gaussian
+        M = Gaussian(dim=1, covariance="diagonal").in_chart("mean_std")
         p, q = B.array([0.0, 1.0]), B.array([2.0, 1.0])
         f1 = plot_geodesics(M, p, q=[q], n=8 if quick else 16, radius=1.5, n_t=30)
         C = Categorical(3)

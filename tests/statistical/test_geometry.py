@@ -133,3 +133,21 @@ class TestGeomstats:
         C, p, q = ig.Categorical(3), np.array([0.2, 0.3, 0.5]), np.array([0.6, 0.3, 0.1])
         ref = float(CategoricalDistributions(3).metric.dist(p, q))
         assert C.dist(C.point(probs=p), C.point(probs=q)) == pytest.approx(ref, rel=1e-9)
+
+
+def test_mean_std_chart_of_the_diagonal_gaussian():
+    """(mu, sigma) chart: closed-form Fisher vs autodiff J^T grad^2 psi J, seed 003's KL, same distances."""
+    M = ig.Gaussian(dim=2, covariance="diagonal").in_chart("mean_std")
+    std = ig.Gaussian(dim=2, covariance="diagonal")
+    p, q = np.array([0.3, -1.0, 1.7, 0.4]), np.array([1.0, 0.2, 0.8, 0.9])
+    np.testing.assert_allclose(M.fisher(p), M._fisher_autodiff(p), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(M.fisher(p), np.diag([1, 1, 2, 2]) / np.r_[p[2:], p[2:]] ** 2, rtol=1e-12)
+    m1, m2, s1, s2 = p[:2], q[:2], p[2:], q[2:]
+    kl = np.sum(np.log(s2 / s1) + (s1 ** 2 + (m1 - m2) ** 2) / (2 * s2 ** 2) - 0.5)
+    assert float(M.kl(p, q)) == pytest.approx(kl, rel=1e-12)
+    to_std = lambda x: np.r_[x[:2], x[2:] ** 2]  # noqa: E731
+    assert float(M.dist(p, q)) == pytest.approx(float(std.dist(to_std(p), to_std(q))), rel=1e-12)
+    np.testing.assert_allclose(M.exp(p, M.log(p, q)), q, rtol=1e-10)
+    assert M.coordinate_names == (r"$\mu_1$", r"$\mu_2$", r"$\sigma_1$", r"$\sigma_2$")
+    with pytest.raises(ValueError, match="standard deviations"):
+        M.point([0.0, 0.0, 1.0, -1.0])

@@ -503,9 +503,22 @@ class DiagonalGaussian(Gaussian):
     Each factor is the hyperbolic half-plane :math:`(\mu/\sqrt2, \sigma)` with
     its metric scaled by 2, so
     :math:`d = \big(\sum_i 2\,\operatorname{arccosh}^2(1 + \frac{(\Delta\mu_i)^2/2 + (\Delta\sigma_i)^2}{2\sigma_i\sigma_i'})\big)^{1/2}`.
+
+    The chart ``"mean_std"`` has coordinates :math:`(\mu_i, \sigma_i)` (the pictures of
+    seed 003), where the Fisher metric is :math:`\mathrm{diag}(1/\sigma_i^2,\ 2/\sigma_i^2)`:
+    ``Gaussian(dim=1, covariance="diagonal").in_chart("mean_std")``.
     """
 
     geometry_chart = "standard"
+
+    @property
+    def coordinate_names(self) -> Optional[tuple]:
+        """Axis labels for the standard and ``mean_std`` charts (``None`` in the others)."""
+        sub = [""] if self.d == 1 else [f"_{i + 1}" for i in range(self.d)]
+        second = {"standard": r"\sigma{}^2", "mean_std": r"\sigma{}"}.get(self.chart)
+        if second is None:
+            return None
+        return tuple(rf"$\mu{i}$" for i in sub) + tuple("$" + second.format(i) + "$" for i in sub)
 
     def __init__(self, dim: int = 1, covariance: Optional[str] = "diagonal", cov: Any = None,
                  chart: Optional[str] = None):
@@ -564,10 +577,17 @@ class DiagonalGaussian(Gaussian):
         nat_to_std = lambda th: B.concatenate([-0.5 * th[:d] / th[d:], -0.5 / th[d:]])  # noqa: E731
         m2s = lambda e: B.concatenate([e[:d], e[d:] - e[:d] * e[:d]])  # noqa: E731
         s2m = lambda s: B.concatenate([s[:d], s[d:] + s[:d] * s[:d]])  # noqa: E731
+        # (mu, sigma): the chart of seed 003's pictures, where the Fisher metric is diag(1, 2) / sigma^2
+        sd2s = lambda u: B.concatenate([u[:d], u[d:] * u[d:]])  # noqa: E731
+        s2sd = lambda s: B.concatenate([s[:d], B.sqrt(s[d:])])  # noqa: E731
         self._mean_std = (m2s, s2m)
+        self._std_dev = (sd2s, s2sd)
         return {
             "standard": Chart("standard", std_to_nat, nat_to_std, lambda s: check_var(s[d:], "variances"),
                               "(means, positive variances)"),
+            "mean_std": Chart("mean_std", lambda u: std_to_nat(sd2s(u)), lambda th: s2sd(nat_to_std(th)),
+                              lambda u: check_var(u[d:], "standard deviations"),
+                              "(means, positive standard deviations)"),
             "natural": Chart("natural", lambda th: th, lambda th: th, check_nat,
                              "(mu / sigma^2, -1 / (2 sigma^2))"),
             "mean": Chart("mean", lambda e: std_to_nat(m2s(e)), lambda th: s2m(nat_to_std(th)),
@@ -577,13 +597,19 @@ class DiagonalGaussian(Gaussian):
 
     def _direct_map(self, source, target):
         m2s, s2m = self._mean_std
-        return {("mean", "standard"): m2s, ("standard", "mean"): s2m}.get((source, target))
+        sd2s, s2sd = self._std_dev
+        return {("mean", "standard"): m2s, ("standard", "mean"): s2m,
+                ("mean_std", "standard"): sd2s, ("standard", "mean_std"): s2sd}.get((source, target))
 
     def _fisher_closed(self, x):
         s = self.to_chart(x, "standard")
         mu, var = s[:self.d], s[self.d:]
         if self.chart == "standard":
             return B.diag(B.concatenate([1.0 / var, 0.5 / (var * var)]))
+        if self.chart == "mean_std":
+            return B.diag(B.concatenate([1.0 / var, 2.0 / var]))
+        if self.chart not in ("natural", "mean"):
+            return None
         # Cov(x, x^2) per coordinate: Var x = v, Cov = 2 mu v, Var x^2 = 2 v^2 + 4 mu^2 v
         a, b, c = var, 2 * mu * var, 2 * var * var + 4 * mu * mu * var
         if self.chart == "mean":
