@@ -26,6 +26,19 @@ before each curvature computation returns)::
 
 The closure may be omitted (gradients already in ``.grad``) unless
 ``adaptive_damping=True``, which re-evaluates the loss after the step.
+
+``quadratic_model=True`` is the classic K-FAC recipe (Martens & Grosse 2015,
+Sec. 6–7): the step :math:`\delta = \alpha\Delta + \mu\delta_\text{prev}` minimises the
+damped quadratic model of the loss,
+
+.. math:: M(\delta) = g^T\delta + \tfrac12\,\delta^T (G + \lambda I)\,\delta,
+
+over the span of the natural-gradient direction :math:`\Delta = -(C+\lambda I)^{-1}g`
+and the previous step, with the *exact* pullback metric :math:`G` of the batch
+(two forward-mode products :math:`J\Delta, J\delta_\text{prev}`, since
+:math:`u^TGv = (Ju)^T G_z (Jv)/N`).  Step size and momentum then come from the
+model instead of being tuned, and with ``adaptive_damping`` the Levenberg–Marquardt
+ratio compares the loss decrease with this :math:`M(\delta)`.
 The curvature costs one extra forward and one (batched) backward pass every
 ``curvature_update_period`` steps.
 """
@@ -82,7 +95,11 @@ class NaturalGradient(torch.optim.Optimizer):
     kl_clip : float, optional
         Scale the step so that :math:`\eta^2\,\delta^T\nabla\mathcal J \le` ``kl_clip``.
     momentum : float
-        Heavy-ball momentum on the natural-gradient direction.
+        Heavy-ball momentum on the natural-gradient direction (must be 0 with ``quadratic_model``).
+    quadratic_model : bool
+        Choose step size and momentum by minimising :math:`M(\alpha\Delta + \mu\delta_\text{prev})`
+        under the exact metric of the batch (module docstring); ``lr`` then multiplies the
+        model's minimiser (``lr=1`` is the classic recipe).
     cg_max_iter : int
         CG iterations for ``curvature="cg"``.
     seed : int
@@ -100,7 +117,8 @@ class NaturalGradient(torch.optim.Optimizer):
                  samples: int = 1, ema_decay: float = 0.95, curvature_update_period: int = 1,
                  inverse_update_period: int = 1, adaptive_damping: bool = False,
                  damping_adaptation_period: int = 5, damping_factor: float = 0.95 ** 5, min_damping: float = 1e-8,
-                 kl_clip: Optional[float] = None, momentum: float = 0.0, cg_max_iter: int = 20, seed: int = 0):
+                 kl_clip: Optional[float] = None, momentum: float = 0.0, quadratic_model: bool = False,
+                 cg_max_iter: int = 20, seed: int = 0):
         if not lr > 0:
             raise ValueError(f"lr must be > 0, got {lr}")
         if not damping > 0:
@@ -113,6 +131,8 @@ class NaturalGradient(torch.optim.Optimizer):
             raise ValueError(f"ema_decay must lie in [0, 1), got {ema_decay}")
         if not 0 <= momentum < 1:
             raise ValueError(f"momentum must lie in [0, 1), got {momentum}")
+        if quadratic_model and momentum:
+            raise ValueError("quadratic_model=True chooses the momentum itself; pass momentum=0")
         if kl_clip is not None and not kl_clip > 0:
             raise ValueError(f"kl_clip must be > 0 or None, got {kl_clip}")
         for name, val in (("curvature_update_period", curvature_update_period),
@@ -142,10 +162,12 @@ class NaturalGradient(torch.optim.Optimizer):
         self.adaptive_damping, self.damping_adaptation_period = bool(adaptive_damping), int(damping_adaptation_period)
         self.damping_factor, self.min_damping = float(damping_factor), float(min_damping)
         self.kl_clip, self.cg_max_iter = kl_clip, int(cg_max_iter)
+        self.quadratic_model = bool(quadratic_model)
         p0 = self.param_groups[0]["params"][0]
         self._generator = torch.Generator(device=p0.device).manual_seed(int(seed))
         self.state[_KEY] = {"step": 0, "damping": float(damping), "curvature": None, "solver": None,
-                            "rng": None, "skipped": 0}
+                            "rng": None, "skipped": 0,
+                            "previous_step": None}
 
     # ------------------------------------------------------------ helpers
     @property
@@ -226,6 +248,18 @@ class NaturalGradient(torch.optim.Optimizer):
             kl = lr0 ** 2 * float(sum((delta[n] * grads[n]).sum() for n in names))
             if kl > self.kl_clip:
                 scale = math.sqrt(self.kl_clip / kl)
+        model_decrease = None
+        if self.quadratic_model:
+            space = space if space is not None else self._space(inputs, targets)
+            coef, model_decrease = self._quadratic_model(space, grads, delta, st)
+            if coef is None:
+                self._skip("the quadratic model of the step is not finite")
+                return loss
+            alpha, mu = coef
+            prev = st["previous_step"]
+            # the update is -lr * d, so d = -(alpha Delta + mu prev) = alpha (C + lambda I)^{-1} g - mu prev
+            delta = {n: alpha * delta[n] - (mu * prev[n] if mu else 0.0) for n in names}
+            scale = 1.0
         steps = {}
         for group in self.param_groups:
             for p in group["params"]:
@@ -241,15 +275,67 @@ class NaturalGradient(torch.optim.Optimizer):
                 steps[n] = -group["lr"] * d
                 p.add_(steps[n])
         st["step"] = k + 1
+        if self.quadratic_model:
+            st["previous_step"] = steps
         if self.adaptive_damping and (k + 1) % self.damping_adaptation_period == 0:
-            self._adapt_damping(closure, loss, grads, steps, st)
+            self._adapt_damping(closure, loss, grads, steps, st, model_decrease)
         return loss
 
-    def _adapt_damping(self, closure, loss, grads, steps, st):
-        r"""Levenberg–Marquardt: :math:`\rho = (\mathcal J(w+s) - \mathcal J(w)) / (g^Ts + \tfrac12 s^TCs)`."""
-        C = st["curvature"] if st["curvature"] is not None else st["solver"]
-        Cs = C.mv(steps)
-        q = float(sum((grads[n] * steps[n]).sum() + 0.5 * (steps[n] * Cs[n]).sum() for n in steps))
+    def _quadratic_model(self, space, grads, direction, st):
+        r"""Coefficients :math:`(\alpha, \mu)` minimising :math:`M(\alpha\Delta + \mu\delta_\text{prev})`, and a function of the lr-scaled step giving :math:`M`.
+
+        ``direction`` is :math:`(C+\lambda I)^{-1}g = -\Delta`.  With :math:`d_1 = \Delta`,
+        :math:`d_2 = \delta_\text{prev}`, :math:`H_{ij} = d_i^T(G+\lambda I)d_j`, :math:`b_i = g^Td_i`,
+        the minimiser solves :math:`Hc = -b` (the 1-D case when there is no previous step).
+        """
+        names = space.names
+        lam = st["damping"]
+        dirs = [{n: -direction[n] for n in names}]
+        if st["previous_step"] is not None:
+            dirs.append(st["previous_step"])
+        prim = {n: space.point[n].detach() for n in names}
+        with torch.enable_grad():
+            Jd = [torch.func.jvp(space.function, (prim,), ({n: d[n].to(prim[n]) for n in names},))
+                  for d in dirs]
+        z = Jd[0][0].detach()
+        Gz = [space.output_metric.mv(z, jd) for _, jd in Jd]
+        dot = lambda u, v: float(sum((u[n] * v[n]).sum() for n in names))  # noqa: E731
+        m = len(dirs)
+        H = torch.empty(m, m, dtype=torch.float64)
+        for i in range(m):
+            for j in range(i, m):
+                gij = float((Jd[i][1] * Gz[j]).sum()) / space.batch_size
+                H[i, j] = H[j, i] = gij + lam * dot(dirs[i], dirs[j])
+        b = torch.tensor([dot(grads, d) for d in dirs], dtype=torch.float64)
+        if not (bool(torch.isfinite(H).all()) and bool(torch.isfinite(b).all())):
+            return None, None
+        # a (nearly) parallel previous step makes H singular: fall back to the 1-D model
+        c = None
+        if m == 2 and float(torch.linalg.det(H)) > 1e-12 * float(H[0, 0] * H[1, 1]):
+            c = torch.linalg.solve(H, -b)
+        if c is None:
+            if not float(H[0, 0]) > 0:
+                return None, None
+            c = torch.tensor([-float(b[0]) / float(H[0, 0])] + [0.0] * (m - 1), dtype=torch.float64)
+        alpha, mu = float(c[0]), (float(c[1]) if m == 2 else 0.0)
+
+        def model_value(lr: float) -> float:
+            cc = lr * c
+            return float(b @ cc + 0.5 * cc @ H @ cc)
+        return (alpha, mu), model_value
+
+    def _adapt_damping(self, closure, loss, grads, steps, st, model_decrease=None):
+        r"""Levenberg–Marquardt: :math:`\rho = (\mathcal J(w+s) - \mathcal J(w)) / M(s)`, :math:`M` the quadratic model.
+
+        With ``quadratic_model`` :math:`M(s) = g^Ts + \tfrac12 s^T(G+\lambda I)s` under the exact
+        metric of the batch; otherwise :math:`g^Ts + \tfrac12 s^TCs` under the curvature :math:`C`.
+        """
+        if model_decrease is not None:
+            q = model_decrease(self.param_groups[0]["lr"])
+        else:
+            C = st["curvature"] if st["curvature"] is not None else st["solver"]
+            Cs = C.mv(steps)
+            q = float(sum((grads[n] * steps[n]).sum() + 0.5 * (steps[n] * Cs[n]).sum() for n in steps))
         with torch.enable_grad():
             new_loss = closure()
         if loss is None or new_loss is None or not q < 0:
