@@ -223,3 +223,37 @@ def test_cuda(curvature):
     assert all(p.is_cuda and bool(torch.isfinite(p).all()) for p in model.parameters())
     sd = opt.state_dict()
     opt.load_state_dict(sd)
+
+
+def test_quadratic_model_step_minimises_the_exact_model_over_the_span():
+    """Diagonal curvature gives the direction; step size and momentum minimise M under the dense jacrev metric."""
+    model = mlp()
+    X, y = data(12)
+    lam = 0.1
+    opt = ig.nn.NaturalGradient(model.parameters(), lr=1.0, curvature="diag", damping=lam, model=model,
+                                fisher="exact", quadratic_model=True, ema_decay=0.0)
+    prev = None
+    for it in range(3):
+        G = reference_metric(model, X, categorical_Gz) + lam * torch.eye(sum(p.numel() for p in model.parameters()),
+                                                                         dtype=torch.float64)
+        before = torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])
+        opt.step(closure_for(opt, model, X, y), inputs=X)
+        g = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+        step = torch.cat([p.detach().reshape(-1) for p in model.parameters()]) - before
+        Delta = -g / torch.diagonal(G)           # diag(G) + lam, since G already holds lam I
+        D = torch.stack([Delta] if prev is None else [Delta, prev], dim=1)
+        c = torch.linalg.solve(D.T @ G @ D, -(D.T @ g))
+        expected = D @ c
+        assert torch.allclose(step, expected, rtol=1e-8, atol=1e-12)
+        # the model value at the step is below the plain natural-gradient step's
+        M = lambda s: float(g @ s + 0.5 * s @ G @ s)  # noqa: E731
+        assert M(step) <= M(Delta) + 1e-12
+        if prev is not None:
+            assert abs(float(c[1])) > 1e-6  # the momentum coefficient is used, not zero
+        prev = step
+
+
+def test_quadratic_model_rejects_explicit_momentum():
+    model = mlp()
+    with pytest.raises(ValueError, match="momentum"):
+        ig.nn.NaturalGradient(model.parameters(), model=model, quadratic_model=True, momentum=0.9)
