@@ -67,6 +67,11 @@ _FISHER = {"mc": "mc", "true": "mc", "exact": "exact", "empirical": "empirical"}
 _KEY = "natural_gradient"
 
 
+def _all_finite(tensors) -> bool:
+    """Whether every entry of every tensor is finite (one reduction instead of one per tensor)."""
+    return bool(torch.isfinite(torch.cat([t.reshape(-1) for t in tensors])).all())
+
+
 class NaturalGradient(torch.optim.Optimizer):
     r"""Natural gradient with K-FAC, diagonal, block, dense or CG curvature.
 
@@ -96,7 +101,8 @@ class NaturalGradient(torch.optim.Optimizer):
         loss decrease with the quadratic model's, :math:`\rho`; multiply :math:`\lambda` by
         ``damping_factor`` if :math:`\rho > 3/4`, divide if :math:`\rho < 1/4`. Needs a closure.
     kl_clip : float, optional
-        Scale the step so that :math:`\eta^2\,\delta^T\nabla\mathcal J \le` ``kl_clip``.
+        Scale the step so that :math:`\eta^2\,\delta^T\nabla\mathcal J \le` ``kl_clip`` (with
+        ``quadratic_model``: the step's damped metric norm :math:`s^T(G+\lambda I)s \le` ``kl_clip``).
     momentum : float
         Heavy-ball momentum on the natural-gradient direction (must be 0 with ``quadratic_model``).
     quadratic_model : bool
@@ -213,7 +219,7 @@ class NaturalGradient(torch.optim.Optimizer):
         params = self._params()
         names = [self._names[id(p)] for p in params]
         grads = {n: (p.grad.detach() if p.grad is not None else torch.zeros_like(p)) for n, p in zip(names, params)}
-        if not all(bool(torch.isfinite(g).all()) for g in grads.values()):
+        if not _all_finite(grads.values()):
             self._skip("the gradient contains NaN or inf")
             return loss
         k = st["step"]
@@ -242,7 +248,7 @@ class NaturalGradient(torch.optim.Optimizer):
         except NotPositiveDefiniteError as exc:
             self._skip(f"the damped curvature could not be inverted ({exc})")
             return loss
-        if not all(bool(torch.isfinite(d).all()) for d in delta.values()):
+        if not _all_finite(delta.values()):
             self._skip("the natural-gradient direction contains NaN or inf")
             return loss
         # KL clipping: the step's predicted KL, lr^2 delta^T g, is at most kl_clip
@@ -254,11 +260,21 @@ class NaturalGradient(torch.optim.Optimizer):
                 scale = math.sqrt(self.kl_clip / kl)
         model_decrease = None
         if self.quadratic_model:
-            coef, model_decrease = self._quadratic_model(inputs, grads, delta, st)
-            if coef is None:
+            fit = self._quadratic_model(inputs, grads, delta, st)
+            if fit is None:
                 self._skip("the quadratic model of the step is not finite")
                 return loss
-            alpha, mu = coef
+            c, b, H = fit
+            lr0 = self.param_groups[0]["lr"]
+            # trust region: the step's damped metric norm, lr^2 c^T H c, is at most kl_clip
+            scale = 1.0
+            if self.kl_clip is not None:
+                kl = lr0 ** 2 * float(c @ H @ c)
+                if kl > self.kl_clip:
+                    scale = math.sqrt(self.kl_clip / kl)
+            cs = c * scale
+            model_decrease = lambda lr: float(lr * (b @ cs) + 0.5 * lr ** 2 * (cs @ H @ cs))  # noqa: E731
+            alpha, mu = float(cs[0]), (float(cs[1]) if len(cs) == 2 else 0.0)
             prev = st["previous_step"]
             # the update is -lr * d, so d = -(alpha Delta + mu prev) = alpha (C + lambda I)^{-1} g - mu prev
             delta = {n: alpha * delta[n] - (mu * prev[n] if mu else 0.0) for n in names}
@@ -302,12 +318,13 @@ class NaturalGradient(torch.optim.Optimizer):
         return primal, tangents
 
     def _quadratic_model(self, inputs, grads, direction, st):
-        r"""Coefficients :math:`(\alpha, \mu)` minimising :math:`M(\alpha\Delta + \mu\delta_\text{prev})`, and :math:`M` of the lr-scaled step.
+        r"""Coefficients :math:`c = (\alpha, \mu)` minimising :math:`M(\alpha\Delta + \mu\delta_\text{prev})`, with ``b`` and ``H``.
 
         ``direction`` is :math:`(C+\lambda I)^{-1}g = -\Delta`.  With :math:`d_1 = \Delta`,
         :math:`d_2 = \delta_\text{prev}`, :math:`H_{ij} = (Jd_i)^T G_z (Jd_j)/N + \lambda d_i^Td_j` and
         :math:`b_i = g^Td_i`, the minimiser solves :math:`Hc = -b` (1-D without a previous step,
-        or when the two directions are nearly parallel).  Returns ``(None, None)`` if not finite.
+        or when the two directions are nearly parallel), so :math:`M(c) = b^Tc + \tfrac12 c^THc`.
+        Returns ``(c, b, H)`` in float64, or ``None`` if the model is not finite.
         """
         names = list(grads)
         flat = lambda d: torch.cat([d[n].reshape(-1) for n in names])  # noqa: E731
@@ -315,30 +332,25 @@ class NaturalGradient(torch.optim.Optimizer):
         if st["previous_step"] is not None:
             dirs.append(st["previous_step"])
         z, Jd = self._output_tangents(inputs, dirs)
-        GJd = [self._output_metric.mv(z, jd) for jd in Jd]
-        D = torch.stack([flat(d) for d in dirs]).double()
+        Jd = torch.stack(Jd)                                   # (m, N, ..., k)
+        GJd = self._output_metric.mv(z.unsqueeze(0), Jd)
         m, N = len(dirs), z.shape[0]
-        H = torch.empty(m, m, dtype=torch.float64)
-        for i in range(m):
-            for j in range(i, m):
-                H[i, j] = H[j, i] = float((Jd[i] * GJd[j]).sum()) / N
-        H += st["damping"] * (D @ D.T)
-        b = D @ flat(grads).double()
-        if not (bool(torch.isfinite(H).all()) and bool(torch.isfinite(b).all())):
-            return None, None
-        c = None
-        if m == 2 and float(torch.linalg.det(H)) > 1e-12 * float(H[0, 0] * H[1, 1]):
-            c = torch.linalg.solve(H, -b)
-        if c is None:
-            if not float(H[0, 0]) > 0:
-                return None, None
-            c = torch.zeros(m, dtype=torch.float64)
-            c[0] = -b[0] / H[0, 0]
-
-        def model_value(lr: float) -> float:
-            cc = lr * c
-            return float(b @ cc + 0.5 * cc @ H @ cc)
-        return (float(c[0]), float(c[1]) if m == 2 else 0.0), model_value
+        D = torch.stack([flat(d) for d in dirs])
+        H = (Jd.reshape(m, -1) @ GJd.reshape(m, -1).T / N + st["damping"] * (D @ D.T)).double()
+        H = 0.5 * (H + H.T)
+        b = (D @ flat(grads)).double()
+        h, bb = H.tolist(), b.tolist()                        # the 2x2 algebra in Python floats: no tiny-op overhead
+        if not all(math.isfinite(x) for x in bb + sum(h, [])):
+            return None
+        det = h[0][0] * h[1][1] - h[0][1] ** 2 if m == 2 else 0.0
+        if m == 2 and det > 1e-12 * h[0][0] * h[1][1]:
+            c = [(-bb[0] * h[1][1] + bb[1] * h[0][1]) / det, (-bb[1] * h[0][0] + bb[0] * h[0][1]) / det]
+        elif h[0][0] > 0:
+            c = [-bb[0] / h[0][0]] + [0.0] * (m - 1)
+        else:
+            return None
+        c = torch.tensor(c, dtype=torch.float64)
+        return c, b, H
 
     def _adapt_damping(self, closure, loss, grads, steps, st, model_decrease=None):
         r"""Levenberg–Marquardt: :math:`\rho = (\mathcal J(w+s) - \mathcal J(w)) / M(s)`, :math:`M` the quadratic model.
