@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 import time
 from pathlib import Path
@@ -43,8 +44,10 @@ PROBLEMS = {
 METHODS = ("kfac", "adam", "sgd")
 #: fixed learning rates of the example (Adam's are the best of the benchmark's grid)
 DEFAULT_LR = {"classifier": {"adam": 3e-3, "sgd": 0.1}, "autoencoder": {"adam": 1e-2, "sgd": 0.03}}
-#: K-FAC settings: initial damping (adapted), curvature / inverse refresh period
-KFAC_OPTIONS = {"classifier": dict(damping=1.0, period=5), "autoencoder": dict(damping=1.0, period=5)}
+#: K-FAC settings: initial damping (Levenberg-Marquardt adapts it, down to min_damping: without a floor the
+#: mini-batch model is trusted ever more and the autoencoder eventually jumps), curvature / inverse refresh period
+KFAC_OPTIONS = {"classifier": dict(damping=1.0, min_damping=1e-3, period=5),
+                "autoencoder": dict(damping=1.0, min_damping=1e-3, period=5)}
 
 
 def load_digits(test_fraction: float = 0.2, seed: int = 0):
@@ -81,7 +84,7 @@ def make_optimizer(method: str, model: torch.nn.Module, problem: str, lr: Option
     if method == "kfac":
         opts = KFAC_OPTIONS[problem]
         return ig.nn.NaturalGradient(model.parameters(), lr=1.0 if lr is None else lr, curvature="kfac",
-                                     damping=opts["damping"], model=model,
+                                     damping=opts["damping"], min_damping=opts["min_damping"], model=model,
                                      output_metric=PROBLEMS[problem]["output_metric"], quadratic_model=True,
                                      adaptive_damping=True, ema_decay=0.95,
                                      curvature_update_period=opts["period"], inverse_update_period=opts["period"])
@@ -93,22 +96,22 @@ def make_optimizer(method: str, model: torch.nn.Module, problem: str, lr: Option
     raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
 
 
-def train(problem: str, method: str, X: torch.Tensor, y: torch.Tensor, iterations: int, batch: int,
-          seed: int = 0, lr: Optional[float] = None, target: Optional[float] = None,
-          eval_every: int = 1) -> Dict[str, Any]:
-    """Mini-batch training (batches drawn with replacement, seeded).
+def fit(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn, X: torch.Tensor, y: torch.Tensor,
+        iterations: int, batch: int, seed: int = 0, target: Optional[float] = None,
+        eval_every: int = 1) -> Dict[str, Any]:
+    """Mini-batch training of ``model`` on ``loss_fn(out, x, y)`` (batches drawn with replacement, seeded).
 
-    At the start and every ``eval_every`` iterations the loss on the whole training set is recorded with the
-    optimiser's cumulative wall time (the evaluations themselves are not timed).  With a
-    ``target`` training stops at the first evaluation whose loss is ``<= target``.
+    At the start and every ``eval_every`` iterations the loss on the whole training set is recorded
+    with the optimiser's cumulative wall time (the evaluations themselves are not timed).  With a
+    ``target`` training stops at the first evaluation whose loss is ``<= target``; a non-finite loss
+    stops it too.  :class:`~infogeo.nn.NaturalGradient` is given the batch (``inputs=``).
 
     Returns a dict with ``iteration``, ``loss``, ``time`` (lists) and ``model``.
     """
-    model = mlp(PROBLEMS[problem]["sizes"], seed)
-    opt = make_optimizer(method, model, problem, lr)
+    natural = isinstance(opt, ig.nn.NaturalGradient)
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
-        initial = float(loss(problem, model(X), X, y))
+        initial = float(loss_fn(model(X), X, y))
     rec: Dict[str, Any] = {"iteration": [0], "loss": [initial], "time": [0.0], "model": model}
     elapsed = 0.0
     for it in range(1, iterations + 1):
@@ -118,26 +121,36 @@ def train(problem: str, method: str, X: torch.Tensor, y: torch.Tensor, iteration
 
         def closure():
             opt.zero_grad()
-            value = loss(problem, model(xb), xb, yb)
+            value = loss_fn(model(xb), xb, yb)
             value.backward()
             return value
-        if method == "kfac":
+        if natural:
             opt.step(closure, inputs=xb)
         else:
             opt.step(closure)
         elapsed += time.perf_counter() - t0
         if it % eval_every == 0 or it == iterations:
             with torch.no_grad():
-                value = float(loss(problem, model(X), X, y))
+                value = float(loss_fn(model(X), X, y))
             rec["iteration"].append(it)
             rec["loss"].append(value)
             rec["time"].append(elapsed)
-            if not value == value or value == float("inf"):  # diverged: nothing more to learn from this run
-                logger.warning("%s/%s (lr=%s) diverged at iteration %d", problem, method, lr, it)
+            if not math.isfinite(value):  # diverged: nothing more to learn from this run
+                logger.warning("training diverged at iteration %d", it)
                 break
             if target is not None and value <= target:
                 break
     return rec
+
+
+def train(problem: str, method: str, X: torch.Tensor, y: torch.Tensor, iterations: int, batch: int,
+          seed: int = 0, lr: Optional[float] = None, target: Optional[float] = None,
+          eval_every: int = 1) -> Dict[str, Any]:
+    """Train ``problem``'s network (initialisation ``seed``) with ``method``; see :func:`fit`."""
+    model = mlp(PROBLEMS[problem]["sizes"], seed)
+    opt = make_optimizer(method, model, problem, lr)
+    return fit(model, opt, lambda out, xb, yb: loss(problem, out, xb, yb), X, y, iterations, batch, seed=seed,
+               target=target, eval_every=eval_every)
 
 
 def accuracy(model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor) -> float:
@@ -146,29 +159,32 @@ def accuracy(model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor) -> float:
         return float((model(X).argmax(1) == y).float().mean())
 
 
-def plot(results: Dict[str, Dict[str, Dict[str, Any]]], out: Path, title: str = "digits") -> list:
-    """Loss vs iteration and vs wall time, one PNG per problem; returns the paths."""
+def plot_curves(runs: Dict[str, Dict[str, Any]], path: Path, title: str) -> Path:
+    """One PNG: training loss against iterations (left) and optimiser wall time (right), one line per run."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for problem, runs in results.items():
-        fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-        for label, r in runs.items():
-            axes[0].semilogy(r["iteration"], r["loss"], label=label)
-            axes[1].semilogy(r["time"], r["loss"], label=label)
-        axes[0].set_xlabel("iteration")
-        axes[1].set_xlabel("optimiser wall time (s)")
-        axes[0].set_ylabel("training loss (whole training set)")
-        axes[0].legend(fontsize=8)
-        fig.suptitle(f"{title} {problem}: natural gradient (K-FAC) vs Adam vs SGD")
-        fig.tight_layout()
-        path = out / f"nn_digits_{problem}.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        paths.append(path)
-    return paths
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for label, r in runs.items():
+        axes[0].semilogy(r["iteration"], r["loss"], label=label)
+        axes[1].semilogy(r["time"], r["loss"], label=label)
+    axes[0].set_xlabel("iteration")
+    axes[1].set_xlabel("optimiser wall time (s)")
+    axes[0].set_ylabel("training loss (whole training set)")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot(results: Dict[str, Dict[str, Dict[str, Any]]], out: Path, title: str = "digits") -> list:
+    """:func:`plot_curves` per problem, ``out/nn_digits_<problem>.png``; returns the paths."""
+    return [plot_curves(runs, out / f"nn_digits_{problem}.png",
+                        f"{title} {problem}: natural gradient (K-FAC) vs Adam vs SGD")
+            for problem, runs in results.items()]
 
 
 def main(argv=None) -> Dict[str, Any]:
