@@ -40,7 +40,7 @@ _spec.loader.exec_module(nn_digits)
 
 #: Adam learning rates (half-decades around the optimum; 1e-4 and 3e-4 were far slower in exploration)
 ADAM_GRID = (1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2)
-SGD_GRID = (3e-2, 1e-1)
+SGD_GRID = (3e-2,)
 
 
 def first_reach(run: Dict[str, Any], target: float) -> Optional[Dict[str, float]]:
@@ -87,7 +87,7 @@ def main(argv=None) -> Dict[str, Any]:
     N = a.iterations or (100 if a.quick else 400)
     budget = int((a.budget or (6 if a.quick else 10)) * N)
     adam_grid = (5e-3, 1e-2, 2e-2) if a.quick else ADAM_GRID
-    sgd_grid = (3e-2,) if a.quick else SGD_GRID
+    sgd_grid = SGD_GRID
     eval_every = 5
     Xtr, ytr, Xte, yte = nn_digits.load_digits()
     t_start = time.perf_counter()

@@ -187,12 +187,18 @@ def plot(results: Dict[str, Dict[str, Dict[str, Any]]], out: Path, title: str = 
             for problem, runs in results.items()]
 
 
-def main(argv=None) -> Dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def example_args(doc: str, argv=None) -> argparse.Namespace:
+    """The examples' command line, ``--out DIR`` and ``--quick``; sets one torch thread (timings, fairness)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="figures", help="folder for the PNG figures (default: figures)")
     ap.add_argument("--quick", action="store_true", help="small sizes (a few seconds, for CI)")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
+    return a
+
+
+def main(argv=None) -> Dict[str, Any]:
+    a = example_args(__doc__, argv)
     Xtr, ytr, Xte, yte = load_digits()
     iters = {"classifier": 60 if a.quick else 300, "autoencoder": 100 if a.quick else 600}
     batch = 128 if a.quick else 256

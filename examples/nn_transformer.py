@@ -21,7 +21,6 @@ curves against iterations and wall time go to ``--out``.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Any, Dict
@@ -31,7 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import infogeo as ig  # noqa: E402
-from nn_digits import accuracy, fit, plot_curves  # noqa: E402
+from nn_digits import accuracy, example_args, fit, plot_curves  # noqa: E402
 
 F = torch.nn.functional
 METHODS = ("cg", "kfac", "adam")
@@ -93,11 +92,7 @@ def make_optimizer(method: str, model: torch.nn.Module):
 
 
 def main(argv=None) -> Dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="figures", help="folder for the PNG figure (default: figures)")
-    ap.add_argument("--quick", action="store_true", help="small sizes (a few seconds, for CI)")
-    a = ap.parse_args(argv)
-    torch.set_num_threads(1)
+    a = example_args(__doc__, argv)
     vocab, length = 12, 4
     X, y = repeated_token_task(2000, vocab, length, seed=0)
     Xte, yte = repeated_token_task(1000, vocab, length, seed=1)
