@@ -223,7 +223,6 @@ class NaturalGradient(torch.optim.Optimizer):
             self._skip("the gradient contains NaN or inf")
             return loss
         k = st["step"]
-        space = None
         if self.kind == "implicit":
             space = self._space(inputs, targets)
             st["solver"] = self._new_curvature(space)
@@ -251,13 +250,7 @@ class NaturalGradient(torch.optim.Optimizer):
         if not _all_finite(delta.values()):
             self._skip("the natural-gradient direction contains NaN or inf")
             return loss
-        # KL clipping: the step's predicted KL, lr^2 delta^T g, is at most kl_clip
-        scale = 1.0
-        if self.kl_clip is not None:
-            lr0 = self.param_groups[0]["lr"]
-            kl = lr0 ** 2 * float(sum((delta[n] * grads[n]).sum() for n in names))
-            if kl > self.kl_clip:
-                scale = math.sqrt(self.kl_clip / kl)
+        lr0 = self.param_groups[0]["lr"]
         model_decrease = None
         if self.quadratic_model:
             fit = self._quadratic_model(inputs, grads, delta, st)
@@ -265,20 +258,17 @@ class NaturalGradient(torch.optim.Optimizer):
                 self._skip("the quadratic model of the step is not finite")
                 return loss
             c, b, H = fit
-            lr0 = self.param_groups[0]["lr"]
             # trust region: the step's damped metric norm, lr^2 c^T H c, is at most kl_clip
-            scale = 1.0
-            if self.kl_clip is not None:
-                kl = lr0 ** 2 * float(c @ H @ c)
-                if kl > self.kl_clip:
-                    scale = math.sqrt(self.kl_clip / kl)
-            cs = c * scale
-            model_decrease = lambda lr: float(lr * (b @ cs) + 0.5 * lr ** 2 * (cs @ H @ cs))  # noqa: E731
-            alpha, mu = float(cs[0]), (float(cs[1]) if len(cs) == 2 else 0.0)
+            c = c * self._clip_scale(lr0 ** 2 * float(c @ H @ c))
+            model_decrease = lambda lr: float(lr * (b @ c) + 0.5 * lr ** 2 * (c @ H @ c))  # noqa: E731
+            alpha, mu = float(c[0]), (float(c[1]) if len(c) == 2 else 0.0)
             prev = st["previous_step"]
             # the update is -lr * d, so d = -(alpha Delta + mu prev) = alpha (C + lambda I)^{-1} g - mu prev
             delta = {n: alpha * delta[n] - (mu * prev[n] if mu else 0.0) for n in names}
             scale = 1.0
+        else:
+            # KL clipping: the step's predicted KL, lr^2 delta^T g, is at most kl_clip
+            scale = self._clip_scale(lr0 ** 2 * float(sum((delta[n] * grads[n]).sum() for n in names)))
         steps = {}
         for group in self.param_groups:
             for p in group["params"]:
@@ -299,6 +289,12 @@ class NaturalGradient(torch.optim.Optimizer):
         if self.adaptive_damping and (k + 1) % self.damping_adaptation_period == 0:
             self._adapt_damping(closure, loss, grads, steps, st, model_decrease)
         return loss
+
+    def _clip_scale(self, kl: float) -> float:
+        """Factor that shortens a step of predicted KL ``kl`` to ``kl_clip`` (1 without clipping)."""
+        if self.kl_clip is None or not kl > self.kl_clip:
+            return 1.0
+        return math.sqrt(self.kl_clip / kl)
 
     def _output_tangents(self, inputs, dirs: List[Dict[str, torch.Tensor]]):
         r"""Outputs :math:`z` on the batch and the forward-mode products :math:`J d` for each direction ``d``.
