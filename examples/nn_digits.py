@@ -159,8 +159,12 @@ def accuracy(model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor) -> float:
         return float((model(X).argmax(1) == y).float().mean())
 
 
-def plot_curves(runs: Dict[str, Dict[str, Any]], path: Path, title: str) -> Path:
-    """One PNG: training loss against iterations (left) and optimiser wall time (right), one line per run."""
+def plot_curves(runs: Dict[str, Dict[str, Any]], path: Path, title: str, target: Optional[float] = None,
+                zoom: Optional[float] = None) -> Path:
+    """One PNG: training loss against iterations (left) and optimiser wall time (right), one line per run.
+
+    ``target`` draws a horizontal line; ``zoom`` limits the loss axis to ``[min, zoom * min]``.
+    """
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -169,6 +173,12 @@ def plot_curves(runs: Dict[str, Dict[str, Any]], path: Path, title: str) -> Path
     for label, r in runs.items():
         axes[0].semilogy(r["iteration"], r["loss"], label=label)
         axes[1].semilogy(r["time"], r["loss"], label=label)
+    lowest = min(min(r["loss"]) for r in runs.values())
+    for ax in axes:
+        if target is not None:
+            ax.axhline(target, color="gray", linestyle=":", linewidth=1)
+        if zoom is not None and lowest > 0:
+            ax.set_ylim(0.98 * lowest, zoom * lowest)
     axes[0].set_xlabel("iteration")
     axes[1].set_xlabel("optimiser wall time (s)")
     axes[0].set_ylabel("training loss (whole training set)")
@@ -180,10 +190,14 @@ def plot_curves(runs: Dict[str, Dict[str, Any]], path: Path, title: str) -> Path
     return path
 
 
-def plot(results: Dict[str, Dict[str, Dict[str, Any]]], out: Path, title: str = "digits") -> list:
-    """:func:`plot_curves` per problem, ``out/nn_digits_<problem>.png``; returns the paths."""
+def plot(results: Dict[str, Dict[str, Dict[str, Any]]], out: Path, title: str = "digits",
+         target: Optional[float] = None) -> list:
+    """:func:`plot_curves` per problem, ``out/nn_digits_<problem>.png`` (autoencoder zoomed on its
+    interesting range, ``target`` drawn there); returns the paths."""
     return [plot_curves(runs, out / f"nn_digits_{problem}.png",
-                        f"{title} {problem}: natural gradient (K-FAC) vs Adam vs SGD")
+                        f"{title} {problem}: natural gradient (K-FAC) vs Adam vs SGD",
+                        target=target if problem == "autoencoder" else None,
+                        zoom=2.0 if problem == "autoencoder" else None)
             for problem, runs in results.items()]
 
 

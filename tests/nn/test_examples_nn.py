@@ -1,4 +1,5 @@
 """The network examples run in their --quick mode, draw their figures and show what they claim."""
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -20,3 +21,22 @@ def test_nn_transformer_quick(tmp_path):
     kinds = res["kfac_blocks"]
     assert {kinds["q.weight"], kinds["out.weight"]} == {"kfac"}
     assert {kinds["emb.weight"], kinds["ln.weight"], kinds["mix.proj"]} == {"diag"}
+
+
+def test_training_benchmark_smoke(tmp_path):
+    """The benchmark's bookkeeping on a tiny run: targets, first-reach iterations, ratios and their bounds."""
+    pytest.importorskip("sklearn")
+    spec = importlib.util.spec_from_file_location(
+        "_nn_training", Path(__file__).resolve().parents[2] / "benchmarks" / "nn_training.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    res = bench.main(["--quick", "--iterations", "20", "--budget", "3", "--batch", "64", "--out", str(tmp_path)])
+    (row,) = res["rows"]
+    assert 0 < row["kfac_iterations"] <= 20
+    if row["adam_reached"]:
+        assert row["adam_iterations"] <= 60
+        assert row["iteration_ratio"] == pytest.approx(row["adam_iterations"] / row["kfac_iterations"])
+    else:
+        assert row["iteration_ratio"] == pytest.approx(60 / row["kfac_iterations"])
+    assert 0 <= res["classifier_test_accuracy"] <= 1
+    assert len(list(tmp_path.glob("*.png"))) == 2
