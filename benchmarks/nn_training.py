@@ -99,7 +99,7 @@ def main(argv=None) -> Dict[str, Any]:
     print(f"autoencoder 64-48-24-8-24-48-64, batch {a.batch}, K-FAC {N} iterations, Adam/SGD budget {budget}, "
           f"loss evaluated every {eval_every} iterations, 1 thread")
     print(f"{'seed':>4} {'target':>8} | {'K-FAC it':>8} {'s':>6} | {'Adam lr':>7} {'it':>6} {'s':>6} | "
-          f"{'SGD lr':>6} {'it':>6} | {'it ratio':>8} {'time ratio':>10}")
+          f"{'SGD lr':>6} {'it':>6} {'s':>6} | {'it ratio':>8} {'time ratio':>10}")
     for seed in seeds:
         kfac = nn_digits.train("autoencoder", "kfac", Xtr, ytr, N, a.batch, seed=seed, eval_every=eval_every)
         target = kfac["loss"][-1]
@@ -112,13 +112,15 @@ def main(argv=None) -> Dict[str, Any]:
         row = {"seed": seed, "target": target, "kfac_iterations": k["iterations"], "kfac_time": k["time"],
                "adam_lr": adam["lr"], "adam_iterations": n_adam, "adam_time": t_adam, "adam_reached": not bound,
                "sgd_lr": sgd["lr"], "sgd_iterations": None if sgd["reach"] is None else sgd["reach"]["iterations"],
+               "sgd_time": None if sgd["reach"] is None else sgd["reach"]["time"],
                "iteration_ratio": n_adam / k["iterations"], "time_ratio": t_adam / k["time"],
                "adam_iterations_per_lr": {lr: (None if v["reach"] is None else v["reach"]["iterations"])
                                           for lr, v in adam["per_lr"].items()}}
         rows.append(row)
-        sgd_it = "-" if row["sgd_iterations"] is None else str(row["sgd_iterations"])
+        sgd_it = f">{budget}" if row["sgd_iterations"] is None else str(row["sgd_iterations"])
+        sgd_t = f">{sgd['budget_time']:.2f}" if row["sgd_time"] is None else f"{row['sgd_time']:.2f}"
         print(f"{seed:>4} {target:8.3f} | {k['iterations']:>8} {k['time']:6.2f} | {adam['lr']:7.0e} "
-              f"{(('>' if bound else '') + str(n_adam)):>6} {t_adam:6.2f} | {sgd['lr']:6.0e} {sgd_it:>6} | "
+              f"{(('>' if bound else '') + str(n_adam)):>6} {(('>' if bound else '') + f'{t_adam:.2f}'):>6} | {sgd['lr']:6.0e} {sgd_it:>6} {sgd_t:>6} | "
               f"{fmt_ratio(row['iteration_ratio'], bound):>8} {fmt_ratio(row['time_ratio'], bound):>10}")
         print("       Adam iterations to target per lr: " + ", ".join(
             f"{lr:g}: {'-' if n is None else n}" for lr, n in row["adam_iterations_per_lr"].items()))
