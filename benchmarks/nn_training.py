@@ -80,14 +80,14 @@ def main(argv=None) -> Dict[str, Any]:
     ap.add_argument("--out", default=None, help="folder for the loss-curve PNGs")
     ap.add_argument("--seeds", type=int, nargs="*", default=None)
     ap.add_argument("--iterations", type=int, default=None, help="K-FAC iterations N (default 400, quick 100)")
-    ap.add_argument("--budget", type=float, default=None, help="Adam/SGD budget in units of N (default 10, quick 6)")
+    ap.add_argument("--budget", type=float, default=None, help="Adam/SGD budget in units of N (default 15, quick 6)")
     ap.add_argument("--batch", type=int, default=512)
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(1)
     seeds = a.seeds if a.seeds is not None else ([0] if a.quick else [0, 1, 2])
     N = a.iterations or (100 if a.quick else 400)
-    budget = int((a.budget or (6 if a.quick else 10)) * N)
+    budget = int((a.budget or (6 if a.quick else 15)) * N)
     adam_grid = (5e-3, 1e-2, 2e-2) if a.quick else ADAM_GRID
     sgd_grid = SGD_GRID
     eval_every = 5
