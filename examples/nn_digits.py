@@ -15,7 +15,7 @@ Adam and SGD with momentum use fixed learning rates (``benchmarks/nn_training.py
 tunes Adam over a grid).  Training-loss curves against iterations and against
 optimiser wall time (loss evaluations excluded) are written as PNG files.
 
-    python examples/nn_digits.py --out figures           # default sizes (about a minute on one CPU thread)
+    python examples/nn_digits.py --out figures           # default sizes (about 20 s on one CPU thread)
     python examples/nn_digits.py --quick --out figures   # a few seconds
 """
 from __future__ import annotations

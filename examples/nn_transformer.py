@@ -14,9 +14,12 @@ some token occurs twice (about half the sequences do).
 
 Both natural-gradient runs take step size and momentum from the damped quadratic
 model with Levenberg–Marquardt damping and a trust region (``kl_clip``).  Training-loss
-curves against iterations and wall time go to ``--out``.
+curves against iterations and wall time go to ``--out``.  Measured here (150 iterations):
+training loss 0.744 → 0.442 (CG), 0.541 (K-FAC/diagonal), 0.605 (Adam); test accuracy 0.757,
+0.736, 0.698.  Per iteration natural gradient wins; per second it does not on a model this
+small (CG about 60 ms an iteration, K-FAC 9 ms, Adam 1.3 ms on one CPU thread).
 
-    python examples/nn_transformer.py --out figures           # about a minute on one CPU thread
+    python examples/nn_transformer.py --out figures           # about 15 s on one CPU thread
     python examples/nn_transformer.py --quick --out figures   # a few seconds
 """
 from __future__ import annotations
