@@ -212,13 +212,15 @@ def test_tiny_transformer_trains(curvature):
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("curvature", ["kfac", "diag", "cg"])
-def test_cuda(curvature):
+@pytest.mark.parametrize("curvature,quadratic", [("kfac", False), ("diag", False), ("cg", False), ("kfac", True)])
+def test_cuda(curvature, quadratic):
     torch.manual_seed(0)
     model = mlp(sizes=(4, 16, 3)).float().cuda()
     X, y = data(64, dtype=torch.float32)
     X, y = X.cuda(), y.cuda()
-    opt = ig.nn.NaturalGradient(model.parameters(), lr=0.1, curvature=curvature, damping=1e-2, model=model)
+    opt = ig.nn.NaturalGradient(model.parameters(), lr=1.0 if quadratic else 0.1, curvature=curvature, damping=1e-2,
+                                model=model, quadratic_model=quadratic, adaptive_damping=quadratic,
+                                damping_adaptation_period=1)
     for _ in range(3):
         opt.step(closure_for(opt, model, X, y), inputs=X)
     assert all(p.is_cuda and bool(torch.isfinite(p).all()) for p in model.parameters())

@@ -332,9 +332,9 @@ class NaturalGradient(torch.optim.Optimizer):
         GJd = self._output_metric.mv(z.unsqueeze(0), Jd)
         m, N = len(dirs), z.shape[0]
         D = torch.stack([flat(d) for d in dirs])
-        H = (Jd.reshape(m, -1) @ GJd.reshape(m, -1).T / N + st["damping"] * (D @ D.T)).double()
+        H = (Jd.reshape(m, -1) @ GJd.reshape(m, -1).T / N + st["damping"] * (D @ D.T)).double().cpu()
         H = 0.5 * (H + H.T)
-        b = (D @ flat(grads)).double()
+        b = (D @ flat(grads)).double().cpu()
         h, bb = H.tolist(), b.tolist()                        # the 2x2 algebra in Python floats: no tiny-op overhead
         if not all(math.isfinite(x) for x in bb + sum(h, [])):
             return None
