@@ -28,9 +28,11 @@ def test_nn_digits_example_trains_and_draws(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("sklearn")
     pytest.importorskip("matplotlib")
-    res = load("nn_digits").run(full=False, out=tmp_path, quiet=True)
+    res = load("nn_digits").main(["--quick", "--out", str(tmp_path)])
     pngs = sorted(tmp_path.glob("nn_digits_*.png"))
     assert len(pngs) == 2 and all(p.stat().st_size > 10_000 for p in pngs)
-    assert res[("classifier", "kfac")]["test_accuracy"] >= 0.97
-    # natural gradient ends lower than Adam on the autoencoder at the same iteration budget
-    assert res[("autoencoder", "kfac")]["loss"][-1] < res[("autoencoder", "adam")]["loss"][-1]
+    # quick sizes (60 iterations): K-FAC's classifier is already above 94 % on the held-out digits
+    assert res["classifier_kfac_test_accuracy"] >= 0.94
+    # the autoencoder: K-FAC leaves the mean-image plateau (about 27) that Adam and SGD still sit on
+    assert res["autoencoder_kfac_loss"] < 0.5 * res["autoencoder_kfac_initial_loss"]
+    assert res["autoencoder_kfac_loss"] < 0.85 * min(res["autoencoder_adam_loss"], res["autoencoder_sgd_loss"])

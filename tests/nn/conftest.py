@@ -1,4 +1,7 @@
 """Small float64 networks and an independent dense reference for the pullback metric."""
+import importlib.util
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -55,36 +58,17 @@ class TinyConv(torch.nn.Module):
         return self.fc(torch.tanh(self.conv(x)).flatten(1))
 
 
-class Scale(torch.nn.Module):
-    """A custom module using its parameter directly (no Linear inside)."""
-
-    def __init__(self, d):
-        super().__init__()
-        self.gain = torch.nn.Parameter(torch.linspace(0.5, 1.5, d))
-        self.proj = torch.nn.Parameter(torch.randn(d, d) / d ** 0.5)
-
-    def forward(self, h):
-        return torch.nn.functional.linear(h * self.gain, self.proj)
+def _load_example(name):
+    path = Path(__file__).resolve().parents[2] / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_example_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-class TinyTransformer(torch.nn.Module):
-    """Embedding, LayerNorm, single-head self-attention with Linear projections, mean-pooled classifier."""
-
-    def __init__(self, vocab=7, d=4, classes=3):
-        super().__init__()
-        self.emb = torch.nn.Embedding(vocab, d)
-        self.ln = torch.nn.LayerNorm(d)
-        self.q = torch.nn.Linear(d, d)
-        self.k = torch.nn.Linear(d, d, bias=False)
-        self.v = torch.nn.Linear(d, d)
-        self.mix = Scale(d)
-        self.out = torch.nn.Linear(d, classes)
-
-    def forward(self, tokens):
-        h = self.ln(self.emb(tokens))
-        att = torch.softmax(self.q(h) @ self.k(h).transpose(1, 2) / h.shape[-1] ** 0.5, -1)
-        h = h + self.mix(att @ self.v(h))
-        return self.out(h.mean(1))
+# one definition of the tiny transformer (Embedding, LayerNorm, attention, a custom module): the example's
+_transformer_example = _load_example("nn_transformer")
+Scale, TinyTransformer = _transformer_example.Scale, _transformer_example.TinyTransformer
 
 
 @pytest.fixture

@@ -67,10 +67,11 @@ def run(model, opt, steps, seed=1):
         opt.step(closure_for(opt, model, X, y), inputs=X)
 
 
-@pytest.mark.parametrize("curvature", ["kfac", "diag", "dense"])
-def test_state_dict_exact_resume(curvature):
-    kw = dict(lr=0.1, curvature=curvature, damping=1e-2, fisher="mc", momentum=0.5, ema_decay=0.9,
-              curvature_update_period=2, inverse_update_period=3, kl_clip=1e-2, seed=3)
+@pytest.mark.parametrize("curvature,quadratic", [("kfac", False), ("diag", False), ("dense", False), ("kfac", True)])
+def test_state_dict_exact_resume(curvature, quadratic):
+    kw = dict(lr=0.1, curvature=curvature, damping=1e-2, fisher="mc", momentum=0.0 if quadratic else 0.5,
+              ema_decay=0.9, curvature_update_period=2, inverse_update_period=3, kl_clip=1e-2, seed=3,
+              quadratic_model=quadratic, adaptive_damping=quadratic, damping_adaptation_period=2)
     a = mlp()
     opt_a = ig.nn.NaturalGradient(a.parameters(), model=a, **kw)
     run(a, opt_a, 4)
@@ -211,15 +212,70 @@ def test_tiny_transformer_trains(curvature):
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("curvature", ["kfac", "diag", "cg"])
-def test_cuda(curvature):
+@pytest.mark.parametrize("curvature,quadratic", [("kfac", False), ("diag", False), ("cg", False), ("kfac", True)])
+def test_cuda(curvature, quadratic):
     torch.manual_seed(0)
     model = mlp(sizes=(4, 16, 3)).float().cuda()
     X, y = data(64, dtype=torch.float32)
     X, y = X.cuda(), y.cuda()
-    opt = ig.nn.NaturalGradient(model.parameters(), lr=0.1, curvature=curvature, damping=1e-2, model=model)
+    opt = ig.nn.NaturalGradient(model.parameters(), lr=1.0 if quadratic else 0.1, curvature=curvature, damping=1e-2,
+                                model=model, quadratic_model=quadratic, adaptive_damping=quadratic,
+                                damping_adaptation_period=1)
     for _ in range(3):
         opt.step(closure_for(opt, model, X, y), inputs=X)
     assert all(p.is_cuda and bool(torch.isfinite(p).all()) for p in model.parameters())
     sd = opt.state_dict()
     opt.load_state_dict(sd)
+
+
+def test_quadratic_model_step_minimises_the_exact_model_over_the_span():
+    """Diagonal curvature gives the direction; step size and momentum minimise M under the dense jacrev metric."""
+    model = mlp()
+    X, y = data(12)
+    lam = 0.1
+    opt = ig.nn.NaturalGradient(model.parameters(), lr=1.0, curvature="diag", damping=lam, model=model,
+                                fisher="exact", quadratic_model=True, ema_decay=0.0)
+    prev = None
+    for it in range(3):
+        G = reference_metric(model, X, categorical_Gz) + lam * torch.eye(sum(p.numel() for p in model.parameters()),
+                                                                         dtype=torch.float64)
+        before = torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])
+        opt.step(closure_for(opt, model, X, y), inputs=X)
+        g = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+        step = torch.cat([p.detach().reshape(-1) for p in model.parameters()]) - before
+        Delta = -g / torch.diagonal(G)           # diag(G) + lam, since G already holds lam I
+        D = torch.stack([Delta] if prev is None else [Delta, prev], dim=1)
+        c = torch.linalg.solve(D.T @ G @ D, -(D.T @ g))
+        expected = D @ c
+        assert torch.allclose(step, expected, rtol=1e-8, atol=1e-12)
+        # the model value at the step is below the plain natural-gradient step's
+        M = lambda s: float(g @ s + 0.5 * s @ G @ s)  # noqa: E731
+        assert M(step) <= M(Delta) + 1e-12
+        if prev is not None:
+            assert abs(float(c[1])) > 1e-6  # the momentum coefficient is used, not zero
+        prev = step
+
+
+def test_quadratic_model_rejects_explicit_momentum():
+    model = mlp()
+    with pytest.raises(ValueError, match="momentum"):
+        ig.nn.NaturalGradient(model.parameters(), model=model, quadratic_model=True, momentum=0.9)
+
+
+def test_quadratic_model_trust_region():
+    """With kl_clip the model's step is shortened until s^T (G + lambda I) s equals kl_clip (dense jacrev G)."""
+    model = mlp()
+    X, y = data(16)
+    lam = 1e-3
+    opt = ig.nn.NaturalGradient(model.parameters(), lr=1.0, curvature="dense", damping=lam, model=model,
+                                fisher="exact", quadratic_model=True, kl_clip=1e-4)
+    G = reference_metric(model, X, categorical_Gz)
+    G = G + lam * torch.eye(G.shape[0], dtype=G.dtype)
+    before = torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])
+    opt.step(closure_for(opt, model, X, y), inputs=X)
+    g = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    s = torch.cat([p.detach().reshape(-1) for p in model.parameters()]) - before
+    full = -torch.linalg.solve(G, g)       # the unclipped minimiser of the model (exact curvature: alpha = 1)
+    assert float(full @ G @ full) > 1e-3
+    assert abs(float(s @ G @ s) - 1e-4) < 1e-9
+    assert torch.allclose(s / s.norm(), full / full.norm(), atol=1e-8)

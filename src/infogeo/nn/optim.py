@@ -26,6 +26,19 @@ before each curvature computation returns)::
 
 The closure may be omitted (gradients already in ``.grad``) unless
 ``adaptive_damping=True``, which re-evaluates the loss after the step.
+
+``quadratic_model=True`` is the classic K-FAC recipe (Martens & Grosse 2015,
+Sec. 6–7): the step :math:`\delta = \alpha\Delta + \mu\delta_\text{prev}` minimises the
+damped quadratic model of the loss,
+
+.. math:: M(\delta) = g^T\delta + \tfrac12\,\delta^T (G + \lambda I)\,\delta,
+
+over the span of the natural-gradient direction :math:`\Delta = -(C+\lambda I)^{-1}g`
+and the previous step, with the *exact* pullback metric :math:`G` of the batch
+(two forward-mode products :math:`J\Delta, J\delta_\text{prev}`, since
+:math:`u^TGv = (Ju)^T G_z (Jv)/N`).  Step size and momentum then come from the
+model instead of being tuned, and with ``adaptive_damping`` the Levenberg–Marquardt
+ratio compares the loss decrease with this :math:`M(\delta)`.
 The curvature costs one extra forward and one (batched) backward pass every
 ``curvature_update_period`` steps.
 """
@@ -37,9 +50,12 @@ import warnings
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import torch
+import torch.autograd.forward_ad as fwAD
+from torch.func import functional_call
 
 from ..linalg import NotPositiveDefiniteError
-from .space import ParameterSpace
+from .output_metrics import output_metric as _resolve_output_metric
+from .space import ParameterSpace, _as_args
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +65,11 @@ _CURVATURES = {"kfac": "kfac", "diag": "diag", "diagonal": "diag", "block": "blo
                "cg": "implicit", "implicit": "implicit"}
 _FISHER = {"mc": "mc", "true": "mc", "exact": "exact", "empirical": "empirical"}
 _KEY = "natural_gradient"
+
+
+def _all_finite(tensors) -> bool:
+    """Whether every entry of every tensor is finite (one reduction instead of one per tensor)."""
+    return bool(torch.isfinite(torch.cat([t.reshape(-1) for t in tensors])).all())
 
 
 class NaturalGradient(torch.optim.Optimizer):
@@ -80,9 +101,14 @@ class NaturalGradient(torch.optim.Optimizer):
         loss decrease with the quadratic model's, :math:`\rho`; multiply :math:`\lambda` by
         ``damping_factor`` if :math:`\rho > 3/4`, divide if :math:`\rho < 1/4`. Needs a closure.
     kl_clip : float, optional
-        Scale the step so that :math:`\eta^2\,\delta^T\nabla\mathcal J \le` ``kl_clip``.
+        Scale the step so that :math:`\eta^2\,\delta^T\nabla\mathcal J \le` ``kl_clip`` (with
+        ``quadratic_model``: the step's damped metric norm :math:`s^T(G+\lambda I)s \le` ``kl_clip``).
     momentum : float
-        Heavy-ball momentum on the natural-gradient direction.
+        Heavy-ball momentum on the natural-gradient direction (must be 0 with ``quadratic_model``).
+    quadratic_model : bool
+        Choose step size and momentum by minimising :math:`M(\alpha\Delta + \mu\delta_\text{prev})`
+        under the exact metric of the batch (module docstring); ``lr`` then multiplies the
+        model's minimiser (``lr=1`` is the classic recipe).
     cg_max_iter : int
         CG iterations for ``curvature="cg"``.
     seed : int
@@ -100,7 +126,8 @@ class NaturalGradient(torch.optim.Optimizer):
                  samples: int = 1, ema_decay: float = 0.95, curvature_update_period: int = 1,
                  inverse_update_period: int = 1, adaptive_damping: bool = False,
                  damping_adaptation_period: int = 5, damping_factor: float = 0.95 ** 5, min_damping: float = 1e-8,
-                 kl_clip: Optional[float] = None, momentum: float = 0.0, cg_max_iter: int = 20, seed: int = 0):
+                 kl_clip: Optional[float] = None, momentum: float = 0.0, quadratic_model: bool = False,
+                 cg_max_iter: int = 20, seed: int = 0):
         if not lr > 0:
             raise ValueError(f"lr must be > 0, got {lr}")
         if not damping > 0:
@@ -113,6 +140,8 @@ class NaturalGradient(torch.optim.Optimizer):
             raise ValueError(f"ema_decay must lie in [0, 1), got {ema_decay}")
         if not 0 <= momentum < 1:
             raise ValueError(f"momentum must lie in [0, 1), got {momentum}")
+        if quadratic_model and momentum:
+            raise ValueError("quadratic_model=True chooses the momentum itself; pass momentum=0")
         if kl_clip is not None and not kl_clip > 0:
             raise ValueError(f"kl_clip must be > 0 or None, got {kl_clip}")
         for name, val in (("curvature_update_period", curvature_update_period),
@@ -135,6 +164,7 @@ class NaturalGradient(torch.optim.Optimizer):
             raise ValueError("NaturalGradient got no parameters with requires_grad=True")
         self.model = model
         self.output_metric = output_metric
+        self._output_metric = _resolve_output_metric(output_metric)
         self.kind = _CURVATURES[str(curvature).lower()]
         self.fisher = _FISHER[str(fisher).lower()]
         self.samples, self.ema_decay = int(samples), float(ema_decay)
@@ -142,10 +172,12 @@ class NaturalGradient(torch.optim.Optimizer):
         self.adaptive_damping, self.damping_adaptation_period = bool(adaptive_damping), int(damping_adaptation_period)
         self.damping_factor, self.min_damping = float(damping_factor), float(min_damping)
         self.kl_clip, self.cg_max_iter = kl_clip, int(cg_max_iter)
+        self.quadratic_model = bool(quadratic_model)
         p0 = self.param_groups[0]["params"][0]
         self._generator = torch.Generator(device=p0.device).manual_seed(int(seed))
         self.state[_KEY] = {"step": 0, "damping": float(damping), "curvature": None, "solver": None,
-                            "rng": None, "skipped": 0}
+                            "rng": None, "skipped": 0,
+                            "previous_step": None}
 
     # ------------------------------------------------------------ helpers
     @property
@@ -157,7 +189,7 @@ class NaturalGradient(torch.optim.Optimizer):
         return [p for g in self.param_groups for p in g["params"] if p.requires_grad]
 
     def _space(self, inputs, targets) -> ParameterSpace:
-        return ParameterSpace(self.model, self.output_metric, data=inputs, targets=targets,
+        return ParameterSpace(self.model, self._output_metric, data=inputs, targets=targets,
                               params=[self._names[id(p)] for p in self._params()], cg_max_iter=self.cg_max_iter)
 
     def _new_curvature(self, space):
@@ -187,11 +219,10 @@ class NaturalGradient(torch.optim.Optimizer):
         params = self._params()
         names = [self._names[id(p)] for p in params]
         grads = {n: (p.grad.detach() if p.grad is not None else torch.zeros_like(p)) for n, p in zip(names, params)}
-        if not all(bool(torch.isfinite(g).all()) for g in grads.values()):
+        if not _all_finite(grads.values()):
             self._skip("the gradient contains NaN or inf")
             return loss
         k = st["step"]
-        space = None
         if self.kind == "implicit":
             space = self._space(inputs, targets)
             st["solver"] = self._new_curvature(space)
@@ -216,16 +247,28 @@ class NaturalGradient(torch.optim.Optimizer):
         except NotPositiveDefiniteError as exc:
             self._skip(f"the damped curvature could not be inverted ({exc})")
             return loss
-        if not all(bool(torch.isfinite(d).all()) for d in delta.values()):
+        if not _all_finite(delta.values()):
             self._skip("the natural-gradient direction contains NaN or inf")
             return loss
-        # KL clipping: the step's predicted KL, lr^2 delta^T g, is at most kl_clip
-        scale = 1.0
-        if self.kl_clip is not None:
-            lr0 = self.param_groups[0]["lr"]
-            kl = lr0 ** 2 * float(sum((delta[n] * grads[n]).sum() for n in names))
-            if kl > self.kl_clip:
-                scale = math.sqrt(self.kl_clip / kl)
+        lr0 = self.param_groups[0]["lr"]
+        model_decrease = None
+        if self.quadratic_model:
+            fit = self._quadratic_model(inputs, grads, delta, st)
+            if fit is None:
+                self._skip("the quadratic model of the step is not finite")
+                return loss
+            c, b, H = fit
+            # trust region: the step's damped metric norm, lr^2 c^T H c, is at most kl_clip
+            c = c * self._clip_scale(lr0 ** 2 * float(c @ H @ c))
+            model_decrease = lambda lr: float(lr * (b @ c) + 0.5 * lr ** 2 * (c @ H @ c))  # noqa: E731
+            alpha, mu = float(c[0]), (float(c[1]) if len(c) == 2 else 0.0)
+            prev = st["previous_step"]
+            # the update is -lr * d, so d = -(alpha Delta + mu prev) = alpha (C + lambda I)^{-1} g - mu prev
+            delta = {n: alpha * delta[n] - (mu * prev[n] if mu else 0.0) for n in names}
+            scale = 1.0
+        else:
+            # KL clipping: the step's predicted KL, lr^2 delta^T g, is at most kl_clip
+            scale = self._clip_scale(lr0 ** 2 * float(sum((delta[n] * grads[n]).sum() for n in names)))
         steps = {}
         for group in self.param_groups:
             for p in group["params"]:
@@ -241,15 +284,82 @@ class NaturalGradient(torch.optim.Optimizer):
                 steps[n] = -group["lr"] * d
                 p.add_(steps[n])
         st["step"] = k + 1
+        if self.quadratic_model:
+            st["previous_step"] = steps
         if self.adaptive_damping and (k + 1) % self.damping_adaptation_period == 0:
-            self._adapt_damping(closure, loss, grads, steps, st)
+            self._adapt_damping(closure, loss, grads, steps, st, model_decrease)
         return loss
 
-    def _adapt_damping(self, closure, loss, grads, steps, st):
-        r"""Levenberg–Marquardt: :math:`\rho = (\mathcal J(w+s) - \mathcal J(w)) / (g^Ts + \tfrac12 s^TCs)`."""
-        C = st["curvature"] if st["curvature"] is not None else st["solver"]
-        Cs = C.mv(steps)
-        q = float(sum((grads[n] * steps[n]).sum() + 0.5 * (steps[n] * Cs[n]).sum() for n in steps))
+    def _clip_scale(self, kl: float) -> float:
+        """Factor that shortens a step of predicted KL ``kl`` to ``kl_clip`` (1 without clipping)."""
+        if self.kl_clip is None or not kl > self.kl_clip:
+            return 1.0
+        return math.sqrt(self.kl_clip / kl)
+
+    def _output_tangents(self, inputs, dirs: List[Dict[str, torch.Tensor]]):
+        r"""Outputs :math:`z` on the batch and the forward-mode products :math:`J d` for each direction ``d``.
+
+        Forward-mode AD directly (dual tensors through :func:`torch.func.functional_call`): measured
+        about 1.5x faster than :func:`torch.func.jvp` on small networks, where overhead dominates.
+        """
+        point = {n: p.detach() for n, p in self.model.named_parameters()}
+        args = _as_args(inputs)
+        tangents = []
+        with fwAD.dual_level():
+            for d in dirs:
+                dual = dict(point)
+                dual.update({n: fwAD.make_dual(point[n], d[n].to(point[n])) for n in d})
+                primal, tangent = fwAD.unpack_dual(functional_call(self.model, dual, args, strict=False))
+                tangents.append(torch.zeros_like(primal) if tangent is None else tangent)
+        return primal, tangents
+
+    def _quadratic_model(self, inputs, grads, direction, st):
+        r"""Coefficients :math:`c = (\alpha, \mu)` minimising :math:`M(\alpha\Delta + \mu\delta_\text{prev})`, with ``b`` and ``H``.
+
+        ``direction`` is :math:`(C+\lambda I)^{-1}g = -\Delta`.  With :math:`d_1 = \Delta`,
+        :math:`d_2 = \delta_\text{prev}`, :math:`H_{ij} = (Jd_i)^T G_z (Jd_j)/N + \lambda d_i^Td_j` and
+        :math:`b_i = g^Td_i`, the minimiser solves :math:`Hc = -b` (1-D without a previous step,
+        or when the two directions are nearly parallel), so :math:`M(c) = b^Tc + \tfrac12 c^THc`.
+        Returns ``(c, b, H)`` in float64, or ``None`` if the model is not finite.
+        """
+        names = list(grads)
+        flat = lambda d: torch.cat([d[n].reshape(-1) for n in names])  # noqa: E731
+        dirs = [{n: -direction[n] for n in names}]
+        if st["previous_step"] is not None:
+            dirs.append(st["previous_step"])
+        z, Jd = self._output_tangents(inputs, dirs)
+        Jd = torch.stack(Jd)                                   # (m, N, ..., k)
+        GJd = self._output_metric.mv(z.unsqueeze(0), Jd)
+        m, N = len(dirs), z.shape[0]
+        D = torch.stack([flat(d) for d in dirs])
+        H = (Jd.reshape(m, -1) @ GJd.reshape(m, -1).T / N + st["damping"] * (D @ D.T)).double().cpu()
+        H = 0.5 * (H + H.T)
+        b = (D @ flat(grads)).double().cpu()
+        h, bb = H.tolist(), b.tolist()                        # the 2x2 algebra in Python floats: no tiny-op overhead
+        if not all(math.isfinite(x) for x in bb + sum(h, [])):
+            return None
+        det = h[0][0] * h[1][1] - h[0][1] ** 2 if m == 2 else 0.0
+        if m == 2 and det > 1e-12 * h[0][0] * h[1][1]:
+            c = [(-bb[0] * h[1][1] + bb[1] * h[0][1]) / det, (-bb[1] * h[0][0] + bb[0] * h[0][1]) / det]
+        elif h[0][0] > 0:
+            c = [-bb[0] / h[0][0]] + [0.0] * (m - 1)
+        else:
+            return None
+        c = torch.tensor(c, dtype=torch.float64)
+        return c, b, H
+
+    def _adapt_damping(self, closure, loss, grads, steps, st, model_decrease=None):
+        r"""Levenberg–Marquardt: :math:`\rho = (\mathcal J(w+s) - \mathcal J(w)) / M(s)`, :math:`M` the quadratic model.
+
+        With ``quadratic_model`` :math:`M(s) = g^Ts + \tfrac12 s^T(G+\lambda I)s` under the exact
+        metric of the batch; otherwise :math:`g^Ts + \tfrac12 s^TCs` under the curvature :math:`C`.
+        """
+        if model_decrease is not None:
+            q = model_decrease(self.param_groups[0]["lr"])
+        else:
+            C = st["curvature"] if st["curvature"] is not None else st["solver"]
+            Cs = C.mv(steps)
+            q = float(sum((grads[n] * steps[n]).sum() + 0.5 * (steps[n] * Cs[n]).sum() for n in steps))
         with torch.enable_grad():
             new_loss = closure()
         if loss is None or new_loss is None or not q < 0:
