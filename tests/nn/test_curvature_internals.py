@@ -191,3 +191,35 @@ def test_diagonal_squares_inputs_in_chunks(monkeypatch, small_mlp):
     d = space.curvature("diag").diagonal()
     G = reference_metric(model, X, categorical_Gz)
     assert rel(flat(d, space.names), torch.diagonal(G)) < EXACT
+
+
+def test_gradients_taken_at_the_layer_output_edge_survive_in_place_activations():
+    # ReLU(inplace=True) overwrites the Linear output after the layer; gradients are
+    # taken at the output's autograd edge, so they are those of the pre-activation
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.ReLU(inplace=True),
+                                torch.nn.Linear(5, 3)).double()
+    X = torch.randn(9, 4, dtype=torch.float64)
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    dense = space.curvature("dense").to_dense()
+    d = space.curvature("diag").diagonal()
+    got = torch.cat([d[n].reshape(-1) for n in space.names])
+    torch.testing.assert_close(got, dense.diagonal(), rtol=1e-10, atol=1e-12)
+
+
+def test_capture_does_not_keep_layer_outputs_alive():
+    import weakref
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 3))
+    space = ig.nn.ParameterSpace(model, "categorical", data=torch.randn(8, 4))
+    refs = []
+    h = model[0].register_forward_hook(lambda m, a, out: refs.append(weakref.ref(out)))
+    freed_during_backward = []
+    try:
+        bp.capture(space, lambda z: torch.ones((1,) + z.shape),
+                   reducer=lambda layer: lambda g: freed_during_backward.append(refs[0]() is None))
+    finally:
+        h.remove()
+    # tanh saves its result, not its input: the pre-activation of layer 0 is already
+    # freed while the columns are back-propagated, and every layer got its gradient
+    assert len(refs) == 1 and freed_during_backward == [True, True]

@@ -28,11 +28,13 @@ returns non-tensors fall back to per-example vjps of the whole network.
 from __future__ import annotations
 
 import logging
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.graph import get_gradient_edge
 from torch.func import functional_call
 
 logger = logging.getLogger(__name__)
@@ -52,8 +54,10 @@ class Layer:
     inputs: Tuple[torch.Tensor, ...] = ()  # detached positional inputs (batch axis first)
     kwargs: Dict[str, Any] = field(default_factory=dict)
     grad_out: Optional[torch.Tensor] = None  # (K, N, ...) output gradients
-    output: Any = None
+    output: Any = None                       # autograd edge of the output, during capture
+    output_shape: Optional[torch.Size] = None
     stat: Optional[torch.Tensor] = None      # what a reducer accumulated over the columns
+    stat_unsquared: bool = False             # square_sum: ``stat`` still holds the single column b
 
     @property
     def names(self) -> List[str]:
@@ -74,11 +78,39 @@ def find_layers(space) -> List[Layer]:
     return [Layer(path, mods[path], params) for path, params in groups.items()]
 
 
-def _classify(layer: Layer, calls: list, N: int) -> str:
+@dataclass
+class _Call:
+    """One forward call of a layer, recorded without keeping its output alive.
+
+    The output is held only through a weak reference and its autograd edge:
+    gradients are taken with respect to the edge, so the pre-activations that
+    autograd itself does not save are freed before the backward passes.
+    """
+
+    args: tuple
+    kwargs: dict
+    edge: Any = None                   # torch.autograd.graph.GradientEdge of the output
+    shape: Optional[torch.Size] = None
+    version: Optional[int] = None
+    ref: Optional[weakref.ref] = None
+
+    @classmethod
+    def record(cls, args, kwargs, output) -> "_Call":
+        if not (isinstance(output, torch.Tensor) and output.requires_grad):
+            return cls(args, kwargs)
+        return cls(args, kwargs, get_gradient_edge(output), output.shape, output._version, weakref.ref(output))
+
+    def modified_in_place(self) -> bool:
+        out = self.ref() if self.ref is not None else None
+        return out is not None and out._version != self.version
+
+
+def _classify(layer: Layer, calls: List[_Call], N: int) -> str:
     if len(calls) != 1:
         return "global"
-    args, kwargs, out, version = calls[0]
-    if not isinstance(out, torch.Tensor) or out._version != version or out.dim() == 0 or out.shape[0] != N:
+    c = calls[0]
+    args, kwargs = c.args, c.kwargs
+    if c.edge is None or c.modified_in_place() or len(c.shape) == 0 or c.shape[0] != N:
         return "global"  # unusual output, or modified in place after the layer (e.g. ReLU(inplace=True))
     if not args or not all(isinstance(a, torch.Tensor) and a.dim() and a.shape[0] == N for a in args):
         return "global"
@@ -113,7 +145,7 @@ def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor],
 
     def make_hook(path):
         def hook(module, args, kwargs, output):
-            calls[path].append((args, kwargs, output, getattr(output, "_version", None)))
+            calls[path].append(_Call.record(args, kwargs, output))
         return hook
 
     handles = [l.module.register_forward_hook(make_hook(l.path), with_kwargs=True) for l in layers]
@@ -132,10 +164,10 @@ def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor],
     for l in layers:
         l.kind = _classify(l, calls[l.path], N)
         if l.kind != "global":
-            args, kwargs, out, _ = calls[l.path][0]
-            l.inputs = tuple(a.detach() for a in args)
-            l.kwargs = dict(kwargs)
-            l.output = out
+            c = calls[l.path][0]
+            l.inputs = tuple(a.detach() for a in c.args)
+            l.kwargs = dict(c.kwargs)
+            l.output, l.output_shape = c.edge, c.shape
             live.append(l)
         else:
             logger.debug("layer %r: per-example fallback through the whole network (%d calls)",
@@ -149,7 +181,7 @@ def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor],
                 grads = torch.autograd.grad(z, outs, S[k], retain_graph=k < K - 1, allow_unused=True)
             for l, sink, g in zip(live, sinks, grads):
                 if g is None:
-                    g = torch.zeros(l.output.shape, dtype=z.dtype, device=z.device)
+                    g = torch.zeros(l.output_shape, dtype=z.dtype, device=z.device)
                 if sink is not None:
                     sink(g)
                     continue
@@ -199,10 +231,20 @@ def square_sum(layer: Layer) -> Callable[[torch.Tensor], None]:
     r"""Sink accumulating :math:`\sum_k b_k^{\odot 2}` (shape of the layer output) into ``layer.stat``."""
     def sink(g):
         if layer.stat is None:
-            layer.stat = g.square()
+            # kept by reference, squared when a second column arrives or when read:
+            # with one column (one Monte Carlo sample) no squared copy coexists with
+            # the other layers' gradients, which is what sets the peak memory
+            layer.stat, layer.stat_unsquared = g, True
         else:
+            if layer.stat_unsquared:
+                layer.stat, layer.stat_unsquared = layer.stat.square(), False
             layer.stat.addcmul_(g, g)
     return sink
+
+
+def squared_stat(layer: Layer) -> torch.Tensor:
+    r""":math:`\sum_k b_k^{\odot 2}` as accumulated by :func:`square_sum`."""
+    return layer.stat.square() if layer.stat_unsquared else layer.stat
 
 
 def gram_sum(layer: Layer) -> Callable[[torch.Tensor], None]:

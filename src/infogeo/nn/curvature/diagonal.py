@@ -59,27 +59,33 @@ def diag_blocks(space, layers: List[bp.Layer], S: torch.Tensor,
     N = space.batch_size
     blocks = []
     global_names: List[str] = []
-    for layer in layers:
+    # last layer first, releasing each layer's recorded tensors once used: the wide
+    # early layers are then reduced while little else is still held
+    for layer in reversed(layers):
         if layer.kind == "global":
-            global_names += layer.names
+            global_names = layer.names + global_names
             continue
         if is_plain_linear(layer):
             a = layer.inputs[0]                                   # (N, in)
             # sum over columns k first, O(N out): accumulated during the backward passes when possible
-            b2 = layer.stat if layer.stat is not None else layer.grad_out.square().sum(0)
+            b2 = bp.squared_stat(layer) if layer.stat is not None else layer.grad_out.square().sum(0)
+            layer.stat = layer.grad_out = None
             d = {}
             if "weight" in layer.params:
                 d[layer.params["weight"]] = squared_product(b2, a).div_(N)
             if "bias" in layer.params:
                 d[layer.params["bias"]] = b2.sum(0).div_(N)
             blocks.append(DiagBlock(d))
-            continue
-        acc: Dict[str, torch.Tensor] = {}
-        for chunk in bp.row_grads(layer, space, S, chunk_elements):
-            for n, g in chunk.items():
-                s = g.square().sum(0)
-                acc[n] = acc[n] + s if n in acc else s
-        blocks.append(DiagBlock({n: acc[n] / N for n in layer.names}))
+        else:
+            acc: Dict[str, torch.Tensor] = {}
+            for chunk in bp.row_grads(layer, space, S, chunk_elements):
+                for n, g in chunk.items():
+                    s = g.square().sum(0)
+                    acc[n] = acc[n] + s if n in acc else s
+            blocks.append(DiagBlock({n: acc[n] / N for n in layer.names}))
+            layer.grad_out = None
+        layer.inputs, a, b2 = (), None, None
+    blocks.reverse()
     if global_names:
         acc = {}
         for chunk in bp.global_row_grads(space, global_names, S, chunk_elements):
