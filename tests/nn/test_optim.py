@@ -204,10 +204,10 @@ def test_tiny_transformer_trains(curvature):
     y = (X == 3).any(1).long()
     opt = ig.nn.NaturalGradient(model.parameters(), lr=0.3, curvature=curvature, damping=1e-2, model=model,
                                 kl_clip=1e-2, cg_max_iter=10)
-    l0 = float(F.cross_entropy(model(X), y))
+    l0 = F.cross_entropy(model(X), y).item()
     for _ in range(10):
         loss = opt.step(closure_for(opt, model, X, y), inputs=X)
-    assert float(loss) < 0.6 * l0
+    assert loss.item() < 0.6 * l0
     if curvature == "kfac":
         kinds = {b.kind for b in opt.state["natural_gradient"]["curvature"].blocks}
         assert kinds == {"kfac", "diag"}
