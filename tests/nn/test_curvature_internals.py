@@ -74,15 +74,15 @@ def test_kfac_tikhonov_inverse_is_factored_damping():
 
 
 # ----------------------------------------------------------------- cached pullback
-def test_cached_pullback_follows_in_place_updates(small_mlp):
+def test_cached_linearization_follows_in_place_updates(small_mlp):
     model, X = small_mlp
     model = copy.deepcopy(model)
     space = ig.nn.ParameterSpace(model, "categorical", data=X)
     v = rand_like(space)
     first = space.metric.mv(v)
-    pull = space.metric._cache[1]
+    lin = space.metric._cache[1]
     again = space.metric.mv(v)
-    assert space.metric._cache[1] is pull  # same point: the forward pass is reused
+    assert space.metric._cache[1] is lin  # same point: the forward pass is reused
     assert rel(flat(again, space.names), flat(first, space.names)) < 1e-15
     with torch.no_grad():
         for p in model.parameters():
@@ -223,3 +223,47 @@ def test_capture_does_not_keep_layer_outputs_alive():
     # tanh saves its result, not its input: the pre-activation of layer 0 is already
     # freed while the columns are back-propagated, and every layer got its gradient
     assert len(refs) == 1 and freed_during_backward == [True, True]
+
+
+def test_products_fall_back_to_forward_mode_without_double_backward():
+    class OnceTanh(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return torch.tanh(x)
+
+        @staticmethod
+        @torch.autograd.function.once_differentiable
+        def backward(ctx, g):
+            (y,) = ctx.saved_tensors
+            return g * (1 - y * y)
+
+        @staticmethod
+        def jvp(ctx, t):
+            return t * (1 - ctx.y_for_jvp ** 2)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(output)
+            ctx.y_for_jvp = output
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.b(OnceTanh.apply(self.a(x)))
+
+    torch.manual_seed(0)
+    model = Net().double()
+    X = torch.randn(6, 3, dtype=torch.float64)
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    v = rand_like(space)
+    G = reference_metric(model, X, categorical_Gz)
+    # torch's double backward silently drops the path through a once_differentiable
+    # Function; the graph holds a custom Function, so J v is taken by forward mode
+    assert space.metric._linearization(space.point).transpose is None
+    assert rel(flat(space.metric.mv(v), space.names), G @ flat(v, space.names)) < EXACT
+    # and for plain modules the double-backward path is the one taken
+    plain = ig.nn.ParameterSpace(torch.nn.Sequential(model.a, torch.nn.Tanh(), model.b), "categorical", data=X)
+    assert plain.metric._linearization(plain.point).transpose is not None

@@ -337,7 +337,7 @@ def row_grads(layer: Layer, space, S: torch.Tensor, chunk_elements: int = CHUNK_
             n_idx = torch.arange(sl.start, sl.stop, device=g.device) % N
             args = tuple(x[n_idx] for x in layer.inputs)
             res = torch.func.vmap(one, in_dims=(None, 0, 0))(p, args, g[sl])
-            yield {layer.params[a]: res[a] for a in attrs}
+            yield {layer.params[a]: res[a].detach() for a in attrs}
     else:
         yield from global_row_grads(space, layer.names, S, chunk_elements)
 
@@ -360,4 +360,6 @@ def global_row_grads(space, names: List[str], S: torch.Tensor, chunk_elements: i
     for sl in _chunks(R, per_row, chunk_elements):
         n_idx = torch.arange(sl.start, sl.stop, device=S.device) % N
         args = tuple(x[n_idx] for x in space.args)
-        yield torch.func.vmap(one, in_dims=(None, 0, 0))(p, args, Sf[sl])
+        res = torch.func.vmap(one, in_dims=(None, 0, 0))(p, args, Sf[sl])
+        # the parameters not in ``names`` are the model's own (requires_grad): cut that graph
+        yield {n: g.detach() for n, g in res.items()}
