@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List
 
 import numpy as np
 
@@ -109,36 +109,34 @@ def run_demo(out: str = "infogeo-demo", quick: bool = False, progress: bool = Tr
         logger.info("wrote %s", path)
         return name
 
-    steps: List[Callable[[], None]] = []
+    def section(title: str, columns: List[str], rows: List[List[Any]]) -> None:
+        """A report section: heading and a Markdown table."""
+        report.extend([f"## {title}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)])
+        report.extend("| " + " | ".join(map(str, r)) + " |" for r in rows)
 
     def s_gauss():
         g = gaussian_fit(quick)
-        report.extend(["## Gaussian fit (2-D, maximum likelihood)", "",
-                       "| method | iterations | final cost | Fisher-Rao distance to the MLE |", "|---|---|---|---|"])
-        for k, r in g["runs"].items():
-            report.append(f"| {k} | {r.nit} | {r.fun:.10f} | {g['dist'][k]:.3e} |")
+        section("Gaussian fit (2-D, maximum likelihood)",
+                ["method", "iterations", "final cost", "Fisher-Rao distance to the MLE"],
+                [[k, r.nit, f"{r.fun:.10f}", f"{g['dist'][k]:.3e}"] for k, r in g["runs"].items()])
         fig = plot_trajectories(g["runs"], views=[View("mean", map=lambda p: g["M"].mean(p), labels=(r"$\mu_1$", r"$\mu_2$"))],
                                 optimum=g["mle"], title="Gaussian fit: natural gradient vs gradient descent")
         report.extend(["", f"![Gaussian fit]({save(fig, 'gaussian_fit.png')})", ""])
 
     def s_rosen():
         r = rosenbrock_runs(quick)
-        report.extend(["## Rosenbrock: input space, output space, pullback metric (seed 000, Figs. 1-2)", "",
-                       "| method | iterations | final cost |", "|---|---|---|"])
-        for k, res in r["results"].items():
-            report.append(f"| {k} | {res.nit} | {res.fun:.3e} |")
+        section("Rosenbrock: input space, output space, pullback metric (seed 000, Figs. 1-2)",
+                ["method", "iterations", "final cost"],
+                [[k, res.nit, f"{res.fun:.3e}"] for k, res in r["results"].items()])
         fig = plot_trajectories(r["runs"], r["cost"], output_map=r["f"], output_cost=r["loss"], optimum=[1.0, 1.0],
                                 log_levels=True, title="Rosenbrock")
         report.extend(["", f"![Rosenbrock]({save(fig, 'rosenbrock.png')})", ""])
 
     def s_indep():
         ind = independence_runs(quick)
-        report.extend(["## Independence model, E[x1 + 2 x2 + 3 x1 x2] (seed 003)", "",
-                       "| chart | method | iterations | final E[f] |", "|---|---|---|---|"])
-        views, runs = [], {}
-        for chart, d in ind.items():
-            for k, res in d["runs"].items():
-                report.append(f"| {chart} | {k} | {res.nit} | {res.fun:.6f} |")
+        section("Independence model, E[x1 + 2 x2 + 3 x1 x2] (seed 003)",
+                ["chart", "method", "iterations", "final E[f]"],
+                [[chart, k, res.nit, f"{res.fun:.6f}"] for chart, d in ind.items() for k, res in d["runs"].items()])
         from .viz._common import new_axes
         fig, axes = new_axes(2)
         for axis, (chart, d) in zip(axes, ind.items()):
@@ -155,12 +153,11 @@ def run_demo(out: str = "infogeo-demo", quick: bool = False, progress: bool = Tr
         centres = [[0.0, 1.0], [1.5, 0.5], [-1.5, 2.0]]
         f1 = plot_kl_ball(M, centres, 0.02, n_rays=90 if quick else 360)
         f2 = plot_kl_ball(M, [[0.0, 1.0]], 1.0, n_rays=90 if quick else 360)
-        report.extend(["## KL balls around univariate Gaussians in (mu, sigma) (seed 003)", "",
-                       "| eps | centre | max deviation KL(p‖q) vs ellipse | max deviation KL(q‖p) |", "|---|---|---|---|"])
-        for fig in (f1, f2):
-            for c in fig.infogeo_curves:
-                report.append(f"| {c['eps']:g} | ({c['center'][0]:g}, {c['center'][1]:g}) | "
-                              f"{100 * c['deviation_forward']:.1f} % | {100 * c['deviation_reverse']:.1f} % |")
+        section("KL balls around univariate Gaussians in (mu, sigma) (seed 003)",
+                ["eps", "centre", "max deviation KL(p‖q) vs ellipse", "max deviation KL(q‖p)"],
+                [[f"{c['eps']:g}", f"({c['center'][0]:g}, {c['center'][1]:g})",
+                  f"{100 * c['deviation_forward']:.1f} %", f"{100 * c['deviation_reverse']:.1f} %"]
+                 for fig in (f1, f2) for c in fig.infogeo_curves])
         report.extend(["", f"![KL balls eps=0.02]({save(f1, 'kl_balls_eps0.02.png')}) "
                            f"![KL ball eps=1]({save(f2, 'kl_ball_eps1.png')})", ""])
 
@@ -172,10 +169,10 @@ def run_demo(out: str = "infogeo-demo", quick: bool = False, progress: bool = Tr
         C = Categorical(3)
         f2 = plot_geodesics(C, C.point(probs=[1 / 3, 1 / 3, 1 / 3]), q=[C.point(probs=[0.8, 0.1, 0.1])],
                             n=8 if quick else 16, radius=1.0, n_t=30)
-        report.extend(["## Geodesics", "", "| manifold | from | to | distance |", "|---|---|---|---|",
-                       f"| Gaussian (mu, sigma) | N(0, 1) | N(2, 1) | {f1.infogeo_data['distances'][0]:.6f} |",
-                       f"| Categorical(3) | (1/3, 1/3, 1/3) | (0.8, 0.1, 0.1) | {f2.infogeo_data['distances'][0]:.6f} |",
-                       "", f"![Gaussian geodesics]({save(f1, 'geodesics_gaussian.png')}) "
+        section("Geodesics", ["manifold", "from", "to", "distance"],
+                [["Gaussian (mu, sigma)", "N(0, 1)", "N(2, 1)", f"{f1.infogeo_data['distances'][0]:.6f}"],
+                 ["Categorical(3)", "(1/3, 1/3, 1/3)", "(0.8, 0.1, 0.1)", f"{f2.infogeo_data['distances'][0]:.6f}"]])
+        report.extend(["", f"![Gaussian geodesics]({save(f1, 'geodesics_gaussian.png')}) "
                            f"![Simplex geodesics]({save(f2, 'geodesics_simplex.png')})", ""])
 
     steps = [s_gauss, s_rosen, s_indep, s_balls, s_geo]

@@ -23,17 +23,16 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Optional, Tuple, Union
 
 import torch
 from torch.func import functional_call
 
-from ..backend import tree as _tree
 from ..geometry.pullback import PullbackMetric
 from ..geometry.vectors import Covector, TangentVector
 from ..linalg import conjugate_gradient
 from ._params import ParamLayout, Params
-from .output_metrics import FactorOutput, OutputMetric, output_metric as _resolve_metric
+from .output_metrics import OutputMetric, output_metric as _resolve_metric
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +104,8 @@ class _Linearization:
                 g = torch.autograd.grad(self.z, list(self.leaves.values()), u0, create_graph=True,
                                         allow_unused=True)
                 used = [(n, gi) for n, gi in zip(self.leaves, g) if gi is not None and gi.requires_grad]
-                self.transpose = (u0, [n for n, _ in used], [gi for _, gi in used])
+                if used:  # outputs independent of every parameter: forward mode gives the zeros
+                    self.transpose = (u0, [n for n, _ in used], [gi for _, gi in used])
             except RuntimeError as err:  # an operation without double backward
                 logger.debug("Jacobian products by torch.func.jvp: %s", err)
 
@@ -113,13 +113,9 @@ class _Linearization:
         """:math:`J v`, shape of the outputs."""
         if self.transpose is not None:
             u0, names, g = self.transpose
-            if not names:
-                return torch.zeros_like(self.z).detach()
             try:
-                Jv = torch.autograd.grad(g, u0, [v[n].to(self.leaves[n]) for n in names], retain_graph=True,
-                                         allow_unused=True)[0]
-                return torch.zeros_like(self.z).detach() if Jv is None else Jv
-            except RuntimeError as err:  # e.g. a custom Function whose backward is once_differentiable
+                return torch.autograd.grad(g, u0, [v[n].to(self.leaves[n]) for n in names], retain_graph=True)[0]
+            except RuntimeError as err:  # a double backward that is not implemented, raised only when run
                 logger.debug("Jacobian products by torch.func.jvp: %s", err)
                 self.transpose = None
         prim = {n: t.detach() for n, t in self.leaves.items()}

@@ -619,32 +619,30 @@ class DiagonalGaussian(Gaussian):
         bot = B.concatenate([B.diag(b), B.diag(c)], axis=1)
         return B.concatenate([top, bot], axis=0)
 
-    # product of half-planes, each coordinate pair (mu_i / sqrt2, sigma_i)
+    # product of half-planes, each coordinate pair (mu_i / sqrt2, sigma_i), metric scaled by 2
+    def _halfplanes(self, s):
+        """The factors of the standard point ``s`` as half-plane points, shape ``(d, 2)``."""
+        return np.stack([s[:self.d] / np.sqrt(2), np.sqrt(s[self.d:])], axis=1)
+
     def _geo_exp(self, s, v):
-        d = self.d
+        d, H = self.d, self._halfplanes(s)
         out = np.empty(2 * d)
         for i in range(d):
-            sig = np.sqrt(s[d + i])
-            z = _spaces.halfplane_exp(np.array([s[i] / np.sqrt(2), sig]),
-                                      np.array([v[i] / np.sqrt(2), v[d + i] / (2 * sig)]))
+            z = _spaces.halfplane_exp(H[i], np.array([v[i] / np.sqrt(2), v[d + i] / (2 * H[i, 1])]))
             out[i], out[d + i] = np.sqrt(2) * z[0], z[1] ** 2
         return out
 
     def _geo_log(self, s, s2):
-        d = self.d
+        d, H, H2 = self.d, self._halfplanes(s), self._halfplanes(s2)
         out = np.empty(2 * d)
         for i in range(d):
-            sig = np.sqrt(s[d + i])
-            w = _spaces.halfplane_log(np.array([s[i] / np.sqrt(2), sig]),
-                                      np.array([s2[i] / np.sqrt(2), np.sqrt(s2[d + i])]))
-            out[i], out[d + i] = np.sqrt(2) * w[0], 2 * sig * w[1]
+            w = _spaces.halfplane_log(H[i], H2[i])
+            out[i], out[d + i] = np.sqrt(2) * w[0], 2 * H[i, 1] * w[1]
         return out
 
     def _geo_dist(self, s, s2):
-        d = self.d
-        return float(np.sqrt(sum(2.0 * _spaces.halfplane_dist(
-            np.array([s[i] / np.sqrt(2), np.sqrt(s[d + i])]),
-            np.array([s2[i] / np.sqrt(2), np.sqrt(s2[d + i])])) ** 2 for i in range(d))))
+        H, H2 = self._halfplanes(s), self._halfplanes(s2)
+        return float(np.sqrt(sum(2.0 * _spaces.halfplane_dist(h, h2) ** 2 for h, h2 in zip(H, H2))))
 
 
 class UnivariateGaussian(DiagonalGaussian):
@@ -663,7 +661,22 @@ class UnivariateGaussian(DiagonalGaussian):
 
 
 # ------------------------------------------------------------------- fixed
-class FixedCovarianceGaussian(Gaussian):
+def _mean_is_standard_charts(to_nat, from_nat, check, description, check_nat, natural_description):
+    """Charts of a family whose mean parameters are its standard coordinates (fixed covariance, zero mean)."""
+    identity = lambda c: c  # noqa: E731
+    return {"standard": Chart("standard", to_nat, from_nat, check, description),
+            "mean": Chart("mean", to_nat, from_nat, check, description),
+            "natural": Chart("natural", identity, identity, check_nat, natural_description)}
+
+
+class _MeanIsStandard:
+    """Mixin: the mean and standard charts coincide, so maps between them are the identity."""
+
+    def _direct_map(self, source, target):
+        return (lambda x: x) if {source, target} == {"mean", "standard"} else None
+
+
+class FixedCovarianceGaussian(_MeanIsStandard, Gaussian):
     r""":math:`N(\mu, \Sigma_0)` with :math:`\Sigma_0` fixed: points :math:`\mu`.
 
     :math:`t(x) = x`, natural :math:`h = \Sigma_0^{-1}\mu`,
@@ -715,12 +728,7 @@ class FixedCovarianceGaussian(Gaussian):
     def _make_charts(self):
         to_nat = lambda m: B.matmul(B.array(self.Lambda0, like=m), m)  # noqa: E731
         from_nat = lambda h: B.matmul(B.array(self.Sigma0, like=h), h)  # noqa: E731
-        return {"standard": Chart("standard", to_nat, from_nat, None, "the mean"),
-                "mean": Chart("mean", to_nat, from_nat, None, "the mean"),
-                "natural": Chart("natural", lambda h: h, lambda h: h, None, "Sigma0^{-1} mu")}
-
-    def _direct_map(self, source, target):
-        return (lambda m: m) if {source, target} == {"mean", "standard"} else None
+        return _mean_is_standard_charts(to_nat, from_nat, None, "the mean", None, "Sigma0^{-1} mu")
 
     def _fisher_closed(self, x):
         return B.array(self.Sigma0 if self.chart == "natural" else self.Lambda0, like=x)
@@ -737,7 +745,7 @@ class FixedCovarianceGaussian(Gaussian):
 
 
 # ---------------------------------------------------------------- zero mean
-class ZeroMeanGaussian(Gaussian):
+class ZeroMeanGaussian(_MeanIsStandard, Gaussian):
     r""":math:`N(0, \Sigma)`: points :math:`\mathrm{vech}\Sigma` (standard = mean chart).
 
     :math:`t(x) = \mathrm{vech}(xx^T)`, natural :math:`c` (the vech coefficients
@@ -797,12 +805,8 @@ class ZeroMeanGaussian(Gaussian):
         check = lambda s: _check_spd(B.to_numpy(vh.sym(s)), "covariance")  # noqa: E731
         check_nat = lambda c: _check_spd(B.to_numpy(vh.precision_from_natural(c)),  # noqa: E731
                                          "precision matrix (from the natural parameters)")
-        return {"standard": Chart("standard", to_nat, from_nat, check, "vech of an SPD covariance"),
-                "mean": Chart("mean", to_nat, from_nat, check, "vech of an SPD covariance"),
-                "natural": Chart("natural", lambda c: c, lambda c: c, check_nat, "vech coefficients of -Lambda/2")}
-
-    def _direct_map(self, source, target):
-        return (lambda s: s) if {source, target} == {"mean", "standard"} else None
+        return _mean_is_standard_charts(to_nat, from_nat, check, "vech of an SPD covariance",
+                                        check_nat, "vech coefficients of -Lambda/2")
 
     def _fisher_closed(self, x):
         S = self.vh.sym(self.to_chart(x, "standard"))

@@ -323,43 +323,37 @@ def row_grads(layer: Layer, space, S: torch.Tensor, chunk_elements: int = CHUNK_
                 out[layer.params["bias"]] = bf[sl].sum(1)
             yield out
     elif layer.kind == "module":
-        module, attrs = layer.module, list(layer.params)
-        p = {a: space.point[layer.params[a]].detach() for a in attrs}
-        g = layer.grad_out.reshape((R,) + tuple(layer.grad_out.shape[2:]))
-
-        def one(pp, args_row, g_row):
-            f = lambda q: functional_call(module, q, tuple(x.unsqueeze(0) for x in args_row), layer.kwargs,
-                                          strict=False)
-            _, pull = torch.func.vjp(f, pp)
-            return pull(g_row.unsqueeze(0))[0]
-
-        for sl in _chunks(R, per_row, chunk_elements):
-            n_idx = torch.arange(sl.start, sl.stop, device=g.device) % N
-            args = tuple(x[n_idx] for x in layer.inputs)
-            res = torch.func.vmap(one, in_dims=(None, 0, 0))(p, args, g[sl])
-            yield {layer.params[a]: res[a].detach() for a in attrs}
+        rows = layer.grad_out.reshape((R,) + tuple(layer.grad_out.shape[2:]))
+        p = {a: space.point[full].detach() for a, full in layer.params.items()}
+        for res in _per_row_vjps(layer.module, p, layer.inputs, layer.kwargs, rows, N, per_row, chunk_elements):
+            yield {layer.params[a]: g for a, g in res.items()}
     else:
         yield from global_row_grads(space, layer.names, S, chunk_elements)
+
+
+def _per_row_vjps(module: torch.nn.Module, p: Dict[str, torch.Tensor], inputs: Tuple[torch.Tensor, ...],
+                  kwargs: Dict[str, Any], rows: torch.Tensor, N: int, per_row: int, chunk_elements: int
+                  ) -> Iterator[Dict[str, torch.Tensor]]:
+    r"""Chunks of :math:`J_n^T g_r` for row ``r = k N + n`` of ``rows``, by a vmapped per-example vjp.
+
+    ``p`` replaces some of ``module``'s parameters (the others stay the module's
+    own, which require grad: the results are detached from that graph).
+    """
+    def one(pp, args_row, g_row):
+        f = lambda q: functional_call(module, q, tuple(x.unsqueeze(0) for x in args_row), kwargs,  # noqa: E731
+                                      strict=False)
+        return torch.func.vjp(f, pp)[1](g_row.unsqueeze(0))[0]
+
+    for sl in _chunks(rows.shape[0], per_row, chunk_elements):
+        n_idx = torch.arange(sl.start, sl.stop, device=rows.device) % N
+        res = torch.func.vmap(one, in_dims=(None, 0, 0))(p, tuple(x[n_idx] for x in inputs), rows[sl])
+        yield {n: g.detach() for n, g in res.items()}
 
 
 def global_row_grads(space, names: List[str], S: torch.Tensor, chunk_elements: int = CHUNK_ELEMENTS
                      ) -> Iterator[Dict[str, torch.Tensor]]:
     """Per-row pseudo-gradients of ``names`` by per-example vjps of the whole network (fallback)."""
-    N = space.batch_size
-    K = S.shape[0]
-    R = K * N
     p = {n: space.point[n].detach() for n in names}
-    per_row = sum(t.numel() for t in p.values())
-    Sf = S.reshape((R,) + tuple(S.shape[2:]))
-
-    def one(pp, args_row, s_row):
-        f = lambda q: functional_call(space.model, q, tuple(x.unsqueeze(0) for x in args_row), strict=False)
-        _, pull = torch.func.vjp(f, pp)
-        return pull(s_row.unsqueeze(0))[0]
-
-    for sl in _chunks(R, per_row, chunk_elements):
-        n_idx = torch.arange(sl.start, sl.stop, device=S.device) % N
-        args = tuple(x[n_idx] for x in space.args)
-        res = torch.func.vmap(one, in_dims=(None, 0, 0))(p, args, Sf[sl])
-        # the parameters not in ``names`` are the model's own (requires_grad): cut that graph
-        yield {n: g.detach() for n, g in res.items()}
+    rows = S.reshape((-1,) + tuple(S.shape[2:]))
+    yield from _per_row_vjps(space.model, p, space.args, {}, rows, space.batch_size,
+                             sum(t.numel() for t in p.values()), chunk_elements)

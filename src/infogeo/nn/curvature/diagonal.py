@@ -16,7 +16,6 @@ from typing import Dict, List
 
 import torch
 
-from .._params import ParamLayout
 from . import _backprop as bp
 from .base import BlockCurvature, DiagBlock
 
@@ -66,34 +65,38 @@ def diag_blocks(space, layers: List[bp.Layer], S: torch.Tensor,
             global_names = layer.names + global_names
             continue
         if is_plain_linear(layer):
-            a = layer.inputs[0]                                   # (N, in)
-            # sum over columns k first, O(N out): accumulated during the backward passes when possible
-            b2 = bp.squared_stat(layer) if layer.stat is not None else layer.grad_out.square().sum(0)
-            layer.stat = layer.grad_out = None
-            d = {}
-            if "weight" in layer.params:
-                d[layer.params["weight"]] = squared_product(b2, a).div_(N)
-            if "bias" in layer.params:
-                d[layer.params["bias"]] = b2.sum(0).div_(N)
-            blocks.append(DiagBlock(d))
+            blocks.append(_linear_diag(layer, N))
         else:
-            acc: Dict[str, torch.Tensor] = {}
-            for chunk in bp.row_grads(layer, space, S, chunk_elements):
-                for n, g in chunk.items():
-                    s = g.square().sum(0)
-                    acc[n] = acc[n] + s if n in acc else s
-            blocks.append(DiagBlock({n: acc[n] / N for n in layer.names}))
-            layer.grad_out = None
-        layer.inputs, a, b2 = (), None, None
+            blocks.append(_mean_of_squares(bp.row_grads(layer, space, S, chunk_elements), N))
+        layer.stat = layer.grad_out = None
+        layer.inputs = ()
     blocks.reverse()
     if global_names:
-        acc = {}
-        for chunk in bp.global_row_grads(space, global_names, S, chunk_elements):
-            for n, g in chunk.items():
-                s = g.square().sum(0)
-                acc[n] = acc[n] + s if n in acc else s
-        blocks.append(DiagBlock({n: acc[n] / N for n in global_names}))
+        blocks.append(_mean_of_squares(bp.global_row_grads(space, global_names, S, chunk_elements), N))
     return blocks
+
+
+def _linear_diag(layer: bp.Layer, N: int) -> DiagBlock:
+    r"""Diagonal of a plain Linear layer from :math:`\sum_k b_k^{\odot 2}` and its inputs."""
+    # the sum over columns k comes first, O(N out): accumulated during the backward passes when possible
+    b2 = bp.squared_stat(layer) if layer.stat is not None else layer.grad_out.square().sum(0)
+    layer.stat = layer.grad_out = None   # released before the (out, in) result is allocated
+    d = {}
+    if "weight" in layer.params:
+        d[layer.params["weight"]] = squared_product(b2, layer.inputs[0]).div_(N)
+    if "bias" in layer.params:
+        d[layer.params["bias"]] = b2.sum(0).div_(N)
+    return DiagBlock(d)
+
+
+def _mean_of_squares(chunks, N: int) -> DiagBlock:
+    r""":math:`\frac1N \sum_r g_r^{\odot 2}` over chunks of per-row pseudo-gradients."""
+    acc: Dict[str, torch.Tensor] = {}
+    for chunk in chunks:
+        for n, g in chunk.items():
+            s = g.square().sum(0)
+            acc[n] = acc[n].add_(s) if n in acc else s
+    return DiagBlock({n: t / N for n, t in acc.items()})
 
 
 class Diagonal(BlockCurvature):
