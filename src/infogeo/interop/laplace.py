@@ -109,11 +109,12 @@ class _InfogeoInterface(CurvatureInterface):
         space = ParameterSpace(module, self._output_metric, data=data, targets=targets)
         return space, f.detach()
 
-    def _curvature(self, space, kind: str, **options):
+    def _curvature(self, space, kind: str, mc_samples: Optional[int] = None, **options):
         if self.method == "empirical":
             return space.curvature(kind, "empirical", **options)
         if self.stochastic:
-            return space.curvature(kind, "mc", samples=self.num_samples, **options)
+            samples = self.num_samples if mc_samples is None else int(mc_samples)
+            return space.curvature(kind, "mc", samples=samples, **options)
         return space.curvature(kind, "exact", **options)
 
     def _scale(self, batch: int) -> float:
@@ -143,14 +144,14 @@ class _InfogeoInterface(CurvatureInterface):
         """Loss and the dense curvature ``(P, P)`` in ``model.parameters()`` order."""
         space, f = self._space(x, y)
         self._check_structure(space)
-        H = self._curvature(space, "dense").to_dense() * self._scale(len(f))
+        H = self._curvature(space, "dense", kwargs.get("mc_samples")).to_dense() * self._scale(len(f))
         return self._loss(f, y), self._select(H.detach())
 
     def diag(self, x: Any, y: torch.Tensor, **kwargs: Any) -> Tuple[torch.Tensor, torch.Tensor]:
         """Loss and the diagonal of the curvature, a vector of length ``P``."""
         space, f = self._space(x, y)
         self._check_structure(space)
-        d = space.layout.flatten(self._curvature(space, "diag").diagonal()) * self._scale(len(f))
+        d = space.layout.flatten(self._curvature(space, "diag", kwargs.get("mc_samples")).diagonal()) * self._scale(len(f))
         return self._loss(f, y), self._select(d.detach())
 
     def kron(self, x: Any, y: torch.Tensor, N: int, **kwargs: Any) -> Tuple[torch.Tensor, "Kron"]:
@@ -159,7 +160,10 @@ class _InfogeoInterface(CurvatureInterface):
             raise ValueError("laplace's subnetwork Laplace uses the 'full' structure; kron is not defined for it")
         space, f = self._space(x, y)
         self._check_structure(space)
-        C = self._curvature(space, "kfac", **self.kfac_options)
+        options = dict(self.kfac_options)
+        if "kfac_approx" in kwargs:  # laplace's name for K-FAC's weight-sharing variant ("expand" / "reduce")
+            options["kfac_approx"] = kwargs["kfac_approx"]
+        C = self._curvature(space, "kfac", kwargs.get("mc_samples"), **options)
         M = len(f)
         factors = _kron_factors(C, space, M / float(N), self._scale(M))
         module = self.model.last_layer if self.last_layer else self.model
