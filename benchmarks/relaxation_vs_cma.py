@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import time
+import warnings
 from typing import Callable, List, Optional
 
 import numpy as np
@@ -116,8 +117,10 @@ def theirs(p: Problem, seed: int):
     opts = {"seed": seed + 1, "ftarget": TARGET, "maxfevals": p.budget, "verbose": -9}
     if p.diagonal:
         opts["CMA_diagonal"] = True
-    cma.fmin2(None, p.start(seed), p.sigma0, opts, parallel_objective=lambda X: list(f(X)),
-              restarts=p.restarts, incpopsize=2)
+    with warnings.catch_warnings():   # cma's sep-CMA warns about large internal scalings in 100-D
+        warnings.simplefilter("ignore", UserWarning)
+        cma.fmin2(None, p.start(seed), p.sigma0, opts, parallel_objective=lambda X: list(f(X)),
+                  restarts=p.restarts, incpopsize=2)
     return f.n, f.best <= TARGET
 
 
