@@ -177,5 +177,6 @@ def test_monte_carlo_natural_gradient_matches_the_exact_one():
 def test_stochastic_relaxation_rejects_bad_settings():
     with pytest.raises(ValueError, match="sigma0"):
         StochasticRelaxation(sigma0=-1.0)
-    with pytest.raises(ValueError, match="NaN"):
-        StochasticRelaxation(seed=0, max_evals=100).minimize(lambda X: np.full(len(X), np.nan), np.zeros(2))
+    # an objective without any finite value does not crash: the run stops and says why
+    res = StochasticRelaxation(seed=0, max_evals=100).minimize(lambda X: np.full(len(X), np.nan), np.zeros(2))
+    assert not res.success and "no finite value" in res.message and res.nfev <= 100

@@ -1,6 +1,10 @@
 """Solvers: every step is ``differential -> sharp -> retract/exp``."""
 from .base import Solver
 from .gradient_descent import GradientDescent, NaturalGradient
+from .igo import natural_gradient_log_likelihood, quantile_weights, rank_mu_step
+from .igo_parameters import StrategyParameters
+from .igo_restarts import igo_minimize
+from .igo_search import IGOSearch
 from .mirror import MirrorDescent, online_mle
 from .newton import DampedNewton
 from .proximal import ProximalPoint
@@ -11,4 +15,6 @@ from .trust_region import TrustRegion
 
 __all__ = ["Solver", "GradientDescent", "NaturalGradient", "OptimizeResult", "InverseTime",
            "DampedNewton", "ProximalPoint", "TrustRegion",
-           "MirrorDescent", "online_mle", "StochasticRelaxation", "mc_natural_gradient"]
+           "MirrorDescent", "online_mle", "StochasticRelaxation", "mc_natural_gradient",
+           "IGOSearch", "igo_minimize", "StrategyParameters", "quantile_weights", "rank_mu_step",
+           "natural_gradient_log_likelihood"]
