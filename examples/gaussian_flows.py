@@ -1,8 +1,8 @@
-r"""Vanilla vs natural gradient flows of a stochastic relaxation over Gaussians (seed 003).
+r"""Vanilla vs natural gradient flows of a stochastic relaxation over Gaussians (NES, CMA-ES).
 
 Stochastic relaxation replaces the maximisation of :math:`f` on :math:`\mathbb{R}^d` by
 the maximisation of :math:`F(\xi) = E_{p_\xi}[f]` over Gaussian search distributions.
-The flows of the seed are *ascent* flows (:math:`f \to -\infty`, so :math:`E[f]` has no
+The flows here are *ascent* flows (:math:`f \to -\infty`, so :math:`E[f]` has no
 minimum; its supremum is :math:`\max f`, approached as the Gaussian shrinks onto a
 maximiser):
 

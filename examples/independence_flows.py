@@ -1,4 +1,4 @@
-r"""Vanilla vs natural gradient on the independence model, in the charts :math:`\mu` and :math:`\theta` (seed 003).
+r"""Vanilla vs natural gradient on the independence model, in the mean and natural charts.
 
 Minimise :math:`F(p) = E_p[f]`, :math:`f(x) = x_1 + 2x_2 + 3x_1x_2` on :math:`\{-1, +1\}^2`,
 over the independence model :math:`p(x) = p_1(x_1)p_2(x_2)`; the minimum :math:`-4` is the
@@ -14,7 +14,7 @@ parameters :math:`\theta` (:math:`E[x_i] = \tanh\theta_i`),
   both charts; in :math:`\theta` it is the vanilla gradient in the mean chart
   :math:`\eta = E[x]` (Legendre duality), :math:`(1 + 3\eta_2, 2 + 3\eta_1)`.
 
-The fields are drawn with :func:`infogeo.viz.plot_gradient_field` with the seed's arrow scales
+The fields are drawn with :func:`infogeo.viz.plot_gradient_field` with fixed arrow scales
 (:math:`\lambda = 0.025` in :math:`\mu`, :math:`0.15` in :math:`\theta`), and the descent paths
 are those of the demo (:func:`infogeo.demo.independence_runs`: gradient descent with Armijo
 steps, Euclidean vs Fisher metric, started at :math:`\mu = (0.6, 0.7)`).
@@ -35,7 +35,7 @@ from infogeo.demo import independence_runs
 
 logger = logging.getLogger("infogeo.examples.independence_flows")
 
-#: chart -> (file name, chart symbol, window, the seed's arrow scale lambda)
+#: chart -> (file name, chart symbol, window, arrow scale lambda)
 CHARTS = {
     "standard": ("independence_mu.png", r"\mu", ((0.03, 0.97), (0.03, 0.97)), 0.025),
     "natural": ("independence_theta.png", r"\theta", ((-3.0, 3.0), (-3.0, 3.0)), 0.15),

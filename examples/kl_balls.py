@@ -1,4 +1,4 @@
-r"""KL balls around univariate Gaussians vs the Fisher metric ellipses (seed 003, :math:`\varepsilon = 0.02`).
+r"""KL balls around univariate Gaussians vs the Fisher metric ellipses, :math:`\varepsilon = 0.02` (Amari & Nagaoka 2000).
 
 Amari's natural gradient replaces the Euclidean unit ball of steepest ascent by the ball of
 constant KL divergence :math:`\{q : \mathrm{KL}(p\|q) = \varepsilon\}`, whose second-order

@@ -1,4 +1,4 @@
-"""Rosenbrock as a composite problem (seed 000, Figures 1 and 2).
+"""Rosenbrock as a composite problem: Gauss-Newton as natural gradient under a pullback metric.
 
 The Rosenbrock cost is J(x) = |f(x)|^2 with f(x) = (1 - x1, 10 (x2 - x1^2)).
 We compare, in input space and in output space:

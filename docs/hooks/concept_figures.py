@@ -3,7 +3,7 @@
 Run by the gallery hook as ``python docs/hooks/concept_figures.py --out DIR --quick``; writes
 
 * ``kl_ball.png`` — KL balls (:math:`\\varepsilon = 0.02` and 1) around univariate Gaussians in
-  :math:`(\\mu, \\sigma)` next to the metric ellipses that approximate them (seed 003);
+  :math:`(\\mu, \\sigma)` next to the metric ellipses that approximate them (Amari & Nagaoka 2000);
 * ``geodesics.png`` — fans of Fisher–Rao geodesics (closed form) of the univariate Gaussian
   and of the categorical simplex;
 * ``gradient_field_<chart>.png`` — vanilla vs natural gradient of
@@ -25,7 +25,7 @@ B = ig.backend
 
 
 def independence_cost(M):
-    """seed 003's f = x1 + 2 x2 + 3 x1 x2, in expectation, as a function of chart points of ``M``."""
+    """The stochastic relaxation of f = x1 + 2 x2 + 3 x1 x2 (Malagò et al. 2011), in expectation, as a function of chart points of ``M``."""
     def F(p):
         e = M.to_chart(p, "mean")
         return e[0] + 2 * e[1] + 3 * e[0] * e[1]

@@ -4,14 +4,14 @@ Five short studies, each a figure plus lines of a Markdown report:
 
 1. **Gaussian fit** — the maximum-likelihood 2-D Gaussian by natural gradient
    (Fisher metric) vs plain gradient descent in the same chart.
-2. **Rosenbrock** (seed 000, Figs. 1–2) — :math:`h = \|f(x)\|^2` with
+2. **Rosenbrock** (Rosenbrock 1960; Gauss-Newton as a pullback metric: Martens 2020) — :math:`h = \|f(x)\|^2` with
    :math:`f(x) = (1 - x_1, 10(x_2 - x_1^2))`: gradient descent in input space, gradient
    descent on the outputs, and natural gradient under the pullback metric
    :math:`J^TJ` (Gauss-Newton), in input and output space.
-3. **Independence model** (seed 003) — :math:`E_p[x_1 + 2x_2 + 3x_1x_2]` on
+3. **Independence model** (stochastic relaxation: Malagò et al. 2011) — :math:`E_p[x_1 + 2x_2 + 3x_1x_2]` on
    :math:`\{-1,+1\}^2`: vanilla vs natural gradient in the marginal-probability
    chart :math:`\mu` and the natural chart :math:`\theta`.
-4. **KL balls** (seed 003, :math:`\varepsilon = 0.02`) around univariate Gaussians in
+4. **KL balls** (:math:`\varepsilon = 0.02`; Fisher = Hessian of KL: Amari & Nagaoka 2000) around univariate Gaussians in
    :math:`(\mu, \sigma)`, and at :math:`\varepsilon = 1`.
 5. **Geodesics** of the univariate Gaussian and of the categorical simplex.
 """
@@ -125,7 +125,7 @@ def run_demo(out: str = "infogeo-demo", quick: bool = False, progress: bool = Tr
 
     def s_rosen():
         r = rosenbrock_runs(quick)
-        section("Rosenbrock: input space, output space, pullback metric (seed 000, Figs. 1-2)",
+        section("Rosenbrock: input space, output space, pullback metric (Gauss-Newton: Martens 2020)",
                 ["method", "iterations", "final cost"],
                 [[k, res.nit, f"{res.fun:.3e}"] for k, res in r["results"].items()])
         fig = plot_trajectories(r["runs"], r["cost"], output_map=r["f"], output_cost=r["loss"], optimum=[1.0, 1.0],
@@ -134,7 +134,7 @@ def run_demo(out: str = "infogeo-demo", quick: bool = False, progress: bool = Tr
 
     def s_indep():
         ind = independence_runs(quick)
-        section("Independence model, E[x1 + 2 x2 + 3 x1 x2] (seed 003)",
+        section("Independence model, E[x1 + 2 x2 + 3 x1 x2] (stochastic relaxation: Malagò et al. 2011)",
                 ["chart", "method", "iterations", "final E[f]"],
                 [[chart, k, res.nit, f"{res.fun:.6f}"] for chart, d in ind.items() for k, res in d["runs"].items()])
         from .viz._common import new_axes
@@ -153,7 +153,7 @@ def run_demo(out: str = "infogeo-demo", quick: bool = False, progress: bool = Tr
         centres = [[0.0, 1.0], [1.5, 0.5], [-1.5, 2.0]]
         f1 = plot_kl_ball(M, centres, 0.02, n_rays=90 if quick else 360)
         f2 = plot_kl_ball(M, [[0.0, 1.0]], 1.0, n_rays=90 if quick else 360)
-        section("KL balls around univariate Gaussians in (mu, sigma) (seed 003)",
+        section("KL balls around univariate Gaussians in (mu, sigma) (Amari & Nagaoka 2000)",
                 ["eps", "centre", "max deviation KL(p‖q) vs ellipse", "max deviation KL(q‖p)"],
                 [[f"{c['eps']:g}", f"({c['center'][0]:g}, {c['center'][1]:g})",
                   f"{100 * c['deviation_forward']:.1f} %", f"{100 * c['deviation_reverse']:.1f} %"]

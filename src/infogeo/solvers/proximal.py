@@ -1,4 +1,4 @@
-r"""The proximal point method (seed 000, Eq. 1).
+r"""The proximal point method (Rockafellar 1976).
 
 .. math:: x_{k+1} = \arg\min_u \big[J(u) + \lambda\, \rho(u, x_k)\big]
 

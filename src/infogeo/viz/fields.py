@@ -3,8 +3,8 @@ r"""Vanilla vs natural gradient as vector fields over a 2-D chart.
 At each grid point the vanilla field is :math:`-\nabla f` (the differential's
 components read as a vector — what plain gradient descent does) and the
 natural field is :math:`-\operatorname{grad} f = -G^{-1}\nabla f`, the metric's
-sharp of the differential (seed 003: vanilla vs natural gradient in
-:math:`\eta` and :math:`\theta`).
+sharp of the differential (Amari 1998; for the independence model in the
+charts :math:`\eta` and :math:`\theta`, Malagò et al. 2011).
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def plot_gradient_field(M: Any, cost: Callable[[Any], Any], *, xlim: Tuple[float
         Arrows per axis.
     step : float, optional
         Draw each arrow as :math:`-\lambda\,\mathrm{grad}` with :math:`\lambda` = ``step``
-        (the seed's :math:`\lambda`); default: arrows normalised to a common length per panel.
+        (a fixed arrow scale); default: arrows normalised to a common length per panel.
 
     Returns
     -------

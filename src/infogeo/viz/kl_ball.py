@@ -1,4 +1,4 @@
-r"""KL balls and the metric ellipses that approximate them (seed 003: the :math:`\varepsilon`-ball, :math:`\varepsilon = 0.02`).
+r"""KL balls and the metric ellipses that approximate them (Amari & Nagaoka 2000: Fisher = Hessian of KL).
 
 Around a point :math:`p`, in a 2-D chart (or a 2-D slice of a larger chart),
 

@@ -2,7 +2,7 @@ r"""Solver trajectories over cost contours, in several views side by side.
 
 A *view* maps chart points to a 2-D picture: the chart itself, another chart
 of the same manifold (e.g. natural vs mean parameters), or the output space of
-a pullback metric :math:`z = f(x)` (seed 000, Figs. 1–2: input space and output
+a pullback metric :math:`z = f(x)` (as for Gauss-Newton, Martens 2020: input space and output
 space).  Each view may carry a cost written in its own coordinates for the
 contour lines.
 """
