@@ -44,6 +44,8 @@ CHARTS = {
 
 def run(out: Path | str = "figures", quick: bool = False) -> Dict[str, Any]:
     """Draw the vanilla and natural fields with the descent paths in both charts; return fields and end points."""
+    import matplotlib.pyplot as plt
+
     import infogeo as ig
 
     out = Path(out)
@@ -53,19 +55,22 @@ def run(out: Path | str = "figures", quick: bool = False) -> Dict[str, Any]:
     for chart, (name, symbol, (xlim, ylim), lam) in CHARTS.items():
         study = studies[chart]
         labels = (f"${symbol}_1$", f"${symbol}_2$")
-        fig = ig.viz.plot_gradient_field(study["M"], study["F"], xlim=xlim, ylim=ylim, n=9 if quick else 15,
-                                         step=lam, grid=40 if quick else 100, labels=labels,
-                                         title=f"$E_p[x_1 + 2x_2 + 3x_1x_2]$ in the chart ${symbol}$, "
-                                               rf"arrows $\lambda$ = {lam:g}")
-        for axis, method in zip(fig.axes, ("vanilla", "natural")):
+        fig, axes = plt.subplots(1, 2, figsize=(11.0, 5.0), layout="constrained")
+        ig.viz.plot_gradient_field(study["M"], study["F"], xlim=xlim, ylim=ylim, n=9 if quick else 15,
+                                   step=lam, grid=40 if quick else 100, labels=labels, ax=axes,
+                                   title=f"$E_p[x_1 + 2x_2 + 3x_1x_2]$ in the chart ${symbol}$, "
+                                         rf"arrows $\lambda$ = {lam:g}")
+        for axis, method in zip(axes, ("vanilla", "natural")):
             path = study["runs"][method].path()
             axis.plot(path[:, 0], path[:, 1], ".-", color="tab:red", ms=3, lw=1.2,
                       label=f"{method} gradient descent ({len(path) - 1} it.)")
-            axis.legend(loc="lower left", fontsize="small")
+            # below the panel, clear of the arrows and the path
+            axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize="small", frameon=False)
         fig.savefig(out / name, dpi=110)
+        plt.close(fig)
         logger.info("wrote %s", out / name)
         results["figures"].append(str(out / name))
-        results["fields"][chart] = fig.infogeo_data
+        results["fields"][chart] = axes[0].infogeo_data
         results["runs"][chart] = {
             method: {"x": np.asarray(r.x), "probs": np.asarray(study["M"].to_chart(r.x, "standard")),
                      "fun": float(r.fun), "nit": r.nit}

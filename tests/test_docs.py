@@ -124,9 +124,8 @@ def test_site_builds_strict_without_warnings(tmp_path):
     # offline: no page loads a script, stylesheet, font or image from elsewhere; MathJax is served by the site;
     # no title, nav or table-of-contents entry shows raw TeX
     assert not site_problems(site), "\n".join(site_problems(site)[:40])
-    assert (site / "assets" / "mathjax" / "tex-chtml.js").is_file()
-    assert (site / "assets" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").is_dir()
-    assert 'src="../assets/mathjax/tex-chtml.js"' in (site / "concepts" / "index.html").read_text(encoding="utf-8")
+    assert (site / "assets" / "mathjax" / "tex-svg.js").is_file()
+    assert 'src="../assets/mathjax/tex-svg.js"' in (site / "concepts" / "index.html").read_text(encoding="utf-8")
 
     # interactive examples of docstrings are code blocks, without doctest directives
     nn_api = (site / "reference" / "nn" / "index.html").read_text(encoding="utf-8")

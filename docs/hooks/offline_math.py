@@ -3,9 +3,10 @@
 The MathJax 3 distribution comes from the ``django-static-mathjax`` package of the ``docs`` /
 ``dev`` extras (a plain copy of MathJax's ``es5/`` build, Apache-2.0, no dependencies; the
 package imports as ``mathjax``).  At build time this hook copies the parts a page needs
-(the TeX-to-CommonHTML component, its fonts and the lazily loaded menu and accessibility
+(the TeX-to-SVG component and the lazily loaded menu, accessibility and TeX-extension
 modules) into ``assets/mathjax/`` of the site; ``mkdocs.yml`` loads
-``assets/mathjax/tex-chtml.js`` from there.  Nothing is fetched from the network, at build
+``assets/mathjax/tex-svg.js`` from there.  SVG output draws the glyphs as paths, so there
+are no web fonts to fetch either.  Nothing is fetched from the network, at build
 time or when a page is read.
 """
 from __future__ import annotations
@@ -19,15 +20,15 @@ from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
 
 TARGET = "assets/mathjax"
-# what tex-chtml.js loads: itself, then (on demand) fonts, the menu, the a11y modules, TeX extensions
-PARTS = ("tex-chtml.js", "output/chtml", "ui", "a11y", "input/tex/extensions")
+# what tex-svg.js loads: itself, then (on demand) the menu, the a11y modules, TeX extensions
+PARTS = ("tex-svg.js", "ui", "a11y", "input/tex/extensions")
 
 
 def mathjax_root() -> Path:
     """The ``es5/`` folder of the installed MathJax distribution."""
     spec = importlib.util.find_spec("mathjax")
     root = Path(spec.origin).parent / "static" / "mathjax" / "es5" if spec and spec.origin else None
-    if root is None or not (root / "tex-chtml.js").is_file():
+    if root is None or not (root / "tex-svg.js").is_file():
         raise PluginError("MathJax is not installed: pip install -e '.[docs]' (it brings django-static-mathjax, "
                           "whose 'mathjax' package holds the MathJax 3 files the site serves)")
     return root
