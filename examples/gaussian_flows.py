@@ -1,8 +1,8 @@
-r"""Vanilla vs natural gradient flows of a stochastic relaxation over Gaussians (seed 003).
+r"""Vanilla vs natural gradient flows of a stochastic relaxation over Gaussians (NES, CMA-ES).
 
 Stochastic relaxation replaces the maximisation of :math:`f` on :math:`\mathbb{R}^d` by
 the maximisation of :math:`F(\xi) = E_{p_\xi}[f]` over Gaussian search distributions.
-The flows of the seed are *ascent* flows (:math:`f \to -\infty`, so :math:`E[f]` has no
+The flows here are *ascent* flows (:math:`f \to -\infty`, so :math:`E[f]` has no
 minimum; its supremum is :math:`\max f`, approached as the Gaussian shrinks onto a
 maximiser):
 
@@ -253,7 +253,7 @@ def _draw_univariate(fig: Any, flows: Dict[str, list], coeffs: Sequence[float], 
     for m in maximisers:
         ax.plot(m, 0, "k*", ms=10)
     ax.set(xlim=xlim, ylim=(0, ylim[1]), xlabel=r"$\mu$", ylabel=r"$\sigma$", title=title)
-    ax.legend(loc="upper right", fontsize="small")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small", frameon=False)  # clear of the flows
 
 
 def _draw_multivariate(fig: Any, flows: Dict[str, list], grid: int) -> None:
@@ -273,7 +273,7 @@ def _draw_multivariate(fig: Any, flows: Dict[str, list], grid: int) -> None:
     ax.plot(*quadratic_maximiser(B2, A2), "k*", ms=10)
     ax.set(xlabel=r"$\mu_1$", ylabel=r"$\mu_2$", aspect="equal",
            title=r"$f = x_1 + 2x_2 - 3x_1^2 - 2x_1x_2 - 2x_2^2$, $\Sigma_0 = [[1, -0.5], [-0.5, 2]]$")
-    ax.legend(loc="lower right", fontsize="small")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small", frameon=False)  # clear of the flows
 
 
 # ----------------------------------------------------------------------- driver
@@ -313,7 +313,7 @@ def run(out: Path | str = "figures", quick: bool = False) -> Dict[str, Any]:
             ("quartic", lambda fig: _draw_univariate(fig, quart, QUARTIC, r"$f = 6x + 8x^2 - x^3 - 2x^4$",
                                                      (-2.5, 2.5), (0, 2.2), grid, maxima)),
             ("2d", lambda fig: _draw_multivariate(fig, multi, grid))):
-        fig = Figure(figsize=(6.4, 5.2), layout="constrained")
+        fig = Figure(figsize=(8.4, 5.2), layout="constrained")
         draw(fig)
         path = out / f"gaussian_flows_{name}.png"
         fig.savefig(path, dpi=110)

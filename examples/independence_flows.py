@@ -1,4 +1,4 @@
-r"""Vanilla vs natural gradient on the independence model, in the charts :math:`\mu` and :math:`\theta` (seed 003).
+r"""Vanilla vs natural gradient on the independence model, in the mean and natural charts.
 
 Minimise :math:`F(p) = E_p[f]`, :math:`f(x) = x_1 + 2x_2 + 3x_1x_2` on :math:`\{-1, +1\}^2`,
 over the independence model :math:`p(x) = p_1(x_1)p_2(x_2)`; the minimum :math:`-4` is the
@@ -14,7 +14,7 @@ parameters :math:`\theta` (:math:`E[x_i] = \tanh\theta_i`),
   both charts; in :math:`\theta` it is the vanilla gradient in the mean chart
   :math:`\eta = E[x]` (Legendre duality), :math:`(1 + 3\eta_2, 2 + 3\eta_1)`.
 
-The fields are drawn with :func:`infogeo.viz.plot_gradient_field` with the seed's arrow scales
+The fields are drawn with :func:`infogeo.viz.plot_gradient_field` with fixed arrow scales
 (:math:`\lambda = 0.025` in :math:`\mu`, :math:`0.15` in :math:`\theta`), and the descent paths
 are those of the demo (:func:`infogeo.demo.independence_runs`: gradient descent with Armijo
 steps, Euclidean vs Fisher metric, started at :math:`\mu = (0.6, 0.7)`).
@@ -35,7 +35,7 @@ from infogeo.demo import independence_runs
 
 logger = logging.getLogger("infogeo.examples.independence_flows")
 
-#: chart -> (file name, chart symbol, window, the seed's arrow scale lambda)
+#: chart -> (file name, chart symbol, window, arrow scale lambda)
 CHARTS = {
     "standard": ("independence_mu.png", r"\mu", ((0.03, 0.97), (0.03, 0.97)), 0.025),
     "natural": ("independence_theta.png", r"\theta", ((-3.0, 3.0), (-3.0, 3.0)), 0.15),
@@ -44,6 +44,8 @@ CHARTS = {
 
 def run(out: Path | str = "figures", quick: bool = False) -> Dict[str, Any]:
     """Draw the vanilla and natural fields with the descent paths in both charts; return fields and end points."""
+    import matplotlib.pyplot as plt
+
     import infogeo as ig
 
     out = Path(out)
@@ -53,19 +55,22 @@ def run(out: Path | str = "figures", quick: bool = False) -> Dict[str, Any]:
     for chart, (name, symbol, (xlim, ylim), lam) in CHARTS.items():
         study = studies[chart]
         labels = (f"${symbol}_1$", f"${symbol}_2$")
-        fig = ig.viz.plot_gradient_field(study["M"], study["F"], xlim=xlim, ylim=ylim, n=9 if quick else 15,
-                                         step=lam, grid=40 if quick else 100, labels=labels,
-                                         title=f"$E_p[x_1 + 2x_2 + 3x_1x_2]$ in the chart ${symbol}$, "
-                                               rf"arrows $\lambda$ = {lam:g}")
-        for axis, method in zip(fig.axes, ("vanilla", "natural")):
+        fig, axes = plt.subplots(1, 2, figsize=(11.0, 5.0), layout="constrained")
+        ig.viz.plot_gradient_field(study["M"], study["F"], xlim=xlim, ylim=ylim, n=9 if quick else 15,
+                                   step=lam, grid=40 if quick else 100, labels=labels, ax=axes,
+                                   title=f"$E_p[x_1 + 2x_2 + 3x_1x_2]$ in the chart ${symbol}$, "
+                                         rf"arrows $\lambda$ = {lam:g}")
+        for axis, method in zip(axes, ("vanilla", "natural")):
             path = study["runs"][method].path()
             axis.plot(path[:, 0], path[:, 1], ".-", color="tab:red", ms=3, lw=1.2,
                       label=f"{method} gradient descent ({len(path) - 1} it.)")
-            axis.legend(loc="lower left", fontsize="small")
+            # below the panel, clear of the arrows and the path
+            axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize="small", frameon=False)
         fig.savefig(out / name, dpi=110)
+        plt.close(fig)
         logger.info("wrote %s", out / name)
         results["figures"].append(str(out / name))
-        results["fields"][chart] = fig.infogeo_data
+        results["fields"][chart] = axes[0].infogeo_data
         results["runs"][chart] = {
             method: {"x": np.asarray(r.x), "probs": np.asarray(study["M"].to_chart(r.x, "standard")),
                      "fun": float(r.fun), "nit": r.nit}

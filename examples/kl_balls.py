@@ -1,4 +1,4 @@
-r"""KL balls around univariate Gaussians vs the Fisher metric ellipses (seed 003, :math:`\varepsilon = 0.02`).
+r"""KL balls around univariate Gaussians vs the Fisher metric ellipses, :math:`\varepsilon = 0.02` (Amari & Nagaoka 2000).
 
 Amari's natural gradient replaces the Euclidean unit ball of steepest ascent by the ball of
 constant KL divergence :math:`\{q : \mathrm{KL}(p\|q) = \varepsilon\}`, whose second-order
@@ -47,14 +47,18 @@ def run(out: Path | str = "figures", quick: bool = False) -> Dict[str, Any]:
     n_rays = 48 if quick else 360
     M = ig.Gaussian(dim=1, covariance="diagonal").in_chart("mean_std")
 
-    fig_small = ig.viz.plot_kl_ball(M, CENTRES, EPS, n_rays=n_rays,
-                                    title=rf"KL balls around $N(\mu, \sigma^2)$, $\varepsilon$ = {EPS:g}")
-    fig_large = ig.viz.plot_kl_ball(M, [CENTRES[0]], 1.0, n_rays=n_rays,
-                                    title=r"KL ball around $N(0, 1)$, $\varepsilon$ = 1")
-    figures = []
-    for fig, name in ((fig_small, f"kl_balls_eps{EPS:g}.png"), (fig_large, "kl_balls_eps1.png")):
-        fig.axes[0].set_aspect("equal")
-        fig.savefig(out / name, dpi=110)
+    import matplotlib.pyplot as plt
+
+    figures, drawn = [], []
+    for centres, eps, title, name in (
+            (CENTRES, EPS, rf"KL balls around $N(\mu, \sigma^2)$, $\varepsilon$ = {EPS:g}", f"kl_balls_eps{EPS:g}.png"),
+            ([CENTRES[0]], 1.0, r"KL ball around $N(0, 1)$, $\varepsilon$ = 1", "kl_balls_eps1.png")):
+        plt.figure(figsize=(7.0, 4.6))
+        ax = ig.viz.plot_kl_ball(M, centres, eps, n_rays=n_rays, title=title)
+        ax.set_aspect("equal")
+        drawn.append(ax.infogeo_data)
+        plt.savefig(out / name, dpi=110, bbox_inches="tight")
+        plt.close()
         figures.append(str(out / name))
         logger.info("wrote %s", out / name)
 
@@ -63,7 +67,7 @@ def run(out: Path | str = "figures", quick: bool = False) -> Dict[str, Any]:
     for eps in SWEEP:
         ball = ig.viz.kl_ball(M, np.array(CENTRES[0]), eps, n_rays=n_rays)
         sweep[eps] = {"forward": ball["deviation_forward"], "reverse": ball["deviation_reverse"]}
-    return {"figures": figures, "balls": fig_small.infogeo_curves, "ball_eps1": fig_large.infogeo_curves[0],
+    return {"figures": figures, "balls": drawn[0], "ball_eps1": drawn[1][0],
             "deviation": sweep, "centres": CENTRES, "eps": EPS}
 
 

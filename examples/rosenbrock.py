@@ -1,4 +1,4 @@
-"""Rosenbrock as a composite problem (seed 000, Figures 1 and 2).
+"""Rosenbrock as a composite problem: Gauss-Newton as natural gradient under a pullback metric.
 
 The Rosenbrock cost is J(x) = |f(x)|^2 with f(x) = (1 - x1, 10 (x2 - x1^2)).
 We compare, in input space and in output space:
@@ -46,6 +46,7 @@ def run(out: Path | str = "figures", iterations: int = 200, step: float = 0.1) -
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -103,21 +104,31 @@ def run(out: Path | str = "figures", iterations: int = 200, step: float = 0.1) -
     fig1.savefig(out / "rosenbrock_fig1.png", dpi=110)
 
     # Figure 2(a): exact pulled-back dissimilarity vs its quadratic model 1/2 d^T G d around x0
-    fig2, axes = plt.subplots(1, 3, figsize=(15, 4.8))
+    fig2, axes = plt.subplots(1, 3, figsize=(15, 5.4), layout="constrained")
     rho = ig.pullback(rosen, ig.SquaredEuclidean())
-    G0 = G.matrix(X0)
-    gx, gy = np.meshgrid(np.linspace(-1.9, -1.1, 150), np.linspace(1.0, 3.0, 150))
+    G0 = np.asarray(B.to_numpy(G.matrix(X0)))
+    # two levels: a small one, where the quadratic model is exact to second order, and a large one,
+    # where the exact level set bends with the valley; the window holds the large model ellipse
+    levels = [0.05, 2.0]
+    half = 1.25 * np.sqrt(2 * levels[-1] * np.diag(np.linalg.inv(G0)))
+    x0 = np.asarray(B.to_numpy(X0))
+    gx, gy = np.meshgrid(np.linspace(x0[0] - half[0], x0[0] + half[0], 400),
+                         np.linspace(x0[1] - half[1], x0[1] + half[1], 400))
     exact = np.vectorize(lambda a, b: float(rho(np.array([a, b]), X0)))(gx, gy)
-    d = np.stack([gx - X0[0], gy - X0[1]], axis=-1)
+    d = np.stack([gx - x0[0], gy - x0[1]], axis=-1)
     quad = 0.5 * np.einsum("...i,ij,...j->...", d, G0, d)
-    levels = [0.02, 0.1, 0.5, 2.0]
-    axes[0].contour(gx, gy, exact, levels=levels, colors="tab:green")
-    axes[0].contour(gx, gy, quad, levels=levels, colors="tab:blue", linestyles="--")
-    axes[0].plot(*X0, "k.")
-    axes[0].set(title="(a) pullback distance (green) vs metric (blue)", xlabel="$x_1$", ylabel="$x_2$")
+    for values, color, style in ((exact, "tab:green", "-"), (quad, "tab:blue", "--")):
+        cs = axes[0].contour(gx, gy, values, levels=levels, colors=color, linestyles=style, linewidths=1.6)
+        axes[0].clabel(cs, fmt=lambda c: f"{c:g}", fontsize=8)
+    axes[0].plot(*x0, "k.", ms=8)
+    axes[0].legend(handles=[Line2D([], [], color="tab:green", lw=1.6, label=r"exact $\rho(f(x), f(x_0))$"),
+                            Line2D([], [], color="tab:blue", lw=1.6, ls="--",
+                                   label=r"metric $\frac{1}{2}\Delta^T G(x_0)\Delta$"),
+                            Line2D([], [], color="k", marker=".", ls="", label="$x_0$")],
+                   loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, fontsize=8, frameon=False)
+    axes[0].set(title="(a) level sets 0.05 and 2 around $x_0$", xlabel="$x_1$", ylabel="$x_2$")
     input_panel(axes[1], ["natural gradient (Gauss-Newton)", "exact proximal point"], "(b) input space")
     output_panel(axes[2], ["natural gradient (Gauss-Newton)", "exact proximal point"], "(c) output space")
-    fig2.tight_layout()
     fig2.savefig(out / "rosenbrock_fig2.png", dpi=110)
     plt.close(fig1)
     plt.close(fig2)

@@ -11,7 +11,7 @@ class UnivariateGaussianChart(ig.Manifold):
     r"""N(mu, sigma^2) in the chart (mu, sigma) with the Fisher metric diag(1, 2) / sigma^2.
 
     Written independently of the statistical module: the metric and the KL are the textbook closed forms
-    (seed 003: KL(p0||p1) = log(s1/s0) + (s0^2 + (m0 - m1)^2) / (2 s1^2) - 1/2).
+    (closed form: KL(p0||p1) = log(s1/s0) + (s0^2 + (m0 - m1)^2) / (2 s1^2) - 1/2).
     """
 
     def __init__(self):

@@ -7,7 +7,7 @@ B = ig.backend
 
 
 def rosen(x):
-    """The Rosenbrock map of seed 000 with a = 1, b = 100: outputs (1 - x0, 10 (x1 - x0^2))."""
+    """The Rosenbrock map (Rosenbrock 1960) with a = 1, b = 100: outputs (1 - x0, 10 (x1 - x0^2))."""
     return B.stack([1 - x[0], 10 * (x[1] - x[0] ** 2)])
 
 

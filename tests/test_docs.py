@@ -50,6 +50,53 @@ def _parse(html_file: Path) -> _Links:
     return p
 
 
+class _Assets(HTMLParser):
+    """What a page loads (scripts, stylesheets, fonts, images, frames) and the text of its titles and nav."""
+
+    LOADS = {"script": "src", "img": "src", "iframe": "src", "source": "src", "audio": "src", "video": "src",
+             "embed": "src", "object": "data", "link": "href"}
+
+    def __init__(self):
+        super().__init__()
+        self.loads, self.titles, self._nav, self._title = [], [], 0, False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag in self.LOADS and a.get(self.LOADS[tag]):
+            rel = a.get("rel") or ""
+            if tag != "link" or not ({"canonical", "alternate", "next", "prev"} & set(rel.split())):
+                self.loads.append(a[self.LOADS[tag]])
+        self._nav += tag == "nav"
+        self._title |= tag == "title"
+
+    def handle_endtag(self, tag):
+        self._nav -= tag == "nav" and self._nav > 0
+        self._title &= tag != "title"
+
+    def handle_data(self, data):
+        if (self._nav or self._title) and data.strip():
+            self.titles.append(data.strip())
+
+
+_EXTERNAL = re.compile(r"^(?:[a-z][a-z0-9+.-]*:)?//", re.I)
+_RAW_TEX = re.compile(r"\\[()\[\]]|\\[A-Za-z]+|\$[^$]+\$")
+
+
+def site_problems(site: Path):
+    """External assets loaded by any page or stylesheet, and raw TeX in any title or nav entry."""
+    problems = []
+    for page in sorted(site.rglob("*.html")):
+        p = _Assets()
+        p.feed(page.read_text(encoding="utf-8"))
+        rel = page.relative_to(site)
+        problems += [f"{rel} loads {src}" for src in p.loads if _EXTERNAL.match(src)]
+        problems += [f"{rel}: raw TeX in a title or nav entry: {t!r}" for t in p.titles if _RAW_TEX.search(t)]
+    for css in sorted(site.rglob("*.css")):
+        for url in re.findall(r"(?:url\(|@import)\s*['\"]?((?:https?:)?//[^'\")\s]+)", css.read_text(encoding="utf-8")):
+            problems.append(f"{css.relative_to(site)} loads {url}")
+    return problems
+
+
 def _local_images(page: Path):
     """Files behind the page's <img> tags (remote images excluded)."""
     out = []
@@ -73,6 +120,17 @@ def test_site_builds_strict_without_warnings(tmp_path):
     assert proc.returncode == 0, log[-5000:]
     warnings = [line for line in log.splitlines() if "WARNING" in line]
     assert not warnings, "\n".join(warnings)
+
+    # offline: no page loads a script, stylesheet, font or image from elsewhere; MathJax is served by the site;
+    # no title, nav or table-of-contents entry shows raw TeX
+    assert not site_problems(site), "\n".join(site_problems(site)[:40])
+    assert (site / "assets" / "mathjax" / "tex-svg.js").is_file()
+    assert 'src="../assets/mathjax/tex-svg.js"' in (site / "concepts" / "index.html").read_text(encoding="utf-8")
+
+    # interactive examples of docstrings are code blocks, without doctest directives
+    nn_api = (site / "reference" / "nn" / "index.html").read_text(encoding="utf-8")
+    assert "doctest:" not in nn_api and "<blockquote>" not in nn_api
+    assert re.search(r'<code>.*?ParameterSpace', nn_api, re.S)
 
     # the gallery: an index and one page per example, every image on them present in the site
     index = site / "gallery" / "index.html"
@@ -119,6 +177,32 @@ def test_site_builds_strict_without_warnings(tmp_path):
     for f in (ROOT / "manifolds").glob("*.py"):
         if not f.name.startswith("_"):
             assert f.stem in headings, f"manifolds/{f.name} is not on the contributed families page"
+
+
+def test_site_check_finds_external_assets_and_raw_tex(tmp_path):
+    (tmp_path / "a.html").write_text(
+        '<html><head><title>KL \\(\\mu\\)</title><script src="https://cdn.example/x.js"></script>'
+        '<link rel="stylesheet" href="//fonts.example/css"><link rel="canonical" href="https://site/a/">'
+        '<script src="assets/local.js"></script></head><body><nav><a href="#x">Charts \\(\\theta\\)</a>'
+        '<a href="https://elsewhere/">a link is fine</a></nav><p>body math \\(x\\) is fine</p></body></html>')
+    (tmp_path / "s.css").write_text("@font-face { src: url(https://fonts.example/f.woff2) }")
+    found = site_problems(tmp_path)
+    assert len(found) == 5, found
+    assert any("cdn.example" in f for f in found) and any("fonts.example/css" in f for f in found)
+    assert any("f.woff2" in f for f in found) and sum("raw TeX" in f for f in found) == 2
+
+
+def test_plain_titles_turn_math_into_unicode():
+    titles = _load("infogeo_docs_plain_titles", DOCS / "hooks" / "plain_titles.py")
+    assert titles.tex_to_text(r"Flows in \(\mu\) and :math:`\theta`") == "Flows in μ and θ"
+    assert titles.tex_to_text(r"\(\mathrm{KL}(p\|q) = \varepsilon\), \(\sigma^2\), \(x_1\)") == "KL(p‖q) = ε, σ², x₁"
+
+
+def test_doctest_examples_become_code_blocks():
+    pytest.importorskip("griffe")
+    ext = _load("infogeo_docs_griffe_rst", DOCS / "hooks" / "griffe_rst.py")
+    out = ext.convert("Intro.\n>>> a = f(1,   # doctest: +SKIP\n...       2)\n3\n\nafter", lambda t, s: t)
+    assert out == "Intro.\n\n```pycon\n>>> a = f(1,\n...       2)\n3\n```\n\nafter"
 
 
 # ----------------------------------------------------------------------------- the hook, on small inputs

@@ -1,4 +1,4 @@
-"""Seed-003 examples: gaussian_flows.py (E[f] in closed form, flows vs facts derived by hand) and kl_balls.py.
+"""Stochastic-relaxation examples: gaussian_flows.py (E[f] in closed form, flows vs facts derived by hand) and kl_balls.py.
 
 The flow facts below are derived independently of the example's code (which only integrates
 ``(dF)^sharp`` with the library's metrics):
@@ -143,7 +143,7 @@ def test_natural_flow_is_the_same_in_every_chart(res):
 
 # ----------------------------------------------------------------------------- examples/kl_balls.py
 def seed_kl(p, q):
-    """Seed 003: KL(p0 || p1) = log(s1 / s0) + (s0^2 + (m0 - m1)^2) / (2 s1^2) - 1/2, points (mu, sigma)."""
+    """Closed form (e.g. Amari 2016): KL(p0 || p1) = log(s1 / s0) + (s0^2 + (m0 - m1)^2) / (2 s1^2) - 1/2, points (mu, sigma)."""
     (m0, s0), (m1, s1) = p, q
     return np.log(s1 / s0) + (s0 ** 2 + (m0 - m1) ** 2) / (2 * s1 ** 2) - 0.5
 

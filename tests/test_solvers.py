@@ -1,4 +1,4 @@
-"""The solver layer: Rosenbrock story of seed 000, step rules, Newton/proximal/trust-region steps, reporting."""
+"""The solver layer: Rosenbrock as a composite problem (Gauss-Newton), step rules, Newton/proximal/trust-region steps, reporting."""
 import logging
 import math
 

@@ -78,6 +78,7 @@ def _load_sibling(name: str):
 
 
 _rst = _load_sibling("griffe_rst")
+_titles = _load_sibling("plain_titles")
 
 
 def rst_to_markdown(text: str) -> str:
@@ -86,8 +87,9 @@ def rst_to_markdown(text: str) -> str:
 
 
 def title_and_body(doc: str):
+    """The docstring's first line as a plain-text title (math as Unicode: it goes to the nav), and the rest."""
     first, _, rest = doc.partition("\n")
-    return rst_to_markdown(first.strip().rstrip(".")), rst_to_markdown(rest.strip())
+    return _titles.tex_to_text(rst_to_markdown(first.strip().rstrip("."))), rst_to_markdown(rest.strip())
 
 
 # ----------------------------------------------------------------------------- running scripts

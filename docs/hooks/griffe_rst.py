@@ -10,6 +10,8 @@ extension rewrites
 * ``:class:`` / ``:func:`` / ``:meth:`` / ``:mod:`` / ``:attr:`` / ``:exc:`` roles into
   *optional* autorefs links: a link where the target is documented, plain code otherwise
   (Python's and torch's own objects are not in this site);
+* interactive examples (runs of ``>>>`` / ``...`` lines and their output) into fenced
+  ``pycon`` code blocks, without their ``# doctest:`` directives;
 * double backticks into single ones, and a paragraph's closing ``::`` (an RST literal-block
   marker) into ``:``;
 
@@ -30,6 +32,34 @@ _INLINE_MATH = re.compile(r":math:`([^`]+)`")
 _ROLE = re.compile(r":(?:py:)?(class|func|meth|mod|attr|exc|obj|data):`(~?)([^`]+)`")
 _DOUBLE_TICKS = re.compile(r"``([^`]+)``")
 _LITERAL_MARKER = re.compile(r"(\S)::$", re.MULTILINE)
+_PROMPT = re.compile(r"^(\s*)>>> ")
+_DOCTEST_DIRECTIVE = re.compile(r"\s*#\s*doctest:.*$")
+
+
+def _doctest_blocks(text: str) -> str:
+    """Fence each run of ``>>>`` lines (with continuation and output lines, up to a blank line) as code.
+
+    Unfenced, Markdown reads ``>>>`` as three nested quotes and joins the lines into one
+    paragraph.  The ``# doctest: +SKIP`` directives are for the test runner, not the reader.
+    """
+    lines = text.split("\n")
+    out: list = []
+    i = 0
+    while i < len(lines):
+        m = _PROMPT.match(lines[i])
+        if not m or (out and out[-1].strip().startswith("```")):
+            out.append(lines[i])
+            i += 1
+            continue
+        indent = m.group(1)
+        block = []
+        while i < len(lines) and lines[i].strip():
+            block.append(_DOCTEST_DIRECTIVE.sub("", lines[i][len(indent):] if lines[i].startswith(indent) else lines[i]))
+            i += 1
+        if out and out[-1].strip() and not re.fullmatch(r"\s*-+", out[-1]):  # not right under a section header
+            out.append("")
+        out.extend([f"{indent}```pycon", *(indent + b for b in block), f"{indent}```"])
+    return "\n".join(out)
 
 
 def _display_math(text: str) -> str:
@@ -93,7 +123,7 @@ def convert(text: str, role: Callable[[str, bool], str]) -> str:
     text = _INLINE_MATH.sub(lambda m: rf"\({m.group(1)}\)", text)
     text = _ROLE.sub(lambda m: role(m.group(3), m.group(2) == "~"), text)
     text = _DOUBLE_TICKS.sub(r"`\1`", text)
-    return _LITERAL_MARKER.sub(r"\1:", text)
+    return _doctest_blocks(_LITERAL_MARKER.sub(r"\1:", text))
 
 
 def rst_to_markdown(text: str, obj: griffe.Object) -> str:

@@ -20,7 +20,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="folder for the PNG figures and report.md (created if missing; default: ./infogeo-demo)")
     demo.add_argument("--quick", action="store_true",
                       help="fewer iterations and coarser figures (a few seconds; used by the tests)")
-    demo.add_argument("--no-progress", action="store_true", help="hide the tqdm progress bar")
+    bar = demo.add_mutually_exclusive_group()
+    bar.add_argument("--progress", dest="progress", action="store_const", const=True, default=None,
+                     help="show the progress bar even when stderr is not a terminal")
+    bar.add_argument("--no-progress", dest="progress", action="store_const", const=False,
+                     help="hide the progress bar (default: shown only when stderr is a terminal)")
     demo.add_argument("-v", "--verbose", action="store_true", help="log each step (logger 'infogeo')")
     return parser
 
@@ -32,7 +36,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         import matplotlib
         matplotlib.use("Agg")  # never open a window
         from .demo import run_demo
-        path = run_demo(args.out, quick=args.quick, progress=not args.no_progress)
+        path = run_demo(args.out, quick=args.quick, progress=args.progress)
         print(f"report written to {path}")
     return 0
 

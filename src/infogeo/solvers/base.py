@@ -13,7 +13,7 @@ import logging
 import math
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional, Union
 
 import numpy as np
 
@@ -35,6 +35,39 @@ def _ensure_console_handler() -> None:
         root_pkg.addHandler(handler)
     if root_pkg.level == logging.NOTSET or root_pkg.level > logging.INFO:
         root_pkg.setLevel(logging.INFO)
+
+
+def show_progress(progress: Optional[bool]) -> bool:
+    """Whether to draw a progress bar: ``True``/``False`` as asked; ``None`` (auto) only on a terminal.
+
+    A bar on a stderr that is a file or a pipe (a log, CI, a batch job) is pages of carriage-return
+    noise, so the automatic choice is to show it only when stderr is interactive.
+    """
+    if progress is None:
+        isatty = getattr(sys.stderr, "isatty", None)
+        return bool(isatty and isatty())
+    return bool(progress)
+
+
+def progress_bar(iterable: Optional[Iterable] = None, progress: Optional[bool] = None, **kwargs: Any):
+    """A tqdm bar (over ``iterable`` or with ``total=``) that is shown as :func:`show_progress` decides.
+
+    A hidden bar writes nothing, and its ``update``/``set_postfix``/``close`` do nothing.
+    """
+    from tqdm.auto import tqdm
+    return tqdm(iterable, disable=not show_progress(progress), **kwargs)
+
+
+def log_every(verbose: Union[bool, int], max_iter: int) -> int:
+    """Iterations between two rows of the verbose table: 0 for none.
+
+    ``verbose=k`` (an int) logs every k-th iteration; ``True`` about twenty rows per run.
+    """
+    if isinstance(verbose, bool) or verbose is None:
+        return max(1, round(max_iter / 20)) if verbose else 0
+    if int(verbose) != verbose or verbose < 0:
+        raise ValueError(f"verbose must be a bool or a non-negative int (log every k-th iteration), got {verbose!r}")
+    return int(verbose)
 
 
 @dataclass
@@ -75,11 +108,13 @@ class Solver:
         Stop when an accepted step changes the cost by less than ``fun_tol``.
     damping : float
         Tikhonov damping used by ``sharp`` (:math:`(G + \\lambda I)^{-1}`).
-    verbose : bool
+    verbose : bool or int
         Log a compact iteration table (logger ``infogeo.solvers``, shown on stdout
-        unless logging is configured).
-    progress : bool
-        Show a tqdm progress bar.
+        unless logging is configured): ``verbose=k`` logs every k-th iteration (and the
+        first and last), ``True`` about twenty rows per run.
+    progress : bool, optional
+        A tqdm progress bar on stderr: ``True`` forces it, ``False`` hides it, ``None``
+        (default) shows it only when stderr is a terminal.
     callback : callable, optional
         ``callback(info) -> bool | None`` after each iteration, with ``info`` the
         history entry (``iter``, ``x``, ``fun``, ``grad_norm``, ``step_size`` ...);
@@ -89,8 +124,8 @@ class Solver:
     name = "Solver"
 
     def __init__(self, *, max_iter: int = 1000, grad_tol: float = 1e-10, step_tol: float = 0.0,
-                 fun_tol: Optional[float] = None, damping: float = 0.0, verbose: bool = False,
-                 progress: bool = False, callback: Optional[Callable[[dict], Any]] = None):
+                 fun_tol: Optional[float] = None, damping: float = 0.0, verbose: Union[bool, int] = False,
+                 progress: Optional[bool] = None, callback: Optional[Callable[[dict], Any]] = None):
         if int(max_iter) != max_iter or max_iter < 0:
             raise ValueError(f"max_iter must be a non-negative integer, got {max_iter!r}")
         for label, val in (("grad_tol", grad_tol), ("step_tol", step_tol), ("damping", damping)):
@@ -98,6 +133,7 @@ class Solver:
                 raise ValueError(f"{label} must be >= 0, got {val}")
         self.max_iter, self.grad_tol, self.step_tol, self.fun_tol = int(max_iter), grad_tol, step_tol, fun_tol
         self.damping, self.verbose, self.progress, self.callback = damping, verbose, progress, callback
+        log_every(verbose, self.max_iter)  # a bad value fails here, not at the first run
 
     # ------------------------------------------------------------ hooks
     def _setup(self, manifold: Manifold, cost: Callable, x: Any) -> None:
@@ -142,15 +178,14 @@ class Solver:
         it = self._evaluate(manifold, cost, x)
         nfev = 1
         history = [self._entry(0, it, 0.0, {})]
-        if self.verbose:
+        every = log_every(self.verbose, self.max_iter)
+        if every:
             _ensure_console_handler()
             logger.info("%s on %s", self.name, manifold.name)
             logger.info("%6s  %-22s  %-11s  %-11s", "iter", "cost", "|grad|", "step")
             logger.info("%6d  %+.15e  %.5e  %11s", 0, it.fun, it.grad_norm, "")
-        bar = None
-        if self.progress:
-            from tqdm.auto import tqdm
-            bar = tqdm(total=self.max_iter, desc=self.name, leave=False)
+        bar = progress_bar(progress=self.progress, total=self.max_iter, desc=self.name, leave=False)
+        logged = 0
 
         success, message, k = False, "maximum number of iterations reached", 0
         try:
@@ -177,12 +212,13 @@ class Solver:
                     change = abs(new.fun - it.fun)
                     it = new
                 history.append(self._entry(k, it, step.step_size, step.extra))
-                if self.verbose:
+                if every and k % every == 0:
+                    logged = k
                     logger.info("%6d  %+.15e  %.5e  %.5e%s", k, it.fun, it.grad_norm, step.step_size,
                                 "" if step.accepted else "  (rejected)")
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(cost=f"{it.fun:.3e}")
+                bar.update(1)
+                if not bar.disable:
+                    bar.set_postfix(cost=f"{it.fun:.3e}", refresh=False)
                 if callback is not None and callback(history[-1]):
                     message = "stopped by the callback"
                     break
@@ -197,9 +233,10 @@ class Solver:
                 if it.grad_norm <= self.grad_tol:
                     success, message = True, f"gradient norm {it.grad_norm:.3g} <= grad_tol"
         finally:
-            if bar is not None:
-                bar.close()
-        if self.verbose:
+            bar.close()
+        if every:
+            if logged != k:  # the last row, if it fell between two logged ones
+                logger.info("%6d  %+.15e  %.5e  %11s", k, it.fun, it.grad_norm, "")
             logger.info("%s: %s after %d iterations", self.name, message, k)
         return OptimizeResult(x=it.x, fun=it.fun, grad_norm=it.grad_norm, jac=it.differential,
                               nit=k, nfev=nfev, success=success, message=message, history=history)

@@ -5,8 +5,8 @@ r"""Riemannian gradient descent, and natural gradient as its special case.
 
 with :math:`R` the retraction or the exponential map.  Under the Euclidean
 metric this is plain gradient descent; under a Fisher metric it is natural
-gradient; under a pulled-back Euclidean metric it is Gauss-Newton (seed 000,
-Eq. 28).
+gradient; under a pulled-back Euclidean metric it is Gauss-Newton (Nocedal & Wright 2006;
+Martens 2020).
 """
 from __future__ import annotations
 

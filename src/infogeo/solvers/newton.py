@@ -2,7 +2,7 @@ r"""Damped Newton: second-order model of the cost plus a metric proximity term.
 
 .. math:: x_{k+1} = x_k - \alpha\,(H + \lambda G)^{-1} \nabla J(x_k)
 
-(seed 000, Eq. 5).  With :math:`G = I` this is the classical damped
+(Martens 2010; Martens 2020).  With :math:`G = I` this is the classical damped
 (Levenberg) Newton step; with a Fisher or pullback :math:`G` the damping is
 measured in the geometry of the problem.  :math:`H` is the Hessian of the cost
 in the manifold's chart, from autodiff.

@@ -1,9 +1,9 @@
-r"""The proximal point method (seed 000, Eq. 1).
+r"""The proximal point method (Rockafellar 1976).
 
 .. math:: x_{k+1} = \arg\min_u \big[J(u) + \lambda\, \rho(u, x_k)\big]
 
 With :math:`\rho = \tfrac12\|u - w\|^2` this is *implicit* gradient descent,
-:math:`x_{k+1} = x_k - \lambda^{-1}\nabla J(x_{k+1})` (Eq. 3); with a
+:math:`x_{k+1} = x_k - \lambda^{-1}\nabla J(x_{k+1})`; with a
 pulled-back output dissimilarity :math:`\rho(f(u), f(w))` it is implicit
 gradient descent on the outputs.  Each inner problem is solved by any solver.
 """

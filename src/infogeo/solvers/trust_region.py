@@ -1,6 +1,6 @@
 r"""Trust-region method with the trust region measured by the metric.
 
-Each step approximately solves (seed 000, Eq. 6, with :math:`\rho` replaced by
+Each step approximately solves (Conn, Gould & Toint 2000; Martens 2020, with :math:`\rho` replaced by
 its quadratic model :math:`\tfrac12 s^T G s`)
 
 .. math:: \min_s\; J(x) + dJ_x(s) + \tfrac12 s^T H s

@@ -1,9 +1,11 @@
 """Figures of the geometry: KL balls vs metric ellipses, geodesics, solver trajectories, gradient fields.
 
-Every function builds a :class:`matplotlib.figure.Figure` without pyplot (no
-display, no global state) and returns it; nothing is shown.  Numbers behind a
-figure are attached to it as ``fig.infogeo_curves`` (or ``fig.infogeo_data``)
-so that tests and users can check what was drawn.
+Every plotting function draws like pyplot's own: on the axes given as ``ax=``, else on the
+current axes (``plt.gca()``; a function with several panels adds them to the current
+figure, or to a new one if that is in use), and returns the Axes (an array of Axes for
+several panels).  So ``plt.savefig(...)`` and ``plt.show()`` work after a call, and
+nothing is shown by the function itself.  The numbers behind a picture are attached to
+the returned axes as ``ax.infogeo_data``, so that tests and users can check what was drawn.
 """
 from .fields import plot_gradient_field
 from .geodesics import barycentric, plot_geodesics

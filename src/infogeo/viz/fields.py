@@ -3,8 +3,8 @@ r"""Vanilla vs natural gradient as vector fields over a 2-D chart.
 At each grid point the vanilla field is :math:`-\nabla f` (the differential's
 components read as a vector — what plain gradient descent does) and the
 natural field is :math:`-\operatorname{grad} f = -G^{-1}\nabla f`, the metric's
-sharp of the differential (seed 003: vanilla vs natural gradient in
-:math:`\eta` and :math:`\theta`).
+sharp of the differential (Amari 1998; for the independence model in the
+charts :math:`\eta` and :math:`\theta`, Malagò et al. 2011).
 """
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import backend as B
-from ._common import coord_labels, new_axes, to_np
+from ._common import axes_for, coord_labels, finish, to_np
 
 logger = logging.getLogger(__name__)
 
 
 def plot_gradient_field(M: Any, cost: Callable[[Any], Any], *, xlim: Tuple[float, float],
                         ylim: Tuple[float, float], n: int = 15, step: Optional[float] = None,
-                        grid: int = 60, levels: int = 20, ax: Any = None,
+                        grid: int = 100, levels: int = 20, ax: Any = None,
                         labels: Optional[Sequence[str]] = None, title: Optional[str] = None):
     r"""Two panels over a 2-D chart: :math:`-\nabla f` and :math:`-G^{-1}\nabla f`, on contours of :math:`f`.
 
@@ -37,17 +37,20 @@ def plot_gradient_field(M: Any, cost: Callable[[Any], Any], *, xlim: Tuple[float
         Arrows per axis.
     step : float, optional
         Draw each arrow as :math:`-\lambda\,\mathrm{grad}` with :math:`\lambda` = ``step``
-        (the seed's :math:`\lambda`); default: arrows normalised to a common length per panel.
+        (a fixed arrow scale); default: arrows normalised to a common length per panel.
+
+    ax : pair of matplotlib Axes, optional
+        Where to draw the two panels; default: two new panels in the current figure.
 
     Returns
     -------
-    matplotlib.figure.Figure
-        With ``fig.infogeo_data``: ``points`` (m, 2), ``vanilla`` and ``natural`` (m, 2) (the
+    numpy.ndarray of two matplotlib.axes.Axes
+        Each with ``ax.infogeo_data``: ``points`` (m, 2), ``vanilla`` and ``natural`` (m, 2) (the
         descent directions :math:`-\nabla f` and :math:`-G^{-1}\nabla f`).
     """
     if M.dim != 2:
         raise ValueError(f"plot_gradient_field needs a 2-D manifold, got dim {M.dim}")
-    fig, axes = new_axes(2, ax)
+    axes = axes_for(ax, 2)
     gx, gy = np.meshgrid(np.linspace(*xlim, int(n)), np.linspace(*ylim, int(n)))
     pts, van, nat = [], [], []
     for x_ in np.column_stack([gx.ravel(), gy.ravel()]):
@@ -88,7 +91,4 @@ def plot_gradient_field(M: Any, cost: Callable[[Any], Any], *, xlim: Tuple[float
         axis.set_xlabel(xl)
         axis.set_ylabel(yl)
         axis.set_title(name)
-    if title:
-        fig.suptitle(title)
-    fig.infogeo_data = {"points": pts, "vanilla": van, "natural": nat}
-    return fig
+    return finish(axes, {"points": pts, "vanilla": van, "natural": nat}, title)

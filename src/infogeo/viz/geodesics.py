@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import backend as B
 from ..geometry.vectors import TangentVector
-from ._common import as_points, check_coords, coord_labels, new_axes, to_np
+from ._common import as_points, axes_for, check_coords, coord_labels, finish, legend_outside, to_np
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,7 @@ def _simplex_map(M: Any):
 
 
 def plot_geodesics(M: Any, p: Any, q: Any = None, *, n: int = 12, radius: float = 1.0, n_circles: int = 4,
+                   circle_rays: int = 120,
                    contours: Optional[str] = "circles", coords: Sequence[int] = (0, 1), simplex: Optional[bool] = None,
                    n_t: int = 60, grid: int = 40, lims: Optional[Sequence[Sequence[float]]] = None, ax: Any = None,
                    labels: Optional[Sequence[str]] = None, title: Optional[str] = None):
@@ -61,6 +62,8 @@ def plot_geodesics(M: Any, p: Any, q: Any = None, *, n: int = 12, radius: float 
         Metric length of each fan geodesic.
     n_circles : int
         Geodesic circles (distance contours) drawn at radii ``radius * k / n_circles``.
+    circle_rays : int
+        Geodesics shot (not drawn) to trace each circle: its number of vertices.
     contours : {"circles", "grid", None}
         Distance contours from the fan, from ``M.dist`` on a grid, or none.
     coords : pair of int
@@ -69,11 +72,13 @@ def plot_geodesics(M: Any, p: Any, q: Any = None, *, n: int = 12, radius: float 
         Draw on the probability triangle; default: when ``M`` is a family on 3 outcomes.
     lims : ((xmin, xmax), (ymin, ymax)), optional
         Window for ``contours="grid"`` (default: around the fan).
+    ax : matplotlib Axes, optional
+        Where to draw; default: the current axes (``plt.gca()``).
 
     Returns
     -------
-    matplotlib.figure.Figure
-        With ``fig.infogeo_data``: ``fan`` (list of (n_t, dim) chart paths), ``velocities``,
+    matplotlib.axes.Axes
+        With ``ax.infogeo_data``: ``fan`` (list of (n_t, dim) chart paths), ``velocities``,
         ``circles`` (list of (radius, (n, dim) points)), ``paths_to`` and ``distances`` (to each ``q``).
     """
     if radius <= 0:
@@ -88,34 +93,43 @@ def plot_geodesics(M: Any, p: Any, q: Any = None, *, n: int = 12, radius: float 
         to2d = _simplex_map(M)
     else:
         to2d = lambda pts: np.atleast_2d(pts)[:, [i, j]]  # noqa: E731
-    fig, (axis,) = new_axes(1, ax)
+    (axis,) = axes_for(ax)
     t = np.linspace(0.0, 1.0, n_t)
     data: dict = {"center": p0, "fan": [], "velocities": [], "circles": [], "paths_to": [], "distances": []}
 
-    # fan: directions spread evenly in the plane of the two drawn coordinates, unit metric norm
-    for k in range(int(n)):
+    def shoot(angle: float, times: np.ndarray):
+        """The geodesic of metric length ``radius`` leaving ``p`` at ``angle`` in the drawn plane, at ``times``."""
         u = np.zeros(M.dim)
-        u[i], u[j] = np.cos(2 * np.pi * k / n), np.sin(2 * np.pi * k / n)
+        u[i], u[j] = np.cos(angle), np.sin(angle)
         v = TangentVector(x, B.array(u), M.chart)
         v = v * (radius / float(to_np(M.metric.norm(v))))
         try:
-            path = to_np(M.geodesic(x, v=v)(t))
+            return v, to_np(M.geodesic(x, v=v)(times))
         except Exception as exc:  # a geodesic that leaves the domain ends the ray; draw the others
-            logger.info("geodesic %d of the fan could not be integrated: %s", k, exc)
+            logger.info("the geodesic at angle %.3g could not be integrated: %s", angle, exc)
+            return v, None
+
+    # fan: directions spread evenly in the plane of the two drawn coordinates, unit metric norm
+    for k in range(int(n)):
+        v, path = shoot(2 * np.pi * k / n, t)
+        if path is None:
             continue
         data["fan"].append(path)
         data["velocities"].append(to_np(v.components))
         xy = to2d(path)
         axis.plot(xy[:, 0], xy[:, 1], color="C0", lw=0.9, alpha=0.8, label="geodesics" if not data["fan"][1:] else None)
 
-    if contours == "circles" and len(data["fan"]) >= 3:
-        for c in range(1, int(n_circles) + 1):
-            idx = int(round(c / n_circles * (n_t - 1)))
-            ring = np.stack([f[idx] for f in data["fan"]])
-            data["circles"].append((radius * t[idx], ring))
+    if contours == "circles":
+        # the circles come from their own, denser set of rays: smooth curves whatever the fan's size
+        t_c = np.arange(1, int(n_circles) + 1) / int(n_circles)
+        rays = [path for path in (shoot(a, t_c)[1] for a in np.linspace(0, 2 * np.pi, int(circle_rays), endpoint=False))
+                if path is not None]
+        for c in range(len(t_c) if len(rays) >= 3 else 0):
+            ring = np.stack([r[c] for r in rays])
+            data["circles"].append((radius * t_c[c], ring))
             xy = to2d(np.vstack([ring, ring[:1]]))
             axis.plot(xy[:, 0], xy[:, 1], color="0.5", lw=0.8, ls="--",
-                      label="geodesic circles" if c == 1 else None)
+                      label="geodesic circles" if c == 0 else None)
     elif contours == "grid":
         if simplex:
             raise ValueError("contours='grid' is not available on the simplex; use contours='circles'")
@@ -156,15 +170,14 @@ def plot_geodesics(M: Any, p: Any, q: Any = None, *, n: int = 12, radius: float 
         tri = np.vstack([_TRIANGLE, _TRIANGLE[:1]])
         axis.plot(tri[:, 0], tri[:, 1], "k-", lw=0.8)
         for lab, vert, off in zip(("$x=1$", "$x=2$", "$x=3$"), _TRIANGLE, ((-0.05, -0.05), (0.01, -0.05), (-0.02, 0.02))):
-            axis.annotate(lab, vert + np.array(off), fontsize="small")
+            axis.annotate(lab, vert + np.array(off), fontsize="small", annotation_clip=False)
         axis.set_aspect("equal")
+        axis.set(xlim=(-0.08, 1.08), ylim=(-0.08, 0.94))  # room for the vertex labels
         axis.axis("off")
     else:
         xl, yl = coord_labels(M, (i, j), labels)
         axis.set_xlabel(xl)
         axis.set_ylabel(yl)
     axis.set_title(title or f"Geodesics of {getattr(M, 'name', 'M')}")
-    if axis.get_legend_handles_labels()[0]:
-        axis.legend(loc="best", fontsize="small")
-    fig.infogeo_data = data
-    return fig
+    legend_outside(axis)
+    return finish([axis], data)

@@ -1,4 +1,4 @@
-r"""KL balls and the metric ellipses that approximate them (seed 003: the :math:`\varepsilon`-ball, :math:`\varepsilon = 0.02`).
+r"""KL balls and the metric ellipses that approximate them (Amari & Nagaoka 2000: Fisher = Hessian of KL).
 
 Around a point :math:`p`, in a 2-D chart (or a 2-D slice of a larger chart),
 
@@ -23,7 +23,7 @@ import numpy as np
 from scipy.optimize import brentq
 
 from .. import backend as B
-from ._common import as_points, check_coords, coord_labels, new_axes, to_np
+from ._common import as_points, axes_for, check_coords, coord_labels, finish, legend_outside, to_np
 
 logger = logging.getLogger(__name__)
 
@@ -143,19 +143,19 @@ def plot_kl_ball(M: Any, p: Any, eps: Any, *, coords: Sequence[int] = (0, 1), n_
     reverse : bool
         Also draw :math:`\mathrm{KL}(q\|p) = \varepsilon` (dotted).
     ax : matplotlib Axes, optional
-        Draw into this axes instead of a new figure.
+        Where to draw; default: the current axes (``plt.gca()``).
     transform : callable, optional
         Maps an (n, 2) array of plotted coordinates to display coordinates
         (e.g. to draw in another chart); the attached curves stay in the chart.
 
     Returns
     -------
-    matplotlib.figure.Figure
-        With ``fig.infogeo_curves``: one :func:`kl_ball` dict per centre.
+    matplotlib.axes.Axes
+        With ``ax.infogeo_data``: one :func:`kl_ball` dict per centre.
     """
     centres = as_points(p, M.dim)
     eps_list = list(np.broadcast_to(np.asarray(eps, dtype=float), (len(centres),)))
-    fig, (axis,) = new_axes(1, ax)
+    (axis,) = axes_for(ax)
     tr = transform or (lambda a: a)
     curves = []
     for k, (c, e) in enumerate(zip(centres, eps_list)):
@@ -175,6 +175,5 @@ def plot_kl_ball(M: Any, p: Any, eps: Any, *, coords: Sequence[int] = (0, 1), n_
     axis.set_ylabel(yl)
     axis.set_title(title or (f"KL balls, $\\varepsilon$ = {eps_list[0]:g}" if len(set(eps_list)) == 1
                              else "KL balls"))
-    axis.legend(loc="best", fontsize="small")
-    fig.infogeo_curves = curves
-    return fig
+    legend_outside(axis)
+    return finish([axis], curves)

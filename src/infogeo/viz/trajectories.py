@@ -2,7 +2,7 @@ r"""Solver trajectories over cost contours, in several views side by side.
 
 A *view* maps chart points to a 2-D picture: the chart itself, another chart
 of the same manifold (e.g. natural vs mean parameters), or the output space of
-a pullback metric :math:`z = f(x)` (seed 000, Figs. 1–2: input space and output
+a pullback metric :math:`z = f(x)` (as for Gauss-Newton, Martens 2020: input space and output
 space).  Each view may carry a cost written in its own coordinates for the
 contour lines.
 """
@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import backend as B
-from ._common import new_axes, to_np
+from ._common import axes_for, finish, legend_outside, to_np
 
 
 @dataclass
@@ -78,7 +78,7 @@ def _contour(axis: Any, view: View, xlim, ylim, grid: int, levels: int) -> None:
 def plot_trajectories(runs: Mapping[str, Any], cost: Optional[Callable[[Any], Any]] = None, *,
                       views: Optional[Sequence[View]] = None, output_map: Optional[Callable[[Any], Any]] = None,
                       output_cost: Optional[Callable[[Any], Any]] = None, optimum: Any = None,
-                      grid: int = 60, levels: int = 20, log_levels: bool = False, ax: Any = None,
+                      grid: int = 120, levels: int = 20, log_levels: bool = False, ax: Any = None,
                       title: Optional[str] = None):
     r"""Draw solver histories over cost contours, one panel per view.
 
@@ -97,11 +97,13 @@ def plot_trajectories(runs: Mapping[str, Any], cost: Optional[Callable[[Any], An
         Marked with a star in every view.
     log_levels : bool
         Log-spaced contour levels in the default views.
+    ax : matplotlib Axes or sequence of them (one per view), optional
+        Where to draw; default: the current axes for one view, else new panels in the current figure.
 
     Returns
     -------
-    matplotlib.figure.Figure
-        With ``fig.infogeo_data``: ``{view title: {label: (n, 2) array}}``.
+    matplotlib.axes.Axes, or numpy.ndarray of them (one per view)
+        With ``ax.infogeo_data``: ``{view title: {label: (n, 2) array}}``.
     """
     if not runs:
         raise ValueError("runs is empty: pass {label: OptimizeResult or (n, dim) array}")
@@ -112,7 +114,7 @@ def plot_trajectories(runs: Mapping[str, Any], cost: Optional[Callable[[Any], An
                               log_levels=log_levels))
     elif output_map is not None:
         raise ValueError("give either views or output_map, not both")
-    fig, axes = new_axes(len(views), ax)
+    axes = axes_for(ax, len(views))
     paths = {label: _path(run) for label, run in runs.items()}
     data: dict = {}
     for axis, view in zip(axes, views):
@@ -137,8 +139,5 @@ def plot_trajectories(runs: Mapping[str, Any], cost: Optional[Callable[[Any], An
         axis.set_xlabel(view.labels[0])
         axis.set_ylabel(view.labels[1])
         axis.set_title(view.title)
-    axes[0].legend(loc="best", fontsize="small")
-    if title:
-        fig.suptitle(title)
-    fig.infogeo_data = data
-    return fig
+    legend_outside(axes[-1])
+    return finish(axes, data, title)
