@@ -38,6 +38,7 @@ from typing import Any, Callable, Dict, Optional
 import numpy as np
 
 from .. import backend as B
+from .base import log_every
 from .igo import rank_mu_step, rank_order
 from .igo_parameters import StrategyParameters
 from .result import OptimizeResult
@@ -113,7 +114,7 @@ class IGOSearch:
                  c_mu: Optional[float] = None, active: bool = True, tolfun: float = 1e-11,
                  tolfunhist: float = 1e-12, tolx: float = 1e-11, tolconditioncov: float = 1e14,
                  tolstagnation: Optional[int] = None, tolupsigma: float = 1e20, tolflatfitness: int = 1,
-                 nofinite: int = 10, verbose: bool = False):
+                 nofinite: int = 10, verbose: Any = False):
         m = np.array(B.to_numpy(B.array(x0)), dtype=float).reshape(-1)
         if m.size < 1 or not np.all(np.isfinite(m)):
             raise ValueError(f"x0 must be a non-empty finite vector, got {m.tolist()}")
@@ -139,6 +140,8 @@ class IGOSearch:
                     "tolstagnation": (int(100 + 100 * n ** 1.5 / self.popsize) if tolstagnation is None
                                       else int(tolstagnation))}
         self.verbose = verbose
+        # verbose=k logs every k-th iteration; True about 20 rows over the iteration budget (default 2000)
+        self._log_every = log_every(verbose, max_iter if max_iter else 2000)
         self.countiter = self.countevals = 0
         self.best_x, self.best_f = m.copy(), math.inf
         self.history: list = []
@@ -271,7 +274,7 @@ class IGOSearch:
         entry = {"iter": self.countiter, "x": self.mean.copy(), "fun": it_best, "best": self.best_f,
                  "nfev": self.countevals, "sigma": self.sigma}
         self.history.append(entry)
-        if self.verbose and self.countiter % 100 == 0:
+        if self._log_every and self.countiter % self._log_every == 0:
             logger.info("%6d  evals %8d  best %+.6e  sigma %.3e", self.countiter, self.countevals,
                         self.best_f, self.sigma)
 
