@@ -262,9 +262,13 @@ class FullGaussian(Gaussian):
     with :math:`\Delta, \delta` the top-left block and top-middle column of
     :math:`e^{tA}`; a general start is reduced to :math:`(0, I)` by the affine
     map :math:`x \mapsto L^{-1}(x - \mu_0)`, :math:`\Sigma_0 = LL^T`, an isometry.
-    ``log`` solves the boundary problem by Newton's method with the exact
-    Jacobian (Fréchet derivative of the matrix exponential), with continuation
-    when the points are far apart; ``dist`` is the length of that geodesic.
+    Long velocities are stepped along the geodesic so that each matrix
+    exponential stays well conditioned.  ``log`` solves the boundary problem by
+    Newton's method (closed forms for equal means or equal covariances,
+    continuation when the points are far apart) under the budget
+    :attr:`budget`; ``dist`` is the length of that geodesic and
+    :meth:`dist_bounds` brackets it in closed form.  Details in
+    :mod:`infogeo.statistical.gaussian_geodesics`.
     """
 
     geometry_chart = "standard"
@@ -377,11 +381,25 @@ class FullGaussian(Gaussian):
         return np.concatenate([mu1, self.vh.vech(S1)])
 
     def _geo_log(self, s, s2):
-        dmu, dS = gaussian_geodesics.log(*self._mu_cov_np(s), *self._mu_cov_np(s2))
+        dmu, dS = gaussian_geodesics.log(*self._mu_cov_np(s), *self._mu_cov_np(s2), budget=self.budget)
         return np.concatenate([dmu, self.vh.vech(dS)])
 
     def _geo_dist(self, s, s2):
-        return gaussian_geodesics.dist(*self._mu_cov_np(s), *self._mu_cov_np(s2))
+        return gaussian_geodesics.dist(*self._mu_cov_np(s), *self._mu_cov_np(s2), budget=self.budget)
+
+    #: budget of the geodesic shooting (``None``: ``gaussian_geodesics.DEFAULT_BUDGET``)
+    budget = None
+
+    def dist_bounds(self, p: Any, q: Any) -> tuple:
+        """Certified ``(lower, upper)`` bounds on ``dist(p, q)`` in closed form (no shooting).
+
+        See :func:`infogeo.statistical.gaussian_geodesics.dist_bounds`.
+        """
+        self.check_point(p)
+        self.check_point(q)
+        g = self.geometry_chart
+        return gaussian_geodesics.dist_bounds(*self._mu_cov_np(B.to_numpy(self.to_chart(p, g))),
+                                              *self._mu_cov_np(B.to_numpy(self.to_chart(q, g))))
 
 
 # ---------------------------------------------------------------- diagonal
