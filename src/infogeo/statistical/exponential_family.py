@@ -47,6 +47,7 @@ from ..divergences import Bregman
 from ..geometry.manifold import Manifold
 from ..geometry.metric import Metric
 from ..geometry.vectors import Covector, TangentVector
+from .legendre import legendre_primitive
 
 logger = logging.getLogger(__name__)
 
@@ -130,71 +131,6 @@ def _as_float_array(x: Any, what: str):
         return np.array(x, dtype=float)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{what} must be numeric, got {x!r}") from exc
-
-
-# ------------------------------------------------------------------ Legendre
-def _newton_legendre(psi: Callable, eta: np.ndarray, theta0: np.ndarray,
-                     in_domain: Callable[[Any], bool], tol: float = 1e-13, max_iter: int = 200) -> np.ndarray:
-    r"""Solve :math:`\nabla\psi(\theta) = \eta` by damped Newton on the convex
-    :math:`\psi(\theta) - \eta^T\theta` (backtracking keeps iterates in the domain)."""
-    theta = np.array(theta0, dtype=float)
-
-    def obj(th):
-        return float(B.to_numpy(psi(th))) - float(eta @ th)
-
-    f = obj(theta)
-    for _ in range(max_iter):
-        g = B.to_numpy(B.grad(psi, theta)) - eta
-        if np.linalg.norm(g) <= tol * (1.0 + np.linalg.norm(eta)):
-            return theta
-        H = B.to_numpy(B.hessian(psi, theta))
-        try:
-            step = -np.linalg.solve(H, g)
-        except np.linalg.LinAlgError:
-            break  # psi flattens out: eta lies outside the moment space
-        if not np.all(np.isfinite(step)):
-            break
-        t = 1.0
-        while t > 1e-12:
-            cand = theta + t * step
-            if in_domain(cand):
-                f_new = obj(cand)
-                # Armijo on the convex objective; the second clause accepts
-                # steps that are flat only up to rounding near the solution
-                if np.isfinite(f_new) and (f_new <= f + 1e-4 * t * float(g @ step)
-                                           or abs(f_new - f) <= 1e-15 * (1 + abs(f))):
-                    break
-            t *= 0.5
-        else:
-            break
-        theta, f = cand, f_new
-    with np.errstate(all="ignore"):
-        g = B.to_numpy(B.grad(psi, theta)) - eta
-    if np.all(np.isfinite(g)) and np.linalg.norm(g) <= 1e-8 * (1.0 + np.linalg.norm(eta)):
-        return theta
-    raise ValueError(f"mean parameters {eta} are not attained by any natural parameter "
-                     f"(Legendre inversion stalled with moment error {np.linalg.norm(g):.3g}); "
-                     "expected a point in the interior of the convex hull of the sufficient statistics")
-
-
-def _legendre_primitive(family: "ExponentialFamily"):
-    """``eta -> theta(eta)`` as an autograd primitive: Newton forward, :math:`F^{-1}` backward.
-
-    The Jacobian of the inverse moment map is :math:`(\\nabla^2\\psi)^{-1}` (Eq. 19),
-    symmetric, so the vector-Jacobian product is a solve with the Fisher matrix;
-    written with backend ops it is itself differentiable (Hessians of KL in the
-    mean chart work).
-    """
-    from autograd.extend import defvjp, primitive
-
-    @primitive
-    def theta_of_eta(eta):
-        return _newton_legendre(family.log_partition, np.asarray(eta, dtype=float),
-                                family._natural_start(np.asarray(eta, dtype=float)),
-                                family.in_natural_domain)
-
-    defvjp(theta_of_eta, lambda theta, eta: lambda g: B.solve(family.fisher_natural(theta), g))
-    return theta_of_eta
 
 
 # -------------------------------------------------------------------- metric
@@ -365,7 +301,7 @@ class ExponentialFamily(Manifold):
         """Natural, mean (Legendre dual by Newton) and standard (declared, or the natural) charts."""
         ident = Chart("natural", lambda x: x, lambda th: th, self._check_natural,
                       "natural parameters theta")
-        theta_of_eta = _legendre_primitive(self)
+        theta_of_eta = legendre_primitive(self)
         mean = Chart("mean", theta_of_eta, self.moments, self._check_mean_generic,
                      "mean parameters eta = E[t(x)]")
         std = self._standard_chart if self._standard_chart is not None else ident

@@ -43,11 +43,11 @@ import math
 from typing import Any, Optional
 
 import numpy as np
-from scipy.linalg import expm, expm_frechet
 
 from .. import backend as B
-from . import _spaces
+from . import _spaces, gaussian_geodesics
 from .exponential_family import Chart, ExponentialFamily
+from .gaussian_geodesics import GaussianShootingError
 
 logger = logging.getLogger(__name__)
 
@@ -55,10 +55,6 @@ __all__ = ["Gaussian", "UnivariateGaussian", "DiagonalGaussian", "FullGaussian",
            "FixedCovarianceGaussian", "ZeroMeanGaussian", "GaussianShootingError"]
 
 LOG2PI = math.log(2 * math.pi)
-
-
-class GaussianShootingError(RuntimeError):
-    """Newton shooting for the full-Gaussian geodesic boundary problem did not converge."""
 
 
 # ------------------------------------------------------------------ vech helpers
@@ -370,127 +366,22 @@ class FullGaussian(Gaussian):
         return np.eye(self.d)
 
     # ------------------------------------------------------------ geodesics
-    def _normalise(self, s):
-        mu, S = (B.to_numpy(a) for a in self._mu_cov(B.array(s)))
-        return mu, np.linalg.cholesky(S)
-
-    def _eriksen(self, x, Bm):
-        d = self.d
-        A = np.zeros((2 * d + 1, 2 * d + 1))
-        A[:d, :d], A[:d, d], A[d, :d] = -Bm, x, x
-        A[d, d + 1:], A[d + 1:, d], A[d + 1:, d + 1:] = -x, -x, Bm
-        return A
-
-    def _unit_exp(self, x, Bm):
-        """End point (mu, Sigma) of the geodesic from (0, I) with velocity (x, Bm)."""
-        E = expm(self._eriksen(x, Bm))
-        S = np.linalg.inv(E[:self.d, :self.d])
-        S = 0.5 * (S + S.T)
-        return S @ E[:self.d, self.d], S
+    def _mu_cov_np(self, s):
+        return tuple(B.to_numpy(a) for a in self._mu_cov(B.array(s)))
 
     def _geo_exp(self, s, v):
-        mu0, L = self._normalise(s)
-        dmu, dS = v[:self.d], B.to_numpy(self.vh.sym(B.array(v[self.d:])))
-        x = np.linalg.solve(L, dmu)
-        Bm = np.linalg.solve(L, np.linalg.solve(L, dS).T).T
-        mu1, S1 = self._unit_exp(x, 0.5 * (Bm + Bm.T))
-        S = L @ S1 @ L.T
-        _check_spd(0.5 * (S + S.T), "covariance at the end of the geodesic")
-        return np.concatenate([mu0 + L @ mu1, self.vh.vech(0.5 * (S + S.T))])
-
-    def _unit_log(self, mu_t, S_t, tol=1e-13, max_iter=50):
-        """Velocity (x, B) at (0, I) reaching (mu_t, S_t): Newton with continuation."""
-        d, vh = self.d, self.vh
-        w, U = np.linalg.eigh(S_t)
-        logS = (U * np.log(w)) @ U.T
-        target = (mu_t, S_t)
-        guess = np.concatenate([mu_t, vh.vech(logS)])
-        for stages in (1, 2, 4, 8, 16, 32):
-            v = guess.copy() if stages == 1 else np.concatenate([mu_t / stages, vh.vech(logS / stages)])
-            ok = True
-            for k in range(1, stages + 1):
-                s = k / stages
-                tgt = target if k == stages else (s * mu_t, (U * w ** s) @ U.T)
-                v, ok = self._newton_unit(v, *tgt, tol, max_iter)
-                if not ok:
-                    break
-            if ok:
-                return v
-            logger.debug("Gaussian shooting: no convergence with %d continuation stages", stages)
-        raise GaussianShootingError("geodesic shooting between the two Gaussians did not converge")
-
-    def _newton_unit(self, v, mu_t, S_t, tol, max_iter):
-        d, vh = self.d, self.vh
-        goal = np.concatenate([mu_t, vh.vech(S_t)])
-        scale = 1.0 + np.linalg.norm(goal)
-
-        def residual(v_):
-            x, Bm = v_[:d], B.to_numpy(vh.sym(B.array(v_[d:])))
-            try:
-                with np.errstate(all="ignore"):
-                    mu, S = self._unit_exp(x, Bm)
-            except (np.linalg.LinAlgError, ValueError, OverflowError):
-                return None
-            r = np.concatenate([mu, vh.vech(S)]) - goal
-            return r if np.all(np.isfinite(r)) else None
-
-        r = residual(v)
-        if r is None:
-            return v, False
-        for _ in range(max_iter):
-            err = np.linalg.norm(r)
-            if err <= tol * scale:
-                return v, True
-            step = -np.linalg.solve(self._unit_jacobian(v), r)
-            t = 1.0
-            while t > 1e-6:
-                r_new = residual(v + t * step)
-                if r_new is not None and np.linalg.norm(r_new) < err:
-                    break
-                t *= 0.5
-            else:
-                return v, False
-            v, r = v + t * step, r_new
-        return v, np.linalg.norm(r) <= 1e3 * tol * scale
-
-    def _unit_jacobian(self, v):
-        """Exact d(mu(1), vech Sigma(1)) / d(x, vech B) through Fréchet derivatives of expm."""
-        d, vh = self.d, self.vh
-        x, Bm = v[:d], B.to_numpy(vh.sym(B.array(v[d:])))
-        A = self._eriksen(x, Bm)
-        E = expm(A)
-        S = np.linalg.inv(E[:d, :d])
-        delta = E[:d, d]
-        cols = []
-        n = len(v)
-        for j in range(n):
-            e = np.zeros(n)
-            e[j] = 1.0
-            dA = self._eriksen(e[:d], vh.E[j - d] if j >= d else np.zeros((d, d)))
-            dE = expm_frechet(A, dA, compute_expm=False)
-            dS = -S @ dE[:d, :d] @ S
-            dmu = dS @ delta + S @ dE[:d, d]
-            cols.append(np.concatenate([dmu, vh.vech(dS)]))
-        return np.array(cols).T
-
-    def _unit_problem(self, s, s2):
-        mu0, L = self._normalise(s)
-        mu1, S1 = (B.to_numpy(a) for a in self._mu_cov(B.array(s2)))
-        mu_t = np.linalg.solve(L, mu1 - mu0)
-        S_t = np.linalg.solve(L, np.linalg.solve(L, S1).T).T
-        return L, mu_t, 0.5 * (S_t + S_t.T)
+        mu0, S0 = self._mu_cov_np(s)
+        dS = B.to_numpy(self.vh.sym(B.array(v[self.d:])))
+        mu1, S1 = gaussian_geodesics.exp(mu0, S0, v[:self.d], dS)
+        _check_spd(S1, "covariance at the end of the geodesic")
+        return np.concatenate([mu1, self.vh.vech(S1)])
 
     def _geo_log(self, s, s2):
-        L, mu_t, S_t = self._unit_problem(s, s2)
-        v = self._unit_log(mu_t, S_t)
-        x, Bm = v[:self.d], B.to_numpy(self.vh.sym(B.array(v[self.d:])))
-        return np.concatenate([L @ x, self.vh.vech(L @ Bm @ L.T)])
+        dmu, dS = gaussian_geodesics.log(*self._mu_cov_np(s), *self._mu_cov_np(s2))
+        return np.concatenate([dmu, self.vh.vech(dS)])
 
     def _geo_dist(self, s, s2):
-        _, mu_t, S_t = self._unit_problem(s, s2)
-        v = self._unit_log(mu_t, S_t)
-        x, Bm = v[:self.d], B.to_numpy(self.vh.sym(B.array(v[self.d:])))
-        return float(np.sqrt(x @ x + 0.5 * np.sum(Bm * Bm)))
+        return gaussian_geodesics.dist(*self._mu_cov_np(s), *self._mu_cov_np(s2))
 
 
 # ---------------------------------------------------------------- diagonal
