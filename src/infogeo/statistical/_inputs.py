@@ -1,0 +1,51 @@
+"""Validation of the inputs of statistical operations: named parameters and observations."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from .. import backend as B
+from ..geometry import points as _points
+
+__all__ = ["named_coordinates", "check_samples"]
+
+
+def named_coordinates(parameters: Mapping[str, Any], shapes: Mapping[str, tuple]):
+    """Concatenate named parameters (each of shape ``batch + shape``) into coordinates ``batch + (dim,)``."""
+    arrays, batches = [], []
+    for k, shape in shapes.items():
+        a = _points.as_coordinates(parameters[k], None, f"parameter {k!r}")
+        shape = tuple(shape)
+        a_shape = tuple(a.shape)
+        if len(a_shape) < len(shape) or (shape and a_shape[len(a_shape) - len(shape):] != shape):
+            raise ValueError(f"{k} must have shape {shape} (or a batch of them), got {a_shape}")
+        batch = a_shape[:len(a_shape) - len(shape)]
+        arrays.append((a, batch))
+        batches.append(batch)
+    try:
+        lead = tuple(np.broadcast_shapes(*batches))
+    except ValueError:
+        raise ValueError(f"the parameters' batch shapes {batches} do not broadcast") from None
+    flat = [B.reshape(B.broadcast_to(B.reshape(a, batch + (-1,)), lead + (int(np.prod(a.shape[len(batch):],
+                                                                                        dtype=int)),)),
+                      lead + (-1,)) for a, batch in arrays]
+    return B.concatenate(flat, axis=-1)
+
+
+def check_samples(x: Any, owner: str):
+    """Observations as a numeric array with at least one finite entry per row, or a clear error."""
+    if B.is_torch(x):
+        x = B.to_numpy(x)
+    try:
+        a = np.asarray(x)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"observations of {owner} must be a numeric array") from exc
+    if a.dtype.kind in "bcOSU":
+        raise TypeError(f"observations of {owner} must be real numbers, got dtype {a.dtype}")
+    if a.size == 0 or (a.ndim > 0 and len(a) == 0):
+        raise ValueError(f"no observations given to {owner}: expected at least one")
+    a = a.astype(float)
+    if not _points.all_finite(a):
+        raise ValueError(f"observations of {owner} contain NaN or inf")
+    return a
