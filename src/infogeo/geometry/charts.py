@@ -158,8 +158,8 @@ class ChartedManifold(Manifold):
         self._known(name)
         x = self._as_point(x)
         y = self._to_chart(x, name)
-        # an identity map returns the caller's own array: it keeps its record
-        return y if y is x else _points.mark(y, self._key_in(name))
+        # an identity map returns the caller's own array: record a view instead, the caller's array keeps its record
+        return _points.mark(_points.plain(y) if y is x else y, self._key_in(name))
 
     def from_chart(self, y: Any, name: str, like: Any = None):
         """Coordinates in the current chart of the point (or batch) ``y`` given in chart ``name``."""
@@ -167,7 +167,7 @@ class ChartedManifold(Manifold):
         y = B.array(y, like=like) if like is not None and not hasattr(y, "_value") else y
         y = self._as_point_in(y, name)
         x = self._from_chart(y, name)
-        return x if x is y else self._mark(x)
+        return self._mark(_points.plain(x) if x is y else x)
 
     def _known(self, name: str) -> None:
         if name not in self._charts:

@@ -178,13 +178,14 @@ class Manifold:
         x = self._as_point(x)
         components = self._check_vector(x, v, "exp")
         _points.batch_shape(x, components, dims=(1, 1))
+        x, components = _points.same_backend(x, components)
         return self._mark(self.metric.exp(x, components))
 
     def _pair(self, x: Any, y: Any):
         """Two validated points (or batches) whose leading shapes broadcast."""
         x, y = self._as_point(x, "first point"), self._as_point(y, "second point")
         _points.batch_shape(x, y, dims=(1, 1))
-        return x, y
+        return _points.same_backend(x, y)
 
     def log(self, x: Any, y: Any) -> TangentVector:
         r"""Riemannian logarithm: the :class:`TangentVector` :math:`v` at ``x`` with :math:`\exp_x(v) = y`."""

@@ -138,6 +138,17 @@ def all_finite(x: Any) -> bool:
     return bool(np.isfinite(a).all())
 
 
+def same_backend(*arrays: Any) -> tuple:
+    """The arrays, numpy ones turned into tensors (dtype and device of the first tensor) when any is a tensor."""
+    ref = next((a for a in arrays if _dispatch.is_torch(a)), None)
+    if ref is None:
+        return arrays
+    import torch
+    return tuple(a if _dispatch.is_torch(a) else torch.as_tensor(np.asarray(raw_value(a), dtype=float),
+                                                                 dtype=ref.dtype, device=ref.device)
+                 for a in arrays)
+
+
 def batch_shape(*arrays: Any, dims: Tuple[int, ...]) -> Tuple[int, ...]:
     """The broadcast leading shape of ``arrays`` (each with ``dims[i]`` trailing core axes), or ValueError."""
     shapes = [tuple(getattr(a, "shape", ()))[:len(getattr(a, "shape", ())) - k] for a, k in zip(arrays, dims)]
