@@ -178,18 +178,18 @@ class ChartedManifold(Manifold):
         if name == self.chart:
             return x
         direct = self._direct_map(self.chart, name)
-        if direct is not None:
-            return direct(x)
-        return self._via_reference(x, self.chart, name)
+        y = direct(x) if direct is not None else self._via_reference(x, self.chart, name)
+        # charts that coincide map a point to itself: hand on a view, so that the record of the
+        # caller's array (a point of this chart) does not travel into the other chart
+        return _points.plain(y) if y is x else y
 
     def _from_chart(self, y: Any, name: str):
         """:meth:`from_chart` without validation (internal)."""
         if name == self.chart:
             return y
         direct = self._direct_map(name, self.chart)
-        if direct is not None:
-            return direct(y)
-        return self._via_reference(y, name, self.chart)
+        x = direct(y) if direct is not None else self._via_reference(y, name, self.chart)
+        return _points.plain(x) if x is y else x
 
     def _via_reference(self, x: Any, source: str, target: str):
         src, tgt = self._charts[source], self._charts[target]

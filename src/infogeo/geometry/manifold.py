@@ -117,7 +117,9 @@ class Manifold:
 
     def point(self, coords: Any):
         """Validated point (or batch, shape ``(..., dim)``) from coordinates; numpy unless given a tensor."""
-        return self._mark(self._as_point(coords))
+        x = _points.as_coordinates(coords, self.dim, "point", self.name)
+        self.check_point(x)  # the public hook: subclasses may add checks there
+        return self._mark(x)
 
     def vector(self, x: Any, components: Any) -> TangentVector:
         """A :class:`TangentVector` at ``x`` (shape checked)."""
