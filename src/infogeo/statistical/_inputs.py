@@ -8,7 +8,7 @@ import numpy as np
 from .. import backend as B
 from ..geometry import points as _points
 
-__all__ = ["named_coordinates", "check_samples"]
+__all__ = ["named_coordinates", "split_parameters", "check_samples", "statistics_of"]
 
 
 def named_coordinates(parameters: Mapping[str, Any], shapes: Mapping[str, tuple]):
@@ -49,3 +49,25 @@ def check_samples(x: Any, owner: str):
     if not _points.all_finite(a):
         raise ValueError(f"observations of {owner} contain NaN or inf")
     return a
+
+
+def split_parameters(s: Any, shapes: Mapping[str, tuple]) -> dict:
+    """Named parameters from coordinates ``batch + (dim,)``: floats, or arrays ``batch + shape``."""
+    s = np.asarray(s, dtype=float)
+    out, i = {}, 0
+    for k, shape in shapes.items():
+        n = int(np.prod(shape, dtype=int))
+        part = s[..., i:i + n].reshape(s.shape[:-1] + tuple(shape))
+        out[k] = float(part) if part.shape == () else part.copy()
+        i += n
+    return out
+
+
+def statistics_of(family: Any, x: np.ndarray):
+    """``(t(x), log h(x))`` of checked observations; ValueError when they lie outside the support."""
+    with np.errstate(all="ignore"):
+        t, log_h = family.sufficient_statistics(x), family.log_base_measure(x)
+    if not (_points.all_finite(t) and _points.all_finite(log_h)):
+        raise ValueError(f"observations outside the support of {family.name} "
+                         "(their sufficient statistics or base measure are not finite)")
+    return t, log_h

@@ -9,7 +9,7 @@ natural domain :math:`\Theta`, log-partition :math:`\psi` and base measure
 :math:`h`.  Everything else follows from :math:`\psi` alone:
 
 * moments (mean parameters) :math:`\eta = \nabla\psi(\theta) = E[t(x)]`;
-* Fisher information :math:`F(\theta) = \nabla^2\psi(\theta) = \mathrm{Cov}[t(x)]` with Hessian-vector products for free;
+* Fisher information :math:`F(\theta) = \nabla^2\psi(\theta) = \mathrm{Cov}[t(x)]`;
 * :math:`\mathrm{KL}(p_{\theta_1}\|p_{\theta_2}) = D_\psi(\theta_2, \theta_1)`, the
   Bregman divergence of :math:`\psi`;
 * the score :math:`\nabla_\theta \log p_\theta(x) = t(x) - \eta`;
@@ -17,13 +17,10 @@ natural domain :math:`\Theta`, log-partition :math:`\psi` and base measure
   :math:`F(\theta)^{-1} = \nabla^2\varphi(\eta)` with :math:`\varphi` the Legendre
   dual of :math:`\psi`.
 
-A statistical manifold here is a :class:`~infogeo.geometry.manifold.Manifold`
-whose points are coordinate arrays of shape ``(..., dim)`` in one *chart*
-(``"natural"``, ``"mean"``, ``"standard"``); every operation broadcasts over the
-leading axes and validates its points and samples once per call.  ``M.in_chart(name)`` is the same family in another
-chart; points map with :meth:`ExponentialFamily.to_chart`, tangent vectors push
-forward by the chart Jacobian :math:`J` and covectors pull back by
-:math:`J^T`; the metric in a new chart is :math:`J^T G J`.
+A family is a :class:`~infogeo.geometry.charts.ChartedManifold` whose points are
+arrays of shape ``(..., dim)`` in one chart (``"natural"``, ``"mean"``,
+``"standard"``); every operation broadcasts over the leading axes and validates
+its points and samples once per call.
 
 Concrete families subclass :class:`ExponentialFamily` and override what they
 know in closed form (charts, Fisher matrices, KL, geodesics); tests check every
@@ -36,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
@@ -44,7 +41,7 @@ from .. import backend as B
 from ..divergences import Bregman
 from ..geometry import points as _points
 from ..geometry.charts import Chart, ChartedManifold, per_point
-from ._inputs import check_samples, named_coordinates
+from ._inputs import check_samples, named_coordinates, split_parameters, statistics_of
 from .fisher import ClosedGeodesics, FisherMetric
 from .legendre import legendre_primitive
 
@@ -234,14 +231,7 @@ class ExponentialFamily(ChartedManifold):
         if not shapes:
             raise ValueError(f"{self.name} declares no parameter names "
                              "(pass standard_chart=Chart(..., parameters=...))")
-        s = np.asarray(B.to_numpy(self.to_chart(p, "standard")), dtype=float)
-        out, i = {}, 0
-        for k, shape in shapes.items():
-            n = int(np.prod(shape, dtype=int))
-            part = s[..., i:i + n].reshape(s.shape[:-1] + tuple(shape))
-            out[k] = float(part) if part.shape == () else part.copy()
-            i += n
-        return out
+        return split_parameters(B.to_numpy(self.to_chart(p, "standard")), shapes)
 
     def _parameter_names(self) -> list:
         return list((self._charts["standard"].parameters or {}).keys())
@@ -348,13 +338,7 @@ class ExponentialFamily(ChartedManifold):
 
     def _statistics(self, x: Any):
         """``(t(x), log h(x))`` of validated observations, or a ValueError naming what is wrong."""
-        x = check_samples(x, self.name)
-        with np.errstate(all="ignore"):
-            t, log_h = self.sufficient_statistics(x), self.log_base_measure(x)
-        if not (_points.all_finite(t) and _points.all_finite(log_h)):
-            raise ValueError(f"observations outside the support of {self.name} "
-                             "(their sufficient statistics or base measure are not finite)")
-        return t, log_h
+        return statistics_of(self, check_samples(x, self.name))
 
     def log_prob(self, p: Any, x: Any):
         r""":math:`\log p(x) = \theta^T t(x) - \psi(\theta) + \log h(x)` for a batch ``x`` -> ``(n,)``."""

@@ -14,7 +14,6 @@ import numpy as np
 from .. import backend as B
 from ..geometry import points as _points
 from ..geometry.charts import Chart
-from .exponential_family import ExponentialFamily
 
 LOG2PI = math.log(2 * math.pi)
 from .gaussian import Gaussian
@@ -186,7 +185,6 @@ class DiagonalGaussian(Gaussian):
         return B.concatenate([np.sqrt(2.0) * Y2 * y1, y1 * y1], axis=-1)
 
     def _geo_log(self, s, s2):
-        d = self.d
         x, y = self._halfplanes(s)
         x2, y2 = self._halfplanes(s2)
         X, Y = self._hyperboloid(x, y), self._hyperboloid(x2, y2)

@@ -15,7 +15,6 @@ from ..geometry import points as _points
 from ..geometry.charts import Chart
 from . import _spaces
 from ._vech import _check_spd, _cov_of_t, _miller_cov_block
-from .exponential_family import ExponentialFamily
 
 LOG2PI = math.log(2 * math.pi)
 from .gaussian import Gaussian
