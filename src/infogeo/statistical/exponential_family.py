@@ -32,7 +32,6 @@ matrix) and ``geodesics`` (:class:`ClosedGeodesics`); ``manifolds/`` shows how.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from typing import Any, Callable, Dict, Optional
 
 import numpy as np
@@ -44,8 +43,6 @@ from ..geometry.charts import Chart, ChartedManifold, per_point
 from ._inputs import check_samples, named_coordinates, split_parameters, statistics_of
 from .fisher import ClosedGeodesics, FisherMetric
 from .legendre import legendre_primitive
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["Chart", "ClosedGeodesics", "ExponentialFamily", "FisherMetric"]
 
@@ -330,15 +327,12 @@ class ExponentialFamily(ChartedManifold):
         return psi(tq) - psi(tp) - B.sum(g * (tq - tp), axis=-1)
 
     def _single(self, p: Any, what: str):
-        p = self._as_point(p)
-        if len(p.shape) != 1:
-            raise ValueError(f"{what} takes one distribution (a point of shape ({self.dim},)), got shape "
-                             f"{tuple(p.shape)}; loop over a batch of distributions")
+        if len((p := self._as_point(p)).shape) != 1:
+            raise ValueError(f"{what} takes one distribution (shape ({self.dim},)), got shape {tuple(p.shape)}")
         return p
 
     def _statistics(self, x: Any):
-        """``(t(x), log h(x))`` of validated observations, or a ValueError naming what is wrong."""
-        return statistics_of(self, check_samples(x, self.name))
+        return statistics_of(self, check_samples(x, self.name))  # (t(x), log h(x)) of checked observations
 
     def log_prob(self, p: Any, x: Any):
         r""":math:`\log p(x) = \theta^T t(x) - \psi(\theta) + \log h(x)` for a batch ``x`` -> ``(n,)``."""
@@ -383,14 +377,15 @@ class ExponentialFamily(ChartedManifold):
     # ------------------------------------------------------------ closed geometry hooks
     # built-in families override these; prototyped ones pass geodesics=ClosedGeodesics(...)
     def _geo_exp(self, x, v):
-        if self._geodesics is None:
-            raise NotImplementedError
-        return self._geodesics.exp(x, v)
+        return self._closed_geodesics().exp(x, v)
 
     def _geo_log(self, x, y):
+        return self._closed_geodesics().log(x, y)
+
+    def _closed_geodesics(self) -> ClosedGeodesics:
         if self._geodesics is None:
-            raise NotImplementedError
-        return self._geodesics.log(x, y)
+            raise NotImplementedError(f"{self.name} has no closed-form geodesics")
+        return self._geodesics
 
     def _geo_dist(self, x, y):
         if self._geodesics is not None and self._geodesics.dist is not None:

@@ -94,7 +94,7 @@ class DiagonalGaussian(Gaussian):
         d = self.d
 
         def check_var(var, what):
-            a = B.to_numpy(var)
+            a = _points.numpy_view(var)
             if a.size and a.min() <= 0:
                 raise ValueError(f"{what} must be positive, got {a.tolist() if a.size < 50 else a.min()}")
 
