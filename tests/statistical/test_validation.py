@@ -179,7 +179,7 @@ def test_beta_kl_with_torch_inputs_that_require_grad():
     q = torch.tensor([1.5, 4.0], dtype=torch.float64)
     kl = Beta.kl(p, q)
     assert isinstance(kl, torch.Tensor)
-    assert float(kl) == pytest.approx(float(Beta.kl(np.array([2.0, 3.0]), np.array([1.5, 4.0]))), rel=1e-12)
+    assert float(kl.detach()) == pytest.approx(float(Beta.kl(np.array([2.0, 3.0]), np.array([1.5, 4.0]))), rel=1e-12)
     (g,) = torch.autograd.grad(kl, p)
     assert torch.all(torch.isfinite(g))
 
@@ -190,6 +190,10 @@ def test_numpy_only_paths_refuse_torch_tensors():
     p = torch.tensor(np.array(G.random_point(0)))
     with pytest.raises(TypeError, match="numpy only"):
         G.dist(p, p)
+    from .conftest import poisson
+    mean_chart = poisson().in_chart("mean")            # Legendre inversion by Newton's method, in numpy
+    with pytest.raises(TypeError, match="numpy only"):
+        mean_chart.fisher(torch.tensor([4.0], dtype=torch.float64, requires_grad=True))
 
 
 # ----------------------------------------------------------- names and imports

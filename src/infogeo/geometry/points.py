@@ -159,6 +159,8 @@ def same_backend(*arrays: Any) -> tuple:
 def batch_shape(*arrays: Any, dims: Tuple[int, ...]) -> Tuple[int, ...]:
     """The broadcast leading shape of ``arrays`` (each with ``dims[i]`` trailing core axes), or ValueError."""
     shapes = [tuple(getattr(a, "shape", ()))[:len(getattr(a, "shape", ())) - k] for a, k in zip(arrays, dims)]
+    if all(sh == shapes[0] for sh in shapes):
+        return shapes[0]
     try:
         return tuple(np.broadcast_shapes(*shapes))
     except ValueError:

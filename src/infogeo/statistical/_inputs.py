@@ -8,7 +8,7 @@ import numpy as np
 from .. import backend as B
 from ..geometry import points as _points
 
-__all__ = ["named_coordinates", "split_parameters", "check_samples", "statistics_of"]
+__all__ = ["numpy_only", "named_coordinates", "split_parameters", "check_samples", "statistics_of"]
 
 
 def named_coordinates(parameters: Mapping[str, Any], shapes: Mapping[str, tuple]):
@@ -71,3 +71,13 @@ def statistics_of(family: Any, x: np.ndarray):
         raise ValueError(f"observations outside the support of {family.name} "
                          "(their sufficient statistics or base measure are not finite)")
     return t, log_h
+
+
+def numpy_only(fn: Any, what: str) -> Any:
+    """``fn`` refusing torch tensors with a ``TypeError`` (a computation that runs in numpy only, such as
+    Newton's method, must not convert tensors silently and cut their gradients)."""
+    def guarded(x):
+        if B.is_torch(x):
+            raise TypeError(f"{what} in numpy only; pass numpy arrays (torch works in charts with closed forms)")
+        return fn(x)
+    return guarded

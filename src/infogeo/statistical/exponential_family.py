@@ -40,7 +40,7 @@ from .. import backend as B
 from ..divergences import Bregman
 from ..geometry import points as _points
 from ..geometry.charts import Chart, ChartedManifold, per_point
-from ._inputs import check_samples, named_coordinates, split_parameters, statistics_of
+from ._inputs import check_samples, named_coordinates, numpy_only, split_parameters, statistics_of
 from .fisher import ClosedGeodesics, FisherMetric
 from .legendre import legendre_primitive
 
@@ -161,7 +161,7 @@ class ExponentialFamily(ChartedManifold):
         """Natural, mean (Legendre dual by Newton) and standard (declared, or the natural) charts."""
         ident = Chart("natural", lambda x: x, lambda th: th, self._check_natural,
                       "natural parameters theta")
-        theta_of_eta = legendre_primitive(self)
+        theta_of_eta = numpy_only(legendre_primitive(self), f"the mean chart of {self.name} inverts the moment map")
         mean = Chart("mean", theta_of_eta, self.moments, self._check_mean_generic,
                      "mean parameters eta = E[t(x)]")
         std = self._standard_chart if self._standard_chart is not None else ident
