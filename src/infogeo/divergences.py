@@ -1,8 +1,8 @@
 r"""Dissimilarities :math:`\rho(u, w) \ge 0` with :math:`\rho(w, w) = 0`.
 
 Each divergence knows its Hessian in the first argument on the diagonal,
-:math:`G(w) = \nabla^2_u \rho(u, w)|_{u=w}` — the metric it induces (seed 000,
-Sec. 2: the second-order term of the proximity penalty).  The base class gets it
+:math:`G(w) = \nabla^2_u \rho(u, w)|_{u=w}` — the metric it induces (Amari 2016,
+Ch. 1: the second-order term of the divergence).  The base class gets it
 by autodiff; subclasses give closed forms that tests check against autodiff.
 """
 from __future__ import annotations
@@ -60,7 +60,7 @@ class SquaredEuclidean(Divergence):
 
 
 class Bregman(Divergence):
-    r"""Bregman divergence of a strictly convex :math:`\phi` (seed 000, Eq. 30).
+    r"""Bregman divergence of a strictly convex :math:`\phi` (Bregman 1967; Amari 2016, Ch. 1).
 
     .. math:: D_\phi(u, w) = \phi(u) - \phi(w) - \nabla\phi(w)^T (u - w),
 
