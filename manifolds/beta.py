@@ -11,7 +11,6 @@ Geodesics have no closed form (the generic ODE solvers apply).
 Written only against infogeo's public API; copy it to prototype a family.
 """
 import numpy as np
-from autograd.scipy.special import gammaln, polygamma
 
 import infogeo as ig
 from infogeo import backend as B
@@ -24,7 +23,7 @@ def _check(s):
 
 
 def _fisher(a):
-    return B.diag(polygamma(1, a)) - polygamma(1, B.sum(a)) * B.ones((2, 2))
+    return B.diag(B.polygamma(1, a)) - B.polygamma(1, B.sum(a)) * B.ones((2, 2), like=a)
 
 
 class Beta(ig.ExponentialFamily):
@@ -34,7 +33,7 @@ class Beta(ig.ExponentialFamily):
         ident = lambda s: s  # noqa: E731  (the standard parameters are the natural ones)
         super().__init__(
             sufficient_statistics=lambda x: np.stack([np.log(x), np.log1p(-x)], axis=-1).reshape(-1, 2),
-            log_partition=lambda th: gammaln(th[0]) + gammaln(th[1]) - gammaln(th[0] + th[1]),
+            log_partition=lambda th: B.gammaln(th[0]) + B.gammaln(th[1]) - B.gammaln(th[0] + th[1]),
             dim=2, log_base_measure=lambda x: (-np.log(x) - np.log1p(-x)).reshape(-1),
             natural_domain=lambda th: bool(np.all(B.to_numpy(th) > 0)),
             natural_domain_description="alpha > 0 and beta > 0",

@@ -7,7 +7,6 @@ Fisher metric :math:`\nabla^2\psi = \mathrm{diag}(\psi_1(\alpha_i)) - \psi_1(\su
 ``load_manifold("dirichlet", k=4)`` picks the number of outcomes (default 3).
 """
 import numpy as np
-from autograd.scipy.special import gammaln, polygamma
 
 import infogeo as ig
 from infogeo import backend as B
@@ -28,14 +27,14 @@ class Dirichlet(ig.ExponentialFamily):
         log_x = lambda x: np.log(np.asarray(x, dtype=float)).reshape(-1, k)  # noqa: E731
         super().__init__(
             sufficient_statistics=log_x,
-            log_partition=lambda a: B.sum(gammaln(a)) - gammaln(B.sum(a)),
+            log_partition=lambda a: B.sum(B.gammaln(a)) - B.gammaln(B.sum(a)),
             dim=k, log_base_measure=lambda x: -log_x(x).sum(1),
             natural_domain=lambda a: bool(np.all(B.to_numpy(a) > 0)),
             natural_domain_description="positive concentrations",
             sampler=lambda a, n, rng: rng.dirichlet(a, size=n),
             standard_chart=Chart("standard", ident, ident, _check, f"{k} positive concentrations",
                                  parameters={"concentration": (k,)},
-                                 fisher=lambda a: B.diag(polygamma(1, a)) - polygamma(1, B.sum(a)) * B.ones((k, k))),
+                                 fisher=lambda a: B.diag(B.polygamma(1, a)) - B.polygamma(1, B.sum(a)) * B.ones((k, k), like=a)),
             chart=chart, name=f"Dirichlet({k})")
 
     def random_point(self, rng=None, scale=1.0):

@@ -13,9 +13,10 @@ from infogeo import backend as B
 from infogeo.statistical import Chart, ClosedGeodesics
 
 
+# every function below broadcasts over leading (batch) axes and works on numpy or torch
 def _check(s):
-    if not float(B.to_numpy(s)[0]) > 0:
-        raise ValueError(f"the rate must be positive, got {B.to_numpy(s).tolist()}")
+    if not s.min() > 0:  # NaN fails too
+        raise ValueError(f"the rate must be positive, got {B.to_numpy(s).min()}")
 
 
 def _check_support(x):
@@ -32,17 +33,17 @@ class Exponential(ig.ExponentialFamily):
         neg = lambda s: -s  # noqa: E731  (lambda <-> theta = -lambda)
         super().__init__(
             sufficient_statistics=lambda x: _check_support(x).reshape(-1, 1),
-            log_partition=lambda th: -B.log(-th[0]), dim=1,
-            natural_domain=lambda th: bool(B.to_numpy(th)[0] < 0),
+            log_partition=lambda th: -B.log(-th[..., 0]), dim=1,
+            natural_domain=lambda th: bool(np.all(B.to_numpy(th)[..., 0] < 0)),
             natural_domain_description="theta = -rate < 0",
             sampler=lambda th, n, rng: rng.exponential(-1.0 / th[0], n),
             standard_chart=Chart("standard", neg, neg, _check, "rate > 0", parameters={"rate": ()},
-                                 fisher=lambda lam: B.reshape(1.0 / lam ** 2, (1, 1))),
+                                 fisher=lambda lam: (1.0 / lam ** 2)[..., None], vectorized=True),
             geodesics=ClosedGeodesics(
-                "standard", exp=lambda lam, v: lam * np.exp(v / lam),
-                log=lambda lam, mu: lam * np.log(mu / lam),
-                dist=lambda lam, mu: float(abs(np.log(mu[0] / lam[0])))),
-            chart=chart, name="Exponential")
+                "standard", exp=lambda lam, v: lam * B.exp(v / lam),
+                log=lambda lam, mu: lam * B.log(mu / lam),
+                dist=lambda lam, mu: B.abs(B.log(mu[..., 0] / lam[..., 0])), vectorized=True),
+            vectorized=True, chart=chart, name="Exponential")
 
     def random_point(self, rng=None, scale=1.0):
         return self.point(rate=np.random.default_rng(rng).uniform(0.2, 5.0))

@@ -8,7 +8,6 @@ The standard chart is :math:`(k, r)`; Fisher there is
 Geodesics have no closed form (the generic ODE solvers apply).
 """
 import numpy as np
-from autograd.scipy.special import gammaln, polygamma
 
 import infogeo as ig
 from infogeo import backend as B
@@ -22,7 +21,7 @@ def _check(s):
 
 def _fisher(s):
     k, r = s[0], s[1]
-    return B.stack([B.stack([polygamma(1, k), -1.0 / r]), B.stack([-1.0 / r, k / r ** 2])])
+    return B.stack([B.stack([B.polygamma(1, k), -1.0 / r]), B.stack([-1.0 / r, k / r ** 2])])
 
 
 class Gamma(ig.ExponentialFamily):
@@ -32,7 +31,7 @@ class Gamma(ig.ExponentialFamily):
         flip = lambda s: B.stack([s[0], -s[1]])  # noqa: E731  (k, r) <-> (k, -r)
         super().__init__(
             sufficient_statistics=lambda x: np.stack([np.log(x), np.asarray(x, dtype=float)], -1).reshape(-1, 2),
-            log_partition=lambda th: gammaln(th[0]) - th[0] * B.log(-th[1]),
+            log_partition=lambda th: B.gammaln(th[0]) - th[0] * B.log(-th[1]),
             dim=2, log_base_measure=lambda x: -np.log(np.asarray(x, dtype=float)).reshape(-1),
             natural_domain=lambda th: bool(B.to_numpy(th)[0] > 0 and B.to_numpy(th)[1] < 0),
             natural_domain_description="theta_1 = shape > 0 and theta_2 = -rate < 0",

@@ -15,6 +15,7 @@ from scipy.special import gammaln
 
 import infogeo as ig
 from infogeo import backend as B
+from infogeo.geometry.points import plain
 from infogeo.statistical import Chart, ClosedGeodesics
 
 
@@ -36,21 +37,23 @@ class Multinomial(ig.ExponentialFamily):
 
         super().__init__(
             sufficient_statistics=lambda x: counts(x)[:, :-1],
-            log_partition=lambda th: scale * cat.log_partition(th), dim=self.k - 1,
+            log_partition=lambda th: scale * cat.log_partition(th), dim=self.k - 1, vectorized=True,
             log_base_measure=lambda x: gammaln(self.n + 1.0) - gammaln(counts(x) + 1.0).sum(1),
             sampler=lambda th, m, rng: rng.multinomial(self.n, B.to_numpy(self.probs_of_natural(th)), size=m),
-            standard_chart=Chart("standard", cat.to_natural, cat.in_chart("natural").moments, cat.check_point,
+            # a multinomial point in the standard chart is read as categorical probabilities (plain)
+            standard_chart=Chart("standard", lambda p: cat.to_natural(plain(p)), cat.in_chart("natural").moments,
+                                 lambda p: cat.check_point(plain(p)),
                                  f"the first {self.k - 1} of {self.k} class probabilities (positive, sum < 1)",
-                                 fisher=lambda p: scale * cat.fisher(p)),
+                                 fisher=lambda p: scale * cat.fisher(plain(p)), vectorized=True),
             geodesics=ClosedGeodesics(
-                "standard", exp=lambda p, v: B.to_numpy(cat.metric.exp(p, v)),
-                log=lambda p, q: B.to_numpy(cat.metric.log(p, q)),
-                dist=lambda p, q: np.sqrt(scale) * float(cat.metric.dist(p, q))),
+                "standard", exp=lambda p, v: cat.metric.exp(plain(p), v),
+                log=lambda p, q: cat.metric.log(plain(p), plain(q)),
+                dist=lambda p, q: np.sqrt(scale) * cat.metric.dist(plain(p), plain(q)), vectorized=True),
             chart=chart, name=f"Multinomial(k={self.k}, n={self.n})")
 
     def probs_of_natural(self, theta):
         """All ``k`` class probabilities from the logits."""
-        return self.categorical.probs(self.categorical.in_chart("natural").to_chart(theta, "standard"))
+        return self.categorical.probs(plain(self.categorical.in_chart("natural").to_chart(theta, "standard")))
 
     def point(self, coords=None, *, probs=None):
         """A point from coordinates in the current chart, or from all ``k`` class probabilities (``probs=``)."""
@@ -58,13 +61,14 @@ class Multinomial(ig.ExponentialFamily):
             raise ValueError("give exactly one of coords (in the current chart) or probs=")
         if coords is not None:
             return super().point(coords)
-        return self.from_chart(self.categorical.point(probs=probs), "standard")
+        return self.from_chart(plain(self.categorical.point(probs=probs)), "standard")
 
     def parameters(self, p):
-        return {"n": self.n, "probs": np.asarray(B.to_numpy(self.categorical.probs(self.to_chart(p, "standard"))))}
+        probs = self.categorical.probs(plain(self.to_chart(p, "standard")))
+        return {"n": self.n, "probs": np.asarray(B.to_numpy(probs))}
 
     def random_point(self, rng=None, scale=1.0):
-        return self.from_chart(self.categorical.random_point(rng), "standard")
+        return self.from_chart(plain(self.categorical.random_point(rng)), "standard")
 
 
 def make(k=3, n=10, chart=None):

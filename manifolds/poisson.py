@@ -14,15 +14,24 @@ import infogeo as ig
 from infogeo import backend as B
 from infogeo.statistical import Chart, ClosedGeodesics
 
+# every function below broadcasts over leading (batch) axes and works on numpy or torch
+
 
 def _check(s):
-    if not float(B.to_numpy(s)[0]) > 0:
-        raise ValueError(f"the rate must be positive, got {B.to_numpy(s).tolist()}")
+    if not s.min() > 0:  # NaN fails too
+        raise ValueError(f"the rate must be positive, got {B.to_numpy(s).min()}")
+
+
+def _counts(x):
+    x = np.asarray(x, dtype=float).reshape(-1)
+    if np.any(x < 0) or np.any(x != np.round(x)):
+        raise ValueError("Poisson observations must be non-negative integer counts")
+    return x
 
 
 def _exp(lam, v):
-    root = np.sqrt(lam) + v / (2 * np.sqrt(lam))
-    if not np.all(root > 0):
+    root = B.sqrt(lam) + v / (2 * B.sqrt(lam))
+    if not np.all(B.to_numpy(root) > 0):
         raise ValueError("the geodesic reaches rate 0 before t = 1; take a shorter step")
     return root ** 2
 
@@ -32,17 +41,17 @@ class Poisson(ig.ExponentialFamily):
 
     def __init__(self, chart=None):
         super().__init__(
-            sufficient_statistics=lambda x: np.asarray(x, dtype=float).reshape(-1, 1),
-            log_partition=lambda th: B.exp(th[0]), dim=1,
-            log_base_measure=lambda x: -gammaln(np.asarray(x, dtype=float).reshape(-1) + 1),
+            sufficient_statistics=lambda x: _counts(x).reshape(-1, 1),
+            log_partition=lambda th: B.exp(th[..., 0]), dim=1,
+            log_base_measure=lambda x: -gammaln(_counts(x) + 1),
             sampler=lambda th, n, rng: rng.poisson(np.exp(th[0]), n),
             standard_chart=Chart("standard", B.log, B.exp, _check, "rate > 0", parameters={"rate": ()},
-                                 fisher=lambda lam: B.reshape(1.0 / lam, (1, 1))),
+                                 fisher=lambda lam: (1.0 / lam)[..., None], vectorized=True),
             geodesics=ClosedGeodesics(
                 "standard", exp=_exp,
-                log=lambda lam, mu: 2 * np.sqrt(lam) * (np.sqrt(mu) - np.sqrt(lam)),
-                dist=lambda lam, mu: float(2 * abs(np.sqrt(mu[0]) - np.sqrt(lam[0])))),
-            chart=chart, name="Poisson")
+                log=lambda lam, mu: 2 * B.sqrt(lam) * (B.sqrt(mu) - B.sqrt(lam)),
+                dist=lambda lam, mu: 2 * B.abs(B.sqrt(mu[..., 0]) - B.sqrt(lam[..., 0])), vectorized=True),
+            vectorized=True, chart=chart, name="Poisson")
 
     def random_point(self, rng=None, scale=1.0):
         return self.point(rate=np.random.default_rng(rng).uniform(0.5, 8.0))

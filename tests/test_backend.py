@@ -66,15 +66,15 @@ def test_linear_algebra(backend_name):
     np.testing.assert_allclose(B.to_numpy(B.cho_solve(L, b_b)), expected)
 
 
-def test_array_creation_follows_active_backend():
+def test_array_creation_follows_its_arguments_without_global_state():
     torch = pytest.importorskip("torch")
     assert isinstance(B.array([1.0, 2.0]), np.ndarray)
-    with B.use_backend("torch"):
-        t = B.array([1.0, 2.0])
-        assert isinstance(t, torch.Tensor) and t.dtype == torch.float64
-    assert B.get_backend() == "numpy"
-    with pytest.raises(ValueError, match="unknown backend"):
-        B.set_backend("jax")
+    like = torch.zeros(2, dtype=torch.float64)
+    t = B.array([1.0, 2.0], like=like)
+    assert isinstance(t, torch.Tensor) and t.dtype == torch.float64
+    assert isinstance(B.zeros(3, like=like), torch.Tensor) and isinstance(B.zeros(3), np.ndarray)
+    assert B.ops_of(like).name == "torch" and B.ops_of(np.ones(2)).name == "numpy"
+    assert not hasattr(B, "set_backend") and not hasattr(B, "_ACTIVE")
 
 
 def test_stack_mixes_python_scalars_and_tensors():

@@ -136,7 +136,7 @@ class TestGeomstats:
 
 
 def test_mean_std_chart_of_the_diagonal_gaussian():
-    """(mu, sigma) chart: closed-form Fisher vs autodiff J^T grad^2 psi J, seed 003's KL, same distances."""
+    """(mu, sigma) chart: closed-form Fisher vs autodiff J^T grad^2 psi J, the closed-form KL, same distances."""
     M = ig.Gaussian(dim=2, covariance="diagonal").in_chart("mean_std")
     std = ig.Gaussian(dim=2, covariance="diagonal")
     p, q = np.array([0.3, -1.0, 1.7, 0.4]), np.array([1.0, 0.2, 0.8, 0.9])

@@ -8,7 +8,7 @@ from infogeo.geometry.metric import EuclideanMetric
 from infogeo.solvers import GradientDescent, InverseTime, MirrorDescent, StochasticRelaxation, online_mle
 
 
-# ----------------------------------------------------------- independence model (seed 003)
+# ----------------------------------------------------------- independence model
 def f_toy(X):
     return X[:, 0] + 2 * X[:, 1] + 3 * X[:, 0] * X[:, 1]
 
@@ -110,7 +110,7 @@ def test_mirror_descent_needs_an_exponential_family():
         MirrorDescent(0.1, gradient_chart="standard")
 
 
-# ----------------------------------------------------------- Fisher efficiency (Eqs. 24-25)
+# ----------------------------------------------------------- Fisher efficiency of online natural gradient (Amari 1998)
 @pytest.mark.parametrize("name", ["bernoulli", "categorical3", "gauss2"])
 def test_online_natural_gradient_mle_is_the_running_mean(name):
     """alpha_k = 1/(k + 1): the start counts as one pseudo-observation (alpha_1 = 1 would put the

@@ -11,9 +11,11 @@ arguments: if any is a torch tensor they call torch, otherwise
 
     lambda x: ig.backend.sum(ig.backend.stack([1 - x[0], x[1] - x[0] ** 2]) ** 2)
 
-is differentiable under both backends.  The *active* backend
-(:func:`set_backend`) only decides what :func:`array` and the other creation
-functions return when no argument says otherwise.
+is differentiable under both backends.  There is no global "active" backend:
+the creation functions (:func:`array`, :func:`zeros` ...) return numpy unless
+their ``like=`` argument (or the object itself) is a tensor, and
+:func:`ops_of` hands out the backend module of a set of arguments so that a
+closed form picks its namespace once per call.
 
 The autodiff primitives (:func:`grad`, :func:`jvp`, :func:`vjp`, :func:`hvp`,
 :func:`jacobian`) and the linear algebra (:func:`solve`, :func:`cholesky`)
@@ -21,52 +23,22 @@ likewise pick the backend from the point they are evaluated at.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from . import _numpy
 from ._dispatch import is_torch, namespace_of
 
 __all__ = [
-    "set_backend", "get_backend", "use_backend", "namespace_of", "is_torch",
+    "namespace_of", "is_torch", "ops_of",
     "array", "asarray", "zeros", "ones", "eye", "to_numpy",
     "stack", "concatenate", "sum", "mean", "exp", "log", "log1p", "sqrt", "abs",
-    "sin", "cos", "tanh", "arccosh", "square", "dot", "matmul", "outer",
+    "sin", "cos", "tanh", "arccosh", "arcsinh", "arccos", "arcsin", "arctan2", "sinh", "cosh", "diag_embed", "broadcast_to",
+    "gammaln", "digamma", "polygamma", "square", "dot", "matmul", "outer",
     "einsum", "where", "maximum", "minimum", "clip", "logsumexp", "softmax",
     "sigmoid", "diag", "diagonal", "trace", "transpose", "reshape", "isfinite",
     "grad", "value_and_grad", "jvp", "vjp", "hvp", "jacobian", "hessian",
     "solve", "cholesky", "cho_solve", "inv", "slogdet", "eigh", "norm",
 ]
-
-_ACTIVE = "numpy"
-_NAMES = ("numpy", "torch")
-
-
-def set_backend(name: str) -> None:
-    """Choose the backend that array creation uses by default (``"numpy"`` or ``"torch"``)."""
-    global _ACTIVE
-    if name not in _NAMES:
-        raise ValueError(f"unknown backend {name!r}; expected one of {_NAMES}")
-    if name == "torch":
-        from . import _torch  # noqa: F401  (fails early and clearly if torch is missing)
-    _ACTIVE = name
-
-
-def get_backend() -> str:
-    """Name of the active backend."""
-    return _ACTIVE
-
-
-@contextmanager
-def use_backend(name: str) -> Iterator[None]:
-    """Context manager that activates a backend for the duration of a block."""
-    old = _ACTIVE
-    set_backend(name)
-    try:
-        yield
-    finally:
-        set_backend(old)
-
 
 def _ops(*args: Any):
     """Backend module for these arguments (torch if any is a tensor)."""
@@ -76,17 +48,19 @@ def _ops(*args: Any):
     return _numpy
 
 
-def _active_ops():
-    if _ACTIVE == "torch":
-        from . import _torch
-        return _torch
-    return _numpy
+def ops_of(*args: Any):
+    """The backend module (``_numpy`` or ``_torch``) of these arguments: torch if any is a tensor.
+
+    Closed forms take their namespace once per call (``xp = ops_of(x, y)``)
+    and call ``xp.sqrt``, ``xp.arccosh`` ... on whole batches.
+    """
+    return _ops(*args)
 
 
 # ----------------------------------------------------------------- creation
 def array(obj: Any, dtype: Any = None, like: Any = None):
-    """Array of the active backend (or of ``like``'s backend), float64 by default."""
-    ops = _ops(like) if like is not None else (_ops(obj) if is_torch(obj) else _active_ops())
+    """Array of ``like``'s backend (numpy unless ``like`` or ``obj`` is a tensor), float64 by default."""
+    ops = _ops(like) if like is not None else _ops(obj)
     return ops.array(obj, dtype=dtype, like=like)
 
 
@@ -94,15 +68,15 @@ asarray = array
 
 
 def zeros(shape, like: Any = None):
-    return (_ops(like) if like is not None else _active_ops()).zeros(shape, like=like)
+    return _ops(like).zeros(shape, like=like)
 
 
 def ones(shape, like: Any = None):
-    return (_ops(like) if like is not None else _active_ops()).ones(shape, like=like)
+    return _ops(like).ones(shape, like=like)
 
 
 def eye(n: int, like: Any = None):
-    return (_ops(like) if like is not None else _active_ops()).eye(n, like=like)
+    return _ops(like).eye(n, like=like)
 
 
 def to_numpy(x: Any):
@@ -142,6 +116,20 @@ sin = _unary("sin")
 cos = _unary("cos")
 tanh = _unary("tanh")
 arccosh = _unary("arccosh")
+arcsinh = _unary("arcsinh")
+arccos = _unary("arccos")
+arcsin = _unary("arcsin")
+sinh = _unary("sinh")
+cosh = _unary("cosh")
+diag_embed = _unary("diag_embed")
+broadcast_to = _unary("broadcast_to")
+gammaln = _unary("gammaln")
+digamma = _unary("digamma")
+
+
+def polygamma(n: int, x):
+    r"""Polygamma :math:`\psi^{(n)}(x)` of the argument's backend (trigamma for ``n = 1``)."""
+    return _ops(x).polygamma(n, x)
 square = _unary("square")
 logsumexp = _unary("logsumexp")
 softmax = _unary("softmax")
@@ -168,6 +156,7 @@ dot = _binary("dot")
 matmul = _binary("matmul")
 outer = _binary("outer")
 maximum = _binary("maximum")
+arctan2 = _binary("arctan2")
 minimum = _binary("minimum")
 
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import autograd
 import autograd.numpy as anp
-import autograd.scipy.special as asp
 import numpy as np
 from autograd import make_vjp
 from autograd.extend import vspace
@@ -49,6 +48,12 @@ sin = anp.sin
 cos = anp.cos
 tanh = anp.tanh
 arccosh = anp.arccosh
+arcsinh = anp.arcsinh
+arccos = anp.arccos
+arcsin = anp.arcsin
+arctan2 = anp.arctan2
+sinh = anp.sinh
+cosh = anp.cosh
 square = anp.square
 diag = anp.diag
 diagonal = anp.diagonal
@@ -64,18 +69,42 @@ maximum = anp.maximum
 minimum = anp.minimum
 einsum = anp.einsum
 where = anp.where
+broadcast_to = anp.broadcast_to
+
+
+def diag_embed(x):
+    """Diagonal matrices from the last axis: shape ``(..., n)`` -> ``(..., n, n)``."""
+    n = x.shape[-1]
+    return x[..., :, None] * np.eye(n)
 
 
 def norm(x, axis=None):
     return anp.sqrt(anp.sum(x * x, axis=axis))
 
 
+def gammaln(x):
+    from autograd.scipy.special import gammaln as f  # lazy: see logsumexp
+    return f(x)
+
+
+def digamma(x):
+    from autograd.scipy.special import digamma as f
+    return f(x)
+
+
+def polygamma(n, x):
+    from autograd.scipy.special import polygamma as f
+    return f(n, x)
+
+
 def logsumexp(x, axis=None, keepdims=False):
-    return asp.logsumexp(x, axis=axis, keepdims=keepdims)
+    # autograd.scipy.special pulls in scipy.integrate and scipy.stats: import it on first use only
+    from autograd.scipy.special import logsumexp as lse
+    return lse(x, axis=axis, keepdims=keepdims)
 
 
 def softmax(x, axis=-1):
-    return anp.exp(x - asp.logsumexp(x, axis=axis, keepdims=True))
+    return anp.exp(x - logsumexp(x, axis=axis, keepdims=True))
 
 
 def sigmoid(x):
@@ -117,7 +146,6 @@ def hessian(f, x):
 
 
 # linear algebra ---------------------------------------------------------
-solve = anp.linalg.solve
 cholesky = anp.linalg.cholesky
 inv = anp.linalg.inv
 eigh = anp.linalg.eigh
@@ -127,6 +155,17 @@ def slogdet(A):
     return anp.linalg.slogdet(A)
 
 
+def _vectors_solve(A, b):
+    # a b with one axis fewer than A is a (batch of) vector(s); numpy >= 2 reads it as matrices otherwise
+    if anp.ndim(b) == anp.ndim(A) - 1 and anp.ndim(b) > 1:
+        return anp.linalg.solve(A, b[..., None])[..., 0]
+    return anp.linalg.solve(A, b)
+
+
+def solve(A, b):
+    return _vectors_solve(A, b)
+
+
 def cho_solve(L, b):
-    y = anp.linalg.solve(L, b)
-    return anp.linalg.solve(anp.transpose(L), y)
+    y = _vectors_solve(L, b)
+    return _vectors_solve(anp.swapaxes(L, -1, -2), y)

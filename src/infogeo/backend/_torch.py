@@ -75,6 +75,32 @@ def mean(x, axis=None, keepdims=False):
 exp, log, log1p, sqrt, abs = torch.exp, torch.log, torch.log1p, torch.sqrt, torch.abs  # noqa: A001
 sin, cos, tanh, arccosh, square = torch.sin, torch.cos, torch.tanh, torch.arccosh, torch.square
 sigmoid, isfinite = torch.sigmoid, torch.isfinite
+arcsinh, arccos, arcsin, sinh, cosh = torch.arcsinh, torch.arccos, torch.arcsin, torch.sinh, torch.cosh
+
+
+def arctan2(a, b):
+    return torch.atan2(_t(a, b), _t(b, a))
+
+
+def broadcast_to(x, shape):
+    return x.expand(*shape)
+
+
+def gammaln(x):
+    return torch.lgamma(x)
+
+
+def digamma(x):
+    return torch.digamma(x)
+
+
+def polygamma(n, x):
+    return torch.polygamma(int(n), x)
+
+
+def diag_embed(x):
+    """Diagonal matrices from the last axis: shape ``(..., n)`` -> ``(..., n, n)``."""
+    return torch.diag_embed(x)
 trace = torch.trace
 
 
@@ -198,4 +224,6 @@ def slogdet(A):
 
 def cho_solve(L, b):
     b = _t(b, L)
-    return torch.cholesky_solve(b.unsqueeze(-1), L).squeeze(-1) if b.dim() == 1 else torch.cholesky_solve(b, L)
+    if b.dim() == L.dim() - 1:
+        return torch.cholesky_solve(b.unsqueeze(-1), L).squeeze(-1)
+    return torch.cholesky_solve(b, L)

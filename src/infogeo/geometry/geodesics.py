@@ -4,26 +4,53 @@ Closed forms are an optimisation; everything here needs only
 ``metric.matrix(x)`` and autodiff, so every manifold has geodesics.
 
 * Christoffel symbols
-  :math:`\Gamma^k_{ij} = \tfrac12 G^{kl}(\partial_i G_{lj} + \partial_j G_{li} - \partial_l G_{ij})`.
-* The geodesic equation :math:`\ddot x^k = -\Gamma^k_{ij}\dot x^i \dot x^j`,
-  evaluated without the full :math:`\Gamma` tensor as
-  :math:`\ddot x = -G^{-1}\big((\partial_{\dot x} G)\dot x - \tfrac12 \nabla_x(\dot x^T G \dot x)\big)`.
-* ``exp`` integrates it with an adaptive 8th-order Runge–Kutta method (DOP853).
-* ``log`` solves the boundary problem :math:`\exp_x(v) = y` by Newton shooting,
-  the Jacobian :math:`\partial \exp_x(v)/\partial v` coming from the
-  variational (Jacobi) equations integrated alongside the geodesic.
+  :math:`\Gamma^k_{ij} = \tfrac12 G^{kl}(\partial_i G_{lj} + \partial_j G_{li} - \partial_l G_{ij})`
+  (:func:`christoffel`, for inspection; the solvers below never form them).
+* Geodesics are integrated as the Hamiltonian flow of
+  :math:`H(x, p) = \tfrac12 p^T G(x)^{-1} p` (the cogeodesic flow; e.g. Lee,
+  *Riemannian Manifolds*, 2018, Ch. 5):
+
+  .. math:: \dot x = v = G(x)^{-1} p,\qquad \dot p = \tfrac12\nabla_x\big(v^T G(x) v\big)\big|_{v\ \mathrm{fixed}}.
+
+  One right-hand side costs one evaluation of :math:`G` and *one*
+  vector-Jacobian product of :math:`x \mapsto G(x)` with the cotangent
+  :math:`vv^T` -- a single reverse pass, no Jacobian of the metric and no
+  nested differentiation.  Integration is adaptive 8th-order Runge–Kutta
+  (DOP853).  Several geodesics are integrated as one system (batched ``exp``).
+* ``log`` solves :math:`\exp_x(v) = y` by Newton's method.  The Jacobian
+  :math:`\partial\exp_x(v)/\partial v` comes from internal numerical
+  differentiation: the geodesic and :math:`d` perturbed copies are integrated
+  together with the same steps, so their differences are derivatives of the
+  discrete flow (Bock 1981).  The start is the chord corrected by the
+  Christoffel term at the midpoint, :math:`v_0 = \Delta + \tfrac12\Gamma(m)[\Delta, \Delta]`;
+  iterations are inexact (each integration only as accurate as the current
+  error needs) with a backtracking line search, and when Newton stalls the
+  target is moved along the coordinate chord and approached by continuation.
+
+Every solve runs under a :class:`~infogeo.budget.Budget` (right-hand-side
+evaluations per integration, Newton iterations, wall time): pass ``budget=``
+or set ``metric.budget``.  When it runs out a
+:class:`~infogeo.budget.BudgetExceededError` names the operation and the scale.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 from scipy.integrate import solve_ivp
 
 from .. import backend as B
+from ..budget import Budget, BudgetExceededError, as_budget
+
+__all__ = ["GeodesicError", "BudgetExceededError", "christoffel", "acceleration", "exp", "log", "geodesic",
+           "DEFAULT_BUDGET"]
 
 RTOL = 1e-12
 ATOL = 1e-12
+#: default budget of one ``log``/``exp``: Newton iterations and wall time
+DEFAULT_BUDGET = Budget(max_iter=200, max_time=60.0)
+#: right-hand-side evaluations allowed to one integration
+MAX_EVALS = 100_000
 
 
 class GeodesicError(RuntimeError):
@@ -31,7 +58,7 @@ class GeodesicError(RuntimeError):
 
 
 def christoffel(metric, x):
-    r"""Christoffel symbols of the second kind, ``Gamma[k, i, j]``."""
+    r"""Christoffel symbols of the second kind, ``Gamma[k, i, j]`` (one Jacobian of the metric)."""
     G = metric.matrix(x)
     dG = B.jacobian(metric.matrix, x)  # dG[l, j, i] = d_i G_lj
     first = 0.5 * (B.einsum("lji->lij", dG) + dG - B.einsum("ijl->lij", dG))
@@ -49,36 +76,102 @@ def acceleration(metric, x, v):
     return -B.solve(metric.matrix(x), B.matmul(K, v) - 0.5 * B.matmul(B.transpose(K), v))
 
 
-def _rhs(metric, like, d):
-    def f(_t, s):
-        s_b = B.array(s, like=like)
-        a = acceleration(metric, s_b[:d], s_b[d:])
-        return np.concatenate([s[d:], B.to_numpy(a)])
-    return f
+def _budget(metric, budget: Optional[Budget]) -> Budget:
+    return as_budget(budget, getattr(metric, "budget", None) or DEFAULT_BUDGET)
 
 
-def _integrate(metric, x, v, t_eval=None, t_end=1.0, dense=False, rtol=None):
-    d = x.shape[-1]
-    s0 = np.concatenate([B.to_numpy(x), B.to_numpy(v)])
-    rtol = RTOL if rtol is None else rtol
-    sol = solve_ivp(_rhs(metric, x, d), (0.0, t_end), s0, method="DOP853", rtol=rtol, atol=rtol,
-                    t_eval=t_eval, dense_output=dense)
-    if not sol.success or not np.all(np.isfinite(sol.y)):
+class _Flow:
+    """The Hamiltonian geodesic field on stacked states ``(K, 2, d)`` = K copies of ``(x, p)``."""
+
+    def __init__(self, metric, like, budget: Budget):
+        self.metric, self.like, self.budget = metric, like, budget
+
+    def matrix(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(B.to_numpy(self.metric.matrix(B.array(x, like=self.like))), dtype=float)
+
+    def velocity_and_force(self, x: np.ndarray, p: np.ndarray):
+        G, pull = B.vjp(self.metric.matrix, B.array(x, like=self.like))
+        G = np.asarray(B.to_numpy(G), dtype=float)
+        try:
+            v = np.linalg.solve(G, p)
+        except np.linalg.LinAlgError:
+            raise GeodesicError("the metric is singular along the geodesic (it left the domain)") from None
+        f = 0.5 * np.asarray(B.to_numpy(pull(B.array(np.outer(v, v), like=self.like))), dtype=float)
+        return v, f
+
+    def rhs(self, d: int):
+        def f(_t, y):
+            self.budget.tick()
+            S = y.reshape(-1, 2, d)
+            out = np.empty_like(S)
+            with np.errstate(all="ignore"):
+                for k in range(S.shape[0]):
+                    out[k, 0], out[k, 1] = self.velocity_and_force(S[k, 0], S[k, 1])
+            if not np.all(np.isfinite(out)):
+                raise GeodesicError("the geodesic left the domain of the metric (NaN or inf in the metric)")
+            return out.ravel()
+        return f
+
+
+def _integrate(flow: _Flow, X: np.ndarray, P: np.ndarray, t_end: float, rtol: float, dense: bool = False,
+               radius: Optional[float] = None):
+    """Integrate K geodesics with starts ``X`` and momenta ``P`` (shape ``(K, d)``) to ``t_end``.
+
+    With ``radius``, the integration stops (``GeodesicError``) as soon as a
+    geodesic moves farther than ``radius`` from its start in coordinates:
+    shooting uses it to drop trial velocities that run away.
+    """
+    d = X.shape[1]
+    y0 = np.stack([X, P], axis=1).ravel()
+    events = None
+    if radius is not None:
+        def away(_t, y):
+            return radius - np.max(np.abs(y.reshape(-1, 2, d)[:, 0] - X))
+        away.terminal = True
+        events = away
+    sol = solve_ivp(flow.rhs(d), (0.0, t_end), y0, method="DOP853", rtol=rtol, atol=rtol, dense_output=dense,
+                    events=events)
+    if sol.status == 1:
+        raise GeodesicError(f"the geodesic ran farther than {radius:.3g} from its start")
+    if not sol.success or not np.all(np.isfinite(sol.y[:, -1])):
         raise GeodesicError(f"geodesic integration failed: {sol.message}")
     return sol
 
 
-def exp(metric, x, v, t: float = 1.0, rtol: float | None = None):
-    """:math:`\\exp_x(t v)` by integrating the geodesic equation (result in ``x``'s backend)."""
-    d = x.shape[-1]
-    sol = _integrate(metric, x, v, t_end=t, rtol=rtol)
-    return B.array(sol.y[:d, -1], like=x)
+def _start(metric, x, budget: Optional[Budget], operation: str, scale: str) -> tuple:
+    b = _budget(metric, budget).start(operation, scale, "a larger Budget(max_iter=..., max_time=...) via "
+                                                      "budget= or metric.budget, or points closer together")
+    return b, _Flow(metric, x, b.share(max_iter=MAX_EVALS))
 
 
-def geodesic(metric, x, v) -> Callable[[Any], Any]:
+def _scale(*arrays) -> str:
+    return ", ".join(f"|{n}| = {np.linalg.norm(a):.3g}" for n, a in arrays)
+
+
+def exp(metric, x, v, t: float = 1.0, rtol: float | None = None, budget: Optional[Budget] = None):
+    r""":math:`\exp_x(t v)` by integrating the geodesic equation (result in ``x``'s backend).
+
+    Batched: ``v`` of shape ``(K, d)`` (and ``x`` of shape ``(d,)`` or ``(K, d)``)
+    integrates the K geodesics as one system and returns shape ``(K, d)``.
+    """
+    xn, vn = np.asarray(B.to_numpy(x), dtype=float), np.asarray(B.to_numpy(v), dtype=float)
+    batched = vn.ndim == 2 or xn.ndim == 2
+    X, V = np.broadcast_arrays(np.atleast_2d(xn), np.atleast_2d(vn))
+    _, flow = _start(metric, x if xn.ndim == 1 else x[0], budget, "geodesic exp (ODE integration)",
+                     _scale(("x", xn), ("v", vn)))
+    P = np.stack([flow.matrix(X[k]) @ V[k] for k in range(len(X))])
+    sol = _integrate(flow, X, P, t, RTOL if rtol is None else rtol)
+    end = sol.y[:, -1].reshape(-1, 2, X.shape[1])[:, 0]
+    like = x if xn.ndim == 1 else x[0]
+    return B.array(end if batched else end[0], like=like)
+
+
+def geodesic(metric, x, v, budget: Optional[Budget] = None) -> Callable[[Any], Any]:
     """The geodesic ``t -> exp_x(t v)``; accepts a scalar or an array of times in [0, 1]."""
-    d = x.shape[-1]
-    sol = _integrate(metric, x, v, dense=True)
+    xn, vn = np.asarray(B.to_numpy(x), dtype=float), np.asarray(B.to_numpy(v), dtype=float)
+    d = xn.shape[-1]
+    _, flow = _start(metric, x, budget, "geodesic (ODE integration)", _scale(("x", xn), ("v", vn)))
+    sol = _integrate(flow, xn[None], (flow.matrix(xn) @ vn)[None], 1.0, RTOL, dense=True)
 
     def path(t):
         t_arr = np.asarray(t, dtype=float)
@@ -89,93 +182,123 @@ def geodesic(metric, x, v) -> Callable[[Any], Any]:
     return path
 
 
-def _shooting_jacobian(metric, x, v, rtol: float = 1e-7):
-    """``d exp_x(v) / dv`` from the variational (Jacobi) equations.
-
-    Newton only needs an approximate Jacobian, so this integrates at a loose
-    tolerance; the end point itself always comes from the accurate :func:`exp`.
-    """
-    d = x.shape[-1]
-
-    def field(s):
-        return B.concatenate([s[d:], acceleration(metric, s[:d], s[d:])])
-
-    def f(_t, y):
-        s_b = B.array(y[: 2 * d], like=x)
-        A = B.to_numpy(B.jacobian(field, s_b))
-        Phi = y[2 * d:].reshape(2 * d, d)
-        return np.concatenate([y[d: 2 * d],
-                               B.to_numpy(acceleration(metric, s_b[:d], s_b[d:])),
-                               (A @ Phi).ravel()])
-
-    # Phi = d(state)/dv, starting at [0; I]
-    y0 = np.concatenate([B.to_numpy(x), B.to_numpy(v), np.vstack([np.zeros((d, d)), np.eye(d)]).ravel()])
-    sol = solve_ivp(f, (0.0, 1.0), y0, method="DOP853", rtol=rtol, atol=rtol)
-    if not sol.success or not np.all(np.isfinite(sol.y[:, -1])):
-        raise GeodesicError(f"geodesic integration failed: {sol.message}")
-    return sol.y[2 * d:, -1].reshape(2 * d, d)[:d]
+class _Stall(Exception):
+    """Newton made no progress from the current start (internal: triggers continuation)."""
 
 
-def log(metric, x, y, tol: float = 1e-11, max_iter: int = 60, v0=None):
-    r"""Initial velocity ``v`` with :math:`\exp_x(v) = y`, by shooting.
+class _Shooter:
+    """Newton shooting from ``x``: end points and their Jacobians in the initial velocity."""
 
-    A quasi-Newton iteration on the end-point error :math:`\exp_x(v) - y`:
-    the Jacobian comes from the variational equations at the start (and again
-    whenever progress stalls) and is kept current by Broyden updates in
-    between; a step that does not reduce the error is halved.  Starts from
-    the chart difference ``y - x`` (or ``v0``) and stops when the error is
-    below ``tol * (1 + |y|)``.
-    """
-    x_np, y_np = B.to_numpy(x), B.to_numpy(y)
-    v = (y_np - x_np) if v0 is None else B.to_numpy(v0)
-    scale = 1.0 + np.linalg.norm(y_np)
+    def __init__(self, flow: _Flow, x: np.ndarray, y: np.ndarray, budget: Budget):
+        self.flow, self.x, self.budget = flow, x, budget
+        self.G0 = flow.matrix(x)
+        self.d = len(x)
+        # trial geodesics that run this far from the start in coordinates are dropped
+        self.radius = 100.0 * (1.0 + np.max(np.abs(x)) + np.max(np.abs(y - x)))
 
-    def residual(v_, rtol=None):
+    def end(self, v: np.ndarray, rtol: float) -> np.ndarray:
+        sol = _integrate(self.flow, self.x[None], (self.G0 @ v)[None], 1.0, rtol, radius=self.radius)
+        return sol.y[:self.d, -1]
+
+    def end_and_jacobian(self, v: np.ndarray, rtol: float):
+        """End point and ``d end / d v`` by internal numerical differentiation (d + 1 geodesics, same steps)."""
+        d = self.d
+        h = 1e-7 * (1.0 + np.linalg.norm(v))
+        V = np.vstack([v, v + h * np.eye(d)])
+        sol = _integrate(self.flow, np.repeat(self.x[None], d + 1, axis=0), V @ self.G0.T, 1.0, rtol,
+                         radius=self.radius)
+        ends = sol.y[:, -1].reshape(d + 1, 2, d)[:, 0]
+        return ends[0], (ends[1:] - ends[0]).T / h
+
+    def newton(self, v: np.ndarray, y: np.ndarray, tol: float) -> np.ndarray:
+        """Inexact Newton with backtracking; raises ``_Stall`` when it cannot make progress from ``v``."""
+        scale = 1.0 + np.linalg.norm(y)
+
+        def accuracy(err):
+            return float(np.clip(1e-3 * err / scale, RTOL, 1e-6))
+
         try:
-            return B.to_numpy(exp(metric, x, B.array(v_, like=x), rtol=rtol)) - y_np
-        except (GeodesicError, ValueError, FloatingPointError, np.linalg.LinAlgError):
-            return None
-
-    # inexact Newton: integrate only as accurately as the current error needs
-    def accuracy(err):
-        return float(np.clip(1e-3 * err / scale, RTOL, 1e-6))
-
-    r = residual(v, 1e-6)
-    if r is None:
-        raise GeodesicError("geodesic shooting: the initial guess leaves the domain of the metric")
-    J = _shooting_jacobian(metric, x, B.array(v, like=x))
-    fresh, precise = True, False
-    for _ in range(max_iter):
-        err = np.linalg.norm(r)
-        if err <= 1e3 * tol * scale and accuracy(err) > RTOL:
-            r = residual(v)  # confirm at full accuracy
+            e, J = self.end_and_jacobian(v, 1e-6)
+        except GeodesicError:
+            raise _Stall from None
+        r, exact = e - y, False
+        while True:
             err = np.linalg.norm(r)
-        if err <= tol * scale:
-            return B.array(v, like=x)
-        step = -np.linalg.solve(J, r)
-        t = 1.0
-        while t > 1e-4:
-            r_new = residual(v + t * step, RTOL if precise else accuracy(err))
-            if r_new is not None and np.linalg.norm(r_new) < err:
-                break
-            t *= 0.5
-        else:
-            if fresh:
-                if precise:
+            if err <= tol * scale and exact:
+                return v
+            self.budget.tick()
+            try:
+                step = -np.linalg.solve(J, r)
+            except np.linalg.LinAlgError:
+                raise _Stall from None
+            # near the solution keep the Jacobian and integrate only the geodesic, accurately
+            final = accuracy(err) <= 1e-10 or err <= 1e3 * tol * scale
+            t = 1.0
+            while True:
+                cand = v + t * step
+                try:
+                    if final:
+                        r_c, J_c = self.end(cand, RTOL) - y, J
+                    else:
+                        e_c, J_c = self.end_and_jacobian(cand, accuracy(err))
+                        r_c = e_c - y
+                except GeodesicError:
+                    r_c = None
+                if r_c is not None and (np.linalg.norm(r_c) < (1.0 - 1e-4 * t) * err
+                                        or (final and np.linalg.norm(r_c) <= tol * scale)):
                     break
-                # A stall at a fresh Jacobian can be integration noise: the kept
-                # residual came from a looser solve.  Retry once at full accuracy.
-                precise, r_full = True, residual(v)
-                if r_full is None:
-                    break
-                r = r_full
-                continue
-            J, fresh = _shooting_jacobian(metric, x, B.array(v, like=x)), True
-            continue
-        s_ = t * step
-        J = J + np.outer((r_new - r) - J @ s_, s_) / (s_ @ s_)   # Broyden's update
-        v, r, fresh = v + s_, r_new, False
-    if np.linalg.norm(r) <= 1e3 * tol * scale:
-        return B.array(v, like=x)
-    raise GeodesicError(f"geodesic shooting did not converge (end-point error {np.linalg.norm(r):.3g}); "
-                        "the points may be too far apart or not joined by a unique geodesic")
+                t *= 0.5
+                if t < 1e-3:
+                    raise _Stall
+                self.budget.tick()
+            v, r, J, exact = cand, r_c, J_c, final
+
+
+def _midpoint_guess(flow: _Flow, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    r"""Chord plus the Christoffel correction at the midpoint, :math:`\Delta + \tfrac12\Gamma(m)[\Delta,\Delta]`."""
+    delta = y - x
+    m = 0.5 * (x + y)
+    try:
+        with np.errstate(all="ignore"):
+            a = np.asarray(B.to_numpy(acceleration(flow.metric, B.array(m, like=flow.like),
+                                                   B.array(delta, like=flow.like))), dtype=float)
+    except (GeodesicError, np.linalg.LinAlgError, ValueError, FloatingPointError):
+        return delta
+    v = delta - 0.5 * a
+    return v if np.all(np.isfinite(v)) else delta
+
+
+def log(metric, x, y, tol: float = 1e-11, v0=None, budget: Optional[Budget] = None):
+    r"""Initial velocity ``v`` with :math:`\exp_x(v) = y`, by Newton shooting (see the module notes).
+
+    Stops when the end-point error is below ``tol * (1 + |y|)``.  Raises
+    :class:`GeodesicError` when no geodesic is found and
+    :class:`~infogeo.budget.BudgetExceededError` when the budget runs out.
+    """
+    x_np, y_np = np.asarray(B.to_numpy(x), dtype=float), np.asarray(B.to_numpy(y), dtype=float)
+    budget, flow = _start(metric, x, budget, "geodesic log (Newton shooting)",
+                          _scale(("x", x_np), ("y", y_np), ("y - x", y_np - x_np)))
+    shooter = _Shooter(flow, x_np, y_np, budget)
+    v = _midpoint_guess(flow, x_np, y_np) if v0 is None else np.asarray(B.to_numpy(v0), dtype=float)
+    try:
+        return B.array(shooter.newton(v, y_np, tol), like=x)
+    except _Stall:
+        pass
+    # continuation: move the target along the coordinate chord and follow its geodesic
+    s_done, v_done, ds = 0.0, np.zeros_like(x_np), 0.25
+    while s_done < 1.0:
+        s = min(1.0, s_done + ds)
+        target = x_np + s * (y_np - x_np)
+        guess = v_done * (s / s_done) if s_done > 0 else _midpoint_guess(flow, x_np, target)
+        try:
+            v_done, s_done = shooter.newton(guess, target, tol if s == 1.0 else 1e-7), s
+            ds *= 2.0
+        except _Stall:
+            ds *= 0.25
+            if ds < 1e-8:
+                raise GeodesicError(
+                    f"geodesic shooting did not converge ({_scale(('x', x_np), ('y', y_np))}, continuation "
+                    f"stalled at {s_done:.3g} of the way); the points may not be joined by a unique "
+                    "geodesic, or the chord between them leaves the domain") from None
+    return B.array(v_done, like=x)
+

@@ -17,7 +17,8 @@ import numpy as np
 
 from .. import backend as B
 from ..backend import tree as _tree
-from .metric import EuclideanMetric, Metric, check_components
+from . import points as _points
+from .metric import EuclideanMetric, Metric
 from .vectors import Covector, TangentVector
 
 
@@ -31,18 +32,24 @@ class Manifold:
     metric : Metric, optional
         Defaults to the Euclidean metric.
     domain : callable, optional
-        ``domain(x) -> bool``: whether ``x`` is a point of the manifold (default:
-        every finite ``x``).  ``domain_description`` names it in error messages.
+        ``domain(x) -> bool``: whether the single point ``x`` is a point of the
+        manifold (default: every finite ``x``); batches are checked point by
+        point.  ``domain_description`` names it in error messages.
     name : str, optional
+
+    Notes
+    -----
+    Points are arrays of shape ``(..., dim)``: every operation broadcasts over
+    the leading (batch) axes.  Each public operation validates its points once
+    (:func:`~infogeo.geometry.points.as_coordinates`: dtype, shape, finiteness,
+    then the domain); integer coordinates are promoted to float.
     """
 
     def __init__(self, dim: int, metric: Optional[Metric] = None, *,
                  domain: Optional[Callable[[Any], bool]] = None,
                  domain_description: str = "", name: Optional[str] = None,
                  chart: Optional[str] = None):
-        if int(dim) != dim or dim < 1:
-            raise ValueError(f"dim must be a positive integer, got {dim!r}")
-        self.dim = int(dim)
+        self.dim = _points.positive_int(dim, "dim")
         self.metric = metric if metric is not None else EuclideanMetric(self.dim)
         if self.metric.dim is not None and self.metric.dim != self.dim:
             raise ValueError(f"metric of dimension {self.metric.dim} on a manifold of dimension {self.dim}")
@@ -69,39 +76,59 @@ class Manifold:
         return new
 
     # -------------------------------------------------------------- points
+    @property
+    def point_key(self) -> str:
+        """Which manifold and chart a point belongs to (points of another key are refused)."""
+        return self.name if self.chart is None else f"{self.name} in the {self.chart} chart"
+
+    def _as_point(self, x: Any, what: str = "point") -> Any:
+        """``x`` validated as a point (or batch of points) of this manifold, integers promoted to float."""
+        x = _points.as_coordinates(x, self.dim, what, self.name)
+        came_from = _points.origin(x)
+        if came_from is not None and came_from != self.point_key:
+            raise TypeError(f"the {what} is a point of {came_from}, not of {self.point_key}; convert it "
+                            "explicitly (e.g. to_chart/from_chart) or pass plain coordinates")
+        self._check_domain(x)
+        return x
+
+    def _check_domain(self, x: Any) -> None:
+        """Raise ``ValueError`` if a (finite, well-shaped) ``x`` lies outside the domain; batches allowed."""
+        if self._domain is None:
+            return
+        rows = [x] if len(x.shape) == 1 else [x[i] for i in np.ndindex(*x.shape[:-1])]
+        if not all(bool(self._domain(r)) for r in rows):
+            raise ValueError(f"point is outside the domain of {self.name}"
+                             + (f": expected {self._domain_description}" if self._domain_description else ""))
+
+    def _mark(self, x: Any) -> Any:
+        return _points.mark(x, self.point_key)
+
     def belongs(self, x: Any) -> bool:
-        """Whether ``x`` is a point of this manifold (shape, finiteness, domain)."""
+        """Whether ``x`` is a point (or a batch of points, all of them) of this manifold."""
         try:
-            self.check_point(x)
-        except ValueError:
+            self._as_point(x)
+        except (ValueError, TypeError):
             return False
         return True
 
     def check_point(self, x: Any) -> None:
-        """Raise ``ValueError`` naming what is wrong if ``x`` is not a point here."""
-        shape = tuple(getattr(x, "shape", ()))
-        if shape != (self.dim,):
-            raise ValueError(f"a point of {self.name} must have shape ({self.dim},), got {shape}")
-        if not _tree.tree_all_finite(x):
-            raise ValueError(f"point of {self.name} contains NaN or inf")
-        if self._domain is not None and not bool(self._domain(x)):
-            raise ValueError(f"point is outside the domain of {self.name}"
-                             + (f": expected {self._domain_description}" if self._domain_description else ""))
+        """Raise ``ValueError`` (``TypeError`` for a wrong dtype) naming what is wrong if ``x`` is not a point here."""
+        self._as_point(x)
 
     def point(self, coords: Any):
-        """Validated point from coordinates (array of the active backend unless already one)."""
-        x = coords if hasattr(coords, "shape") and not isinstance(coords, (list, tuple)) else B.array(coords)
-        self.check_point(x)
-        return x
+        """Validated point (or batch, shape ``(..., dim)``) from coordinates; numpy unless given a tensor."""
+        x = _points.as_coordinates(coords, self.dim, "point", self.name)
+        self.check_point(x)  # the public hook: subclasses may add checks there
+        return self._mark(x)
 
     def vector(self, x: Any, components: Any) -> TangentVector:
         """A :class:`TangentVector` at ``x`` (shape checked)."""
-        check_components(components, self.dim, "tangent vector")
+        components = _points.as_coordinates(components, self.dim, "tangent vector", self.name)
         return TangentVector(x, components, self.chart)
 
     def covector(self, x: Any, components: Any) -> Covector:
         """A :class:`Covector` at ``x`` (shape checked)."""
-        check_components(components, self.dim, "covector")
+        components = _points.as_coordinates(components, self.dim, "covector", self.name)
         return Covector(x, components, self.chart)
 
     def random_point(self, rng: Optional[np.random.Generator] = None, scale: float = 1.0):
@@ -120,7 +147,7 @@ class Manifold:
 
     def value_and_differential(self, f: Callable[[Any], Any], x: Any):
         """``(f(x), df_x)`` from one forward and one backward pass."""
-        self.check_point(x)
+        x = self._as_point(x)
         value, g = B.value_and_grad(f, x)
         if not np.isfinite(B.to_numpy(value)).all():
             raise ValueError(f"the cost is {float(B.to_numpy(value))} at this point (NaN/inf)")
@@ -141,40 +168,52 @@ class Manifold:
             raise TypeError(f"{what} needs a TangentVector, got {type(v).__name__}")
         if not _tree.tree_equal(v.base, x):
             raise ValueError(f"{what}: the vector is attached to another base point")
-        check_components(v.components, self.dim, "tangent vector")
+        return _points.as_coordinates(v.components, self.dim, "tangent vector", self.name)
 
     def retract(self, x: Any, v: TangentVector):
         """First-order retraction; the chart's straight line :math:`x + v` by default."""
-        self._check_vector(x, v, "retract")
-        return x + v.components
+        x = self._as_point(x)
+        return x + self._check_vector(x, v, "retract")
 
     def exp(self, x: Any, v: TangentVector):
         r"""Riemannian exponential :math:`\exp_x(v)`."""
-        self._check_vector(x, v, "exp")
-        return self.metric.exp(x, v.components)
+        x = self._as_point(x)
+        components = self._check_vector(x, v, "exp")
+        _points.batch_shape(x, components, dims=(1, 1))
+        x, components = _points.same_backend(x, components)
+        return self._mark(self.metric.exp(x, components))
+
+    def _pair(self, x: Any, y: Any):
+        """Two validated points (or batches) whose leading shapes broadcast."""
+        x, y = self._as_point(x, "first point"), self._as_point(y, "second point")
+        _points.batch_shape(x, y, dims=(1, 1))
+        return _points.same_backend(x, y)
 
     def log(self, x: Any, y: Any) -> TangentVector:
         r"""Riemannian logarithm: the :class:`TangentVector` :math:`v` at ``x`` with :math:`\exp_x(v) = y`."""
-        self.check_point(x)
-        self.check_point(y)
+        x, y = self._pair(x, y)
         return TangentVector(x, self.metric.log(x, y), self.chart)
 
     def dist(self, x: Any, y: Any):
-        """Geodesic distance."""
-        self.check_point(x)
-        self.check_point(y)
+        """Geodesic distance, shape ``(...)`` for batches of points."""
+        x, y = self._pair(x, y)
         return self.metric.dist(x, y)
 
     def geodesic(self, x: Any, y: Any = None, *, v: Optional[TangentVector] = None) -> Callable[[Any], Any]:
-        """The geodesic from ``x`` to ``y`` (or with initial velocity ``v``) as ``t -> point``, t in [0, 1]."""
-        self.check_point(x)
+        """The geodesic from ``x`` to ``y`` (or with initial velocity ``v``) as ``t -> point``, t in [0, 1].
+
+        For batches, ``path(t)`` has shape ``(..., dim)`` at a scalar ``t`` and
+        ``(len(t), ..., dim)`` for an array of times.
+        """
+        x = self._as_point(x)
         if (y is None) == (v is None):
             raise ValueError("give exactly one of y (end point) or v (initial velocity)")
         if v is None:
             v = self.log(x, y)
+            components = v.components
         else:
-            self._check_vector(x, v, "geodesic")
-        return self.metric.geodesic(x, v.components)
+            components = self._check_vector(x, v, "geodesic")
+        return self.metric.geodesic(x, components)
 
 
 class Euclidean(Manifold):

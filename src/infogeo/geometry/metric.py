@@ -65,12 +65,15 @@ class Metric:
 
     # ------------------------------------------------------------ matrix
     def matrix(self, x: Any):
-        """Dense metric matrix :math:`G(x)`, shape ``(dim, dim)``."""
+        """Dense metric matrix :math:`G(x)`, shape ``(..., dim, dim)`` for points of shape ``(..., dim)``."""
         raise NotImplementedError(f"{type(self).__name__} has no dense matrix; use mv()")
 
     def mv(self, x: Any, v: Any):
-        """Metric-vector product :math:`G(x) v` on raw components."""
-        return B.matmul(self.matrix(x), v)
+        """Metric-vector product :math:`G(x) v` on raw components (broadcast over leading axes)."""
+        G = self.matrix(x)
+        if len(G.shape) == 2 and len(getattr(v, "shape", ())) == 1:
+            return B.matmul(G, v)
+        return B.einsum("...ij,...j->...i", G, v)
 
     # --------------------------------------------------------- isomorphism
     def solve(self, x: Any, b: Any, damping: float = 0.0):
@@ -91,7 +94,7 @@ class Metric:
             try:
                 L = B.cholesky(G)
             except _linalg_errors() as exc:
-                lam = float(np.linalg.eigvalsh(B.to_numpy(G)).min())
+                lam = float(np.linalg.eigvalsh(B.to_numpy(G)).min()) if _tree.tree_all_finite(G) else float("nan")
                 raise NotPositiveDefiniteError(
                     f"{type(self).__name__} is not positive definite at this point "
                     f"(smallest eigenvalue {lam:.3g}); pass damping > 0 to sharp/solve") from exc
@@ -164,7 +167,7 @@ class Metric:
     def dist(self, x: Any, y: Any):
         """Geodesic distance (generic: the metric norm of ``log(x, y)``)."""
         v = self.log(x, y)
-        return B.sqrt(B.dot(v, self.mv(x, v)))
+        return B.sqrt(B.sum(v * self.mv(x, v), axis=-1))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(dim={self.dim})"
@@ -195,7 +198,7 @@ class EuclideanMetric(Metric):
         return y - x
 
     def dist(self, x, y):
-        return B.norm(y - x)
+        return B.norm(y - x, axis=-1)
 
     def geodesic(self, x, v):
         def path(t):

@@ -141,4 +141,7 @@ class Covector(_AtPoint):
             raise ValueError(f"covector in chart {self.chart!r} applied to a vector in chart {v.chart!r}")
         if not _tree.tree_equal(self.base, v.base):
             raise ValueError("a covector can only be applied to a vector at the same base point")
-        return _tree.tree_vdot(self.components, v.components)
+        if isinstance(self.components, dict):
+            return _tree.tree_vdot(self.components, v.components)
+        # array components of shape (..., dim): one pairing per base point of a batch
+        return (self.components * v.components).sum(-1)

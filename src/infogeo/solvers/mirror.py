@@ -1,13 +1,13 @@
 r"""Mirror descent on exponential families, and online natural-gradient maximum likelihood.
 
-Mirror descent (seed 000, Eqs. 20–21) takes the gradient in one chart and
+Mirror descent (Nemirovski & Yudin 1983; Beck & Teboulle 2003) takes the gradient in one chart and
 applies it in the dual chart:
 
 .. math:: \eta_{k+1} = \eta_k - \alpha\,\nabla_\theta J(\theta_k) \quad(\text{gradient in }\theta,
           \text{ step in }\eta),\qquad
           \theta_{k+1} = \theta_k - \alpha\,\nabla_\eta J(\eta_k).
 
-By Eqs. 22–23 the first is *exactly* natural gradient descent in the mean chart
+By the Legendre duality of the two charts (Raskutti & Mukherjee 2015) the first is *exactly* natural gradient descent in the mean chart
 and the second exactly natural gradient in the natural chart; mirror descent
 and natural gradient in a common chart agree to first order in the step.
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 from .. import backend as B
+from ..geometry.charts import ChartedManifold
 from ..geometry.manifold import Manifold
 from ..geometry.vectors import Covector
 from .base import Iterate, Solver, Step
@@ -35,8 +36,8 @@ class MirrorDescent(Solver):
         :math:`\alpha` or a schedule ``k -> alpha_k``.
     gradient_chart : {"natural", "mean"}
         The chart in which the cost is differentiated; the step is applied in
-        its dual chart.  ``"natural"`` is Eq. 20 (update the moments), ``"mean"``
-        Eq. 21 (update the natural parameters).
+        its dual chart.  ``"natural"`` updates the moments, ``"mean"``
+        the natural parameters.
     **kwargs
         Stopping rules and reporting, see :class:`~infogeo.solvers.base.Solver`.
 
@@ -59,7 +60,7 @@ class MirrorDescent(Solver):
         self.step_size, self.gradient_chart = step_size, gradient_chart
 
     def _setup(self, manifold: Manifold, cost: Callable, x: Any) -> None:
-        if not hasattr(manifold, "to_chart") or not all(c in getattr(manifold, "charts", ()) for c in _DUAL):
+        if not isinstance(manifold, ChartedManifold) or not all(c in manifold.charts for c in _DUAL):
             raise TypeError("MirrorDescent needs an exponential family (a manifold with natural and mean charts)")
 
     def _differential_in(self, manifold, df: Covector, chart: str):
@@ -83,7 +84,7 @@ class MirrorDescent(Solver):
 
 def online_mle(family, observations: Sequence[Any], x0: Any, step_size: StepSize = 1.0,
                callback: Optional[Callable[[int, Any], None]] = None) -> list:
-    r"""Online natural-gradient maximum likelihood (seed 000, Eqs. 24–25).
+    r"""Online natural-gradient maximum likelihood (Amari 1998, Sec. 4).
 
     One natural-gradient step per observation on the negative log-likelihood
     :math:`-\log p(x_k)`, with the family's Fisher metric and its chart's

@@ -3,12 +3,23 @@
 Every family is an :class:`~infogeo.geometry.manifold.Manifold` whose points are
 flat coordinate arrays in one chart (``"natural"``, ``"mean"``, ``"standard"``);
 its metric is a :class:`FisherMetric`.  See :mod:`.exponential_family` for the
-machinery, :mod:`.discrete` and :mod:`.gaussian` for the families.
+machinery, :mod:`.discrete` and the ``gaussian*`` modules for the families.
 """
+from ..geometry.charts import Chart
 from .discrete import Bernoulli, Categorical, FiniteFamily, IndependenceModel
-from .exponential_family import Chart, ClosedGeodesics, ExponentialFamily, FisherMetric
-from .gaussian import (DiagonalGaussian, FixedCovarianceGaussian, FullGaussian, Gaussian,
-                       GaussianShootingError, UnivariateGaussian, ZeroMeanGaussian)
+from .exponential_family import ExponentialFamily
+from .fisher import ClosedGeodesics, FisherMetric
+from .gaussian import FullGaussian, Gaussian
+from .gaussian_diagonal import DiagonalGaussian, UnivariateGaussian
+from .gaussian_special import FixedCovarianceGaussian, ZeroMeanGaussian
+
+
+def __getattr__(name: str):
+    # the full-Gaussian geodesics need scipy.linalg: import them on first use
+    if name == "GaussianShootingError":
+        from .gaussian_geodesics import GaussianShootingError
+        return GaussianShootingError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["Chart", "ClosedGeodesics", "ExponentialFamily", "FisherMetric", "FiniteFamily", "Bernoulli", "Categorical",
            "IndependenceModel", "Gaussian", "UnivariateGaussian", "DiagonalGaussian", "FullGaussian",

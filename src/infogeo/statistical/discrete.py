@@ -13,7 +13,9 @@ Independence   :math:`\theta_i`                 :math:`E[x_i] = \tanh\theta_i`  
 Fisher–Rao geometry: :math:`p \mapsto 2\sqrt{p}` maps the simplex isometrically
 onto a piece of the sphere of radius 2, so
 :math:`d(p, q) = 2\arccos\sum_i\sqrt{p_i q_i}`; the independence model is a product of
-one-dimensional Bernoulli factors, flat in :math:`\phi_i = 2\arcsin\sqrt{\mu_i}`.
+one-dimensional Bernoulli factors, flat in :math:`\phi_i = 2\arcsin\sqrt{\mu_i}`
+(Amari & Nagaoka 2000, Sec. 2.5).  Every operation takes batches of points,
+shape ``(..., dim)``, on either backend.
 """
 from __future__ import annotations
 
@@ -23,16 +25,38 @@ from typing import Any, Callable, Dict, Optional
 import numpy as np
 
 from .. import backend as B
-from . import _spaces
-from .exponential_family import Chart, ExponentialFamily
+from ..geometry import points as _points
+from ..geometry.charts import Chart
+from .exponential_family import ExponentialFamily
 
 __all__ = ["FiniteFamily", "Categorical", "Bernoulli", "IndependenceModel"]
 
 SIMPLEX_TOL = 1e-9
 
 
+def _rowsum(x):
+    """Sum over the last axis as a product with ones (a BLAS call: much faster than a reduction
+    along a short last axis)."""
+    return B.matmul(x, B.ones(x.shape[-1], like=x))
+
+
+def _last(p):
+    """The remaining mass ``1 - sum(p)`` over the last axis, keeping it."""
+    return 1.0 - _rowsum(p)[..., None]
+
+
+def _safe_ratio(num, n):
+    """``num / n`` with ``0 / 0 = 0`` (a zero tangent vector), broadcast over the last axis."""
+    xp = B.ops_of(num, n)
+    pos = n > 0
+    return xp.where(pos, num / xp.where(pos, n, 1.0 + 0.0 * n), 0.0 * num)
+
+
 class FiniteFamily(ExponentialFamily):
     """An exponential family on a finite sample space: expectations are exact sums."""
+
+    _vectorized = True
+    _geo_vectorized = True
 
     def support(self) -> np.ndarray:
         """All outcomes, with a leading axis."""
@@ -73,13 +97,20 @@ class Categorical(FiniteFamily):
 
     # ------------------------------------------------------------ family
     def log_partition(self, theta):
-        return B.logsumexp(B.concatenate([theta, B.zeros(1, like=theta)]))
+        return B.logsumexp(self._with_reference(theta), axis=-1)
 
     def moments(self, theta):
-        return B.softmax(B.concatenate([theta, B.zeros(1, like=theta)]))[:-1]
+        return B.softmax(self._with_reference(theta), axis=-1)[..., :-1]
+
+    @staticmethod
+    def _with_reference(theta):
+        return B.concatenate([theta, B.zeros(tuple(theta.shape[:-1]) + (1,), like=theta)], axis=-1)
 
     def sufficient_statistics(self, x):
-        x = np.asarray(B.to_numpy(x)).astype(int).reshape(-1)
+        x = np.asarray(x, dtype=float).reshape(-1)
+        if np.any(x != np.round(x)) or np.any(x < 0) or np.any(x >= self.k):
+            raise ValueError(f"categories of {self.name} must be integers in 0..{self.k - 1}, "
+                             f"got {np.unique(x[(x != np.round(x)) | (x < 0) | (x >= self.k)])[:5].tolist()}")
         return (x[:, None] == np.arange(self.k - 1)[None, :]).astype(float)
 
     def support(self):
@@ -87,13 +118,13 @@ class Categorical(FiniteFamily):
 
     def _make_charts(self) -> Dict[str, Chart]:
         def to_nat(p):
-            last = 1.0 - B.sum(p)
-            return B.log(p) - B.log(last)
+            return B.log(p) - B.log(_last(p))
 
-        nat = Chart("natural", lambda th: th, lambda th: th, None, "logits log(p_i / p_k), any real vector")
-        mean = Chart("mean", to_nat, self.moments, self._check_probs,
-                     f"the first {self.k - 1} class probabilities, positive with sum < 1")
-        std = Chart("standard", to_nat, self.moments, self._check_probs, mean.description)
+        nat = Chart("natural", lambda th: th, lambda th: th, None, "logits log(p_i / p_k), any real vector",
+                    vectorized=True)
+        desc = f"the first {self.k - 1} class probabilities, positive with sum < 1"
+        mean = Chart("mean", to_nat, self.moments, self._check_probs, desc, vectorized=True)
+        std = Chart("standard", to_nat, self.moments, self._check_probs, desc, vectorized=True)
         return {"natural": nat, "mean": mean, "standard": std}
 
     def _direct_map(self, source, target):
@@ -102,33 +133,36 @@ class Categorical(FiniteFamily):
         return None
 
     def _check_probs(self, p) -> None:
-        q = B.to_numpy(p)
-        if np.any(q <= 0) or q.sum() >= 1:
-            raise ValueError(f"probabilities off the simplex: got {q.tolist()} (remaining mass {1 - q.sum():.3g}); "
-                             f"expected the first {self.k - 1} of {self.k} positive probabilities summing to less than 1")
+        q = _points.numpy_view(p)
+        last = 1.0 - q @ np.ones(q.shape[-1])
+        if q.min() <= 0 or last.min() <= 0:
+            bad = np.argmin(np.minimum(q.min(-1), last)) if q.ndim > 1 else None
+            row = q if bad is None else q.reshape(-1, q.shape[-1])[bad]
+            raise ValueError(f"probabilities off the simplex: got {row.tolist()} (remaining mass "
+                             f"{1 - row.sum():.3g}); expected the first {self.k - 1} of {self.k} positive "
+                             "probabilities summing to less than 1")
 
     def probs(self, p: Any):
-        """All ``k`` class probabilities of the point ``p``."""
+        """All ``k`` class probabilities of the point ``p`` (shape ``(..., k)``)."""
         eta = self.to_chart(p, "mean")
-        return B.concatenate([eta, B.reshape(1.0 - B.sum(eta), (1,))])
+        return B.concatenate([eta, _last(eta)], axis=-1)
 
     def point(self, coords: Any = None, *, probs: Any = None):
-        """A point from coordinates in the current chart, or from all ``k`` probabilities (``probs=``)."""
+        """A point from coordinates in the current chart, or from all ``k`` probabilities (``probs=``, ``(..., k)``)."""
         if (coords is None) == (probs is None):
             raise ValueError("give exactly one of coords (in the current chart) or probs=")
         if probs is None:
             return super().point(coords)
-        q = np.array(B.to_numpy(B.array(probs)), dtype=float).reshape(-1)
-        if q.shape != (self.k,):
-            raise ValueError(f"probs must have {self.k} entries, got {q.shape[0]}")
-        if np.any(q <= 0) or abs(q.sum() - 1) > SIMPLEX_TOL:
-            raise ValueError(f"probabilities off the simplex: {q.tolist()} (sum {q.sum():.12g}); "
-                             "expected strictly positive entries summing to 1")
-        return self.from_chart(B.array(q[:-1]), "mean")
+        q = _points.as_coordinates(probs, self.k, "probability vector", self.name)
+        a = B.to_numpy(q)
+        if a.min() <= 0 or np.max(np.abs(a.sum(-1) - 1)) > SIMPLEX_TOL:
+            raise ValueError(f"probabilities off the simplex: {a.tolist() if a.size < 50 else '...'} "
+                             f"(sums {np.unique(a.sum(-1))[:3].tolist()}); expected strictly positive entries "
+                             "summing to 1")
+        return self.from_chart(q[..., :-1], "mean")
 
-    def sample(self, p, n, rng=None):
-        self.check_point(p)
-        return np.random.default_rng(rng).choice(self.k, size=int(n), p=B.to_numpy(self.probs(p)))
+    def _sample(self, p, n, rng):
+        return rng.choice(self.k, size=n, p=B.to_numpy(self.probs(p)))
 
     def random_point(self, rng=None, scale: float = 1.0):
         q = np.random.default_rng(rng).dirichlet(np.full(self.k, 2.0))
@@ -136,40 +170,48 @@ class Categorical(FiniteFamily):
 
     # ------------------------------------------------------------ closed forms
     def _fisher_closed(self, x):
-        p = self.to_chart(x, "mean")
+        p = self._to_chart(x, "mean")
         if self.chart == "natural":
-            return B.diag(p) - B.outer(p, p)
+            return B.diag_embed(p) - p[..., :, None] * p[..., None, :]
         if self.chart in ("mean", "standard"):
-            last = 1.0 - B.sum(p)
-            return B.diag(1.0 / p) + B.ones((self.dim, self.dim), like=x) / last
+            return B.diag_embed(1.0 / p) + (1.0 / _last(p))[..., None] * B.ones((self.dim, self.dim), like=x)
         return None
 
-    def kl(self, p, q):
+    def _kl(self, p, q):
         r""":math:`\sum_i p_i \log(p_i / q_i)`."""
         a, b = self.probs(p), self.probs(q)
-        return B.sum(a * (B.log(a) - B.log(b)))
+        return B.sum(a * (B.log(a) - B.log(b)), axis=-1)
 
     # ------------------------------------------------------------ sphere geometry (mean chart)
-    def _full(self, eta):
-        return np.append(eta, 1.0 - eta.sum())
+    # u = sqrt(p) lies on the unit sphere; the Fisher metric is 4 times its round metric
+    def _sphere(self, eta):
+        return B.sqrt(B.concatenate([eta, _last(eta)], axis=-1))
 
     def _geo_exp(self, eta, v):
-        u = np.sqrt(self._full(eta))
-        dp = np.append(v, -v.sum())
-        u1 = _spaces.sphere_exp(u, dp / (2 * u))
-        if np.any(u1 <= 0):
+        u = self._sphere(eta)
+        w = B.concatenate([v, -B.sum(v, axis=-1, keepdims=True)], axis=-1) / (2 * u)
+        n = B.norm(w, axis=-1)[..., None]
+        u1 = B.cos(n) * u + B.sin(n) * _safe_ratio(w, n)
+        if float(B.to_numpy(u1).min()) <= 0:
             raise ValueError("the geodesic leaves the probability simplex before t = 1 "
                              "(some probability reaches 0); take a shorter step")
-        p1 = u1 ** 2
-        return p1[:-1] / p1.sum()
+        p1 = u1 * u1
+        return p1[..., :-1] / B.sum(p1, axis=-1, keepdims=True)
 
     def _geo_log(self, eta, zeta):
-        u, w = np.sqrt(self._full(eta)), np.sqrt(self._full(zeta))
-        du = _spaces.sphere_log(u, w)
-        return (2 * u * du)[:-1]
+        u, w = self._sphere(eta), self._sphere(zeta)
+        c = B.sum(u * w, axis=-1, keepdims=True)
+        perp = w - c * u
+        n = B.norm(perp, axis=-1)[..., None]
+        # atan2 keeps full accuracy for nearby points, where arccos(c) does not
+        du = B.arctan2(n, c) * _safe_ratio(perp, n)
+        return (2 * u * du)[..., :-1]
 
     def _geo_dist(self, eta, zeta):
-        return 2.0 * _spaces.sphere_dist(np.sqrt(self._full(eta)), np.sqrt(self._full(zeta)))
+        # chord |u - w| between the square roots: the angle 2 arcsin(chord / 2), accurate when near
+        diff = B.sqrt(eta) - B.sqrt(zeta)
+        d2 = _rowsum(diff * diff) + (B.sqrt(1.0 - _rowsum(eta)) - B.sqrt(1.0 - _rowsum(zeta))) ** 2
+        return 4.0 * B.arcsin(0.5 * B.sqrt(d2))
 
 
 class Bernoulli(Categorical):
@@ -183,7 +225,7 @@ class Bernoulli(Categorical):
         super().__init__(2, chart=chart, name="Bernoulli")
 
     def sufficient_statistics(self, x):
-        x = np.asarray(B.to_numpy(x), dtype=float).reshape(-1)
+        x = np.asarray(x, dtype=float).reshape(-1)
         if not np.all((x == 0) | (x == 1)):
             raise ValueError("Bernoulli observations must be 0 or 1")
         return x[:, None]
@@ -196,32 +238,37 @@ class Bernoulli(Categorical):
         return super().probs(p)
 
     def point(self, coords: Any = None, *, prob: Any = None, probs: Any = None):
-        """A point from coordinates in the current chart, or from the success probability ``prob=``."""
+        """A point from coordinates in the current chart, or from the success probability ``prob=`` (any shape)."""
         if prob is not None:
             if coords is not None or probs is not None:
                 raise ValueError("give exactly one of coords, prob= or probs=")
-            q = float(B.to_numpy(B.array(prob)))
-            if not 0 < q < 1:
-                raise ValueError(f"a Bernoulli probability must lie strictly between 0 and 1, got {q}")
-            return self.from_chart(B.array([q]), "mean")
+            q = _points.as_coordinates(prob, None, "probability", self.name)
+            a = B.to_numpy(q)
+            if a.size == 0 or a.min() <= 0 or a.max() >= 1:
+                raise ValueError(f"a Bernoulli probability must lie strictly between 0 and 1, got "
+                                 f"{a.tolist() if a.size < 50 else '...'}")
+            return self.from_chart(q[..., None], "mean")
         return super().point(coords, probs=probs)
 
-    def sample(self, p, n, rng=None):
-        self.check_point(p)
-        q = float(B.to_numpy(self.to_chart(p, "mean"))[0])
-        return (np.random.default_rng(rng).random(int(n)) < q).astype(float)
+    def _geo_dist(self, p, q):
+        # the angle between (sqrt p, sqrt(1 - p)) and (sqrt q, sqrt(1 - q)) is |arcsin sqrt p - arcsin sqrt q|
+        return 2.0 * B.abs(B.arcsin(B.sqrt(p[..., 0])) - B.arcsin(B.sqrt(q[..., 0])))
+
+    def _sample(self, p, n, rng):
+        q = float(B.to_numpy(self._to_chart(p, "mean"))[0])
+        return (rng.random(n) < q).astype(float)
 
     def random_point(self, rng=None, scale: float = 1.0):
         return self.point(prob=np.random.default_rng(rng).uniform(0.05, 0.95))
 
 
 class IndependenceModel(FiniteFamily):
-    r"""Independent :math:`\pm 1` variables (seed 003): :math:`x \in \{-1, +1\}^n`.
+    r"""Independent :math:`\pm 1` variables (Amari, Kurata & Nagaoka 1992): :math:`x \in \{-1, +1\}^n`.
 
     :math:`p(x;\theta) = \exp(\sum_i \theta_i x_i - \psi(\theta))`,
     :math:`\psi(\theta) = \sum_i \log(e^{\theta_i} + e^{-\theta_i})`.  Charts:
     natural :math:`\theta`, mean :math:`E[x_i] = \tanh\theta_i`, standard the
-    marginal probabilities :math:`\mu_i = P(x_i = +1)` (seed 003's :math:`\mu`).
+    marginal probabilities :math:`\mu_i = P(x_i = +1)` .
     Fisher in :math:`\mu`: :math:`\mathrm{diag}(1/(\mu_i(1-\mu_i)))`; the metric is flat
     in :math:`\phi_i = 2\arcsin\sqrt{\mu_i}`.
     """
@@ -234,13 +281,13 @@ class IndependenceModel(FiniteFamily):
         super().__init__(dim=int(n), chart=chart, name=f"IndependenceModel({int(n)})")
 
     def log_partition(self, theta):
-        return B.sum(B.logsumexp(B.stack([theta, -theta]), axis=0))
+        return B.sum(B.logsumexp(B.stack([theta, -theta]), axis=0), axis=-1)
 
     def moments(self, theta):
         return B.tanh(theta)
 
     def sufficient_statistics(self, x):
-        x = np.asarray(B.to_numpy(x), dtype=float).reshape(-1, self.dim)
+        x = np.asarray(x, dtype=float).reshape(-1, self.dim)
         if not np.all(np.abs(x) == 1):
             raise ValueError("independence-model observations must have entries -1 or +1")
         return x
@@ -251,16 +298,17 @@ class IndependenceModel(FiniteFamily):
     def _make_charts(self):
         def check_open(lo, what):
             def check(z):
-                a = B.to_numpy(z)
-                if np.any(a <= lo) or np.any(a >= 1):
-                    raise ValueError(f"{what} must lie strictly inside ({lo}, 1), got {a.tolist()}")
+                a = _points.numpy_view(z)
+                if a.min() <= lo or a.max() >= 1:
+                    raise ValueError(f"{what} must lie strictly inside ({lo}, 1), got "
+                                     f"{a.tolist() if a.size < 50 else '...'}")
             return check
-        nat = Chart("natural", lambda th: th, lambda th: th, None, "any real vector")
+        nat = Chart("natural", lambda th: th, lambda th: th, None, "any real vector", vectorized=True)
         mean = Chart("mean", lambda e: 0.5 * (B.log1p(e) - B.log1p(-e)), B.tanh,
-                     check_open(-1, "mean parameters E[x_i]"), "E[x_i] in (-1, 1)")
+                     check_open(-1, "mean parameters E[x_i]"), "E[x_i] in (-1, 1)", vectorized=True)
         std = Chart("standard", lambda m: 0.5 * (B.log(m) - B.log1p(-m)),
                     lambda th: 0.5 * (B.tanh(th) + 1.0), check_open(0, "marginal probabilities P(x_i = +1)"),
-                    "P(x_i = +1) in (0, 1)")
+                    "P(x_i = +1) in (0, 1)", vectorized=True)
         return {"natural": nat, "mean": mean, "standard": std}
 
     def _direct_map(self, source, target):
@@ -276,47 +324,43 @@ class IndependenceModel(FiniteFamily):
             raise ValueError("give exactly one of coords (in the current chart) or probs=")
         if probs is None:
             return super().point(coords)
-        m = np.array(B.to_numpy(B.array(probs)), dtype=float).reshape(-1)
-        if m.shape != (self.dim,):
-            raise ValueError(f"probs must have {self.dim} entries, got {m.shape[0]}")
-        self._charts["standard"].check(m)
-        return self.from_chart(B.array(m), "standard")
+        return self.from_chart(probs, "standard")
 
-    def sample(self, p, n, rng=None):
-        self.check_point(p)
-        m = B.to_numpy(self.to_chart(p, "standard"))
-        return np.where(np.random.default_rng(rng).random((int(n), self.dim)) < m, 1.0, -1.0)
+    def _sample(self, p, n, rng):
+        m = B.to_numpy(self._to_chart(p, "standard"))
+        return np.where(rng.random((n, self.dim)) < m, 1.0, -1.0)
 
     def _fisher_closed(self, x):
         if self.chart == "natural":
             # sech^2(theta) without the cancellation in 1 - tanh^2, so that natural
             # gradient keeps working far out towards the delta distributions
             q = B.exp(-2.0 * B.abs(x))
-            return B.diag(4.0 * q / (1.0 + q) ** 2)
-        e = self.to_chart(x, "mean")
+            return B.diag_embed(4.0 * q / (1.0 + q) ** 2)
+        e = self._to_chart(x, "mean")
         if self.chart == "mean":
-            return B.diag(1.0 / (1.0 - e * e))
-        m = self.to_chart(x, "standard")
-        return B.diag(1.0 / (m * (1.0 - m)))
+            return B.diag_embed(1.0 / (1.0 - e * e))
+        m = self._to_chart(x, "standard")
+        return B.diag_embed(1.0 / (m * (1.0 - m)))
 
-    def kl(self, p, q):
-        a, b = self.to_chart(p, "standard"), self.to_chart(q, "standard")
-        return B.sum(a * (B.log(a) - B.log(b)) + (1 - a) * (B.log1p(-a) - B.log1p(-b)))
+    def _kl(self, p, q):
+        a, b = self._to_chart(p, "standard"), self._to_chart(q, "standard")
+        return B.sum(a * (B.log(a) - B.log(b)) + (1 - a) * (B.log1p(-a) - B.log1p(-b)), axis=-1)
 
     # flat coordinates phi = 2 arcsin sqrt(mu)
     @staticmethod
     def _phi(m):
-        return 2.0 * np.arcsin(np.sqrt(m))
+        return 2.0 * B.arcsin(B.sqrt(m))
 
     def _geo_exp(self, m, v):
-        phi = self._phi(m) + v / np.sqrt(m * (1 - m))
-        if np.any(phi <= 0) or np.any(phi >= np.pi):
+        phi = self._phi(m) + v / B.sqrt(m * (1 - m))
+        a = B.to_numpy(phi)
+        if a.min() <= 0 or a.max() >= np.pi:
             raise ValueError("the geodesic leaves the model (a marginal probability reaches 0 or 1) "
                              "before t = 1; take a shorter step")
-        return np.sin(0.5 * phi) ** 2
+        return B.sin(0.5 * phi) ** 2
 
     def _geo_log(self, m, m2):
-        return (self._phi(m2) - self._phi(m)) * np.sqrt(m * (1 - m))
+        return (self._phi(m2) - self._phi(m)) * B.sqrt(m * (1 - m))
 
     def _geo_dist(self, m, m2):
-        return float(np.linalg.norm(self._phi(m2) - self._phi(m)))
+        return B.norm(self._phi(m2) - self._phi(m), axis=-1)

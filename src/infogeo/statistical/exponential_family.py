@@ -1,4 +1,4 @@
-r"""Exponential families as Riemannian manifolds (seed 000, Sec. 4; seed 003).
+r"""Exponential families as Riemannian manifolds (Amari 1998; Amari & Nagaoka 2000, Ch. 2-3).
 
 An exponential family has densities
 
@@ -8,22 +8,19 @@ with sufficient statistics :math:`t`, natural parameters :math:`\theta` in the
 natural domain :math:`\Theta`, log-partition :math:`\psi` and base measure
 :math:`h`.  Everything else follows from :math:`\psi` alone:
 
-* moments (mean parameters) :math:`\eta = \nabla\psi(\theta) = E[t(x)]` (Eq. 13);
-* Fisher information :math:`F(\theta) = \nabla^2\psi(\theta) = \mathrm{Cov}[t(x)]`
-  (Eqs. 16–17), with Hessian-vector products for free;
+* moments (mean parameters) :math:`\eta = \nabla\psi(\theta) = E[t(x)]`;
+* Fisher information :math:`F(\theta) = \nabla^2\psi(\theta) = \mathrm{Cov}[t(x)]`;
 * :math:`\mathrm{KL}(p_{\theta_1}\|p_{\theta_2}) = D_\psi(\theta_2, \theta_1)`, the
   Bregman divergence of :math:`\psi`;
-* the score :math:`\nabla_\theta \log p_\theta(x) = t(x) - \eta` (Eq. 15);
+* the score :math:`\nabla_\theta \log p_\theta(x) = t(x) - \eta`;
 * the dual (mean) chart :math:`\eta`, in which the Fisher metric is
   :math:`F(\theta)^{-1} = \nabla^2\varphi(\eta)` with :math:`\varphi` the Legendre
-  dual of :math:`\psi` (Eq. 19).
+  dual of :math:`\psi`.
 
-A statistical manifold here is a :class:`~infogeo.geometry.manifold.Manifold`
-whose points are flat coordinate arrays in one *chart* (``"natural"``,
-``"mean"``, ``"standard"``).  ``M.in_chart(name)`` is the same family in another
-chart; points map with :meth:`ExponentialFamily.to_chart`, tangent vectors push
-forward by the chart Jacobian :math:`J` and covectors pull back by
-:math:`J^T`; the metric in a new chart is :math:`J^T G J`.
+A family is a :class:`~infogeo.geometry.charts.ChartedManifold` whose points are
+arrays of shape ``(..., dim)`` in one chart (``"natural"``, ``"mean"``,
+``"standard"``); every operation broadcasts over the leading axes and validates
+its points and samples once per call.
 
 Concrete families subclass :class:`ExponentialFamily` and override what they
 know in closed form (charts, Fisher matrices, KL, geodesics); tests check every
@@ -34,234 +31,23 @@ matrix) and ``geodesics`` (:class:`ClosedGeodesics`); ``manifolds/`` shows how.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
-import logging
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
 from .. import backend as B
 from ..divergences import Bregman
-from ..geometry.manifold import Manifold
-from ..geometry.metric import Metric
-from ..geometry.vectors import Covector, TangentVector
-
-logger = logging.getLogger(__name__)
+from ..geometry import points as _points
+from ..geometry.charts import Chart, ChartedManifold, per_point
+from ._inputs import check_samples, named_coordinates, numpy_only, split_parameters, statistics_of
+from .fisher import ClosedGeodesics, FisherMetric
+from .legendre import legendre_primitive
 
 __all__ = ["Chart", "ClosedGeodesics", "ExponentialFamily", "FisherMetric"]
 
 
-@dataclass
-class Chart:
-    r"""A coordinate system on a family, given by its maps to and from natural parameters.
-
-    A prototyped family declares its usual parametrisation with one of these
-    (``ExponentialFamily(..., standard_chart=Chart(...))``); ``parameters``
-    then gives ``M.point(**named)`` and ``M.parameters(p)`` for free.
-
-    Attributes
-    ----------
-    name : str
-    to_natural, from_natural : callable
-        ``x -> theta`` and ``theta -> x``, written with :mod:`infogeo.backend`
-        functions so that autodiff gives the chart Jacobians.
-    check : callable, optional
-        ``check(x)`` raises ``ValueError`` naming what is wrong if ``x`` is not
-        a valid point in this chart.
-    description : str
-        What a valid point is (used in error messages and docs).
-    parameters : mapping of str to shape, optional
-        Names and shapes of the parameters whose flattened values, concatenated
-        in order, are the chart's coordinates, e.g. ``{"shape": (), "rate": ()}``
-        or ``{"concentration": (3,)}``.
-    fisher : callable, optional
-        ``fisher(x)``: the Fisher matrix :math:`J^T\nabla^2\psi J` in this chart
-        in closed form (written with backend functions, so that geodesics can
-        differentiate it).  Without it the Fisher matrix comes from autodiff of
-        :math:`\psi` and of ``to_natural``; tests should compare the two.
-    """
-
-    name: str
-    to_natural: Callable[[Any], Any]
-    from_natural: Callable[[Any], Any]
-    check: Optional[Callable[[Any], None]] = None
-    description: str = ""
-    parameters: Optional[Mapping[str, Tuple[int, ...]]] = None
-    fisher: Optional[Callable[[Any], Any]] = None
-
-    def parameter_sizes(self) -> Dict[str, int]:
-        """Number of coordinates taken by each named parameter (``{}`` if none are declared)."""
-        return {k: int(np.prod(shape, dtype=int)) for k, shape in (self.parameters or {}).items()}
-
-
-@dataclass
-class ClosedGeodesics:
-    r"""Closed-form Fisher–Rao geodesics of a family, in one of its charts.
-
-    The functions take and return plain numpy arrays of coordinates in chart
-    ``chart``; :class:`FisherMetric` converts points and tangent vectors of any
-    other chart to it (vectors by the chart Jacobian) and back.
-
-    Attributes
-    ----------
-    chart : str
-        The chart the maps are written in (e.g. ``"standard"``).
-    exp : callable
-        ``exp(x, v) -> y``: the end point of the geodesic from ``x`` with initial velocity ``v``.
-    log : callable
-        ``log(x, y) -> v``: the initial velocity of the geodesic from ``x`` to ``y``.
-    dist : callable, optional
-        ``dist(x, y) -> float``; defaults to the Fisher norm of ``log(x, y)``.
-    """
-
-    chart: str
-    exp: Callable[[np.ndarray, np.ndarray], np.ndarray]
-    log: Callable[[np.ndarray, np.ndarray], np.ndarray]
-    dist: Optional[Callable[[np.ndarray, np.ndarray], float]] = None
-
-
-def _as_float_array(x: Any, what: str):
-    """Copy ``x`` into a float backend array (never aliasing the caller's array)."""
-    try:
-        if B.is_torch(x):
-            return x.clone().to(dtype=__import__("torch").float64)
-        return np.array(x, dtype=float)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{what} must be numeric, got {x!r}") from exc
-
-
-# ------------------------------------------------------------------ Legendre
-def _newton_legendre(psi: Callable, eta: np.ndarray, theta0: np.ndarray,
-                     in_domain: Callable[[Any], bool], tol: float = 1e-13, max_iter: int = 200) -> np.ndarray:
-    r"""Solve :math:`\nabla\psi(\theta) = \eta` by damped Newton on the convex
-    :math:`\psi(\theta) - \eta^T\theta` (backtracking keeps iterates in the domain)."""
-    theta = np.array(theta0, dtype=float)
-
-    def obj(th):
-        return float(B.to_numpy(psi(th))) - float(eta @ th)
-
-    f = obj(theta)
-    for _ in range(max_iter):
-        g = B.to_numpy(B.grad(psi, theta)) - eta
-        if np.linalg.norm(g) <= tol * (1.0 + np.linalg.norm(eta)):
-            return theta
-        H = B.to_numpy(B.hessian(psi, theta))
-        try:
-            step = -np.linalg.solve(H, g)
-        except np.linalg.LinAlgError:
-            break  # psi flattens out: eta lies outside the moment space
-        if not np.all(np.isfinite(step)):
-            break
-        t = 1.0
-        while t > 1e-12:
-            cand = theta + t * step
-            if in_domain(cand):
-                f_new = obj(cand)
-                # Armijo on the convex objective; the second clause accepts
-                # steps that are flat only up to rounding near the solution
-                if np.isfinite(f_new) and (f_new <= f + 1e-4 * t * float(g @ step)
-                                           or abs(f_new - f) <= 1e-15 * (1 + abs(f))):
-                    break
-            t *= 0.5
-        else:
-            break
-        theta, f = cand, f_new
-    with np.errstate(all="ignore"):
-        g = B.to_numpy(B.grad(psi, theta)) - eta
-    if np.all(np.isfinite(g)) and np.linalg.norm(g) <= 1e-8 * (1.0 + np.linalg.norm(eta)):
-        return theta
-    raise ValueError(f"mean parameters {eta} are not attained by any natural parameter "
-                     f"(Legendre inversion stalled with moment error {np.linalg.norm(g):.3g}); "
-                     "expected a point in the interior of the convex hull of the sufficient statistics")
-
-
-def _legendre_primitive(family: "ExponentialFamily"):
-    """``eta -> theta(eta)`` as an autograd primitive: Newton forward, :math:`F^{-1}` backward.
-
-    The Jacobian of the inverse moment map is :math:`(\\nabla^2\\psi)^{-1}` (Eq. 19),
-    symmetric, so the vector-Jacobian product is a solve with the Fisher matrix;
-    written with backend ops it is itself differentiable (Hessians of KL in the
-    mean chart work).
-    """
-    from autograd.extend import defvjp, primitive
-
-    @primitive
-    def theta_of_eta(eta):
-        return _newton_legendre(family.log_partition, np.asarray(eta, dtype=float),
-                                family._natural_start(np.asarray(eta, dtype=float)),
-                                family.in_natural_domain)
-
-    defvjp(theta_of_eta, lambda theta, eta: lambda g: B.solve(family.fisher_natural(theta), g))
-    return theta_of_eta
-
-
-# -------------------------------------------------------------------- metric
-class FisherMetric(Metric):
-    r"""The Fisher–Rao metric of an exponential family in the family's current chart.
-
-    In natural coordinates :math:`G = \nabla^2\psi(\theta)`; in a chart with
-    :math:`\theta = \theta(x)`, :math:`G(x) = J^T \nabla^2\psi(\theta(x)) J`,
-    :math:`J = \partial\theta/\partial x`.  Families override
-    :meth:`ExponentialFamily.fisher` with closed forms and provide closed-form
-    geodesics; without them the generic autodiff/ODE geodesics of
-    :class:`~infogeo.geometry.metric.Metric` apply.
-    """
-
-    def __init__(self, family: "ExponentialFamily"):
-        super().__init__(family.dim)
-        self.family = family
-
-    def matrix(self, x):
-        return self.family.fisher(x)
-
-    def _closed(self) -> bool:
-        return self.family.geometry_chart is not None
-
-    def exp(self, x, v):
-        if not self._closed():
-            return super().exp(x, v)
-        fam = self.family
-        g = fam.geometry_chart
-        xg = fam.to_chart(x, g)
-        vg = B.matmul(fam.chart_jacobian(x, g), v)
-        return fam.from_chart(fam._geo_exp(B.to_numpy(xg), B.to_numpy(vg)), g, like=x)
-
-    def log(self, x, y):
-        if not self._closed():
-            return super().log(x, y)
-        fam = self.family
-        g = fam.geometry_chart
-        vg = fam._geo_log(B.to_numpy(fam.to_chart(x, g)), B.to_numpy(fam.to_chart(y, g)))
-        return B.solve(fam.chart_jacobian(x, g), B.array(vg, like=x))
-
-    def dist(self, x, y):
-        if not self._closed():
-            return super().dist(x, y)
-        fam = self.family
-        g = fam.geometry_chart
-        return float(fam._geo_dist(B.to_numpy(fam.to_chart(x, g)), B.to_numpy(fam.to_chart(y, g))))
-
-    def geodesic(self, x, v):
-        if not self._closed():
-            return super().geodesic(x, v)
-
-        def path(t):
-            t_arr = np.asarray(t, dtype=float)
-            if np.any(t_arr < 0) or np.any(t_arr > 1):
-                raise ValueError("geodesic times must lie in [0, 1]")
-            if t_arr.ndim == 0:
-                return self.exp(x, float(t_arr) * v)
-            return B.stack([self.exp(x, float(ti) * v) for ti in t_arr])
-        return path
-
-    def __repr__(self) -> str:
-        return f"FisherMetric({self.family.name}, chart={self.family.chart!r})"
-
-
-# -------------------------------------------------------------------- family
-class ExponentialFamily(Manifold):
+class ExponentialFamily(ChartedManifold):
     r"""An exponential family :math:`p_\theta(x) = h(x)\exp(\theta^T t(x) - \psi(\theta))`.
 
     Prototype a family by giving :math:`t` and :math:`\psi`; moments, Fisher,
@@ -293,6 +79,10 @@ class ExponentialFamily(Manifold):
     geodesics : ClosedGeodesics, optional
         Closed-form exp, log and distance; without them the generic ODE
         geodesics of :class:`~infogeo.geometry.metric.Metric` are used.
+    vectorized : bool
+        Declare that every function given here (``t``, ``psi``, the charts,
+        ``fisher`` and the geodesics) broadcasts over leading axes and works on
+        either backend; batches then run in one call instead of point by point.
     name : str, optional
 
     Examples
@@ -315,6 +105,9 @@ class ExponentialFamily(Manifold):
     #: name of the chart in which closed-form geometry (_geo_exp/_geo_log/_geo_dist) works
     geometry_chart: Optional[str] = None
     default_chart: str = "standard"
+    #: whether every method broadcasts over leading axes on either backend (else batches loop)
+    _vectorized: bool = False
+    _geo_vectorized: bool = False
     _standard_chart: Optional[Chart] = None
     _geodesics: Optional[ClosedGeodesics] = None
 
@@ -326,6 +119,7 @@ class ExponentialFamily(Manifold):
                  sampler: Optional[Callable] = None, chart: Optional[str] = None,
                  standard_chart: Optional[Chart] = None,
                  geodesics: Optional[ClosedGeodesics] = None,
+                 vectorized: Optional[bool] = None,
                  name: Optional[str] = None):
         if dim is None:
             raise ValueError("dim (the number of natural parameters) is required")
@@ -339,6 +133,8 @@ class ExponentialFamily(Manifold):
         self._domain_fn = natural_domain
         self._domain_desc = natural_domain_description or "natural parameters where psi is finite"
         self._sampler = sampler
+        if vectorized is not None:
+            self._vectorized = self._geo_vectorized = bool(vectorized)
         super().__init__(dim, None, name=name or type(self).__name__)
         if standard_chart is not None and not isinstance(standard_chart, Chart):
             raise TypeError(f"standard_chart must be a Chart, got {type(standard_chart).__name__}")
@@ -357,118 +153,36 @@ class ExponentialFamily(Manifold):
                                  f"does not have; expected one of {sorted(self._charts)}")
             self._geodesics = geodesics
             self.geometry_chart = geodesics.chart
-        chart = chart or self.default_chart
-        self._set_chart(chart)
+            self._geo_vectorized = bool(geodesics.vectorized)
+        self._set_chart(chart or self.default_chart)
 
     # ------------------------------------------------------------ charts
     def _make_charts(self) -> Dict[str, Chart]:
         """Natural, mean (Legendre dual by Newton) and standard (declared, or the natural) charts."""
         ident = Chart("natural", lambda x: x, lambda th: th, self._check_natural,
                       "natural parameters theta")
-        theta_of_eta = _legendre_primitive(self)
+        theta_of_eta = numpy_only(legendre_primitive(self), f"the mean chart of {self.name} inverts the moment map")
         mean = Chart("mean", theta_of_eta, self.moments, self._check_mean_generic,
                      "mean parameters eta = E[t(x)]")
         std = self._standard_chart if self._standard_chart is not None else ident
         return {"natural": ident, "mean": mean, "standard": dataclasses.replace(std, name="standard")}
 
     def _set_chart(self, chart: str) -> None:
-        if chart not in self._charts:
-            raise ValueError(f"unknown chart {chart!r} for {self.name}; expected one of {sorted(self._charts)}")
-        self.chart = chart
+        super()._set_chart(chart)
         self.metric = FisherMetric(self)
-
-    @property
-    def charts(self) -> tuple:
-        """Names of the available charts."""
-        return tuple(self._charts)
-
-    def in_chart(self, name: str) -> "ExponentialFamily":
-        """The same family with points in chart ``name`` (a copy; ``self`` is unchanged)."""
-        new = copy.copy(self)
-        new._set_chart(name)
-        return new
-
-    def to_chart(self, x: Any, name: str):
-        """Coordinates in chart ``name`` of the point with coordinates ``x`` in the current chart."""
-        if name == self.chart:
-            return x
-        if name not in self._charts:
-            raise ValueError(f"unknown chart {name!r} for {self.name}; expected one of {sorted(self._charts)}")
-        direct = self._direct_map(self.chart, name)
-        if direct is not None:
-            return direct(x)
-        return self._charts[name].from_natural(self._charts[self.chart].to_natural(x))
-
-    def from_chart(self, y: Any, name: str, like: Any = None):
-        """Coordinates in the current chart of the point with coordinates ``y`` in chart ``name``."""
-        y = B.array(y, like=like) if like is not None and not hasattr(y, "_value") else y
-        if name == self.chart:
-            return y
-        direct = self._direct_map(name, self.chart)
-        if direct is not None:
-            return direct(y)
-        return self._charts[self.chart].from_natural(self._charts[name].to_natural(y))
-
-    def _direct_map(self, source: str, target: str) -> Optional[Callable]:
-        """A closed-form map between two charts that avoids natural parameters (optional)."""
-        return None
 
     def to_natural(self, x: Any):
         r"""Natural parameters :math:`\theta` of the point ``x``."""
-        return self._charts[self.chart].to_natural(x)
+        return self.to_chart(x, "natural")
 
     def to_mean(self, x: Any):
         r"""Mean parameters :math:`\eta = E[t(x)]` of the point ``x``."""
         return self.to_chart(x, "mean")
 
-    def chart_jacobian(self, x: Any, name: str):
-        r""":math:`\partial y/\partial x` of the chart change ``x -> y = to_chart(x, name)`` (autodiff)."""
-        if name == self.chart:
-            return B.eye(self.dim, like=x)
-        return B.jacobian(lambda z: self.to_chart(z, name), x)
-
-    def push_forward(self, v: TangentVector, name: str) -> TangentVector:
-        r"""Express the tangent vector ``v`` in chart ``name``: :math:`J v`."""
-        if not isinstance(v, TangentVector):
-            raise TypeError(f"push_forward takes a TangentVector, got {type(v).__name__}"
-                            + ("; covectors are pulled back (pull_back)" if isinstance(v, Covector) else ""))
-        self._check_chart_label(v)
-        J = self.chart_jacobian(v.base, name)
-        return TangentVector(self.to_chart(v.base, name), B.matmul(J, v.components), name)
-
-    def pull_back(self, w: Covector, x: Any = None) -> Covector:
-        r"""Pull a covector back into the current chart: components :math:`J^T w`.
-
-        ``w`` is a covector expressed in another chart (``w.chart``) at the point
-        :math:`y`; the result acts on vectors in the current chart at the point
-        :math:`x` with ``to_chart(x, w.chart) == y``.  Pass ``x`` when you have it
-        (it is checked against ``y``); otherwise it is recovered from ``y``.
-        """
-        if not isinstance(w, Covector):
-            raise TypeError(f"pull_back takes a Covector, got {type(w).__name__}"
-                            + ("; vectors are pushed forward (push_forward)" if isinstance(w, TangentVector) else ""))
-        name = w.chart
-        if name is None:
-            raise ValueError("pull_back needs to know the chart the covector is expressed in (w.chart)")
-        if x is None:
-            x = self.from_chart(w.base, name)
-        elif not np.allclose(B.to_numpy(self.to_chart(x, name)), B.to_numpy(w.base), rtol=1e-9, atol=1e-12):
-            raise ValueError("pull_back: the covector is attached to another point than x")
-        J = self.chart_jacobian(x, name)
-        return Covector(x, B.matmul(B.transpose(J), w.components), self.chart)
-
-    def _check_chart_label(self, v) -> None:
-        if v.chart is not None and v.chart != self.chart:
-            raise ValueError(f"{type(v).__name__} is expressed in chart {v.chart!r} but this manifold is "
-                             f"in chart {self.chart!r}; use M.in_chart({v.chart!r})")
+    def _natural(self, x: Any):
+        return self._to_chart(x, "natural")
 
     # ------------------------------------------------------------ points
-    def check_point(self, x: Any) -> None:
-        super().check_point(x)
-        check = self._charts[self.chart].check
-        if check is not None:
-            check(x)
-
     def _check_natural(self, theta: Any) -> None:
         if not self.in_natural_domain(theta):
             raise ValueError(f"point is outside the natural domain of {self.name}: expected {self._domain_desc}")
@@ -497,52 +211,30 @@ class ExponentialFamily(Manifold):
 
         ``M.point(shape=2.0, rate=3.0)`` takes the parameter names declared by the
         standard chart (:attr:`Chart.parameters`) and returns the point in the
-        current chart.
+        current chart.  Parameters with leading axes give a batch of points.
         """
         if (coords is None) == (not parameters):
             raise ValueError(f"give exactly one of coords or the named parameters {self._parameter_names()}")
         if coords is not None:
             return super().point(coords)
-        std = self._charts["standard"]
-        shapes = dict(std.parameters or {})
+        shapes = dict(self._charts["standard"].parameters or {})
         if set(parameters) != set(shapes):
             raise ValueError(f"{self.name} takes the parameters {self._parameter_names()}, got {sorted(parameters)}")
-        flat = []
-        for k, shape in shapes.items():
-            a = _as_float_array(parameters[k], k)
-            if a.shape != tuple(shape):
-                raise ValueError(f"{k} must have shape {tuple(shape)}, got {a.shape}")
-            flat.append(a.reshape(-1))
-        s = np.concatenate(flat)
-        if not np.all(np.isfinite(s)):
-            raise ValueError(f"parameters of {self.name} must be finite, got {parameters}")
-        if std.check is not None:
-            std.check(s)
-        x = self.from_chart(B.array(s), "standard")
-        self.check_point(x)
-        return x
+        return self.from_chart(named_coordinates(parameters, shapes), "standard")
 
     def parameters(self, p: Any) -> Dict[str, Any]:
-        """The named parameters of the point ``p`` (floats, or numpy arrays for vector parameters)."""
+        """The named parameters of the point ``p`` (floats, or numpy arrays for vector parameters or batches)."""
         shapes = dict(self._charts["standard"].parameters or {})
         if not shapes:
             raise ValueError(f"{self.name} declares no parameter names "
                              "(pass standard_chart=Chart(..., parameters=...))")
-        s = np.asarray(B.to_numpy(self.to_chart(p, "standard")), dtype=float)
-        out, i = {}, 0
-        for k, shape in shapes.items():
-            n = int(np.prod(shape, dtype=int))
-            out[k] = float(s[i]) if tuple(shape) == () else s[i:i + n].reshape(shape).copy()
-            i += n
-        return out
+        return split_parameters(B.to_numpy(self.to_chart(p, "standard")), shapes)
 
     def _parameter_names(self) -> list:
         return list((self._charts["standard"].parameters or {}).keys())
 
     def natural_point(self, theta: Any):
         """The point (in the current chart) with natural parameters ``theta``."""
-        theta = _as_float_array(theta, "natural parameters")
-        self._charts["natural"].check(theta)
         return self.from_chart(theta, "natural")
 
     def random_point(self, rng: Optional[np.random.Generator] = None, scale: float = 1.0):
@@ -551,7 +243,7 @@ class ExponentialFamily(Manifold):
         for _ in range(1000):
             theta = scale * rng.standard_normal(self.dim)
             if self.in_natural_domain(theta):
-                return self.from_chart(B.array(theta), "natural")
+                return self.from_chart(theta, "natural")
         raise RuntimeError(f"could not draw a random point of {self.name}; override random_point")
 
     # ------------------------------------------------------------ the family
@@ -572,11 +264,11 @@ class ExponentialFamily(Manifold):
         return self._log_h_fn(x)
 
     def moments(self, theta: Any):
-        r"""Mean parameters :math:`\eta = \nabla\psi(\theta)` (Eq. 13; autodiff unless overridden)."""
+        r"""Mean parameters :math:`\eta = \nabla\psi(\theta)` (autodiff unless overridden)."""
         return B.grad(self.log_partition, theta)
 
     def fisher_natural(self, theta: Any):
-        r"""Fisher information in natural coordinates, :math:`\nabla^2\psi(\theta)` (Eq. 17)."""
+        r"""Fisher information in natural coordinates, :math:`\nabla^2\psi(\theta)`."""
         return B.hessian(self.log_partition, theta)
 
     def fisher_natural_vp(self, theta: Any, v: Any):
@@ -584,96 +276,124 @@ class ExponentialFamily(Manifold):
         return B.hvp(self.log_partition, theta, v)
 
     def fisher(self, x: Any):
-        r"""Fisher matrix at ``x`` in the current chart.
+        r"""Fisher matrix at ``x`` (shape ``(..., dim, dim)``) in the current chart.
 
         Natural: :math:`\nabla^2\psi`; mean: :math:`(\nabla^2\psi)^{-1}` at
-        :math:`\theta(\eta)` (Legendre duality, Eq. 19); any other chart:
+        :math:`\theta(\eta)` (Legendre duality); any other chart:
         :math:`J^T \nabla^2\psi\, J` with :math:`J = \partial\theta/\partial x`.
         """
-        closed = self._fisher_closed(x)
+        x = self._as_point(x)
+        closed = self._charts[self.chart].fisher
         if closed is not None:
-            return closed
-        return self._fisher_autodiff(x)
+            return per_point(closed, x, vectorized=self._charts[self.chart].vectorized)
+        # autodiff Fisher matrices are per point; closed forms of vectorised families take the batch
+        own_closed = type(self)._fisher_closed is not ExponentialFamily._fisher_closed
+        return per_point(self._fisher, x, vectorized=self._vectorized and own_closed)
+
+    def _fisher(self, x: Any):
+        closed = self._fisher_closed(x)
+        return closed if closed is not None else self._fisher_autodiff(x)
 
     def _fisher_closed(self, x: Any):
-        """Closed-form Fisher matrix in the current chart (the chart's ``fisher``), or ``None``."""
-        fisher = self._charts[self.chart].fisher
-        return None if fisher is None else fisher(x)
+        """Closed-form Fisher matrix in the current chart, or ``None`` (subclasses)."""
+        return None
 
     def _fisher_autodiff(self, x: Any):
-        theta = self.to_natural(x)
+        theta = self._natural(x)
         F = self.fisher_natural(theta)
         if self.chart == "natural":
             return F
         if self.chart == "mean":
             return B.inv(F)
-        J = B.jacobian(self.to_natural, x)
+        J = B.jacobian(self._natural, x)
         return B.matmul(B.transpose(J), B.matmul(F, J))
 
     # ------------------------------------------------------------ statistics
     def kl(self, p: Any, q: Any):
-        r""":math:`\mathrm{KL}(p\|q)`; points in the current chart.
+        r""":math:`\mathrm{KL}(p\|q)`; points (or broadcasting batches) in the current chart.
 
         Generic: the Bregman divergence of :math:`\psi`,
         :math:`\psi(\theta_q) - \psi(\theta_p) - \nabla\psi(\theta_p)^T(\theta_q - \theta_p)`.
         """
-        return Bregman(self.log_partition)(self.to_natural(q), self.to_natural(p))
+        p, q = self._pair(p, q)
+        return per_point(self._kl, p, q, vectorized=self._vectorized)
+
+    def _kl(self, p: Any, q: Any):
+        tp, tq = self._natural(p), self._natural(q)
+        if len(tp.shape) == 1 and len(tq.shape) == 1:
+            return Bregman(self.log_partition)(tq, tp)
+        psi = self.log_partition  # vectorised: psi maps (..., dim) -> (...)
+        g = B.grad(lambda t: B.sum(psi(t)), tp)
+        return psi(tq) - psi(tp) - B.sum(g * (tq - tp), axis=-1)
+
+    def _single(self, p: Any, what: str):
+        if len((p := self._as_point(p)).shape) != 1:
+            raise ValueError(f"{what} takes one distribution (shape ({self.dim},)), got shape {tuple(p.shape)}")
+        return p
+
+    def _statistics(self, x: Any):
+        return statistics_of(self, check_samples(x, self.name))  # (t(x), log h(x)) of checked observations
 
     def log_prob(self, p: Any, x: Any):
         r""":math:`\log p(x) = \theta^T t(x) - \psi(\theta) + \log h(x)` for a batch ``x`` -> ``(n,)``."""
-        theta = self.to_natural(p)
-        t = self.sufficient_statistics(x)
-        return B.matmul(t, theta) - self.log_partition(theta) + self.log_base_measure(x)
+        theta = self._natural(self._single(p, "log_prob"))
+        t, log_h = self._statistics(x)
+        return B.matmul(t, theta) - self.log_partition(theta) + log_h
 
     def score(self, p: Any, x: Any):
         r"""Scores :math:`\nabla_x \log p(x)` in the current chart, shape ``(n, dim)``.
 
-        In natural coordinates :math:`t(x) - \eta` (Eq. 15); in another chart pulled
+        In natural coordinates :math:`t(x) - \eta`; in another chart pulled
         back by the chart Jacobian, :math:`J^T(t(x) - \eta)`.
         """
-        theta = self.to_natural(p)
-        diff = self.sufficient_statistics(x) - self.moments(theta)[None, :]
+        p = self._single(p, "score")
+        theta = self._natural(p)
+        diff = self._statistics(x)[0] - self.moments(theta)[None, :]
         if self.chart == "natural":
             return diff
-        J = B.jacobian(self.to_natural, p)
+        J = B.jacobian(self._natural, p)
         return B.matmul(diff, J)
 
     def log_likelihood(self, p: Any, x: Any):
-        """Mean log-likelihood of a batch of observations (Eq. 14, divided by n)."""
+        """Mean log-likelihood of a batch of observations (the sum divided by n)."""
         return B.mean(self.log_prob(p, x))
 
     def sample(self, p: Any, n: int, rng: Optional[np.random.Generator] = None):
         """``n`` observations drawn from the distribution ``p`` (seeded by ``rng``)."""
+        p = self._single(p, "sample")
+        n = _points.positive_int(n, "the number of samples n")
+        return self._sample(p, n, np.random.default_rng(rng))
+
+    def _sample(self, p: Any, n: int, rng: np.random.Generator):
         if self._sampler is None:
             raise NotImplementedError(f"{self.name} has no sampler; pass sampler= to ExponentialFamily")
-        self.check_point(p)
-        return self._sampler(B.to_numpy(self.to_natural(p)), int(n), np.random.default_rng(rng))
+        return self._sampler(B.to_numpy(self._natural(p)), n, rng)
 
     def fisher_monte_carlo(self, p: Any, n: int, rng: Optional[np.random.Generator] = None):
-        r"""Monte Carlo Fisher: the sample covariance of the score (Eq. 8), current chart."""
+        r"""Monte Carlo Fisher: the sample covariance of the score, current chart."""
         s = B.to_numpy(self.score(p, self.sample(p, n, rng)))
         return s.T @ s / len(s)
 
     # ------------------------------------------------------------ closed geometry hooks
     # built-in families override these; prototyped ones pass geodesics=ClosedGeodesics(...)
-    def _geo_exp(self, x: np.ndarray, v: np.ndarray) -> np.ndarray:
-        if self._geodesics is None:
-            raise NotImplementedError
-        return np.asarray(self._geodesics.exp(x, v), dtype=float)
+    def _geo_exp(self, x, v):
+        return self._closed_geodesics().exp(x, v)
 
-    def _geo_log(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        if self._geodesics is None:
-            raise NotImplementedError
-        return np.asarray(self._geodesics.log(x, y), dtype=float)
+    def _geo_log(self, x, y):
+        return self._closed_geodesics().log(x, y)
 
-    def _geo_dist(self, x: np.ndarray, y: np.ndarray) -> float:
+    def _closed_geodesics(self) -> ClosedGeodesics:
+        if self._geodesics is None:
+            raise NotImplementedError(f"{self.name} has no closed-form geodesics")
+        return self._geodesics
+
+    def _geo_dist(self, x, y):
         if self._geodesics is not None and self._geodesics.dist is not None:
-            return float(self._geodesics.dist(x, y))
-        return float(np.sqrt(max(0.0, self._geo_sqnorm(x, self._geo_log(x, y)))))
-
-    def _geo_sqnorm(self, x: np.ndarray, v: np.ndarray) -> float:
+            return self._geodesics.dist(x, y)
+        v = self._geo_log(x, y)
         fam = self.in_chart(self.geometry_chart)
-        return float(v @ B.to_numpy(fam.fisher(B.array(x))) @ v)
+        return B.sqrt(B.sum(v * fam.metric.mv(x, v), axis=-1))
 
     def __repr__(self) -> str:
-        return f"<{self.name} in the {self.chart} chart, dim={self.dim}>"
+        return f"<{self.name}: a {self.dim}-dimensional statistical manifold in the {self.chart} chart>"
+

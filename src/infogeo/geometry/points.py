@@ -1,0 +1,209 @@
+r"""Validation of points and tangent components at the public boundary.
+
+Points are arrays of coordinates of shape ``(..., dim)``: one point, or a batch
+over the leading axes.  Every public operation that takes points runs them
+through :func:`as_coordinates` once, vectorised over the batch:
+
+* the dtype: integers are promoted to float64; booleans, complex numbers and
+  non-numeric objects are refused with a :class:`TypeError`;
+* the shape: the last axis must have the manifold's dimension;
+* finiteness: NaN and inf are refused with a :class:`ValueError`.
+
+Torch tensors stay tensors (``requires_grad`` and device kept) and autograd's
+traced values pass through untouched, so validation never cuts a gradient.
+
+**Which manifold a point belongs to.**  The coordinates of two families can
+have the same shape (a univariate Gaussian :math:`(\mu, \sigma^2)` and the
+first two probabilities of a categorical distribution on three classes), so
+shape and domain checks cannot tell them apart.  ``point(...)`` and every
+operation that returns points records, for the returned array object, the
+manifold and chart it belongs to (:func:`mark`); :func:`origin` reads it back
+and the receiving manifold refuses a point recorded for another one.  Plain
+arrays carry no record and are read as points of the manifold whose method
+is called.  The record is keyed by the array object's identity, held through
+a weak reference (it disappears with the array), and does not change any
+result: it only turns a silent mix-up into an error.
+"""
+from __future__ import annotations
+
+import numbers
+import weakref
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+
+from ..backend import _dispatch
+
+__all__ = ["numpy_view", "plain", "positive_int", "as_coordinates", "all_finite", "mark", "origin", "raw_value", "batch_shape"]
+
+
+def raw_value(x: Any) -> Any:
+    """The plain array under autograd's traced boxes (``x`` itself otherwise)."""
+    while hasattr(x, "_value"):
+        x = x._value
+    return x
+
+
+def positive_int(value: Any, what: str, minimum: int = 1) -> int:
+    """``value`` as an ``int >= minimum``: ``TypeError`` for non-numbers and booleans, ``ValueError`` otherwise."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.number)):
+        raise TypeError(f"{what} must be an integer, got {type(value).__name__} {value!r}")
+    if not np.isfinite(value) or int(value) != value or value < minimum:
+        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def numpy_view(x: Any) -> np.ndarray:
+    """The values of ``x`` as a numpy array without copying when possible (for checks, never for results)."""
+    if _dispatch.is_torch(x):
+        return x.detach().cpu().numpy()
+    x = raw_value(x)
+    return x if isinstance(x, np.ndarray) else np.asarray(x, dtype=float)
+
+
+def _dtype_kind(x: Any) -> str:
+    """numpy dtype kind letter of an array of either backend ('f', 'i', 'b', 'c', 'O' ...)."""
+    if _dispatch.is_torch(x):
+        import torch
+        if x.dtype == torch.bool:
+            return "b"
+        if x.is_complex():
+            return "c"
+        return "f" if x.is_floating_point() else "i"
+    return np.asarray(raw_value(x)).dtype.kind
+
+
+def as_coordinates(x: Any, dim: Optional[int], what: str = "point", owner: str = "") -> Any:
+    """``x`` as a float array of shape ``(..., dim)`` with finite entries, or a clear error.
+
+    Parameters
+    ----------
+    x : array_like, torch.Tensor or autograd box
+        Coordinates; nested lists and Python scalars are converted to numpy.
+    dim : int or None
+        Required size of the last axis (``None``: any).
+    what : str
+        What ``x`` is, for the messages ("point", "tangent vector" ...).
+    owner : str
+        The manifold's name, for the messages.
+
+    Returns
+    -------
+    The same array when it already was a float array of either backend (never
+    copied), else a float64 copy.
+    """
+    where = f" of {owner}" if owner else ""
+    if _dispatch.is_torch(x) or hasattr(x, "_value"):
+        kind = _dtype_kind(x)
+        if kind in "iu" and _dispatch.is_torch(x):
+            import torch
+            x = x.to(torch.float64)
+            kind = "f"
+    else:
+        if isinstance(x, (str, bytes)) or x is None:
+            raise TypeError(f"a {what}{where} must be a numeric array, got {type(x).__name__} {x!r}")
+        if isinstance(x, (bool, np.bool_)):
+            raise TypeError(f"a {what}{where} must have real (float) coordinates, got a boolean")
+        if isinstance(x, np.ndarray) and x.dtype.kind == "f":
+            kind = "f"
+        else:
+            try:
+                arr = np.asarray(x)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"a {what}{where} must be a numeric array, got {type(x).__name__}") from exc
+            kind = arr.dtype.kind
+            if kind in "iuf":
+                x = arr.astype(np.float64)
+                kind = "f"
+    if kind == "b":
+        raise TypeError(f"a {what}{where} must have real (float) coordinates, got a boolean array")
+    if kind == "c":
+        raise TypeError(f"a {what}{where} must have real coordinates, got complex numbers")
+    if kind != "f":
+        raise TypeError(f"a {what}{where} must be a numeric array of floats, got dtype kind {kind!r}")
+    shape = tuple(getattr(x, "shape", ()))
+    if dim is not None and shape[-1:] != (dim,):
+        raise ValueError(f"a {what}{where} must have shape ({dim},) (or (..., {dim}) for a batch), "
+                         f"got shape {shape}")
+    if not all_finite(x):
+        raise ValueError(f"the {what}{where} contains NaN or inf")
+    return x
+
+
+def all_finite(x: Any) -> bool:
+    """Whether every entry of ``x`` is finite (one reduction in the common case)."""
+    if _dispatch.is_torch(x):
+        import torch
+        return bool(torch.isfinite(x.detach()).all())
+    a = raw_value(x)
+    if not isinstance(a, np.ndarray):
+        a = np.asarray(a, dtype=float)
+    # one sum propagates any NaN or inf; an overflow of finite entries to inf is
+    # rare and rechecked entrywise (np.errstate would cost more than the sum here)
+    if np.isfinite(a.sum()):
+        return True
+    return bool(np.isfinite(a).all())
+
+
+def same_backend(*arrays: Any) -> tuple:
+    """The arrays, numpy ones turned into tensors (dtype and device of the first tensor) when any is a tensor."""
+    ref = next((a for a in arrays if _dispatch.is_torch(a)), None)
+    if ref is None:
+        return arrays
+    import torch
+    return tuple(a if _dispatch.is_torch(a) else torch.as_tensor(np.asarray(raw_value(a), dtype=float),
+                                                                 dtype=ref.dtype, device=ref.device)
+                 for a in arrays)
+
+
+def batch_shape(*arrays: Any, dims: Tuple[int, ...]) -> Tuple[int, ...]:
+    """The broadcast leading shape of ``arrays`` (each with ``dims[i]`` trailing core axes), or ValueError."""
+    shapes = [tuple(getattr(a, "shape", ()))[:len(getattr(a, "shape", ())) - k] for a, k in zip(arrays, dims)]
+    if all(sh == shapes[0] for sh in shapes):
+        return shapes[0]
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ValueError(f"batch shapes {shapes} do not broadcast against each other") from None
+
+
+# ------------------------------------------------------------- provenance
+_ORIGIN: Dict[int, Tuple[Any, str]] = {}
+
+
+def _forget(key: int, ref: Any) -> None:
+    entry = _ORIGIN.get(key)
+    if entry is not None and entry[0] is ref:
+        del _ORIGIN[key]
+
+
+def mark(x: Any, manifold_key: str) -> Any:
+    """Record that the array object ``x`` is a point of the manifold ``manifold_key``; returns ``x``."""
+    if isinstance(x, numbers.Number) or hasattr(x, "_value"):
+        return x
+    key = id(x)
+    try:
+        ref = weakref.ref(x, lambda r, key=key: _forget(key, r))
+    except TypeError:  # objects without weak references are simply not recorded
+        return x
+    _ORIGIN[key] = (ref, manifold_key)
+    return x
+
+
+def plain(x: Any) -> Any:
+    """The same coordinates as a new array object with no record: read them as plain numbers.
+
+    For a family built on another one (a multinomial on the categorical
+    family) that hands its own points to the other family's functions.
+    """
+    if _dispatch.is_torch(x):
+        return x.view_as(x)
+    return x.view() if isinstance(x, np.ndarray) else x
+
+
+def origin(x: Any) -> Optional[str]:
+    """The manifold key recorded for the array object ``x`` by :func:`mark`, or ``None``."""
+    entry = _ORIGIN.get(id(x))
+    if entry is None or entry[0]() is not x:
+        return None
+    return entry[1]

@@ -1,0 +1,83 @@
+"""Validation of the inputs of statistical operations: named parameters and observations."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from .. import backend as B
+from ..geometry import points as _points
+
+__all__ = ["numpy_only", "named_coordinates", "split_parameters", "check_samples", "statistics_of"]
+
+
+def named_coordinates(parameters: Mapping[str, Any], shapes: Mapping[str, tuple]):
+    """Concatenate named parameters (each of shape ``batch + shape``) into coordinates ``batch + (dim,)``."""
+    arrays, batches = [], []
+    for k, shape in shapes.items():
+        a = _points.as_coordinates(parameters[k], None, f"parameter {k!r}")
+        shape = tuple(shape)
+        a_shape = tuple(a.shape)
+        if len(a_shape) < len(shape) or (shape and a_shape[len(a_shape) - len(shape):] != shape):
+            raise ValueError(f"{k} must have shape {shape} (or a batch of them), got {a_shape}")
+        batch = a_shape[:len(a_shape) - len(shape)]
+        arrays.append((a, batch))
+        batches.append(batch)
+    try:
+        lead = tuple(np.broadcast_shapes(*batches))
+    except ValueError:
+        raise ValueError(f"the parameters' batch shapes {batches} do not broadcast") from None
+    flat = [B.reshape(B.broadcast_to(B.reshape(a, batch + (-1,)), lead + (int(np.prod(a.shape[len(batch):],
+                                                                                        dtype=int)),)),
+                      lead + (-1,)) for a, batch in arrays]
+    return B.concatenate(flat, axis=-1)
+
+
+def check_samples(x: Any, owner: str):
+    """Observations as a numeric array with at least one finite entry per row, or a clear error."""
+    if B.is_torch(x):
+        x = B.to_numpy(x)
+    try:
+        a = np.asarray(x)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"observations of {owner} must be a numeric array") from exc
+    if a.dtype.kind in "bcOSU":
+        raise TypeError(f"observations of {owner} must be real numbers, got dtype {a.dtype}")
+    if a.size == 0 or (a.ndim > 0 and len(a) == 0):
+        raise ValueError(f"no observations given to {owner}: expected at least one")
+    a = a.astype(float)
+    if not _points.all_finite(a):
+        raise ValueError(f"observations of {owner} contain NaN or inf")
+    return a
+
+
+def split_parameters(s: Any, shapes: Mapping[str, tuple]) -> dict:
+    """Named parameters from coordinates ``batch + (dim,)``: floats, or arrays ``batch + shape``."""
+    s = np.asarray(s, dtype=float)
+    out, i = {}, 0
+    for k, shape in shapes.items():
+        n = int(np.prod(shape, dtype=int))
+        part = s[..., i:i + n].reshape(s.shape[:-1] + tuple(shape))
+        out[k] = float(part) if part.shape == () else part.copy()
+        i += n
+    return out
+
+
+def statistics_of(family: Any, x: np.ndarray):
+    """``(t(x), log h(x))`` of checked observations; ValueError when they lie outside the support."""
+    with np.errstate(all="ignore"):
+        t, log_h = family.sufficient_statistics(x), family.log_base_measure(x)
+    if not (_points.all_finite(t) and _points.all_finite(log_h)):
+        raise ValueError(f"observations outside the support of {family.name} "
+                         "(their sufficient statistics or base measure are not finite)")
+    return t, log_h
+
+
+def numpy_only(fn: Any, what: str) -> Any:
+    """``fn`` refusing torch tensors with a ``TypeError`` (a computation that runs in numpy only, such as
+    Newton's method, must not convert tensors silently and cut their gradients)."""
+    def guarded(x):
+        if B.is_torch(x):
+            raise TypeError(f"{what} in numpy only; pass numpy arrays (torch works in charts with closed forms)")
+        return fn(x)
+    return guarded

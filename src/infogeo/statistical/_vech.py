@@ -1,0 +1,81 @@
+r"""Half-vectorisation of symmetric matrices and the Gaussian moment blocks built on it.
+
+:math:`\mathrm{vech}\,\Sigma` is the upper triangle of :math:`\Sigma` read row by row
+(``numpy.triu_indices``).  :func:`_miller_cov_block` is the covariance block of the
+Fisher metric in standard coordinates (Skovgaard 1984), :func:`_cov_of_t` the
+covariance of the sufficient statistics :math:`(x, \mathrm{vech}\,xx^T)` (Isserlis' theorem).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import backend as B
+
+__all__ = ["_Vech", "_check_spd", "_miller_cov_block", "_cov_of_t"]
+
+
+class _Vech:
+    """Upper-triangle (row-major) coordinates of symmetric ``d x d`` matrices."""
+
+    def __init__(self, d: int):
+        self.d = d
+        self.iu = np.triu_indices(d)
+        self.m = len(self.iu[0])
+        E = np.zeros((self.m, d, d))
+        for a, (i, j) in enumerate(zip(*self.iu)):
+            E[a, i, j] = E[a, j, i] = 1.0
+        self.E = E                                           # symmetric basis
+        self.w = np.where(self.iu[0] == self.iu[1], 2.0, 1.0)  # natural-coordinate weights
+
+    def sym(self, v):
+        """Symmetric matrix whose upper triangle is ``v`` (batched: ``(..., m) -> (..., d, d)``)."""
+        return B.einsum("...a,aij->...ij", v, B.array(self.E, like=v))
+
+    def vech(self, M):
+        return M[..., self.iu[0], self.iu[1]]
+
+    def precision_from_natural(self, c):
+        return -self.sym(c * B.array(self.w, like=c))
+
+    def natural_from_precision(self, L):
+        return -self.vech(L) / B.array(self.w, like=L)
+
+
+def _check_spd(S: np.ndarray, what: str) -> None:
+    """Raise ``ValueError`` unless ``S`` (shape ``(..., d, d)``) is symmetric positive definite."""
+    S = np.asarray(S, dtype=float)
+    St = np.swapaxes(S, -1, -2)
+    if not np.allclose(S, St, rtol=1e-10, atol=1e-12):
+        raise ValueError(f"{what} must be symmetric, got {S.tolist() if S.size < 50 else '...'}")
+    try:
+        np.linalg.cholesky(S)
+    except np.linalg.LinAlgError:
+        lam = np.linalg.eigvalsh(0.5 * (S + St)).min()
+        raise ValueError(f"{what} is not symmetric positive definite (smallest eigenvalue {lam:.3g}); "
+                         f"expected an SPD matrix") from None
+
+
+def _miller_cov_block(Si, vh: _Vech):
+    r""":math:`\tfrac12\mathrm{tr}(\Sigma^{-1}E_a\Sigma^{-1}E_b)` for the vech basis."""
+    E = B.array(vh.E, like=Si)
+    return 0.5 * B.einsum("aij,jk,bkl,li->ab", E, Si, E, Si)
+
+
+def _cov_of_t(mu, S, vh: _Vech, with_mean: bool = True):
+    r""":math:`\mathrm{Cov}[(x, \mathrm{vech}\,xx^T)]` for :math:`x \sim N(\mu, \Sigma)` (Isserlis)."""
+    i, j = vh.iu
+    Sik, Sjl = S[i][:, i], S[j][:, j]
+    Sil, Sjk = S[i][:, j], S[j][:, i]
+    quad = Sik * Sjl + Sil * Sjk
+    if not with_mean:
+        return quad
+    mi, mj = mu[i], mu[j]
+    quad = (quad + B.outer(mi, mi) * Sjl + B.outer(mi, mj) * Sjk
+            + B.outer(mj, mi) * Sil + B.outer(mj, mj) * Sik)
+    # Cov(x_r, x_k x_l) = mu_k S_rl + mu_l S_rk
+    cross = S[:, j] * mi[None, :] + S[:, i] * mj[None, :]
+    top = B.concatenate([S, cross], axis=1)
+    bottom = B.concatenate([B.transpose(cross), quad], axis=1)
+    return B.concatenate([top, bottom], axis=0)
+
+

@@ -1,0 +1,140 @@
+r"""The Fisher–Rao metric of an exponential family, and closed-form geodesics.
+
+In natural coordinates the Fisher metric is :math:`G = \nabla^2\psi(\theta)`; in a
+chart with :math:`\theta = \theta(x)` it is :math:`G(x) = J^T\nabla^2\psi(\theta(x))J`,
+:math:`J = \partial\theta/\partial x` (Amari 1998; Amari & Nagaoka 2000, Ch. 2-3).
+A family that knows its geodesics in closed form in one chart (its
+``geometry_chart``) provides ``_geo_exp``, ``_geo_log`` and ``_geo_dist`` there;
+:class:`FisherMetric` moves points and vectors of any other chart to that chart
+and back.  Without closed forms the generic ODE geodesics of
+:class:`~infogeo.geometry.metric.Metric` apply.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from .. import backend as B
+from ..geometry.charts import per_point
+from ..geometry.metric import Metric
+
+__all__ = ["ClosedGeodesics", "FisherMetric"]
+
+
+@dataclass
+class ClosedGeodesics:
+    r"""Closed-form Fisher–Rao geodesics of a family, in one of its charts.
+
+    :class:`FisherMetric` converts points and tangent vectors of any other chart
+    to chart ``chart`` (vectors by the chart Jacobian) and back.
+
+    Attributes
+    ----------
+    chart : str
+        The chart the maps are written in (e.g. ``"standard"``).
+    exp : callable
+        ``exp(x, v) -> y``: the end point of the geodesic from ``x`` with initial velocity ``v``.
+    log : callable
+        ``log(x, y) -> v``: the initial velocity of the geodesic from ``x`` to ``y``.
+    dist : callable, optional
+        ``dist(x, y)``; defaults to the Fisher norm of ``log(x, y)``.
+    vectorized : bool
+        ``True`` when the maps take batches of points, shape ``(..., dim)``, and
+        arrays of any backend (written with :mod:`infogeo.backend` functions).
+        Otherwise they receive plain numpy arrays of single points, and torch
+        tensors are refused rather than converted.
+    """
+
+    chart: str
+    exp: Callable[[Any, Any], Any]
+    log: Callable[[Any, Any], Any]
+    dist: Optional[Callable[[Any, Any], Any]] = None
+    vectorized: bool = False
+
+
+class FisherMetric(Metric):
+    r"""The Fisher–Rao metric of an exponential family in the family's current chart.
+
+    Families override :meth:`ExponentialFamily.fisher` with closed forms and
+    provide closed-form geodesics; without them the generic autodiff/ODE
+    geodesics of :class:`~infogeo.geometry.metric.Metric` apply.  Every
+    operation takes points of shape ``(..., dim)``.
+    """
+
+    def __init__(self, family: Any):
+        super().__init__(family.dim)
+        self.family = family
+
+    def matrix(self, x):
+        return self.family.fisher(x)
+
+    def _closed(self) -> bool:
+        return self.family.geometry_chart is not None
+
+    def _batched_generic(self, x: Any, *others: Any) -> bool:
+        """Whether this call must be looped point by point (a batch on a family that is not vectorised)."""
+        return not self.family._geo_vectorized and any(len(a.shape) > 1 for a in (x,) + others)
+
+    def _hook(self, name: str, *arrays: Any):
+        """Call the family's closed form ``name`` (``"exp"``, ``"log"``, ``"dist"``) on geometry-chart arrays."""
+        fam = self.family
+        fn = getattr(fam, f"_geo_{name}")
+        if fam._geo_vectorized:
+            return fn(*arrays)
+        if any(B.is_torch(a) for a in arrays):
+            raise TypeError(f"the closed-form {name} of {fam.name} is computed in numpy only; pass numpy arrays "
+                            "(torch tensors are not converted silently)")
+        out = fn(*(np.asarray(B.to_numpy(a), dtype=float) for a in arrays))
+        return np.asarray(out, dtype=float) if name != "dist" else float(out)
+
+    def exp(self, x, v):
+        if self._batched_generic(x, v):
+            return per_point(self.exp, x, v)
+        if not self._closed():
+            return super().exp(x, v)
+        fam, g = self.family, self.family.geometry_chart
+        if g == fam.chart:
+            return B.array(self._hook("exp", x, v), like=x) if not fam._geo_vectorized else self._hook("exp", x, v)
+        xg, vg = B.jvp(lambda z: fam._to_chart(z, g), x, v)
+        yg = self._hook("exp", xg, vg)
+        return fam._from_chart(B.array(yg, like=x) if not fam._geo_vectorized else yg, g)
+
+    def log(self, x, y):
+        if self._batched_generic(x, y):
+            return per_point(self.log, x, y)
+        if not self._closed():
+            return super().log(x, y)
+        fam, g = self.family, self.family.geometry_chart
+        xg, yg = fam._to_chart(x, g), fam._to_chart(y, g)
+        vg = self._hook("log", xg, yg)
+        if not fam._geo_vectorized:
+            vg = B.array(vg, like=x)
+        if g == fam.chart:
+            return vg
+        return B.jvp(lambda z: fam._from_chart(z, g), xg, vg)[1]
+
+    def dist(self, x, y):
+        if self._batched_generic(x, y):
+            return per_point(self.dist, x, y)
+        if not self._closed():
+            return super().dist(x, y)
+        fam, g = self.family, self.family.geometry_chart
+        return self._hook("dist", fam._to_chart(x, g), fam._to_chart(y, g))
+
+    def geodesic(self, x, v):
+        if not self._closed() and not self._batched_generic(x, v):
+            return super().geodesic(x, v)
+
+        def path(t):
+            t_arr = np.asarray(t, dtype=float)
+            if np.any(t_arr < 0) or np.any(t_arr > 1):
+                raise ValueError("geodesic times must lie in [0, 1]")
+            if t_arr.ndim == 0:
+                return self.exp(x, float(t_arr) * v)
+            return B.stack([self.exp(x, float(ti) * v) for ti in t_arr])
+        return path
+
+    def __repr__(self) -> str:
+        return f"FisherMetric({self.family.name}, chart={self.family.chart!r})"

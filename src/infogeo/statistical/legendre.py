@@ -1,0 +1,133 @@
+r"""Legendre inversion of an exponential family: the natural parameter of given mean parameters.
+
+The moment map :math:`\theta \mapsto \eta = \nabla\psi(\theta)` of a minimal
+exponential family is a bijection from the natural domain onto the interior of
+the convex hull of the sufficient statistics (Amari 1998; Amari & Nagaoka 2000).
+Its inverse solves :math:`\nabla\psi(\theta) = \eta`, the stationarity
+condition of the convex function :math:`\psi(\theta) - \eta^T\theta`, whose
+Hessian is the Fisher matrix.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from .. import backend as B
+from ..budget import Budget, as_budget
+
+__all__ = ["newton_legendre", "legendre_primitive", "DEFAULT_BUDGET"]
+
+
+#: default budget of one Legendre inversion: Newton iterations (line-search steps included) and wall time
+DEFAULT_BUDGET = Budget(max_iter=500, max_time=20.0)
+
+
+def newton_legendre(psi: Callable, eta: np.ndarray, theta0: Any,
+                    in_domain: Callable[[Any], bool], tol: float = 1e-13,
+                    budget: Optional[Budget] = None) -> np.ndarray:
+    r"""Solve :math:`\nabla\psi(\theta) = \eta` by damped Newton on the convex
+    :math:`f(\theta) = \psi(\theta) - \eta^T\theta`.
+
+    ``theta0`` is a start or a list of candidate starts; the start is the candidate
+    inside the natural domain with the smallest :math:`f` (the best moment match in the
+    sense of the dual objective).  Each Newton step is backtracked until it stays in
+    the domain and satisfies Armijo's condition, so the iteration converges from any
+    interior start when :math:`\eta` lies in the interior of the moment space.
+    Raises ``ValueError`` when :math:`\eta` is not attained and
+    :class:`~infogeo.budget.BudgetExceededError` when the budget runs out.
+    """
+    eta = np.asarray(eta, dtype=float)
+    b = as_budget(budget, DEFAULT_BUDGET).start(
+        "Legendre inversion (mean to natural parameters)", f"eta = {np.array2string(eta, precision=4)}",
+        "a larger Budget(max_iter=..., max_time=...) via budget=, or mean parameters farther from the "
+        "boundary of the moment space")
+
+    def obj(th):
+        with np.errstate(all="ignore"):
+            return float(B.to_numpy(psi(th))) - float(eta @ th)
+
+    starts = theta0 if isinstance(theta0, (list, tuple)) else [theta0]
+    scored = [(obj(th), th) for th in (np.array(t, dtype=float) for t in starts) if in_domain(th)]
+    scored = [(f, th) for f, th in scored if np.isfinite(f)]
+    if not scored:
+        raise ValueError(f"Legendre inversion of eta = {eta}: no starting natural parameter lies in the domain")
+    f, theta = min(scored, key=lambda ft: ft[0])
+    norm0 = float(np.linalg.norm(theta))
+    while True:
+        with np.errstate(all="ignore"):
+            g = B.to_numpy(B.grad(psi, theta)) - eta
+        if not np.all(np.isfinite(g)):
+            break
+        if np.linalg.norm(g) <= tol * (1.0 + np.linalg.norm(eta)):
+            return theta
+        b.tick()
+        with np.errstate(all="ignore"):
+            H = B.to_numpy(B.hessian(psi, theta))
+        try:
+            step = -np.linalg.solve(H, g)
+        except np.linalg.LinAlgError:
+            break  # psi flattens out: eta lies outside the moment space
+        if not np.all(np.isfinite(step)) or float(g @ step) >= 0:
+            step = -g  # Hessian not numerically positive definite here: steepest descent
+        t = 1.0
+        while t > 1e-14:
+            cand = theta + t * step
+            if in_domain(cand):
+                f_new = obj(cand)
+                # Armijo on the convex objective; the second clause accepts
+                # steps that are flat only up to rounding near the solution
+                if np.isfinite(f_new) and (f_new <= f + 1e-4 * t * float(g @ step)
+                                           or abs(f_new - f) <= 1e-15 * (1 + abs(f))):
+                    break
+                # near the solution f is flat to rounding: accept a step that shrinks the moment error
+                with np.errstate(all="ignore"):
+                    g_new = B.to_numpy(B.grad(psi, cand)) - eta
+                if np.linalg.norm(g_new) <= (1 - 1e-4 * t) * np.linalg.norm(g):
+                    f_new = obj(cand)
+                    break
+            t *= 0.5
+        else:
+            break
+        theta, f = cand, f_new
+        if np.linalg.norm(theta) > 1e8 * (1.0 + norm0):
+            break  # running off to infinity: eta is outside the moment space (or on its boundary)
+    with np.errstate(all="ignore"):
+        g = B.to_numpy(B.grad(psi, theta)) - eta
+    if np.all(np.isfinite(g)) and np.linalg.norm(g) <= 1e-8 * (1.0 + np.linalg.norm(eta)):
+        return theta
+    raise ValueError(f"mean parameters {eta} are not attained by any natural parameter "
+                     f"(Legendre inversion stalled with moment error {np.linalg.norm(g):.3g}); "
+                     "expected a point in the interior of the convex hull of the sufficient statistics")
+
+
+def _candidate_starts(family: Any, eta: np.ndarray) -> list:
+    """The family's own start and a few interior natural parameters drawn by its ``random_point``."""
+    starts = [family._natural_start(eta)]
+    try:
+        nat = family.in_chart("natural")
+        rng = np.random.default_rng(0)
+        starts += [np.asarray(B.to_numpy(nat.random_point(rng)), dtype=float) for _ in range(8)]
+    except (ValueError, RuntimeError, NotImplementedError, TypeError):
+        pass
+    return starts
+
+
+def legendre_primitive(family: Any):
+    """``eta -> theta(eta)`` as an autograd primitive: Newton forward, :math:`F^{-1}` backward.
+
+    The Jacobian of the inverse moment map is :math:`(\\nabla^2\\psi)^{-1}` (Legendre duality),
+    symmetric, so the vector-Jacobian product is a solve with the Fisher matrix;
+    written with backend ops it is itself differentiable (Hessians of KL in the
+    mean chart work).
+    """
+    from autograd.extend import defvjp, primitive
+
+    @primitive
+    def theta_of_eta(eta):
+        eta = np.asarray(eta, dtype=float)
+        return newton_legendre(family.log_partition, eta, _candidate_starts(family, eta),
+                               family.in_natural_domain, budget=getattr(family, "budget", None))
+
+    defvjp(theta_of_eta, lambda theta, eta: lambda g: B.solve(family.fisher_natural(theta), g))
+    return theta_of_eta
