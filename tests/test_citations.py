@@ -15,10 +15,7 @@ INTERNAL = re.compile(r"\bseeds?[ _-]?0\d\d\b|\b00[0-4],? (?:Eqs?|Figs?|Sec)\.|\
 # Parts whose owners sweep them in their own branches; empty this list once they are merged.
 _NOT_YET_SWEPT = [
     "src/infogeo/nn",
-    "src/infogeo/statistical",
-    "src/infogeo/geometry",
-    "src/infogeo/solvers/relaxation.py",
-    "src/infogeo/solvers/mirror.py",
+    "src/infogeo/geometry/pullback.py",
 ]
 
 

@@ -1,4 +1,4 @@
-r"""Stochastic relaxation: minimise :math:`F(p) = E_p[f]` over Gaussian search distributions (seed 003).
+r"""Stochastic relaxation: minimise :math:`F(p) = E_p[f]` over Gaussian search distributions (Ollivier et al. 2017).
 
 For a black-box :math:`f` on :math:`\mathbb{R}^d`, relax :math:`\min_x f(x)` to
 :math:`\min_p E_p[f]` over :math:`p = N(\mu, \Sigma)` and follow the natural
