@@ -14,6 +14,18 @@ batched_distances
     categorical, Bernoulli, Poisson, exponential, multinomial): ratio to the
     two-line numpy formula on the same coordinates (target ≤ 2×) and to
     geomstats' batched ``metric.dist``.
+generic_log
+    ``log`` on the Poincaré half-plane with the metric given only as a function
+    (``MatrixMetric``): ratio to one ``scipy.integrate.solve_ivp`` of the same
+    geodesic with closed-form Christoffel symbols at the same tolerance (target ≤ 20×).
+beta_dirichlet_geodesics
+    Beta and Dirichlet(3) ``exp`` and ``dist``: ratio to geomstats with its solvers
+    tightened (target ≤ 0.5×); errors against a closed-form-Christoffel reference
+    (``solve_ivp`` for exp, ``solve_bvp`` for dist) must stay below 1e-9.
+full_gaussian
+    Full-Gaussian ``dist`` at d = 2, 5, 10 (median over random pairs) against a
+    50 ms budget (target at d = 10); error: end point of ``log`` integrated by an
+    independent moving-frame ODE.
 """
 from __future__ import annotations
 
@@ -198,9 +210,128 @@ def section_batched_distances(quick: bool = False) -> List[Row]:
     return rows
 
 
+# ------------------------------------------------------------ geodesics
+def _halfplane_closed_rhs(_t, s):
+    x, y, u, v = s
+    return [u, v, 2 * u * v / y, (v * v - u * u) / y]
+
+
+def section_generic_log(quick: bool = False) -> List[Row]:
+    """Half-plane log through MatrixMetric vs one closed-form-RHS solve_ivp (target 20)."""
+    from scipy.integrate import solve_ivp
+
+    from infogeo.geometry import geodesics
+    B = ig.backend
+    metric = ig.MatrixMetric(lambda x: B.stack([B.stack([1 / x[1] ** 2, 0 * x[0]]),
+                                                B.stack([0 * x[0], 1 / x[1] ** 2])]), dim=2)
+    x, y = np.array([0.3, 1.0]), np.array([1.5, 0.4])
+    exact = np.arccosh(1 + ((x - y) @ (x - y)) / (2 * x[1] * y[1]))
+    v = geodesics.log(metric, x, y)
+    err = abs(float(np.sqrt(v @ metric.matrix(x) @ v)) - exact)
+    t_ours = median_time(lambda: geodesics.log(metric, x, y), repeat=1 if quick else 3)
+    ref = lambda: solve_ivp(_halfplane_closed_rhs, (0, 1), np.r_[x, v], method="DOP853",  # noqa: E731
+                            rtol=geodesics.RTOL, atol=geodesics.ATOL)
+    return [Row("generic_log", "half-plane log (MatrixMetric)", t_ours, median_time(ref), "solve_ivp", err, 20.0)]
+
+
+def _dirichlet_type_reference(x, v=None, y=None):
+    r"""Closed-form geodesics of :math:`\psi = \sum\log\Gamma(a_i) - \log\Gamma(\sum a_i)` (Beta = k 2):
+    :math:`\Gamma_{ij,k} = \tfrac12\partial^3\psi`; exp by solve_ivp, dist by solve_bvp."""
+    from scipy.integrate import solve_bvp, solve_ivp
+    from scipy.special import polygamma
+    k = len(x)
+
+    def acc(a, w):                       # a, w: (n, k)
+        Tww = polygamma(2, a) * w ** 2 - polygamma(2, a.sum(1))[:, None] * w.sum(1, keepdims=True) ** 2
+        G = polygamma(1, a)[:, :, None] * np.eye(k) - polygamma(1, a.sum(1))[:, None, None]
+        return -np.linalg.solve(G, 0.5 * Tww[:, :, None])[:, :, 0]
+
+    def rhs(_t, Y):
+        Y2 = Y.reshape(2 * k, -1)
+        return np.vstack([Y2[k:], acc(Y2[:k].T, Y2[k:].T).T]).reshape(Y.shape)
+
+    if y is None:
+        sol = solve_ivp(rhs, (0, 1), np.r_[x, v], method="DOP853", rtol=1e-13, atol=1e-13)
+        return sol.y[:k, -1]
+    t = np.linspace(0, 1, 41)
+    Y0 = np.vstack([x[:, None] + (y - x)[:, None] * t, np.repeat((y - x)[:, None], len(t), axis=1)])
+    sol = solve_bvp(rhs, lambda ya, yb: np.r_[ya[:k] - x, yb[:k] - y], t, Y0, tol=1e-11, max_nodes=100000)
+    w = sol.y[k:, 0]
+    G = polygamma(1, x) * np.eye(k) - polygamma(1, x.sum())
+    return float(np.sqrt(w @ G @ w))
+
+
+def section_beta_dirichlet_geodesics(quick: bool = False) -> List[Row]:
+    """Beta and Dirichlet(3) exp and dist vs geomstats (tightened solvers), target 0.5."""
+    from infogeo.interop import geomstats as igs
+    rows: List[Row] = []
+    cases = [("beta", {}, np.array([1.0, 2.0]), np.array([2.0, 1.5]), np.array([0.5, -0.3])),
+             ("dirichlet", {"k": 3}, np.array([1.0, 2.0, 1.5]), np.array([2.0, 1.0, 3.0]), np.array([0.5, -0.3, 0.4]))]
+    for name, kw, x, y, v in cases:
+        M = ig.load_manifold(name, **kw)
+        label = "Dirichlet(3)" if name == "dirichlet" else "Beta"
+        try:
+            space = igs.geomstats_space(M)
+        except Exception as exc:  # geomstats missing: reported, no ratio
+            print(f"  {label}: geomstats unavailable ({type(exc).__name__})")
+            continue
+        ref_exp, ref_dist = _dirichlet_type_reference(x, v=v), _dirichlet_type_reference(x, y=y)
+        ours_exp = lambda: M.exp(x, M.vector(x, v))  # noqa: E731
+        ours_dist = lambda: M.dist(x, y)  # noqa: E731
+        gs_exp = lambda: space.metric.exp(v, x)  # noqa: E731
+        gs_dist = lambda: space.metric.dist(x, y)  # noqa: E731
+        r = 1 if quick else 3
+        for op, ours, gs, ref in (("exp", ours_exp, gs_exp, ref_exp), ("dist", ours_dist, gs_dist, ref_dist)):
+            err_ours, err_gs = max_err(ours(), ref), max_err(gs(), ref)
+            print(f"  {label} {op}: error ours {err_ours:.1e}, geomstats {err_gs:.1e} (reference: closed-form "
+                  f"Christoffel {'solve_ivp' if op == 'exp' else 'solve_bvp'})")
+            rows.append(Row("beta_dirichlet", f"{label} {op}", median_time(ours, repeat=r), median_time(gs, repeat=r),
+                            "geomstats", err_ours, 0.5))
+    return rows
+
+
+def _frame_ode_end(dmu, dS, d):
+    r"""End point from (0, I) of the full-Gaussian geodesic with velocity (dmu, dS) by the moving-frame ODE
+    :math:`x' = Bx/2`, :math:`B' = -xx^T`, :math:`L' = LB/2`, :math:`\mu' = Lx` (independent of Eriksen's form)."""
+    from scipy.integrate import solve_ivp
+
+    def rhs(_t, s):
+        L, x, Bm = s[d:d + d * d].reshape(d, d), s[d + d * d:2 * d + d * d], s[2 * d + d * d:].reshape(d, d)
+        return np.concatenate([L @ x, (0.5 * L @ Bm).ravel(), 0.5 * Bm @ x, (-np.outer(x, x)).ravel()])
+
+    sol = solve_ivp(rhs, (0, 1), np.concatenate([np.zeros(d), np.eye(d).ravel(), dmu, dS.ravel()]),
+                    method="DOP853", rtol=1e-13, atol=1e-13)
+    L = sol.y[d:d + d * d, -1].reshape(d, d)
+    return sol.y[:d, -1], L @ L.T
+
+
+def section_full_gaussian(quick: bool = False) -> List[Row]:
+    """Full-Gaussian dist at d = 2, 5, 10 against a 50 ms budget (target at d = 10)."""
+    from infogeo.statistical import gaussian_geodesics as gg
+    rng = np.random.default_rng(3)
+    rows: List[Row] = []
+    for d in (2, 5, 10):
+        times, errs = [], []
+        for _ in range(3 if quick else 9):
+            A = rng.standard_normal((d, d))
+            mu1, S1 = rng.standard_normal(d), A @ A.T + 0.3 * np.eye(d)
+            t0 = time.perf_counter()
+            gg.dist(np.zeros(d), np.eye(d), mu1, S1)
+            times.append(time.perf_counter() - t0)
+            dmu, dS = gg.log(np.zeros(d), np.eye(d), mu1, S1)
+            mu_end, S_end = _frame_ode_end(dmu, dS, d)
+            errs.append(max(np.max(np.abs(mu_end - mu1)), np.max(np.abs(S_end - S1)) / np.max(np.abs(S1))))
+        rows.append(Row("full_gaussian", f"dist d={d}", float(np.median(times)), 0.050, "50 ms", float(max(errs)),
+                        1.0 if d == 10 else None))
+    return rows
+
+
 #: every section, in print order: (name, function)
 SECTIONS: List[tuple] = [
     ("batched_distances", section_batched_distances),
+    ("generic_log", section_generic_log),
+    ("beta_dirichlet_geodesics", section_beta_dirichlet_geodesics),
+    ("full_gaussian", section_full_gaussian),
 ]
 
 

@@ -24,7 +24,7 @@ def frame_ode_exp(mu0, S0, dmu, dS):
     Bm = np.linalg.solve(L, np.linalg.solve(L, dS).T).T
 
     def rhs(_t, y):
-        mu, L, x, Bm = y[:d], y[d:d + d * d].reshape(d, d), y[d + d * d:2 * d + d * d], y[2 * d + d * d:].reshape(d, d)
+        L, x, Bm = y[d:d + d * d].reshape(d, d), y[d + d * d:2 * d + d * d], y[2 * d + d * d:].reshape(d, d)
         return np.concatenate([L @ x, (0.5 * L @ Bm).ravel(), 0.5 * Bm @ x, (-np.outer(x, x)).ravel()])
 
     y0 = np.concatenate([mu0, L.ravel(), x, Bm.ravel()])

@@ -17,14 +17,15 @@ Closed forms are an optimisation; everything here needs only
   :math:`vv^T` -- a single reverse pass, no Jacobian of the metric and no
   nested differentiation.  Integration is adaptive 8th-order Runge–Kutta
   (DOP853).  Several geodesics are integrated as one system (batched ``exp``).
-* ``log`` solves :math:`\exp_x(v) = y` by Newton's method.  The Jacobian
+* ``log`` solves :math:`\exp_x(v) = y` by a quasi-Newton method.  The Jacobian
   :math:`\partial\exp_x(v)/\partial v` comes from internal numerical
   differentiation: the geodesic and :math:`d` perturbed copies are integrated
   together with the same steps, so their differences are derivatives of the
-  discrete flow (Bock 1981).  The start is the chord corrected by the
+  discrete flow (Bock 1981); Broyden updates keep it current between such
+  solves.  The start is the chord corrected by the
   Christoffel term at the midpoint, :math:`v_0 = \Delta + \tfrac12\Gamma(m)[\Delta, \Delta]`;
-  iterations are inexact (each integration only as accurate as the current
-  error needs) with a backtracking line search, and when Newton stalls the
+  iterations integrate at a loose tolerance until the error is small, then at
+  full accuracy, with a backtracking line search, and when Newton stalls the
   target is moved along the coordinate chord and approached by continuation.
 
 Every solve runs under a :class:`~infogeo.budget.Budget` (right-hand-side
@@ -47,6 +48,8 @@ __all__ = ["GeodesicError", "BudgetExceededError", "christoffel", "acceleration"
 
 RTOL = 1e-12
 ATOL = 1e-12
+#: tolerance of the integrations while the shooting is still far from its target
+LOOSE_RTOL = 1e-6
 #: default budget of one ``log``/``exp``: Newton iterations and wall time
 DEFAULT_BUDGET = Budget(max_iter=200, max_time=60.0)
 #: right-hand-side evaluations allowed to one integration
@@ -211,17 +214,18 @@ class _Shooter:
         return ends[0], (ends[1:] - ends[0]).T / h
 
     def newton(self, v: np.ndarray, y: np.ndarray, tol: float) -> np.ndarray:
-        """Inexact Newton with backtracking; raises ``_Stall`` when it cannot make progress from ``v``."""
+        """Quasi-Newton with backtracking; raises ``_Stall`` when it cannot make progress from ``v``.
+
+        The Jacobian comes from internal numerical differentiation at the start (and again when
+        a step fails) and is kept current by Broyden updates, so each iteration integrates one
+        geodesic: at a loose tolerance while far from the target, at full accuracy near it.
+        """
         scale = 1.0 + np.linalg.norm(y)
-
-        def accuracy(err):
-            return float(np.clip(1e-3 * err / scale, RTOL, 1e-6))
-
         try:
-            e, J = self.end_and_jacobian(v, 1e-6)
+            e, J = self.end_and_jacobian(v, LOOSE_RTOL)
         except GeodesicError:
             raise _Stall from None
-        r, exact = e - y, False
+        r, exact, fresh = e - y, False, True
         while True:
             err = np.linalg.norm(r)
             if err <= tol * scale and exact:
@@ -231,17 +235,20 @@ class _Shooter:
                 step = -np.linalg.solve(J, r)
             except np.linalg.LinAlgError:
                 raise _Stall from None
-            # near the solution keep the Jacobian and integrate only the geodesic, accurately
-            final = accuracy(err) <= 1e-10 or err <= 1e3 * tol * scale
+            # near the target the loose integration's own error would dominate: integrate accurately,
+            # from a fresh Jacobian (the chord iteration then gains about five digits per step)
+            final = err <= 1e2 * LOOSE_RTOL * scale
+            if final and not exact and not fresh:
+                try:
+                    J, fresh = self.end_and_jacobian(v, LOOSE_RTOL)[1], True
+                    step = -np.linalg.solve(J, r)
+                except (GeodesicError, np.linalg.LinAlgError):
+                    raise _Stall from None
             t = 1.0
             while True:
                 cand = v + t * step
                 try:
-                    if final:
-                        r_c, J_c = self.end(cand, RTOL) - y, J
-                    else:
-                        e_c, J_c = self.end_and_jacobian(cand, accuracy(err))
-                        r_c = e_c - y
+                    r_c = self.end(cand, RTOL if final else LOOSE_RTOL) - y
                 except GeodesicError:
                     r_c = None
                 if r_c is not None and (np.linalg.norm(r_c) < (1.0 - 1e-4 * t) * err
@@ -249,9 +256,20 @@ class _Shooter:
                     break
                 t *= 0.5
                 if t < 1e-3:
-                    raise _Stall
+                    break
                 self.budget.tick()
-            v, r, J, exact = cand, r_c, J_c, final
+            if t < 1e-3:
+                if fresh:
+                    raise _Stall
+                try:   # the Broyden Jacobian went stale: a fresh one at the current velocity
+                    e, J = self.end_and_jacobian(v, RTOL if exact else LOOSE_RTOL)
+                except GeodesicError:
+                    raise _Stall from None
+                r, fresh = e - y, True
+                continue
+            s_ = cand - v
+            J = J + np.outer((r_c - r) - J @ s_, s_) / (s_ @ s_)   # Broyden's update
+            v, r, exact, fresh = cand, r_c, final, False
 
 
 def _midpoint_guess(flow: _Flow, x: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -267,7 +267,6 @@ def _unit_log(mu_t: np.ndarray, S_t: np.ndarray, budget: Budget, tol: float = 1e
     if special is not None:
         return special
     prob = _Unit(mu_t, S_t)
-    d = prob.d
     w, U = np.linalg.eigh(S_t)
     logS = (U * np.log(w)) @ U.T
     # continuation path from (0, I): (s mu_t, S_t^s); start of each stage scaled from the previous one
