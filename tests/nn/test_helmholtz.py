@@ -261,3 +261,14 @@ def test_bad_input_is_refused_and_data_left_alone():
     copy = x.clone()
     H.ReweightedWakeSleep(hm, natural=True, seed=0).step(x)
     assert torch.equal(x, copy)
+
+
+def test_a_diverged_machine_raises_and_steps_nothing():
+    hm = H.HelmholtzMachine((4, 3), dtype=D, seed=0)
+    with torch.no_grad():
+        hm.p.layers[0].weight[0, 0] = float("nan")
+    before = [p.detach().clone() for p in hm.parameters()]
+    with pytest.raises(FloatingPointError, match="diverged"):
+        H.ReweightedWakeSleep(hm, natural=True, seed=0).step(torch.ones(2, 4, dtype=D))
+    for p, b in zip(hm.parameters(), before):
+        torch.testing.assert_close(p.detach(), b, equal_nan=True, rtol=0, atol=0)

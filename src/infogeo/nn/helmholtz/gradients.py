@@ -69,9 +69,12 @@ def reweighted_wake_sleep(machine: HelmholtzMachine, x: torch.Tensor, samples: i
     """The reweighted wake-sleep gradients for the mini-batch ``x`` ``(B, n_0)`` (binary).
 
     ``samples`` is ``K``, draws from ``q`` per data vector; ``sleep_samples`` dreams from ``p``
-    (default ``B``).
+    (default ``B``).  Raises ``FloatingPointError`` if an importance weight is not finite.
     """
     state, logw = machine.wake_samples(x, samples, generator)
+    if not bool(torch.isfinite(logw).all()):   # before anything is sampled from p or stepped
+        raise FloatingPointError("a log importance weight log p(x, h) - log q(h | x) is not finite: the machine "
+                                 "has diverged (lower the step size, or raise the damping of the natural version)")
     K, B = logw.shape
     omega = torch.softmax(logw, dim=0).reshape(-1) / B
     bound = float((torch.logsumexp(logw, 0) - math.log(K)).mean())

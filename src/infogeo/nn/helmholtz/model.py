@@ -53,13 +53,11 @@ class Conditional:
         one = torch.ones(n, 1, dtype=self.bias.dtype, device=self.bias.device)
         return one if self.source is None else torch.cat([state[self.source], one], dim=1)
 
-    def logits(self, state: State, parent: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``a = W h + b`` for the samples of ``state`` (or of ``parent``), shape ``(N, units)``."""
+    def logits(self, state: State) -> torch.Tensor:
+        """``a = W h + b`` for the samples of ``state``, shape ``(N, units)``."""
         if self.weight is None:
-            n = (state[self.target] if parent is None else parent).shape[0]
-            return self.bias.expand(n, -1)
-        h = state[self.source] if parent is None else parent
-        return F.linear(h, self.weight, self.bias)
+            return self.bias.expand(state[self.target].shape[0], -1)
+        return F.linear(state[self.source], self.weight, self.bias)
 
 
 def bernoulli_log_prob(v: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
@@ -99,7 +97,7 @@ class BernoulliNet(torch.nn.Module):
     def _sample_from(self, state: State, generator: Optional[torch.Generator]) -> State:
         state = list(state)
         for c in self.conditionals():
-            p = torch.sigmoid(c.logits(state, parent=None if c.source is None else state[c.source]))
+            p = torch.sigmoid(c.logits(state))   # state[c.target] is still a placeholder of the right size
             state[c.target] = torch.bernoulli(p, generator=generator)
         return state
 

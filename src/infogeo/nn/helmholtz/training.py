@@ -98,7 +98,10 @@ class ReweightedWakeSleep:
         return p_dir, q_dir, g.bound
 
     def step(self, x: torch.Tensor) -> float:
-        """One wake-sleep step on the mini-batch ``x``; returns the batch's mean bound before the step."""
+        """One wake-sleep step on the mini-batch ``x``; returns the batch's mean bound before the step.
+
+        Raises ``FloatingPointError`` (and steps nothing) if an importance weight is not finite.
+        """
         p_dir, q_dir, bound = self.directions(x)
         write_grads(self.machine.p, p_dir)
         write_grads(self.machine.q, q_dir)
