@@ -149,7 +149,7 @@ def plot_samples(runs: Dict[str, Dict[str, Any]], Xte: torch.Tensor, path: Path,
 
 
 def main(argv=None) -> Dict[str, Any]:
-    a = example_args(__doc__, argv)
+    a = example_args(__doc__, argv)   # the options "--out" and "--quick" (the docs build looks for the latter)
     Xtr, Xte = binarised_digits()
     epochs, batch, eval_samples = 30, 20, EVAL_SAMPLES
     if a.quick:  # a third of the training digits, two epochs, a coarser log-likelihood estimate

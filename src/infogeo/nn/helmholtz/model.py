@@ -105,12 +105,13 @@ class BernoulliNet(torch.nn.Module):
 class SigmoidBeliefNet(BernoulliNet):
     """The generative network ``p(x, h)``: a prior on ``h_L``, then ``p(h_l | h_{l+1})`` down to ``x``.
 
+    Its parameters are ``prior`` (the top layer's logits) and ``layers[l]``, an
+    ``nn.Linear(n_{l+1}, n_l)`` per layer.
+
     Parameters
     ----------
     sizes : sequence of int
         ``(n_0, ..., n_L)``: data layer first, top layer last.
-
-    Attributes ``prior`` (the top logits) and ``layers[l]`` (``nn.Linear(n_{l+1}, n_l)``).
     """
 
     def __init__(self, sizes: Sequence[int]):
