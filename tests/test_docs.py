@@ -270,7 +270,7 @@ def test_rst_roles_become_markdown():
 
 
 # ----------------------------------------------------------------------------- the pages' snippets run
-PAGES = ["getting-started.md", "concepts.md", "solvers.md", "nn.md", "manifolds/discrete.md",
+PAGES = ["getting-started.md", "concepts.md", "solvers.md", "nn.md", "wake-sleep.md", "manifolds/discrete.md",
          "manifolds/gaussian.md", "manifolds/exponential-family.md", "manifolds/contributed.md",
          "manifolds/writing.md"]
 
@@ -282,7 +282,7 @@ def test_every_page_with_python_is_checked():
 
 @pytest.mark.parametrize("page", PAGES)
 def test_page_snippets_run(page, monkeypatch):
-    if page == "nn.md":
+    if page in ("nn.md", "wake-sleep.md"):
         pytest.importorskip("torch")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     blocks = re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(encoding="utf-8"), re.S)

@@ -22,4 +22,7 @@ def __getattr__(name):
     if name == "NaturalGradient":
         from .optim import NaturalGradient
         return NaturalGradient
+    if name == "helmholtz":  # Helmholtz machines, (natural) reweighted wake-sleep: imported on first use
+        import importlib
+        return importlib.import_module(f"{__name__}.helmholtz")
     raise AttributeError(f"module 'infogeo.nn' has no attribute {name!r}")
