@@ -73,7 +73,7 @@ class NetworkMetric(PullbackMetric):
         return self._linearizations.get(None, x, key=key, build=lambda: sp.linearize(x))
 
     @property
-    def cache(self) -> bool:
+    def cache(self) -> bool:  # noqa: D401
         """Whether the linearisation is kept between products (default True)."""
         return self._linearizations.enabled
 
