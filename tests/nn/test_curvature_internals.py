@@ -217,7 +217,7 @@ def test_capture_does_not_keep_layer_outputs_alive():
     freed_during_backward = []
     try:
         bp.capture(space, lambda z: torch.ones((1,) + z.shape),
-                   reducer=lambda layer: lambda g: freed_during_backward.append(refs[0]() is None))
+                   reducer=lambda layer, cols: lambda j, g: freed_during_backward.append(refs[0]() is None))
     finally:
         h.remove()
     # tanh saves its result, not its input: the pre-activation of layer 0 is already

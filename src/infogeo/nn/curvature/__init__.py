@@ -33,6 +33,10 @@ def build(space, kind: str, method: str = "exact", *, samples: int = 1, targets=
             return Dense.build(space, metric)
         return Implicit(space.layout, metric, space.point, max_iter=options.get("max_iter", space.cg_max_iter),
                         rtol=options.get("rtol", space.cg_rtol))
+    # Monte Carlo: one backward pass per sample at all positions at once (the samples are
+    # independent with mean zero at each position, so the cross-position terms vanish in
+    # expectation); exact and empirical: one row per position (see _backprop.Columns)
+    options.setdefault("per_position", method != "mc")
     if key == "diag":
         return Diagonal.build(space, factor_fn, **options)
     if key == "kfac":

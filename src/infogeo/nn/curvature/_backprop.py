@@ -28,9 +28,10 @@ returns non-tensors fall back to per-example vjps of the whole network.
 from __future__ import annotations
 
 import logging
+import math
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -126,18 +127,74 @@ def _classify(layer: Layer, calls: List[_Call], N: int) -> str:
     return "module"
 
 
+class Columns:
+    r"""The output columns back-propagated by :func:`capture`: ``count`` tensors shaped like the outputs.
+
+    ``S`` (shape ``(K, N, *middle, C)``) holds the factor columns :math:`s_{kn}`
+    of the output metric (square-root columns, samples, or loss gradients).
+    The curvature of outputs with middle axes is a sum over *positions*
+    :math:`t` (``G = 1/N sum_n sum_t J_nt^T H_nt J_nt``), so with
+    ``per_position`` every column is split into ``T = prod(middle)`` columns,
+    column ``j = k T + t`` being :math:`s_{k}` at position :math:`t` and zero
+    elsewhere: the pseudo-gradient of a row is then :math:`J_{nt}^T s_{knt}`
+    (the gradient of one position's scalar :math:`\langle s_{knt}, z_{nt}\rangle`,
+    which for shared weights collects that position's contributions from
+    every place the weights are used), and sums of squared rows are exact.
+    Without ``per_position`` the column is :math:`s_k` at all positions at
+    once (one backward pass instead of ``T``): for independent zero-mean
+    samples at each position the cross-position terms vanish in expectation
+    (Monte Carlo), and K-FAC's gradient factor is defined this way.
+
+    Rows are ordered ``r = j N + n`` (column ``j``, example ``n``).
+    """
+
+    def __init__(self, S: torch.Tensor, per_position: bool = True):
+        self.S = S
+        self.K, self.N, self.C = S.shape[0], S.shape[1], S.shape[-1]
+        self.T = math.prod(S.shape[2:-1]) if per_position else 1
+        self.count = self.K * self.T
+        self.rows = self.count * self.N
+
+    def __getitem__(self, j: int) -> torch.Tensor:
+        """Column ``j``, shape ``(N, *middle, C)``."""
+        k, t = divmod(j, self.T)
+        if self.T == 1:
+            return self.S[k]
+        flat = self.S[k].reshape(self.N, self.T, self.C)
+        col = torch.zeros_like(flat)
+        col[:, t] = flat[:, t]
+        return col.reshape(self.S.shape[1:])
+
+    def row_block(self, sl: slice) -> torch.Tensor:
+        """Rows ``sl`` (each one example's outputs cotangent), shape ``(len, *middle, C)``."""
+        r = torch.arange(sl.start, sl.stop, device=self.S.device)
+        j, n = r // self.N, r % self.N
+        base = self.S[j // self.T, n]
+        if self.T == 1:
+            return base
+        flat = base.reshape(len(r), self.T, self.C)
+        mask = torch.nn.functional.one_hot(j % self.T, self.T).to(flat.dtype).unsqueeze(-1)
+        return (flat * mask).reshape(base.shape)
+
+    def group_ends(self, j: int) -> bool:
+        """Whether column ``j`` is the last position of its factor column ``k``."""
+        return (j + 1) % self.T == 0
+
+
 def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor],
-            reducer: Optional[Callable[[Layer], Optional[Callable[[torch.Tensor], None]]]] = None,
-            ) -> Tuple[torch.Tensor, torch.Tensor, List[Layer]]:
-    """Forward once with hooks, then back-propagate the columns ``S = factor_fn(z)`` to every layer output.
+            reducer: Optional[Callable[[Layer, "Columns"], Optional[Callable[[int, torch.Tensor], None]]]] = None,
+            per_position: Union[bool, Callable[[List[Layer]], bool]] = True
+            ) -> Tuple[torch.Tensor, Columns, List[Layer]]:
+    """Forward once with hooks, then back-propagate the :class:`Columns` of ``factor_fn(z)`` to every layer output.
 
-    The ``K`` columns go back one at a time through the retained graph, so no
-    ``(K, N, ...)`` gradient of the whole network is ever held.  ``reducer(layer)``
-    may return a callable that consumes one column's output gradient ``(N, ...)``
-    of that layer (and accumulates what the curvature needs); layers without one
-    keep all columns in ``layer.grad_out``, shape ``(K, N, ...)``.
+    The columns go back one at a time through the retained graph, so no
+    ``(K, N, ...)`` gradient of the whole network is ever held.  ``reducer(layer, cols)``
+    may return a callable ``sink(j, g)`` that consumes column ``j``'s output gradient
+    ``(N, ...)`` of that layer (and accumulates what the curvature needs); layers
+    without one keep all columns in ``layer.grad_out``, shape ``(count, N, ...)``.
 
-    Returns ``(z, S, layers)``; ``S`` has shape ``(K,) + z.shape``.
+    ``per_position`` may be a function of the classified layers (see :class:`Columns`).
+    Returns ``(z, columns, layers)``.
     """
     space.check_per_example()
     layers = find_layers(space)
@@ -157,8 +214,6 @@ def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor],
         for h in handles:
             h.remove()
     space.output_metric.check(z)
-    S = factor_fn(z.detach())
-    K = S.shape[0]
     N = space.batch_size
     live = []
     for l in layers:
@@ -173,26 +228,30 @@ def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor],
             logger.debug("layer %r: per-example fallback through the whole network (%d calls)",
                          l.path, len(calls[l.path]))
     del calls
+    if callable(per_position):
+        per_position = per_position(layers)
+    cols = Columns(factor_fn(z.detach()), bool(per_position))
     if live:
-        sinks = [reducer(l) if reducer is not None else None for l in live]
+        sinks = [reducer(l, cols) if reducer is not None else None for l in live]
         outs = [l.output for l in live]
-        for k in range(K):
+        J = cols.count
+        for j in range(J):
             with torch.enable_grad():
-                grads = torch.autograd.grad(z, outs, S[k], retain_graph=k < K - 1, allow_unused=True)
+                grads = torch.autograd.grad(z, outs, cols[j], retain_graph=j < J - 1, allow_unused=True)
             for l, sink, g in zip(live, sinks, grads):
                 if g is None:
                     g = torch.zeros(l.output_shape, dtype=z.dtype, device=z.device)
                 if sink is not None:
-                    sink(g)
+                    sink(j, g)
                     continue
                 if l.grad_out is None:
-                    l.grad_out = torch.empty((K,) + tuple(g.shape), dtype=g.dtype, device=g.device)
-                l.grad_out[k] = g
+                    l.grad_out = torch.empty((J,) + tuple(g.shape), dtype=g.dtype, device=g.device)
+                l.grad_out[j] = g
             del grads
         del outs
         for l in live:
             l.output = None  # drop the graph
-    return z.detach(), S, layers
+    return z.detach(), cols, layers
 
 
 # ----------------------------------------------------------- reducers
@@ -227,9 +286,9 @@ def gram(a: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
                 out[j:j + bs, i:i + bs] = blk.T
     return out
 
-def square_sum(layer: Layer) -> Callable[[torch.Tensor], None]:
-    r"""Sink accumulating :math:`\sum_k b_k^{\odot 2}` (shape of the layer output) into ``layer.stat``."""
-    def sink(g):
+def square_sum(layer: Layer, cols: Optional[Columns] = None) -> Callable[[int, torch.Tensor], None]:
+    r"""Sink accumulating :math:`\sum_j b_j^{\odot 2}` (shape of the layer output) into ``layer.stat``."""
+    def sink(j, g):
         if layer.stat is None:
             # kept by reference, squared when a second column arrives or when read:
             # with one column (one Monte Carlo sample) no squared copy coexists with
@@ -243,23 +302,33 @@ def square_sum(layer: Layer) -> Callable[[torch.Tensor], None]:
 
 
 def squared_stat(layer: Layer) -> torch.Tensor:
-    r""":math:`\sum_k b_k^{\odot 2}` as accumulated by :func:`square_sum`."""
+    r""":math:`\sum_j b_j^{\odot 2}` as accumulated by :func:`square_sum`."""
     return layer.stat.square() if layer.stat_unsquared else layer.stat
 
 
-def gram_sum(layer: Layer) -> Callable[[torch.Tensor], None]:
-    r"""Sink accumulating :math:`\sum_{k,n,t} b_{knt} b_{knt}^T` (output channels) into ``layer.stat``.
+def channels_last(layer: Layer, g: torch.Tensor) -> torch.Tensor:
+    """Output gradient ``(N, ..., out)`` with the channel axis last (Conv2d has it at axis 1)."""
+    return g.flatten(2).transpose(1, 2) if layer.kind == "conv2d" else g
 
-    For Linear the channel axis is last, for Conv2d it is axis 1 (positions after it).
+
+def gram_sum(layer: Layer, cols: Columns, reduce_positions: bool = False) -> Callable[[int, torch.Tensor], None]:
+    r"""Sink accumulating K-FAC's :math:`\sum_{k,n,t} b_{knt} b_{knt}^T` (output channels) into ``layer.stat``.
+
+    :math:`b_{k}` is the layer's output gradient for the whole factor column
+    :math:`s_k` (all positions at once): per-position columns of one group are
+    summed first.  ``reduce_positions`` sums :math:`b_{knt}` over the layer's
+    positions :math:`t` before the outer product (K-FAC-reduce).
     """
-    def sink(g):
-        if layer.kind == "conv2d":
-            gm = g.flatten(2)                                   # (N, C, L)
-            gg = torch.tensordot(gm, gm, dims=([0, 2], [0, 2]))
-            layer.stat = gg if layer.stat is None else layer.stat.add_(gg)
+    acc: Dict[str, torch.Tensor] = {}
+
+    def sink(j, g):
+        acc["b"] = g if "b" not in acc else acc["b"].add_(g)
+        if not cols.group_ends(j):
             return
-        gm = g.reshape(-1, g.shape[-1])
-        layer.stat = gram(gm) if layer.stat is None else layer.stat.add_(gram(gm))
+        b = channels_last(layer, acc.pop("b"))
+        b = b.reshape(b.shape[0], -1, b.shape[-1])
+        b = b.sum(1) if reduce_positions else b.reshape(-1, b.shape[-1])
+        layer.stat = gram(b) if layer.stat is None else layer.stat.add_(gram(b))
     return sink
 
 
@@ -299,15 +368,14 @@ def _chunks(R: int, per_row: int, chunk_elements: int) -> Iterator[slice]:
         yield slice(s, min(R, s + step))
 
 
-def row_grads(layer: Layer, space, S: torch.Tensor, chunk_elements: int = CHUNK_ELEMENTS
+def row_grads(layer: Layer, space, cols: Columns, chunk_elements: int = CHUNK_ELEMENTS
               ) -> Iterator[Dict[str, torch.Tensor]]:
-    r"""Per-row pseudo-gradients :math:`J_n^T s_{kn}` of this layer's parameters, in chunks of rows.
+    r"""Per-row pseudo-gradients :math:`J_n^T s_{jn}` of this layer's parameters, in chunks of rows.
 
-    Rows are ordered ``r = k * N + n``; each chunk is a dict full name -> ``(R, *shape)``.
+    Rows are ordered ``r = j * N + n``; each chunk is a dict full name -> ``(R, *shape)``.
     """
     N = space.batch_size
-    K = S.shape[0]
-    R = K * N
+    R = cols.rows
     per_row = layer.numel
     if layer.kind in ("linear", "conv2d"):
         a, b, _ = layer_ab(layer)
@@ -325,35 +393,63 @@ def row_grads(layer: Layer, space, S: torch.Tensor, chunk_elements: int = CHUNK_
     elif layer.kind == "module":
         rows = layer.grad_out.reshape((R,) + tuple(layer.grad_out.shape[2:]))
         p = {a: space.point[full].detach() for a, full in layer.params.items()}
-        for res in _per_row_vjps(layer.module, p, layer.inputs, layer.kwargs, rows, N, per_row, chunk_elements):
+        for res in _per_row_vjps(layer.module, p, layer.inputs, layer.kwargs, lambda sl: rows[sl], R, N,
+                                 per_row, chunk_elements):
             yield {layer.params[a]: g for a, g in res.items()}
     else:
-        yield from global_row_grads(space, layer.names, S, chunk_elements)
+        yield from global_row_grads(space, layer.names, cols, chunk_elements)
 
 
 def _per_row_vjps(module: torch.nn.Module, p: Dict[str, torch.Tensor], inputs: Tuple[torch.Tensor, ...],
-                  kwargs: Dict[str, Any], rows: torch.Tensor, N: int, per_row: int, chunk_elements: int
-                  ) -> Iterator[Dict[str, torch.Tensor]]:
-    r"""Chunks of :math:`J_n^T g_r` for row ``r = k N + n`` of ``rows``, by a vmapped per-example vjp.
+                  kwargs: Dict[str, Any], rows: Callable[[slice], torch.Tensor], R: int, N: int, per_row: int,
+                  chunk_elements: int) -> Iterator[Dict[str, torch.Tensor]]:
+    r"""Chunks of :math:`J_n^T g_r` for rows ``r = j N + n`` (``rows(slice)`` gives their cotangents).
 
+    By a vmapped per-example vjp; modules that ``vmap`` cannot batch (the fused
+    kernels of ``nn.RNN``/``LSTM``/``GRU``, data-dependent control flow) get the
+    same rows by a loop over examples (one forward and one vjp per row).
     ``p`` replaces some of ``module``'s parameters (the others stay the module's
     own, which require grad: the results are detached from that graph).
     """
+    def f_of(args_row):
+        return lambda q: functional_call(module, q, tuple(x.unsqueeze(0) for x in args_row), kwargs, strict=False)
+
     def one(pp, args_row, g_row):
-        f = lambda q: functional_call(module, q, tuple(x.unsqueeze(0) for x in args_row), kwargs,  # noqa: E731
-                                      strict=False)
-        return torch.func.vjp(f, pp)[1](g_row.unsqueeze(0))[0]
+        return torch.func.vjp(f_of(args_row), pp)[1](g_row.unsqueeze(0))[0]
 
-    for sl in _chunks(rows.shape[0], per_row, chunk_elements):
-        n_idx = torch.arange(sl.start, sl.stop, device=rows.device) % N
-        res = torch.func.vmap(one, in_dims=(None, 0, 0))(p, tuple(x[n_idx] for x in inputs), rows[sl])
-        yield {n: g.detach() for n, g in res.items()}
+    batched = True
+    for sl in _chunks(R, per_row, chunk_elements):
+        n_idx = torch.arange(sl.start, sl.stop, device=p[next(iter(p))].device) % N
+        g = rows(sl)
+        if batched:
+            try:
+                res = torch.func.vmap(one, in_dims=(None, 0, 0))(p, tuple(x[n_idx] for x in inputs), g)
+                yield {n: t.detach() for n, t in res.items()}
+                continue
+            except (RuntimeError, NotImplementedError, ValueError) as err:
+                logger.debug("per-example gradients of %s by a loop (vmap failed: %s)", type(module).__name__, err)
+                batched = False
+        yield _row_loop(f_of, p, inputs, n_idx, g)
 
 
-def global_row_grads(space, names: List[str], S: torch.Tensor, chunk_elements: int = CHUNK_ELEMENTS
+def _row_loop(f_of, p: Dict[str, torch.Tensor], inputs: Tuple[torch.Tensor, ...], n_idx: torch.Tensor,
+              g: torch.Tensor) -> Dict[str, torch.Tensor]:
+    """Per-row vjps without vmap: one forward per example in the chunk, one vjp per row."""
+    out = {n: torch.empty((len(n_idx),) + tuple(t.shape), dtype=t.dtype, device=t.device) for n, t in p.items()}
+    for n in torch.unique(n_idx).tolist():
+        idx = (n_idx == n).nonzero().flatten()
+        with torch.enable_grad():
+            _, vjp = torch.func.vjp(f_of(tuple(x[n] for x in inputs)), p)
+            for i in idx.tolist():
+                res = vjp(g[i].unsqueeze(0))[0]
+                for name, t in res.items():
+                    out[name][i] = t.detach()
+    return out
+
+
+def global_row_grads(space, names: List[str], cols: Columns, chunk_elements: int = CHUNK_ELEMENTS
                      ) -> Iterator[Dict[str, torch.Tensor]]:
     """Per-row pseudo-gradients of ``names`` by per-example vjps of the whole network (fallback)."""
     p = {n: space.point[n].detach() for n in names}
-    rows = S.reshape((-1,) + tuple(S.shape[2:]))
-    yield from _per_row_vjps(space.model, p, space.args, {}, rows, space.batch_size,
+    yield from _per_row_vjps(space.model, p, space.args, {}, cols.row_block, cols.rows, space.batch_size,
                              sum(t.numel() for t in p.values()), chunk_elements)

@@ -47,12 +47,12 @@ def is_plain_linear(layer: bp.Layer) -> bool:
     return layer.kind == "linear" and layer.inputs[0].dim() == 2
 
 
-def diag_reducer(layer: bp.Layer):
-    r"""Column sink for :func:`~._backprop.capture`: plain Linear layers keep only :math:`\sum_k b_k^2`."""
+def diag_reducer(layer: bp.Layer, cols: bp.Columns):
+    r"""Column sink for :func:`~._backprop.capture`: plain Linear layers keep only :math:`\sum_j b_j^2`."""
     return bp.square_sum(layer) if is_plain_linear(layer) else None
 
 
-def diag_blocks(space, layers: List[bp.Layer], S: torch.Tensor,
+def diag_blocks(space, layers: List[bp.Layer], cols: bp.Columns,
                 chunk_elements: int = bp.CHUNK_ELEMENTS) -> List[DiagBlock]:
     """One :class:`DiagBlock` per layer (and one for all whole-network fallback parameters)."""
     N = space.batch_size
@@ -67,12 +67,12 @@ def diag_blocks(space, layers: List[bp.Layer], S: torch.Tensor,
         if is_plain_linear(layer):
             blocks.append(_linear_diag(layer, N))
         else:
-            blocks.append(_mean_of_squares(bp.row_grads(layer, space, S, chunk_elements), N))
+            blocks.append(_mean_of_squares(bp.row_grads(layer, space, cols, chunk_elements), N))
         layer.stat = layer.grad_out = None
         layer.inputs = ()
     blocks.reverse()
     if global_names:
-        blocks.append(_mean_of_squares(bp.global_row_grads(space, global_names, S, chunk_elements), N))
+        blocks.append(_mean_of_squares(bp.global_row_grads(space, global_names, cols, chunk_elements), N))
     return blocks
 
 
@@ -107,6 +107,7 @@ class Diagonal(BlockCurvature):
     """
 
     @classmethod
-    def build(cls, space, factor_fn, chunk_elements: int = bp.CHUNK_ELEMENTS) -> "Diagonal":
-        _, S, layers = bp.capture(space, factor_fn, diag_reducer)
-        return cls(space.layout, diag_blocks(space, layers, S, chunk_elements), space.point)
+    def build(cls, space, factor_fn, chunk_elements: int = bp.CHUNK_ELEMENTS, per_position: bool = True
+              ) -> "Diagonal":
+        _, cols, layers = bp.capture(space, factor_fn, diag_reducer, per_position)
+        return cls(space.layout, diag_blocks(space, layers, cols, chunk_elements), space.point)
