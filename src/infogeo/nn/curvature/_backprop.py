@@ -27,6 +27,7 @@ returns non-tensors fall back to per-example vjps of the whole network.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import weakref
@@ -400,6 +401,16 @@ def row_grads(layer: Layer, space, cols: Columns, chunk_elements: int = CHUNK_EL
         yield from global_row_grads(space, layer.names, cols, chunk_elements)
 
 
+def math_attention():
+    """Scaled dot-product attention by its composite (math) kernel, which ``vmap`` batches and
+    differentiates in every mode; the fused CPU/GPU kernels have neither a batching rule nor forward AD."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:  # older torch
+        return contextlib.nullcontext()
+    return sdpa_kernel([SDPBackend.MATH])
+
+
 def _per_row_vjps(module: torch.nn.Module, p: Dict[str, torch.Tensor], inputs: Tuple[torch.Tensor, ...],
                   kwargs: Dict[str, Any], rows: Callable[[slice], torch.Tensor], R: int, N: int, per_row: int,
                   chunk_elements: int) -> Iterator[Dict[str, torch.Tensor]]:
@@ -423,7 +434,8 @@ def _per_row_vjps(module: torch.nn.Module, p: Dict[str, torch.Tensor], inputs: T
         g = rows(sl)
         if batched:
             try:
-                res = torch.func.vmap(one, in_dims=(None, 0, 0))(p, tuple(x[n_idx] for x in inputs), g)
+                with math_attention():
+                    res = torch.func.vmap(one, in_dims=(None, 0, 0))(p, tuple(x[n_idx] for x in inputs), g)
                 yield {n: t.detach() for n, t in res.items()}
                 continue
             except (RuntimeError, NotImplementedError, ValueError) as err:
