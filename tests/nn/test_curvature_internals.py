@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 from torch.func import functional_call, jacrev  # noqa: E402
 
 import infogeo as ig  # noqa: E402
-from infogeo.nn.curvature import _backprop as bp  # noqa: E402
+from infogeo.nn.curvature import _backprop as bp, _reducers as red  # noqa: E402
 from .conftest import categorical_Gz, flat, mlp, reference_metric  # noqa: E402
 from .test_space import EXACT, rand_like, rel  # noqa: E402
 
@@ -18,9 +18,9 @@ from .test_space import EXACT, rand_like, rel  # noqa: E402
 def test_gram_matches_matmul(n):
     a = torch.randn(37, n, dtype=torch.float64, generator=torch.Generator().manual_seed(n))
     ref = a.T @ a
-    assert rel(bp.gram(a), ref) < 1e-14
+    assert rel(red.gram(a), ref) < 1e-14
     big = torch.full((n + 1, n + 1), float("nan"), dtype=torch.float64)
-    bp.gram(a, out=big[:n, :n])  # a strided view is filled completely
+    red.gram(a, out=big[:n, :n])  # a strided view is filled completely
     assert rel(big[:n, :n], ref) < 1e-14 and torch.isnan(big[n]).all()
 
 

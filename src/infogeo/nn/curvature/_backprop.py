@@ -2,7 +2,8 @@ r"""One forward pass, one backward pass per output column: the per-layer quantit
 
 For output columns :math:`s_{kn}` (square-root columns of :math:`G_z`, Monte Carlo
 samples, or loss gradients), every curvature here is built from the
-*pseudo-gradients* :math:`\mathcal D w_{kn} = J_n^T s_{kn}` (seed 000, Sec. 5.2).
+*pseudo-gradients* :math:`\mathcal D w_{kn} = J_n^T s_{kn}` (the rows of the
+curvature's square root, Dangel et al. 2020, "BackPACK").
 They are never formed for the whole network.  Instead:
 
 1. one forward pass records, for each layer (module owning trainable
@@ -19,32 +20,22 @@ They are never formed for the whole network.  Instead:
    entries sum to :math:`\sum_{k} b_{kn}^2 (a_n^2)^T` without any per-example
    gradient in memory (the trick backpack uses).
 
-Layers that need genuinely per-example gradients (sequence dimensions, Conv2d,
-LayerNorm, Embedding, any other module) get them in bounded-memory chunks: by
-einsum for Linear/Conv2d, by ``torch.func.vmap`` of the layer's own vjp for other
-modules.  Parameters whose module is called more than once, not called, or
-returns non-tensors fall back to per-example vjps of the whole network.
+Outputs with middle axes are handled by :class:`Columns` (one row per position).
+The column sinks live in :mod:`._reducers`, the per-row pseudo-gradients of
+layers that need them in :mod:`._rows`.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
-import torch.nn.functional as F
 from torch.autograd.graph import get_gradient_edge
-from torch.func import functional_call
 
 logger = logging.getLogger(__name__)
-
-#: default number of per-example gradient elements materialised at once
-CHUNK_ELEMENTS = 1 << 24
-
-
 @dataclass
 class Layer:
     """A module that owns trainable parameters, with what one forward/backward pass recorded."""
@@ -228,7 +219,7 @@ def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor],
         else:
             logger.debug("layer %r: per-example fallback through the whole network (%d calls)",
                          l.path, len(calls[l.path]))
-    del calls
+    calls.clear()
     if callable(per_position):
         per_position = per_position(layers)
     cols = Columns(factor_fn(z.detach()), bool(per_position))
@@ -253,215 +244,3 @@ def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor],
         for l in live:
             l.output = None  # drop the graph
     return z.detach(), cols, layers
-
-
-# ----------------------------------------------------------- reducers
-#: column-block width of :func:`gram`
-GRAM_BLOCK = 256
-
-
-def gram(a: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    r""":math:`a^T a` for ``a`` of shape ``(R, n)``, computing only the upper block triangle.
-
-    The result is symmetric, so for ``n`` above :data:`GRAM_BLOCK` the columns are cut
-    into equal blocks and each off-diagonal block product is done once and mirrored
-    (about half the flops of one ``a.T @ a``, a BLAS ``syrk``; the smaller products
-    also stay in cache).  ``out`` (``(n, n)``, may be a view) receives the result.
-    """
-    n = a.shape[1]
-    nb = -(-n // GRAM_BLOCK)
-    if nb <= 1:
-        if out is None:
-            return a.T @ a
-        out.copy_(a.T @ a)
-        return out
-    bs = -(-n // nb)
-    if out is None:
-        out = a.new_empty(n, n)
-    for i in range(0, n, bs):
-        ai = a[:, i:i + bs]
-        for j in range(i, n, bs):
-            blk = torch.mm(ai.T, a[:, j:j + bs])
-            out[i:i + bs, j:j + bs] = blk
-            if j != i:
-                out[j:j + bs, i:i + bs] = blk.T
-    return out
-
-def square_sum(layer: Layer, cols: Optional[Columns] = None) -> Callable[[int, torch.Tensor], None]:
-    r"""Sink accumulating :math:`\sum_j b_j^{\odot 2}` (shape of the layer output) into ``layer.stat``."""
-    def sink(j, g):
-        if layer.stat is None:
-            # kept by reference, squared when a second column arrives or when read:
-            # with one column (one Monte Carlo sample) no squared copy coexists with
-            # the other layers' gradients, which is what sets the peak memory
-            layer.stat, layer.stat_unsquared = g, True
-        else:
-            if layer.stat_unsquared:
-                layer.stat, layer.stat_unsquared = layer.stat.square(), False
-            layer.stat.addcmul_(g, g)
-    return sink
-
-
-def squared_stat(layer: Layer) -> torch.Tensor:
-    r""":math:`\sum_j b_j^{\odot 2}` as accumulated by :func:`square_sum`."""
-    return layer.stat.square() if layer.stat_unsquared else layer.stat
-
-
-def channels_last(layer: Layer, g: torch.Tensor) -> torch.Tensor:
-    """Output gradient ``(N, ..., out)`` with the channel axis last (Conv2d has it at axis 1)."""
-    return g.flatten(2).transpose(1, 2) if layer.kind == "conv2d" else g
-
-
-def gram_sum(layer: Layer, cols: Columns, reduce_positions: bool = False) -> Callable[[int, torch.Tensor], None]:
-    r"""Sink accumulating K-FAC's :math:`\sum_{k,n,t} b_{knt} b_{knt}^T` (output channels) into ``layer.stat``.
-
-    :math:`b_{k}` is the layer's output gradient for the whole factor column
-    :math:`s_k` (all positions at once): per-position columns of one group are
-    summed first.  ``reduce_positions`` sums :math:`b_{knt}` over the layer's
-    positions :math:`t` before the outer product (K-FAC-reduce).
-    """
-    acc: Dict[str, torch.Tensor] = {}
-
-    def sink(j, g):
-        acc["b"] = g if "b" not in acc else acc["b"].add_(g)
-        if not cols.group_ends(j):
-            return
-        b = channels_last(layer, acc.pop("b"))
-        b = b.reshape(b.shape[0], -1, b.shape[-1])
-        b = b.sum(1) if reduce_positions else b.reshape(-1, b.shape[-1])
-        layer.stat = gram(b) if layer.stat is None else layer.stat.add_(gram(b))
-    return sink
-
-
-# ----------------------------------------------------------- per-layer data
-def linear_inputs(layer: Layer) -> Tuple[torch.Tensor, torch.Tensor, int]:
-    """``(a, b, T)``: inputs ``(N, T, in)``, output gradients ``(K, N, T, out)``, positions ``T`` per example."""
-    a = layer.inputs[0]
-    N = a.shape[0]
-    a = a.reshape(N, -1, a.shape[-1])
-    b = layer.grad_out
-    b = b.reshape(b.shape[0], N, -1, b.shape[-1])
-    return a, b, a.shape[1]
-
-
-def conv_patches(layer: Layer) -> torch.Tensor:
-    """The input patches of a Conv2d layer, ``(N, L, C_in*kh*kw)`` (the layer is a Linear over them)."""
-    m = layer.module
-    a = F.unfold(layer.inputs[0], m.kernel_size, dilation=m.dilation, padding=m.padding, stride=m.stride)
-    return a.transpose(1, 2)
-
-
-def conv_inputs(layer: Layer) -> Tuple[torch.Tensor, torch.Tensor, int]:
-    """Conv2d as a Linear over patches: ``(N, L, C_in*kh*kw)`` and ``(K, N, L, C_out)``."""
-    a = conv_patches(layer)
-    b = layer.grad_out
-    b = b.reshape(b.shape[0], b.shape[1], b.shape[2], -1).transpose(2, 3)
-    return a, b, a.shape[1]
-
-
-def layer_ab(layer: Layer):
-    return linear_inputs(layer) if layer.kind == "linear" else conv_inputs(layer)
-
-
-def _chunks(R: int, per_row: int, chunk_elements: int) -> Iterator[slice]:
-    step = max(1, chunk_elements // max(per_row, 1))
-    for s in range(0, R, step):
-        yield slice(s, min(R, s + step))
-
-
-def row_grads(layer: Layer, space, cols: Columns, chunk_elements: int = CHUNK_ELEMENTS
-              ) -> Iterator[Dict[str, torch.Tensor]]:
-    r"""Per-row pseudo-gradients :math:`J_n^T s_{jn}` of this layer's parameters, in chunks of rows.
-
-    Rows are ordered ``r = j * N + n``; each chunk is a dict full name -> ``(R, *shape)``.
-    """
-    N = space.batch_size
-    R = cols.rows
-    per_row = layer.numel
-    if layer.kind in ("linear", "conv2d"):
-        a, b, _ = layer_ab(layer)
-        m = layer.module
-        bf = b.reshape(R, b.shape[2], b.shape[3])
-        for sl in _chunks(R, per_row, chunk_elements):
-            n_idx = torch.arange(sl.start, sl.stop, device=a.device) % N
-            out = {}
-            if "weight" in layer.params:
-                gw = torch.einsum("rto,rti->roi", bf[sl], a[n_idx])
-                out[layer.params["weight"]] = gw.reshape((gw.shape[0],) + tuple(m.weight.shape))
-            if "bias" in layer.params:
-                out[layer.params["bias"]] = bf[sl].sum(1)
-            yield out
-    elif layer.kind == "module":
-        rows = layer.grad_out.reshape((R,) + tuple(layer.grad_out.shape[2:]))
-        p = {a: space.point[full].detach() for a, full in layer.params.items()}
-        for res in _per_row_vjps(layer.module, p, layer.inputs, layer.kwargs, lambda sl: rows[sl], R, N,
-                                 per_row, chunk_elements):
-            yield {layer.params[a]: g for a, g in res.items()}
-    else:
-        yield from global_row_grads(space, layer.names, cols, chunk_elements)
-
-
-def math_attention():
-    """Scaled dot-product attention by its composite (math) kernel, which ``vmap`` batches and
-    differentiates in every mode; the fused CPU/GPU kernels have neither a batching rule nor forward AD."""
-    try:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-    except ImportError:  # older torch
-        return contextlib.nullcontext()
-    return sdpa_kernel([SDPBackend.MATH])
-
-
-def _per_row_vjps(module: torch.nn.Module, p: Dict[str, torch.Tensor], inputs: Tuple[torch.Tensor, ...],
-                  kwargs: Dict[str, Any], rows: Callable[[slice], torch.Tensor], R: int, N: int, per_row: int,
-                  chunk_elements: int) -> Iterator[Dict[str, torch.Tensor]]:
-    r"""Chunks of :math:`J_n^T g_r` for rows ``r = j N + n`` (``rows(slice)`` gives their cotangents).
-
-    By a vmapped per-example vjp; modules that ``vmap`` cannot batch (the fused
-    kernels of ``nn.RNN``/``LSTM``/``GRU``, data-dependent control flow) get the
-    same rows by a loop over examples (one forward and one vjp per row).
-    ``p`` replaces some of ``module``'s parameters (the others stay the module's
-    own, which require grad: the results are detached from that graph).
-    """
-    def f_of(args_row):
-        return lambda q: functional_call(module, q, tuple(x.unsqueeze(0) for x in args_row), kwargs, strict=False)
-
-    def one(pp, args_row, g_row):
-        return torch.func.vjp(f_of(args_row), pp)[1](g_row.unsqueeze(0))[0]
-
-    batched = True
-    for sl in _chunks(R, per_row, chunk_elements):
-        n_idx = torch.arange(sl.start, sl.stop, device=p[next(iter(p))].device) % N
-        g = rows(sl)
-        if batched:
-            try:
-                with math_attention():
-                    res = torch.func.vmap(one, in_dims=(None, 0, 0))(p, tuple(x[n_idx] for x in inputs), g)
-                yield {n: t.detach() for n, t in res.items()}
-                continue
-            except (RuntimeError, NotImplementedError, ValueError) as err:
-                logger.debug("per-example gradients of %s by a loop (vmap failed: %s)", type(module).__name__, err)
-                batched = False
-        yield _row_loop(f_of, p, inputs, n_idx, g)
-
-
-def _row_loop(f_of, p: Dict[str, torch.Tensor], inputs: Tuple[torch.Tensor, ...], n_idx: torch.Tensor,
-              g: torch.Tensor) -> Dict[str, torch.Tensor]:
-    """Per-row vjps without vmap: one forward per example in the chunk, one vjp per row."""
-    out = {n: torch.empty((len(n_idx),) + tuple(t.shape), dtype=t.dtype, device=t.device) for n, t in p.items()}
-    for n in torch.unique(n_idx).tolist():
-        idx = (n_idx == n).nonzero().flatten()
-        with torch.enable_grad():
-            _, vjp = torch.func.vjp(f_of(tuple(x[n] for x in inputs)), p)
-            for i in idx.tolist():
-                res = vjp(g[i].unsqueeze(0))[0]
-                for name, t in res.items():
-                    out[name][i] = t.detach()
-    return out
-
-
-def global_row_grads(space, names: List[str], cols: Columns, chunk_elements: int = CHUNK_ELEMENTS
-                     ) -> Iterator[Dict[str, torch.Tensor]]:
-    """Per-row pseudo-gradients of ``names`` by per-example vjps of the whole network (fallback)."""
-    p = {n: space.point[n].detach() for n in names}
-    yield from _per_row_vjps(space.model, p, space.args, {}, cols.row_block, cols.rows, space.batch_size,
-                             sum(t.numel() for t in p.values()), chunk_elements)

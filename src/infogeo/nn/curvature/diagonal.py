@@ -16,7 +16,7 @@ from typing import Dict, List
 
 import torch
 
-from . import _backprop as bp
+from . import _backprop as bp, _reducers as red, _rows as rows
 from .base import BlockCurvature
 from .blocks import DiagBlock
 
@@ -50,11 +50,11 @@ def is_plain_linear(layer: bp.Layer) -> bool:
 
 def diag_reducer(layer: bp.Layer, cols: bp.Columns):
     r"""Column sink for :func:`~._backprop.capture`: plain Linear layers keep only :math:`\sum_j b_j^2`."""
-    return bp.square_sum(layer) if is_plain_linear(layer) else None
+    return red.square_sum(layer) if is_plain_linear(layer) else None
 
 
 def diag_blocks(space, layers: List[bp.Layer], cols: bp.Columns,
-                chunk_elements: int = bp.CHUNK_ELEMENTS) -> List[DiagBlock]:
+                chunk_elements: int = rows.CHUNK_ELEMENTS) -> List[DiagBlock]:
     """One :class:`DiagBlock` per layer (and one for all whole-network fallback parameters)."""
     N = space.batch_size
     blocks = []
@@ -68,19 +68,19 @@ def diag_blocks(space, layers: List[bp.Layer], cols: bp.Columns,
         if is_plain_linear(layer):
             blocks.append(_linear_diag(layer, N))
         else:
-            blocks.append(_mean_of_squares(bp.row_grads(layer, space, cols, chunk_elements), N))
+            blocks.append(_mean_of_squares(rows.row_grads(layer, space, cols, chunk_elements), N))
         layer.stat = layer.grad_out = None
         layer.inputs = ()
     blocks.reverse()
     if global_names:
-        blocks.append(_mean_of_squares(bp.global_row_grads(space, global_names, cols, chunk_elements), N))
+        blocks.append(_mean_of_squares(rows.global_row_grads(space, global_names, cols, chunk_elements), N))
     return blocks
 
 
 def _linear_diag(layer: bp.Layer, N: int) -> DiagBlock:
     r"""Diagonal of a plain Linear layer from :math:`\sum_k b_k^{\odot 2}` and its inputs."""
     # the sum over columns k comes first, O(N out): accumulated during the backward passes when possible
-    b2 = bp.squared_stat(layer) if layer.stat is not None else layer.grad_out.square().sum(0)
+    b2 = red.squared_stat(layer) if layer.stat is not None else layer.grad_out.square().sum(0)
     layer.stat = layer.grad_out = None   # released before the (out, in) result is allocated
     d = {}
     if "weight" in layer.params:
@@ -108,7 +108,7 @@ class Diagonal(BlockCurvature):
     """
 
     @classmethod
-    def build(cls, space, factor_fn, chunk_elements: int = bp.CHUNK_ELEMENTS, per_position: bool = True
+    def build(cls, space, factor_fn, chunk_elements: int = rows.CHUNK_ELEMENTS, per_position: bool = True
               ) -> "Diagonal":
         _, cols, layers = bp.capture(space, factor_fn, diag_reducer, per_position)
         return cls(space.layout, diag_blocks(space, layers, cols, chunk_elements), space.point)

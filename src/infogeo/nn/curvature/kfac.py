@@ -32,7 +32,7 @@ from typing import List
 
 import torch
 
-from . import _backprop as bp
+from . import _backprop as bp, _reducers as red, _rows as rows
 from .base import BlockCurvature
 from .blocks import KronBlock
 from .diagonal import diag_blocks
@@ -47,7 +47,7 @@ def kron_inputs(layer: bp.Layer, approx: str = "expand") -> torch.Tensor:
         a = layer.inputs[0]
         a = a.reshape(a.shape[0], -1, a.shape[-1])          # (N, T, in), a view
     else:
-        a = bp.conv_patches(layer)                          # (N, L, C_in kh kw)
+        a = rows.conv_patches(layer)                          # (N, L, C_in kh kw)
     if approx == "reduce":
         return a.mean(1)
     return a.reshape(-1, a.shape[-1])
@@ -56,18 +56,18 @@ def kron_inputs(layer: bp.Layer, approx: str = "expand") -> torch.Tensor:
 def input_factor(layer: bp.Layer, approx: str = "expand") -> torch.Tensor:
     r""":math:`A`, the second moment of the bias-augmented inputs (see the module docstring)."""
     a = kron_inputs(layer, approx)
-    rows, n_in = a.shape
+    R, n_in = a.shape
     if "weight" in layer.params and "bias" in layer.params:
         # A of the bias-augmented input [a, 1], filled blockwise instead of concatenating a copy of a
         A = torch.empty(n_in + 1, n_in + 1, dtype=a.dtype, device=a.device)
-        bp.gram(a, out=A[:n_in, :n_in])
+        red.gram(a, out=A[:n_in, :n_in])
         s = a.sum(0)
         A[:n_in, n_in] = s
         A[n_in, :n_in] = s
-        A[n_in, n_in] = rows
-        return A.div_(rows)
+        A[n_in, n_in] = R
+        return A.div_(R)
     if "weight" in layer.params:
-        return bp.gram(a).div_(rows)
+        return red.gram(a).div_(R)
     return torch.ones(1, 1, dtype=a.dtype, device=a.device)
 
 
@@ -86,7 +86,7 @@ def is_factored(layer: bp.Layer) -> bool:
 def kfac_reducer(approx: str = "expand"):
     r"""Column sinks for :func:`~._backprop.capture`: factorable layers keep only the gradient factor."""
     def reducer(layer: bp.Layer, cols: bp.Columns):
-        return bp.gram_sum(layer, cols, reduce_positions=approx == "reduce") if is_factored(layer) else None
+        return red.gram_sum(layer, cols, reduce_positions=approx == "reduce") if is_factored(layer) else None
     return reducer
 
 
@@ -108,7 +108,7 @@ class KFAC(BlockCurvature):
     """
 
     @classmethod
-    def build(cls, space, factor_fn, chunk_elements: int = bp.CHUNK_ELEMENTS, inverse: str = "eigen",
+    def build(cls, space, factor_fn, chunk_elements: int = rows.CHUNK_ELEMENTS, inverse: str = "eigen",
               kfac_approx: str = "expand", per_position: bool = True) -> "KFAC":
         if inverse not in KronBlock.INVERSES:
             raise ValueError(f"unknown K-FAC inverse {inverse!r}; expected one of {KronBlock.INVERSES}")
