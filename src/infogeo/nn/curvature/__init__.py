@@ -8,14 +8,15 @@ from .blocks import Block, DenseBlock, DiagBlock, KronBlock
 from .block import BlockDiagonal
 from .dense import Dense
 from .diagonal import Diagonal
+from .ekfac import EKFAC, EigenKronBlock
 from .implicit import Implicit
 from .kfac import KFAC
 
 __all__ = ["Curvature", "BlockCurvature", "Block", "DiagBlock", "DenseBlock", "KronBlock",
-           "Implicit", "Dense", "Diagonal", "KFAC", "BlockDiagonal", "build", "KINDS"]
+           "Implicit", "Dense", "Diagonal", "KFAC", "EKFAC", "EigenKronBlock", "BlockDiagonal", "build", "KINDS"]
 
 KINDS = {"implicit": "implicit", "cg": "implicit", "dense": "dense", "diag": "diag", "diagonal": "diag",
-         "kfac": "kfac", "block": "block", "block_diagonal": "block"}
+         "kfac": "kfac", "ekfac": "ekfac", "block": "block", "block_diagonal": "block"}
 
 
 def build(space, kind: str, method: str = "exact", *, samples: int = 1, targets=None, generator=None,
@@ -42,4 +43,6 @@ def build(space, kind: str, method: str = "exact", *, samples: int = 1, targets=
         return Diagonal.build(space, factor_fn, **options)
     if key == "kfac":
         return KFAC.build(space, factor_fn, **options)
+    if key == "ekfac":
+        return EKFAC.build(space, factor_fn, **options)
     return BlockDiagonal.build(space, factor_fn, **options)
