@@ -157,7 +157,7 @@ def test_batchnorm_training_mode_exact_where_defined_and_untouched():
     assert rel(space.curvature("dense").to_dense(), G) < EXACT
     C = space.curvature("implicit")
     C.solve(v, damping=1e-2)
-    for kind in ("diag", "kfac", "block"):
+    for kind in ("diag", "kfac", "ekfac", "block"):
         with pytest.raises(ValueError, match=r"'1'.*BatchNorm1d in training mode.*model\.eval\(\)"):
             space.curvature(kind)
     for k, t in model.state_dict().items():  # running statistics and counters included

@@ -124,15 +124,23 @@ def test_layer_exact_in_every_representation(name):
     assert rel(space.curvature("dense").to_dense(), G) < EXACT
     assert rel(space.curvature("diag").to_dense(), torch.diag(torch.diagonal(G))) < EXACT
     assert rel(space.curvature("block").to_dense(), ref.block_diagonal(G, model)) < EXACT
-    K = space.curvature("kfac")
-    names = list(ref.trainable(model))
+    for kind in ("kfac", "ekfac"):
+        check_kronecker_family(space.curvature(kind), space, G)
+
+
+def check_kronecker_family(K, space, G):
+    """Diagonal blocks are the exact diagonal; EKFAC's scales are G's diagonal in the Kronecker eigenbasis."""
     for b in K.blocks:
         if b.kind == "diag":
-            idx = torch.cat([torch.arange(sum(ref.trainable(model)[m].numel() for m in names[:names.index(n)]),
-                                          sum(ref.trainable(model)[m].numel() for m in names[:names.index(n) + 1]))
+            idx = torch.cat([torch.arange(space.layout.offsets[n], space.layout.offsets[n] + space.layout.numels[n])
                              for n in b.names])
             got = torch.cat([b.d[n].reshape(-1) for n in b.names])
             assert rel(got, torch.diagonal(G)[idx]) < EXACT
+        elif b.kind == "ekfac":
+            Ua, Ug = b.basis()
+            idx = b.flat_index(space.layout)
+            Q = torch.kron(Ug, Ua)
+            assert rel(b.s.reshape(-1), torch.diagonal(Q.T @ G[idx][:, idx] @ Q)) < EXACT
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
@@ -144,6 +152,14 @@ def test_layer_exact_implicit(name):
         pytest.skip("torch without nn.RMSNorm")
     space, model, G = _setup(name)
     assert rel(space.curvature("implicit").to_dense(), G) < EXACT
+
+
+@pytest.mark.parametrize("name", ["mha", "mha_seq_first"])
+def test_attention_implicit_with_the_math_kernel(name):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    space, model, G = _setup(name)
+    with sdpa_kernel([SDPBackend.MATH]):
+        assert rel(space.curvature("implicit").to_dense(), G) < EXACT
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])

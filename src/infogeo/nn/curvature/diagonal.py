@@ -1,10 +1,15 @@
-r"""Diagonal curvature: exact, Monte Carlo (Pullback Sampling Trick) or empirical.
+r"""Diagonal curvature: exact, Monte Carlo or empirical.
 
-.. math:: \hat G_{ii} = \frac1N\sum_{n}\sum_k (\mathcal D w_{kn})_i^2,\qquad \mathcal Dw_{kn} = J_n^T s_{kn}
+.. math:: \hat G_{ii} = \frac1N\sum_{n}\sum_t\sum_k (\mathcal D w_{knt})_i^2,\qquad
+          \mathcal Dw_{knt} = J_{nt}^T s_{knt}
 
-(seed 000, Eq. 31), with :math:`s_{kn}` the square-root columns of :math:`G_z`
-(exact), :math:`S` samples scaled by :math:`1/\sqrt S` (unbiased Monte Carlo) or the
-loss gradient (empirical Fisher).  For a Linear layer without extra axes,
+for outputs ``(N, *middle, C)`` with positions :math:`t`, where :math:`s_{knt}` are
+the square-root columns of the per-position output metric (exact; the
+back-propagated square root of Dangel, Kunstner & Hennig 2020, "BackPACK"), the
+loss gradient (empirical Fisher), or, for Monte Carlo, :math:`S` samples scaled by
+:math:`1/\sqrt S` back-propagated at all positions at once (unbiased because the
+samples are independent with mean zero at each position; Martens, Sutskever &
+Swersky 2012).  For a Linear layer without extra axes,
 :math:`(\mathcal D W_{kn})_{oi}^2 = b_{kno}^2 a_{ni}^2`, so the diagonal is
 :math:`\frac1N\sum_n(\sum_k b_{kn}^2)(a_n^2)^T` — one matrix product, no
 per-example gradients.  Memory is :math:`O(\text{parameters})` plus one batch
