@@ -117,3 +117,24 @@ def test_monte_carlo_unbiased_on_middle_axes(shape, kind):
     se = est.std() / math.sqrt(R)
     assert se > 0
     assert abs(est.mean() - (exact * w).sum()) < 3 * se
+
+
+def test_monte_carlo_unbiased_for_a_metric_known_by_its_product():
+    """The generic sampler (square root times Gaussian noise) draws independently at every position."""
+    model, X = _model("NTC")
+    A = torch.tensor([[2.0, 0.5, 0.0], [0.5, 1.0, 0.3], [0.0, 0.3, 1.5]], dtype=torch.float64)
+    space = ig.nn.ParameterSpace(model, ig.nn.HessianOutput(lambda z, v: v @ A), data=X)
+    exact = space.curvature("diag").to_dense()
+    Gd = torch.diagonal(ref.pullback(*_jac_and_const(model, X, A)))
+    assert rel(torch.diagonal(exact), Gd) < EXACT
+    w = torch.diag(torch.rand(exact.shape[0], generator=torch.Generator().manual_seed(1), dtype=exact.dtype))
+    gen = torch.Generator().manual_seed(0)
+    R = 150
+    est = torch.stack([(space.curvature("diag", "mc", generator=gen).to_dense() * w).sum() for _ in range(R)])
+    se = est.std() / math.sqrt(R)
+    assert abs(est.mean() - (exact * w).sum()) < 3 * se
+
+
+def _jac_and_const(model, X, A):
+    J, z = ref.jacobian(model, (X,))
+    return J, A.expand(z.shape + (z.shape[-1],))
