@@ -5,8 +5,15 @@ K-FAC-expand equals the layer blocks of the GGN when the layers act at every
 position and the loss is per position ("expand setting"), and K-FAC-reduce when
 the positions are summed before the loss ("reduce setting").  curvlinops
 implements both flavours; with ``reduction="sum"`` its K-FAC is ``N`` times ours
-(``2N`` for ``MSELoss``, whose Hessian is ``2I``).
+(``2N`` for ``MSELoss``, whose Hessian is ``2I``) in the settings its own tests
+use: expand on networks acting on each position separately, both flavours on
+outputs without positions.  Our gradient factor sums over per-output-position
+rows (so that Monte Carlo is unbiased for it); curvlinops back-propagates each
+square-root column at all output positions at once, which adds cross-position
+terms where layers mix positions, and for K-FAC-reduce on per-position outputs.
 """
+import math
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -65,20 +72,33 @@ class Channels(torch.nn.Module):
         return self.model(x).movedim(-1, 1)
 
 
+class MeanPositions(torch.nn.Module):
+    def forward(self, h):
+        return h.mean(1)
+
+
 def _models():
     torch.manual_seed(0)
-    seq = torch.nn.Sequential(torch.nn.Linear(D, 4), torch.nn.Tanh(), Mix(), torch.nn.Linear(4, C)).double()
+    seq = torch.nn.Sequential(torch.nn.Linear(D, 4), torch.nn.Tanh(), torch.nn.Linear(4, C)).double()
+    pooled = torch.nn.Sequential(torch.nn.Linear(D, 4), torch.nn.Tanh(), MeanPositions(),
+                                 torch.nn.Linear(4, C)).double()
     conv = torch.nn.Sequential(torch.nn.Conv2d(2, 3, 2, stride=1, padding=1), torch.nn.Tanh(), torch.nn.Flatten(),
                                torch.nn.Linear(3 * 4 * 4, C)).double()
     return {"sequence": (seq, torch.randn(N, T, D, dtype=torch.float64)),
+            "pooled": (pooled, torch.randn(N, T, D, dtype=torch.float64)),
             "conv": (conv, torch.randn(N, 2, 3, 3, dtype=torch.float64))}
 
 
-@pytest.mark.parametrize("approx", ["expand", "reduce"])
+# per-position outputs with K-FAC-expand (the expand setting); outputs without positions (the reduce
+# setting: positions pooled inside the network, or a convolution's patches) with both flavours
+CASES = [("sequence", "expand"), ("pooled", "expand"), ("pooled", "reduce"), ("conv", "expand"),
+         ("conv", "reduce")]
+
+
 @pytest.mark.parametrize("fisher", ["type-2", "empirical"])
 @pytest.mark.parametrize("loss", ["categorical", "euclidean"])
-@pytest.mark.parametrize("which", ["sequence", "conv"])
-def test_matches_curvlinops(which, loss, fisher, approx):
+@pytest.mark.parametrize("which,approx", CASES)
+def test_matches_curvlinops(which, approx, loss, fisher):
     curvlinops = pytest.importorskip("curvlinops")
     model, X = _models()[which]
     z = model(X).detach()
@@ -99,3 +119,20 @@ def test_matches_curvlinops(which, loss, fisher, approx):
     space = ig.nn.ParameterSpace(model, loss, data=X, targets=y)
     ours = space.curvature("kfac", "exact" if fisher == "type-2" else "empirical", kfac_approx=approx)
     assert rel(ours.to_dense(), theirs) < EXACT
+
+
+@pytest.mark.parametrize("approx", ["expand", "reduce"])
+def test_monte_carlo_unbiased_where_layers_mix_positions(approx):
+    """E[K-FAC MC] = K-FAC exact (3 standard errors) on a network that couples positions."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(D, 4), torch.nn.Tanh(), Mix(), torch.nn.Linear(4, C)).double()
+    space = ig.nn.ParameterSpace(model, "categorical", data=torch.randn(N, T, D, dtype=torch.float64))
+    exact = space.curvature("kfac", kfac_approx=approx).to_dense()
+    w = torch.rand(exact.shape, generator=torch.Generator().manual_seed(1), dtype=exact.dtype) * (exact != 0)
+    gen = torch.Generator().manual_seed(0)
+    R = 200
+    est = torch.stack([(space.curvature("kfac", "mc", generator=gen, kfac_approx=approx).to_dense() * w).sum()
+                       for _ in range(R)])
+    se = est.std() / math.sqrt(R)
+    assert se > 0
+    assert abs(est.mean() - (exact * w).sum()) < 3 * se

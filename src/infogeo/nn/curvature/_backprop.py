@@ -134,8 +134,8 @@ class Columns:
     every place the weights are used), and sums of squared rows are exact.
     Without ``per_position`` the column is :math:`s_k` at all positions at
     once (one backward pass instead of ``T``): for independent zero-mean
-    samples at each position the cross-position terms vanish in expectation
-    (Monte Carlo), and K-FAC's gradient factor is defined this way.
+    samples at each position the cross-position terms vanish in expectation,
+    so Monte Carlo estimates stay unbiased for the per-position definitions.
 
     Rows are ordered ``r = j N + n`` (column ``j``, example ``n``).
     """
@@ -168,9 +168,6 @@ class Columns:
         mask = torch.nn.functional.one_hot(j % self.T, self.T).to(flat.dtype).unsqueeze(-1)
         return (flat * mask).reshape(base.shape)
 
-    def group_ends(self, j: int) -> bool:
-        """Whether column ``j`` is the last position of its factor column ``k``."""
-        return (j + 1) % self.T == 0
 
 
 def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor],

@@ -6,7 +6,7 @@ gradients are alive at a time (as curvlinops does for K-FAC).
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -69,20 +69,15 @@ def channels_last(layer: Layer, g: torch.Tensor) -> torch.Tensor:
 
 
 def gram_sum(layer: Layer, cols: Columns, reduce_positions: bool = False) -> Callable[[int, torch.Tensor], None]:
-    r"""Sink accumulating K-FAC's :math:`\sum_{k,n,t} b_{knt} b_{knt}^T` (output channels) into ``layer.stat``.
+    r"""Sink accumulating K-FAC's :math:`\sum_{j,n,t} b_{jnt} b_{jnt}^T` (output channels) into ``layer.stat``.
 
-    :math:`b_{k}` is the layer's output gradient for the whole factor column
-    :math:`s_k` (all positions at once): per-position columns of one group are
-    summed first.  ``reduce_positions`` sums :math:`b_{knt}` over the layer's
-    positions :math:`t` before the outer product (K-FAC-reduce).
+    :math:`b_{jnt}` is the layer's output gradient at its position :math:`t` for
+    column :math:`j` (one output position's factor column, or one Monte Carlo
+    sample at all positions).  ``reduce_positions`` sums :math:`b_{jnt}` over the
+    layer's positions before the outer product (K-FAC-reduce).
     """
-    acc: Dict[str, torch.Tensor] = {}
-
     def sink(j, g):
-        acc["b"] = g if "b" not in acc else acc["b"].add_(g)
-        if not cols.group_ends(j):
-            return
-        b = channels_last(layer, acc.pop("b"))
+        b = channels_last(layer, g)
         b = b.reshape(b.shape[0], -1, b.shape[-1])
         b = b.sum(1) if reduce_positions else b.reshape(-1, b.shape[-1])
         layer.stat = gram(b) if layer.stat is None else layer.stat.add_(gram(b))

@@ -5,26 +5,33 @@ convolutions, and for layers applied at :math:`T` positions with shared weights
 (sequence models, the patches of a convolution) the two flavours of
 Eschenhagen et al. (2023), "Kronecker-Factored Approximate Curvature for Modern
 Neural Network Architectures".  With (bias-augmented) layer inputs
-:math:`\bar a_{nt}` and output gradients :math:`b_{knt}` of the factor column
-:math:`s_k` (all output positions at once),
+:math:`\bar a_{nt}` and the layer's output gradients :math:`b_{jnt}` at its
+position :math:`t` for the rows :math:`j` of the exact curvature (one per
+output position and square-root column of the output metric, see
+:class:`~._backprop.Columns`; Monte Carlo: one per sample),
 
 * ``kfac_approx="expand"`` (default) treats positions like examples:
 
   .. math:: A = \frac1{NT}\sum_{n,t}\bar a_{nt}\bar a_{nt}^T,\qquad
-            G = \frac1N\sum_{k,n,t} b_{knt} b_{knt}^T;
+            G = \frac1N\sum_{j,n,t} b_{jnt} b_{jnt}^T;
 
 * ``kfac_approx="reduce"`` aggregates over positions first:
 
   .. math:: A = \frac1N\sum_n \hat a_n\hat a_n^T,\ \hat a_n = \frac1T\sum_t\bar a_{nt},\qquad
-            G = \frac1N\sum_{k,n} \Big(\sum_t b_{knt}\Big)\Big(\sum_t b_{knt}\Big)^T.
+            G = \frac1N\sum_{j,n} \Big(\sum_t b_{jnt}\Big)\Big(\sum_t b_{jnt}\Big)^T.
 
 Expand is exact for deep linear networks applied position-wise with a
 per-position Euclidean loss; reduce is exact when the positions are summed
 before such a loss (Eschenhagen et al., 2023, Sec. 3); both are exact for a
-single Linear layer under the Euclidean output metric.  Layers K-FAC cannot
-factor (LayerNorm, Embedding, grouped or non-2-d convolutions, custom modules)
-get their exact diagonal block instead, so a network of any architecture has a
-K-FAC curvature (mixed representation).
+single Linear layer under the Euclidean output metric.  Because the rows are
+per output position, the Monte Carlo factor (one backward pass per sample) is
+unbiased for the exact one on any network.  (Back-propagating each square-root
+column at all output positions at once, as curvlinops does, adds
+cross-position terms when layers mix positions, e.g. attention; on
+position-wise networks both agree.)  Layers K-FAC cannot factor (LayerNorm,
+Embedding, grouped or non-2-d convolutions, custom modules) get their exact
+diagonal block instead, so a network of any architecture has a K-FAC
+curvature (mixed representation).
 """
 from __future__ import annotations
 
@@ -90,12 +97,6 @@ def kfac_reducer(approx: str = "expand"):
     return reducer
 
 
-def needs_positions(per_position: bool):
-    """Per-position columns only where a layer gets an exact (diagonal) block: the Kronecker
-    factors are sums over whole columns, which the per-position columns also give, group by group."""
-    return lambda layers: per_position and any(not is_factored(l) for l in layers)
-
-
 class KFAC(BlockCurvature):
     r"""Kronecker-factored curvature, diagonal where a layer cannot be factored.
 
@@ -114,7 +115,7 @@ class KFAC(BlockCurvature):
             raise ValueError(f"unknown K-FAC inverse {inverse!r}; expected one of {KronBlock.INVERSES}")
         if kfac_approx not in APPROXIMATIONS:
             raise ValueError(f"unknown kfac_approx {kfac_approx!r}; expected one of {APPROXIMATIONS}")
-        _, cols, layers = bp.capture(space, factor_fn, kfac_reducer(kfac_approx), needs_positions(per_position))
+        _, cols, layers = bp.capture(space, factor_fn, kfac_reducer(kfac_approx), per_position)
         blocks: list = []
         other: List[bp.Layer] = []
         for layer in layers:
