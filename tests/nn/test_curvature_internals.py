@@ -267,3 +267,4 @@ def test_products_fall_back_to_forward_mode_without_double_backward():
     # and for plain modules the double-backward path is the one taken
     plain = ig.nn.ParameterSpace(torch.nn.Sequential(model.a, torch.nn.Tanh(), model.b), "categorical", data=X)
     assert plain.metric._linearization(plain.point).transpose is not None
+
