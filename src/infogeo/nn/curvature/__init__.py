@@ -38,7 +38,7 @@ def build(space, kind: str, method: str = "exact", *, samples: int = 1, targets=
     # Monte Carlo: one backward pass per sample at all positions at once (the samples are
     # independent with mean zero at each position, so the cross-position terms vanish in
     # expectation); exact and empirical: one row per position (see _backprop.Columns)
-    options.setdefault("per_position", method != "mc")
+    options["per_position"] = method != "mc"
     if key == "diag":
         return Diagonal.build(space, factor_fn, **options)
     if key == "kfac":
