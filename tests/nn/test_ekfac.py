@@ -79,3 +79,18 @@ def test_protocol_and_statistics():
     assert E.ema(E, 0.5).same_structure(E) and E.is_finite()
     with pytest.raises(ValueError, match="kfac_approx"):
         space.curvature("ekfac", kfac_approx="sideways")
+
+
+def test_empirical_correction_on_sequences():
+    """method='empirical': the scales are the empirical Fisher's diagonal in the basis (one row per position)."""
+    model, X = _model("NTC")
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    t = torch.randint(0, 3, space.outputs.shape[:-1], generator=torch.Generator().manual_seed(2))
+    F = ref.empirical_fisher(model, (X,), "categorical", t)
+    E = space.curvature("ekfac", "empirical", targets=t)
+    for b in (b for b in E.blocks if b.kind == "ekfac"):
+        Ua, Ug = b.basis()
+        idx = b.flat_index(space.layout)
+        Q = torch.kron(Ug, Ua)
+        assert rel(b.s.reshape(-1), torch.diagonal(Q.T @ F[idx][:, idx] @ Q)) < EXACT
+    assert space.curvature("ekfac", "mc", generator=torch.Generator().manual_seed(0)).is_finite()
