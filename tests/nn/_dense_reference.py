@@ -21,6 +21,11 @@ import torch
 from torch.func import functional_call, jacrev
 
 
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Relative error ``|a - b| / |b|`` (Frobenius)."""
+    return float((a - b).norm() / b.norm().clamp_min(1e-300))
+
+
 def trainable(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
     return {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
 

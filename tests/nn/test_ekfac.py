@@ -4,14 +4,11 @@ import pytest
 torch = pytest.importorskip("torch")
 import infogeo as ig  # noqa: E402
 from . import _dense_reference as ref  # noqa: E402
+from ._dense_reference import rel  # noqa: E402
 from .test_shapes import _model  # noqa: E402
 from .test_space import check_consistent  # noqa: E402
 
 EXACT = 1e-10
-
-
-def rel(a, b):
-    return float((a - b).norm() / b.norm().clamp_min(1e-300))
 
 
 def _mlp():

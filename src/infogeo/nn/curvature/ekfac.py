@@ -20,16 +20,13 @@ output metric.  Layers without Kronecker factors get their exact diagonal block.
 """
 from __future__ import annotations
 
-from typing import List
-
 import torch
 
 from ...linalg import NotPositiveDefiniteError
 from . import _backprop as bp, _rows as rows
 from .base import BlockCurvature
 from .blocks import KronBlock
-from .diagonal import diag_blocks
-from .kfac import APPROXIMATIONS, input_factor, is_factored, kfac_reducer
+from .kfac import factored_blocks, is_factored, kfac_reducer, kron_block
 
 
 class EigenKronBlock(KronBlock):
@@ -124,25 +121,14 @@ class EKFAC(BlockCurvature):
     @classmethod
     def build(cls, space, factor_fn, chunk_elements: int = rows.CHUNK_ELEMENTS, kfac_approx: str = "expand",
               per_position: bool = True) -> "EKFAC":
-        if kfac_approx not in APPROXIMATIONS:
-            raise ValueError(f"unknown kfac_approx {kfac_approx!r}; expected one of {APPROXIMATIONS}")
-        _, cols, layers = bp.capture(space, factor_fn, ekfac_reducer(kfac_approx), per_position)
-        blocks: List = []
-        other: List[bp.Layer] = []
-        for layer in layers:
-            if not is_factored(layer):
-                other.append(layer)
-                continue
-            G = layer.stat.div_(space.batch_size)
-            layer.stat = None
-            kron = KronBlock(layer.params.get("weight"), layer.params.get("bias"),
-                             tuple(layer.module.weight.shape), input_factor(layer, kfac_approx), G)
+        def make_block(layer: bp.Layer, cols: bp.Columns) -> EigenKronBlock:
+            kron = kron_block(space, layer, "eigen", kfac_approx)
             _, Ua, _, Ug = kron.precompute()
             s = eigen_correction(space, layer, cols, Ua, Ug, chunk_elements)
             layer.grad_out, layer.inputs = None, ()
             block = EigenKronBlock(kron.weight, kron.bias, kron.wshape, kron.A, kron.G, s)
             block._eig = kron._eig   # the basis s was computed in
-            blocks.append(block)
-        blocks += diag_blocks(space, other, cols, chunk_elements)
+            return block
+        blocks = factored_blocks(space, factor_fn, ekfac_reducer(kfac_approx), per_position, chunk_elements,
+                                 make_block)
         return cls(space.layout, blocks, space.point)
-

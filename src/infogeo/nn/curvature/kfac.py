@@ -35,13 +35,13 @@ curvature (mixed representation).
 """
 from __future__ import annotations
 
-from typing import List
+from typing import Callable, List
 
 import torch
 
 from . import _backprop as bp, _reducers as red, _rows as rows
 from .base import BlockCurvature
-from .blocks import KronBlock
+from .blocks import Block, KronBlock
 from .diagonal import diag_blocks
 
 
@@ -92,6 +92,7 @@ def is_factored(layer: bp.Layer) -> bool:
 
 def kfac_reducer(approx: str = "expand"):
     r"""Column sinks for :func:`~._backprop.capture`: factorable layers keep only the gradient factor."""
+    check_approx(approx)
     def reducer(layer: bp.Layer, cols: bp.Columns):
         return red.gram_sum(layer, cols, reduce_positions=approx == "reduce") if is_factored(layer) else None
     return reducer
@@ -113,15 +114,26 @@ class KFAC(BlockCurvature):
               kfac_approx: str = "expand", per_position: bool = True) -> "KFAC":
         if inverse not in KronBlock.INVERSES:
             raise ValueError(f"unknown K-FAC inverse {inverse!r}; expected one of {KronBlock.INVERSES}")
-        if kfac_approx not in APPROXIMATIONS:
-            raise ValueError(f"unknown kfac_approx {kfac_approx!r}; expected one of {APPROXIMATIONS}")
-        _, cols, layers = bp.capture(space, factor_fn, kfac_reducer(kfac_approx), per_position)
-        blocks: list = []
-        other: List[bp.Layer] = []
-        for layer in layers:
-            if is_factored(layer):
-                blocks.append(kron_block(space, layer, inverse, kfac_approx))
-            else:
-                other.append(layer)
-        blocks += diag_blocks(space, other, cols, chunk_elements)
+        blocks = factored_blocks(space, factor_fn, kfac_reducer(kfac_approx), per_position, chunk_elements,
+                                 lambda layer, cols: kron_block(space, layer, inverse, kfac_approx))
         return cls(space.layout, blocks, space.point)
+
+
+def check_approx(kfac_approx: str) -> str:
+    if kfac_approx not in APPROXIMATIONS:
+        raise ValueError(f"unknown kfac_approx {kfac_approx!r}; expected one of {APPROXIMATIONS}")
+    return kfac_approx
+
+
+def factored_blocks(space, factor_fn, reducer, per_position: bool, chunk_elements: int,
+                    make_block: Callable[[bp.Layer, bp.Columns], Block]) -> List[Block]:
+    """One capture; ``make_block(layer, cols)`` for layers with Kronecker factors, exact diagonals elsewhere."""
+    _, cols, layers = bp.capture(space, factor_fn, reducer, per_position)
+    blocks: List[Block] = []
+    other: List[bp.Layer] = []
+    for layer in layers:
+        if is_factored(layer):
+            blocks.append(make_block(layer, cols))
+        else:
+            other.append(layer)
+    return blocks + diag_blocks(space, other, cols, chunk_elements)
