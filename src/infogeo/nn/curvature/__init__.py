@@ -1,9 +1,10 @@
-"""Curvature representations of a network's pullback metric (see :mod:`.base`)."""
+"""Curvature representations of a network's pullback metric (the protocol: :mod:`.base`; operators: :mod:`.operators`)."""
 from __future__ import annotations
 
 from ..network_metric import NetworkMetric
 from ..output_metrics import FactorOutput
-from .base import BlockCurvature, Curvature
+from . import operators
+from .base import BlockCurvature, Curvature, LinearCombination, ScaledIdentity
 from .blocks import Block, DenseBlock, DiagBlock, KronBlock
 from .block import BlockDiagonal
 from .dense import Dense
@@ -12,8 +13,9 @@ from .ekfac import EKFAC, EigenKronBlock
 from .implicit import Implicit
 from .kfac import KFAC
 
-__all__ = ["Curvature", "BlockCurvature", "Block", "DiagBlock", "DenseBlock", "KronBlock",
-           "Implicit", "Dense", "Diagonal", "KFAC", "EKFAC", "EigenKronBlock", "BlockDiagonal", "build", "KINDS"]
+__all__ = ["Curvature", "BlockCurvature", "LinearCombination", "ScaledIdentity", "operators",
+           "Block", "DiagBlock", "DenseBlock", "KronBlock", "EigenKronBlock",
+           "Implicit", "Dense", "Diagonal", "KFAC", "EKFAC", "BlockDiagonal", "build", "KINDS"]
 
 KINDS = {"implicit": "implicit", "cg": "implicit", "dense": "dense", "diag": "diag", "diagonal": "diag",
          "kfac": "kfac", "ekfac": "ekfac", "block": "block", "block_diagonal": "block"}

@@ -1,12 +1,12 @@
-r"""Matrix-free curvature: products by jvp → :math:`G_z` → vjp, solves by truncated CG (seed 004, Eq. 43)."""
+r"""Matrix-free curvature: products by jvp → :math:`G_z` → vjp, solves by truncated CG (Martens 2010)."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
 from ...linalg import conjugate_gradient
-from .._params import Params
+from .._params import ParamLayout, Params
 from .base import Curvature
 
 #: to_dense / diagonal of an implicit curvature take one product per parameter; refuse beyond this
@@ -21,8 +21,8 @@ class Implicit(Curvature):
     take one product per parameter (small networks, tests).
     """
 
-    def __init__(self, layout, metric, point=None, max_iter: int = 100, rtol: float = 1e-10,
-                 outer: Optional[Params] = None):
+    def __init__(self, layout: ParamLayout, metric: Any, point: Optional[Params] = None, max_iter: int = 100,
+                 rtol: float = 1e-10, outer: Optional[Params] = None):
         super().__init__(layout, point)
         self.metric, self.max_iter, self.rtol, self.outer = metric, int(max_iter), float(rtol), outer
         self.info = None

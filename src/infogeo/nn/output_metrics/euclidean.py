@@ -39,9 +39,9 @@ class EuclideanOutput(OutputMetric):
         return math.sqrt(self.scale) * torch.randn((samples,) + tuple(z.shape), dtype=z.dtype, device=z.device,
                                                    generator=generator)
 
-    def loss(self, z, targets):
+    def position_loss(self, z, targets):
         self.check_targets(z, targets)
-        return 0.5 * self.scale * ((z - targets) ** 2).reshape(z.shape[0], -1).sum(1)
+        return 0.5 * self.scale * ((z - targets) ** 2).sum(-1)
 
     def loss_grad(self, z, targets):
         self.check_targets(z, targets)

@@ -23,7 +23,7 @@ def _flat_apply(fn: Callable, z: torch.Tensor, *others: torch.Tensor) -> torch.T
 class DivergenceOutput(OutputMetric):
     r"""The metric of any output dissimilarity :math:`\rho(u, z)`: :math:`G_z = \nabla^2_u\rho(u, z)|_{u=z}`.
 
-    ``DivergenceOutput(ig.Bregman(phi))`` gives :math:`\nabla^2\phi(z)` (seed 000, Eq. 30);
+    ``DivergenceOutput(ig.Bregman(phi))`` gives :math:`\nabla^2\phi(z)` (the Hessian metric of a Bregman divergence, Amari 2016);
     any :class:`~infogeo.divergences.Divergence` (or function ``rho(u, w)`` of two
     vectors written with torch ops) works, differentiated by ``torch.func``.
     """
@@ -67,7 +67,7 @@ class HessianOutput(OutputMetric):
 
 class SampledOutput(OutputMetric):
     r"""A metric known only through a sampler: ``sampler(z, generator)`` returns :math:`s` with
-    :math:`\mathbb E[ss^T] = G_z` (seed 000's ``*_fisher_metric_sample``).
+    :math:`\mathbb E[ss^T] = G_z` (e.g. the score of a target drawn from the model).
 
     Supports only Monte Carlo curvature (``method="mc"``).
     """
