@@ -140,23 +140,13 @@ def check_kronecker_family(K, space, G):
             assert rel(b.s.reshape(-1), torch.diagonal(Q.T @ G[idx][:, idx] @ Q)) < EXACT
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
-    strict=True, raises=NotImplementedError,
-    reason="the linearisation's J v needs the math attention kernel (no forward AD in the fused one)"))
-    if n.startswith("mha") else n for n in LAYERS])
+@pytest.mark.parametrize("name", LAYERS)
 def test_layer_exact_implicit(name):
+    # attention included: the linearisation runs the composite attention kernel (double backward, forward AD)
     if name == "rmsnorm" and _rms_norm() is None:
         pytest.skip("torch without nn.RMSNorm")
     space, model, G = _setup(name)
     assert rel(space.curvature("implicit").to_dense(), G) < EXACT
-
-
-@pytest.mark.parametrize("name", ["mha", "mha_seq_first"])
-def test_attention_implicit_with_the_math_kernel(name):
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    space, model, G = _setup(name)
-    with sdpa_kernel([SDPBackend.MATH]):
-        assert rel(space.curvature("implicit").to_dense(), G) < EXACT
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])

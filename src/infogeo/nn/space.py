@@ -37,8 +37,8 @@ from ..geometry.linearization import Linearization, same_state, versions
 from ..geometry.manifold import Manifold
 from ..geometry.vectors import Covector, TangentVector
 from ._layers import batch_statistics_layers, warn_random_layers
-from ._params import ParamLayout, Params
-from .curvature import build as _build_curvature
+from ._params import CurrentPoint, ParamLayout, Params
+from .curvature import Curvature, build as _build_curvature
 from .network_metric import NetworkMetric
 from .output_metrics import OutputMetric, output_metric as _resolve_metric
 
@@ -53,22 +53,6 @@ Cost = Callable[[Params], torch.Tensor]
 
 def _as_args(data: Any) -> Tuple:
     return tuple(data) if isinstance(data, (tuple, list)) else (data,)
-
-
-class CurrentPoint(dict):
-    """The model's current parameters ``{name: tensor}`` (views, no copies).
-
-    Calling it is the manifold protocol's ``point(coords)``: ``space.point(x)``
-    validates a point (a dict, or a flat vector in layout order); ``space.point()``
-    returns the current parameters.
-    """
-
-    def __init__(self, space: "ParameterSpace", params: Params):
-        super().__init__(params)
-        self._space = space
-
-    def __call__(self, coords: Any = None) -> Params:
-        return self._space._as_point(coords)
 
 
 class ParameterSpace(Manifold):
@@ -363,7 +347,7 @@ class ParameterSpace(Manifold):
 
     def curvature(self, kind: str = "implicit", method: str = "exact", *, samples: int = 1,
                   targets: Optional[torch.Tensor] = None, generator: Optional[torch.Generator] = None,
-                  **options):
+                  **options: Any) -> Curvature:
         r"""A representation of the metric at the point.
 
         Parameters
@@ -380,17 +364,19 @@ class ParameterSpace(Manifold):
         """
         return _build_curvature(self, kind, method, samples=samples, targets=targets, generator=generator, **options)
 
-    def true_fisher(self, kind: str = "implicit", method: str = "exact", **kw):
+    def true_fisher(self, kind: str = "implicit", method: str = "exact", **kw: Any) -> Curvature:
         r"""True Fisher :math:`F = \mathbb E_{x}\,\mathbb E_{t\sim r(\cdot|x)}[\mathcal Dw\,\mathcal Dw^T]` (targets sampled from the model)."""
         if method not in ("exact", "mc"):
             raise ValueError("the true Fisher is computed exactly ('exact') or by sampling targets ('mc')")
         return self.curvature(kind, method, **kw)
 
-    def empirical_fisher(self, kind: str = "implicit", targets: Optional[torch.Tensor] = None, **kw):
+    def empirical_fisher(self, kind: str = "implicit", targets: Optional[torch.Tensor] = None,
+                         **kw: Any) -> Curvature:
         r"""Empirical Fisher :math:`F_{emp} = \frac1N\sum_n \nabla\mathcal J_n\nabla\mathcal J_n^T`, training targets (Kunstner et al. 2019)."""
         return self.curvature(kind, "empirical", targets=targets, **kw)
 
-    def gradient_covariance(self, kind: str = "dense", targets: Optional[torch.Tensor] = None, **kw):
+    def gradient_covariance(self, kind: str = "dense", targets: Optional[torch.Tensor] = None,
+                            **kw: Any) -> Curvature:
         r"""Gradient covariance :math:`C = F_{emp} - \bar g\bar g^T` , :math:`\bar g` the batch gradient.
 
         Supported for ``kind`` in ``{"implicit", "dense", "diag", "block"}``.

@@ -8,13 +8,14 @@ not called, or returns non-tensors, by per-example vjps of the whole network.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call
+
+from ...geometry.linearization import composite_attention as math_attention
 
 from ._backprop import Columns, Layer
 
@@ -89,16 +90,6 @@ def row_grads(layer: Layer, space, cols: Columns, chunk_elements: int = CHUNK_EL
             yield {layer.params[a]: g for a, g in res.items()}
     else:
         yield from global_row_grads(space, layer.names, cols, chunk_elements)
-
-
-def math_attention():
-    """Scaled dot-product attention by its composite (math) kernel, which ``vmap`` batches and
-    differentiates in every mode; the fused CPU/GPU kernels have neither a batching rule nor forward AD."""
-    try:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-    except ImportError:  # older torch
-        return contextlib.nullcontext()
-    return sdpa_kernel([SDPBackend.MATH])
 
 
 def _per_row_vjps(module: torch.nn.Module, p: Dict[str, torch.Tensor], inputs: Tuple[torch.Tensor, ...],

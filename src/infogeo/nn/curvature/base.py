@@ -231,17 +231,17 @@ class LinearCombination(Curvature):
                 {n: out[n] + c * Cv[n] for n in self.layout.names}
         return out
 
-    def diagonal(self):
+    def diagonal(self) -> Params:
         ds = [(c, C.diagonal()) for c, C in self.terms]
         return {n: sum(c * d[n] for c, d in ds) for n in self.layout.names}
 
-    def to_dense(self):
+    def to_dense(self) -> torch.Tensor:
         return sum(c * C.to_dense() for c, C in self.terms)
 
-    def is_finite(self):
+    def is_finite(self) -> bool:
         return all(C.is_finite() for _, C in self.terms)
 
-    def precompute(self):
+    def precompute(self) -> "LinearCombination":
         for _, C in self.terms:
             C.precompute()
         return self
@@ -268,15 +268,15 @@ class ScaledIdentity(Curvature):
     def _solve(self, w, damping):
         return {n: w[n] / (self.c + damping) for n in self.layout.names}
 
-    def diagonal(self):
+    def diagonal(self) -> Params:
         ref = self._reference()
         return self.layout.unflatten(torch.full((self.layout.size,), self.c, dtype=ref.dtype, device=ref.device))
 
-    def to_dense(self):
+    def to_dense(self) -> torch.Tensor:
         ref = self._reference()
         return self.c * torch.eye(self.layout.size, dtype=ref.dtype, device=ref.device)
 
-    def is_finite(self):
+    def is_finite(self) -> bool:
         return bool(torch.isfinite(torch.tensor(self.c)))
 
     def _reference(self):
@@ -305,13 +305,13 @@ class BlockCurvature(Curvature):
             out.update(b.solve(w, damping))
         return {n: out[n] for n in self.layout.names}
 
-    def diagonal(self):
+    def diagonal(self) -> Params:
         out = {}
         for b in self.blocks:
             out.update(b.diagonal())
         return {n: out[n] for n in self.layout.names}
 
-    def to_dense(self):
+    def to_dense(self) -> torch.Tensor:
         ref = next(iter(self.blocks[0].stats().values()))
         M = torch.zeros(self.layout.size, self.layout.size, dtype=ref.dtype, device=ref.device)
         for b in self.blocks:
@@ -331,6 +331,7 @@ class BlockCurvature(Curvature):
         return {f"{i}/{k}": t for i, b in enumerate(self.blocks) for k, t in b.stats().items()}
 
     def with_stats(self, stats: Dict[str, torch.Tensor]) -> "BlockCurvature":
+        """The same structure with the statistics ``stats`` (keys as :meth:`stats` gives them)."""
         blocks = [b.with_stats({k.split("/", 1)[1]: t for k, t in stats.items() if k.split("/", 1)[0] == str(i)})
                   for i, b in enumerate(self.blocks)]
         return type(self)._from_blocks(self, blocks)
@@ -345,9 +346,11 @@ class BlockCurvature(Curvature):
         return next(iter(self.blocks[0].stats().values()))
 
     def is_finite(self) -> bool:
+        """Whether every statistic is finite."""
         return all(bool(torch.isfinite(t).all()) for t in self.stats().values())
 
-    def same_structure(self, other: "BlockCurvature") -> bool:
+    def same_structure(self, other: Curvature) -> bool:
+        """Same type, layout and blocks (kinds and parameters), so that statistics can be averaged."""
         return (type(self) is type(other) and self.layout == other.layout and
                 [(b.kind, b.names) for b in self.blocks] == [(b.kind, b.names) for b in other.blocks])
 
@@ -361,7 +364,7 @@ class BlockCurvature(Curvature):
         old, cur = self.stats(), new.stats()
         return self.with_stats({k: decay * old[k] + (1 - decay) * cur[k] for k in old})
 
-    def minus_outer(self, g):
+    def minus_outer(self, g: Params) -> "BlockCurvature":
         blocks = []
         for b in self.blocks:
             if not hasattr(b, "minus_outer"):

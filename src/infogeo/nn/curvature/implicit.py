@@ -52,13 +52,13 @@ class Implicit(Curvature):
             cols.append(self.layout.flatten(self._mv(self.layout.unflatten(e))))
         return torch.stack(cols, dim=1)
 
-    def to_dense(self):
+    def to_dense(self) -> torch.Tensor:
         return self._basis_products()
 
-    def diagonal(self):
+    def diagonal(self) -> Params:
         return self.layout.unflatten(torch.diagonal(self._basis_products()))
 
-    def minus_outer(self, g):
+    def minus_outer(self, g: Params) -> "Implicit":
         if self.outer is not None:
             raise ValueError("this curvature already subtracts an outer product")
         return Implicit(self.layout, self.metric, self.point, self.max_iter, self.rtol, outer=g)

@@ -133,11 +133,11 @@ class DiagonalOutputMetric(OutputMetric):
     def diag(self, z: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def mv(self, z, v):
+    def mv(self, z: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return self.diag(z) * v
 
-    def matrix(self, z):
+    def matrix(self, z: torch.Tensor) -> torch.Tensor:
         return torch.diag_embed(self.diag(z))
 
-    def sqrt(self, z):
+    def sqrt(self, z: torch.Tensor) -> torch.Tensor:
         return self.diag(z).sqrt().movedim(-1, 0).unsqueeze(-1) * _basis_like(z)

@@ -34,10 +34,10 @@ class DivergenceOutput(OutputMetric):
         super().__init__(dim)
         self.divergence = Divergence.from_function(divergence)
 
-    def mv(self, z, v):
+    def mv(self, z: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return _flat_apply(lambda zi, vi: self.divergence.hvp_at_diagonal(zi, vi), z, v)
 
-    def matrix(self, z):
+    def matrix(self, z: torch.Tensor) -> torch.Tensor:
         return _flat_apply(lambda zi: torch.func.hessian(lambda u: self.divergence(u, zi))(zi), z)
 
     def __repr__(self):
@@ -57,7 +57,7 @@ class HessianOutput(OutputMetric):
         super().__init__(dim)
         self._hvp = hvp
 
-    def mv(self, z, v):
+    def mv(self, z: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         shape = torch.broadcast_shapes(z.shape, v.shape)
         out = self._hvp(z.expand(shape), v.expand(shape))
         if tuple(out.shape) != tuple(shape):
@@ -78,15 +78,15 @@ class SampledOutput(OutputMetric):
         super().__init__(dim)
         self.sampler = sampler
 
-    def mv(self, z, v):
+    def mv(self, z: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError("an output metric given by a sampler supports only Monte Carlo curvature "
                                   "(method='mc'); give an hvp (HessianOutput) for exact products")
 
-    def sqrt(self, z):
+    def sqrt(self, z: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError("an output metric given by a sampler supports only Monte Carlo curvature "
                                   "(method='mc')")
 
-    def sample(self, z, samples=1, generator=None):
+    def sample(self, z: torch.Tensor, samples: int = 1, generator: Optional[torch.Generator] = None) -> torch.Tensor:
         out = torch.stack([self.sampler(z, generator) for _ in range(samples)])
         if tuple(out.shape[1:]) != tuple(z.shape):
             raise ValueError(f"the sampler returned shape {tuple(out.shape[1:])}, expected the outputs' shape {tuple(z.shape)}")
@@ -106,16 +106,16 @@ class FactorOutput(OutputMetric):
         super().__init__(None)
         self.factors = factors
 
-    def check(self, z):
+    def check(self, z: torch.Tensor) -> None:
         super().check(z)
         if tuple(self.factors.shape[1:]) != tuple(z.shape):
             raise ValueError(f"factors of shape {tuple(self.factors.shape)} do not fit outputs of shape {tuple(z.shape)}")
 
-    def mv(self, z, v):
+    def mv(self, z: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         S = self.factors
         lead = v.dim() - (S.dim() - 1)
         Sx = S.reshape(S.shape[:1] + (1,) * lead + tuple(S.shape[1:]))
         return (Sx * (Sx * v).sum(-1, keepdim=True)).sum(0)
 
-    def sqrt(self, z):
+    def sqrt(self, z: torch.Tensor) -> torch.Tensor:
         return self.factors

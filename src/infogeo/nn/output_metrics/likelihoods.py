@@ -37,33 +37,33 @@ class CategoricalFisher(OutputMetric):
             raise ValueError(f"label_smoothing must lie in [0, 1), got {label_smoothing}")
         self.label_smoothing = float(label_smoothing)
 
-    def check(self, z):
+    def check(self, z: torch.Tensor) -> None:
         super().check(z)
         if z.shape[-1] < 2:
             raise ValueError(f"the categorical Fisher metric needs logits with at least 2 classes on the "
                              f"last axis, got outputs of shape {tuple(z.shape)}")
 
-    def mv(self, z, v):
+    def mv(self, z: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         p = torch.softmax(z, dim=-1)
         pv = p * v
         return pv - p * pv.sum(-1, keepdim=True)
 
-    def matrix(self, z):
+    def matrix(self, z: torch.Tensor) -> torch.Tensor:
         p = torch.softmax(z, dim=-1)
         return torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)
 
-    def sqrt(self, z):
+    def sqrt(self, z: torch.Tensor) -> torch.Tensor:
         p = torch.softmax(z, dim=-1)
         return p.sqrt().movedim(-1, 0).unsqueeze(-1) * (_basis_like(z) - p)
 
-    def sample(self, z, samples=1, generator=None):
+    def sample(self, z: torch.Tensor, samples: int = 1, generator: Optional[torch.Generator] = None) -> torch.Tensor:
         p = torch.softmax(z, dim=-1)
         flat = p.reshape(-1, p.shape[-1])
         t = torch.multinomial(flat, samples, replacement=True, generator=generator)  # (rows, samples)
         onehot = torch.nn.functional.one_hot(t.T, p.shape[-1]).to(p.dtype).reshape((samples,) + tuple(p.shape))
         return p - onehot
 
-    def check_targets(self, z, targets):
+    def check_targets(self, z: torch.Tensor, targets: torch.Tensor) -> None:
         if targets.dtype in (torch.long, torch.int, torch.int32, torch.int64):
             if tuple(targets.shape) != tuple(z.shape[:-1]):
                 raise ValueError(f"class-index targets must have shape {tuple(z.shape[:-1])}, got {tuple(targets.shape)}")
@@ -81,11 +81,11 @@ class CategoricalFisher(OutputMetric):
             t = (1 - self.label_smoothing) * t + self.label_smoothing / z.shape[-1]
         return t
 
-    def position_loss(self, z, targets):
+    def position_loss(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         t = self._onehot(z, targets)
         return -(t * torch.log_softmax(z, dim=-1)).sum(-1)
 
-    def loss_grad(self, z, targets):
+    def loss_grad(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return torch.softmax(z, dim=-1) - self._onehot(z, targets)
 
 
@@ -98,19 +98,19 @@ class BernoulliFisher(DiagonalOutputMetric):
 
     name = "Bernoulli Fisher metric"
 
-    def diag(self, z):
+    def diag(self, z: torch.Tensor) -> torch.Tensor:
         s = torch.sigmoid(z)
         return s * (1 - s)
 
-    def sample(self, z, samples=1, generator=None):
+    def sample(self, z: torch.Tensor, samples: int = 1, generator: Optional[torch.Generator] = None) -> torch.Tensor:
         s = torch.sigmoid(z).expand((samples,) + tuple(z.shape))
         return s - torch.bernoulli(s, generator=generator)
 
-    def position_loss(self, z, targets):
+    def position_loss(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.check_targets(z, targets)
         return torch.nn.functional.binary_cross_entropy_with_logits(z, targets.to(z.dtype), reduction="none").sum(-1)
 
-    def loss_grad(self, z, targets):
+    def loss_grad(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.check_targets(z, targets)
         return torch.sigmoid(z) - targets.to(z.dtype)
 
@@ -125,18 +125,18 @@ class HeteroscedasticGaussianFisher(DiagonalOutputMetric):
 
     name = "Gaussian (learned variance) Fisher metric"
 
-    def check(self, z):
+    def check(self, z: torch.Tensor) -> None:
         super().check(z)
         if z.shape[-1] % 2:
             raise ValueError(f"the learned-variance Gaussian Fisher metric needs outputs [mean, log-variance] "
                              f"with an even last axis, got shape {tuple(z.shape)}")
 
-    def diag(self, z):
+    def diag(self, z: torch.Tensor) -> torch.Tensor:
         d = z.shape[-1] // 2
         s = z[..., d:]
         return torch.cat([torch.exp(-s), torch.full_like(s, 0.5)], dim=-1)
 
-    def sample(self, z, samples=1, generator=None):
+    def sample(self, z: torch.Tensor, samples: int = 1, generator: Optional[torch.Generator] = None) -> torch.Tensor:
         d = z.shape[-1] // 2
         mu, s = z[..., :d], z[..., d:]
         sd = torch.exp(0.5 * s)
@@ -144,18 +144,18 @@ class HeteroscedasticGaussianFisher(DiagonalOutputMetric):
         t = mu + sd * eps
         return self.loss_grad(z.expand((samples,) + tuple(z.shape)), t)
 
-    def check_targets(self, z, targets):
+    def check_targets(self, z: torch.Tensor, targets: torch.Tensor) -> None:
         want = tuple(z.shape[:-1]) + (z.shape[-1] // 2,)
         if tuple(targets.shape) != want:
             raise ValueError(f"targets for the learned-variance Gaussian must have shape {want}, got {tuple(targets.shape)}")
 
-    def position_loss(self, z, targets):
+    def position_loss(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.check_targets(z, targets)
         d = z.shape[-1] // 2
         mu, s = z[..., :d], z[..., d:]
         return (0.5 * s + 0.5 * (targets - mu) ** 2 * torch.exp(-s)).sum(-1)
 
-    def loss_grad(self, z, targets):
+    def loss_grad(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         d = z.shape[-1] // 2
         mu, s = z[..., :d], z[..., d:]
         r2 = (targets - mu) ** 2 * torch.exp(-s)
@@ -183,23 +183,23 @@ class CategoricalLogProbFisher(DiagonalOutputMetric):
 
     name = "categorical (log-probability) Fisher metric"
 
-    def diag(self, z):
+    def diag(self, z: torch.Tensor) -> torch.Tensor:
         return torch.exp(z)
 
-    def sample(self, z, samples=1, generator=None):
+    def sample(self, z: torch.Tensor, samples: int = 1, generator: Optional[torch.Generator] = None) -> torch.Tensor:
         p = torch.exp(z)
         flat = p.reshape(-1, p.shape[-1])
         t = torch.multinomial(flat, samples, replacement=True, generator=generator)
         return -torch.nn.functional.one_hot(t.T, p.shape[-1]).to(p.dtype).reshape((samples,) + tuple(p.shape))
 
-    def check_targets(self, z, targets):
+    def check_targets(self, z: torch.Tensor, targets: torch.Tensor) -> None:
         _class_targets(self.name, z, targets)
 
-    def position_loss(self, z, targets):
+    def position_loss(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.check_targets(z, targets)
         return -torch.gather(z, -1, targets.unsqueeze(-1)).squeeze(-1)
 
-    def loss_grad(self, z, targets):
+    def loss_grad(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.check_targets(z, targets)
         return -torch.nn.functional.one_hot(targets, z.shape[-1]).to(z.dtype)
 
@@ -222,7 +222,7 @@ class GaussianVarianceFisher(DiagonalOutputMetric):
             raise ValueError(f"eps must be > 0, got {eps}")
         self.eps, self.full = float(eps), bool(full)
 
-    def check(self, z):
+    def check(self, z: torch.Tensor) -> None:
         super().check(z)
         if z.shape[-1] % 2:
             raise ValueError(f"the {self.name} needs outputs [mean, variance] with an even last axis, "
@@ -232,21 +232,21 @@ class GaussianVarianceFisher(DiagonalOutputMetric):
         d = z.shape[-1] // 2
         return z[..., :d], z[..., d:].clamp_min(self.eps)
 
-    def diag(self, z):
+    def diag(self, z: torch.Tensor) -> torch.Tensor:
         _, var = self._split(z)
         return torch.cat([1 / var, 0.5 / var ** 2], dim=-1)
 
-    def sample(self, z, samples=1, generator=None):
+    def sample(self, z: torch.Tensor, samples: int = 1, generator: Optional[torch.Generator] = None) -> torch.Tensor:
         mu, var = self._split(z)
         eps = torch.randn((samples,) + tuple(mu.shape), dtype=z.dtype, device=z.device, generator=generator)
         return self.loss_grad(z.expand((samples,) + tuple(z.shape)), mu + var.sqrt() * eps)
 
-    def check_targets(self, z, targets):
+    def check_targets(self, z: torch.Tensor, targets: torch.Tensor) -> None:
         want = tuple(z.shape[:-1]) + (z.shape[-1] // 2,)
         if tuple(targets.shape) != want:
             raise ValueError(f"targets for the {self.name} must have shape {want}, got {tuple(targets.shape)}")
 
-    def position_loss(self, z, targets):
+    def position_loss(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.check_targets(z, targets)
         mu, var = self._split(z)
         ell = 0.5 * (torch.log(var) + (targets - mu) ** 2 / var)
@@ -254,7 +254,7 @@ class GaussianVarianceFisher(DiagonalOutputMetric):
             ell = ell + 0.5 * math.log(2 * math.pi)
         return ell.sum(-1)
 
-    def loss_grad(self, z, targets):
+    def loss_grad(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         mu, var = self._split(z)
         r2 = (targets - mu) ** 2
         return torch.cat([(mu - targets) / var, 0.5 / var - 0.5 * r2 / var ** 2], dim=-1)

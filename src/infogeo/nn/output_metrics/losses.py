@@ -119,7 +119,7 @@ class LossOutput(WeightedOutput):
                                "fit it with .bind(outputs, targets) (ParameterSpace does this)")
         return super()._w(like, power)
 
-    def position_loss(self, z, targets):
+    def position_loss(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self._w(z)
         return super().position_loss(z, targets)
 

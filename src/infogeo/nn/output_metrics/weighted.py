@@ -67,31 +67,31 @@ class WeightedOutput(OutputMetric):
             return targets
         return torch.where(targets == self.ignore_index, torch.zeros_like(targets), targets)
 
-    def mv(self, z, v):
+    def mv(self, z: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return self._w(v) * self.base.mv(z, v)
 
-    def matrix(self, z):
+    def matrix(self, z: torch.Tensor) -> torch.Tensor:
         M = self.base.matrix(z)
         return self._w(M).unsqueeze(-1) * M if isinstance(self.weight, torch.Tensor) else self.weight * M
 
-    def sqrt(self, z):
+    def sqrt(self, z: torch.Tensor) -> torch.Tensor:
         return self._w(z, 0.5) * self.base.sqrt(z)
 
-    def sample(self, z, samples=1, generator=None):
+    def sample(self, z: torch.Tensor, samples: int = 1, generator: Optional[torch.Generator] = None) -> torch.Tensor:
         return self._w(z, 0.5) * self.base.sample(z, samples, generator)
 
-    def check_targets(self, z, targets):
+    def check_targets(self, z: torch.Tensor, targets: torch.Tensor) -> None:
         self.base.check_targets(z, self._targets(targets))
 
-    def position_loss(self, z, targets):
+    def position_loss(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         ell = self.base.position_loss(z, self._targets(targets))
         w = self.weight.to(ell) if isinstance(self.weight, torch.Tensor) else self.weight
         return w * ell
 
-    def loss_grad(self, z, targets):
+    def loss_grad(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return self._w(z) * self.base.loss_grad(z, self._targets(targets))
 
-    def empirical_factor(self, z, targets):
+    def empirical_factor(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return (self._w(z, 0.5) * self.base.loss_grad(z, self._targets(targets))).unsqueeze(0)
 
     def __repr__(self) -> str:
