@@ -91,3 +91,13 @@ def test_empirical_correction_on_sequences():
         Q = torch.kron(Ug, Ua)
         assert rel(b.s.reshape(-1), torch.diagonal(Q.T @ F[idx][:, idx] @ Q)) < EXACT
     assert space.curvature("ekfac", "mc", generator=torch.Generator().manual_seed(0)).is_finite()
+
+
+def test_follows_the_curvature_protocol():
+    """The protocol checks every other representation passes (tests/nn/test_operators.py), on EKFAC."""
+    from . import test_operators as protocol
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 3)).double()
+    space = ig.nn.ParameterSpace(model, "categorical", data=torch.randn(10, 4, dtype=torch.float64))
+    protocol.test_protocol_one_call_form(space, "ekfac")
+    protocol.test_matmul_and_scipy_operator(space, "ekfac")

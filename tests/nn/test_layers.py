@@ -149,14 +149,6 @@ def test_layer_exact_implicit(name):
     assert rel(space.curvature("implicit").to_dense(), G) < EXACT
 
 
-@pytest.mark.parametrize("name", ["mha", "mha_seq_first"])
-def test_attention_implicit_with_the_math_kernel(name):
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    space, model, G = _setup(name)
-    with sdpa_kernel([SDPBackend.MATH]):
-        assert rel(space.curvature("implicit").to_dense(), G) < EXACT
-
-
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_language_model_with_frozen_recurrence(cell):
     """Embedding + LSTM/GRU + per-token classifier, recurrent weights frozen: exact diag and K-FAC embedding block."""
