@@ -194,3 +194,22 @@ def test_capture_does_not_keep_layer_outputs_alive():
     # tanh saves its result, not its input: the pre-activation of layer 0 is already
     # freed while the columns are back-propagated, and every layer got its gradient
     assert len(refs) == 1 and freed_during_backward == [True, True]
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")  # the asymmetric case, on purpose
+@pytest.mark.parametrize("conv", [
+    lambda: torch.nn.Conv1d(2, 3, 3, padding=1, padding_mode="circular", stride=2),
+    lambda: torch.nn.Conv1d(2, 3, 3, padding="same", dilation=2),
+    lambda: torch.nn.Conv2d(2, 3, (2, 3), padding=(1, 0), stride=(1, 2), dilation=(2, 1), padding_mode="reflect"),
+    lambda: torch.nn.Conv2d(2, 3, 4, padding="same"),
+    lambda: torch.nn.Conv3d(2, 3, 2, padding=1, stride=(1, 2, 1), padding_mode="replicate")])
+def test_convolution_patches_reproduce_the_layer(conv):
+    """K-FAC's view of a convolution as a Linear over input patches is the layer itself."""
+    from infogeo.nn.curvature import _rows
+    torch.manual_seed(0)
+    m = conv().double()
+    x = torch.randn(2, 2, *([6] * len(m.kernel_size)), dtype=torch.float64)
+    layer = bp.Layer("m", m, {"weight": "weight", "bias": "bias"}, inputs=(x,))
+    with torch.no_grad():
+        got = _rows.conv_patches(layer) @ m.weight.reshape(3, -1).T + m.bias
+        assert rel(got, m(x).flatten(2).transpose(1, 2)) < 1e-14

@@ -133,3 +133,25 @@ def test_monte_carlo_unbiased_where_layers_mix_positions(approx):
     se = est.std() / math.sqrt(R)
     assert se > 0
     assert abs(est.mean() - (exact * w).sum()) < 3 * se
+
+
+class ChannelsLastConv(torch.nn.Module):
+    def __init__(self, conv):
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x):
+        return self.conv(x).flatten(2).transpose(1, 2)
+
+
+@pytest.mark.parametrize("conv", [lambda: torch.nn.Conv1d(2, 3, 3, padding=1, padding_mode="reflect"),
+                                  lambda: torch.nn.Conv2d(2, 3, 2, stride=2, padding="valid"),
+                                  lambda: torch.nn.Conv3d(2, 3, 2, padding=1)])
+def test_expand_exact_for_a_convolution_with_a_loss_per_position(conv):
+    """A convolution is a Linear over patches: with a per-position Euclidean loss, K-FAC-expand is its GGN."""
+    torch.manual_seed(0)
+    model = ChannelsLastConv(conv()).double()
+    X = torch.randn(N, 2, *([4] * len(model.conv.kernel_size)), dtype=torch.float64)
+    space = ig.nn.ParameterSpace(model, "euclidean", data=X)
+    assert rel(space.curvature("kfac").to_dense(), ref.ggn(model, (X,), "euclidean")) < EXACT
+    assert [b.kind for b in space.curvature("kfac").blocks] == ["kfac"]

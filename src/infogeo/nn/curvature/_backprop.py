@@ -43,7 +43,7 @@ class Layer:
     path: str
     module: torch.nn.Module
     params: Dict[str, str]                 # attribute name -> full parameter name
-    kind: str = "global"                   # 'linear' | 'conv2d' | 'module' | 'global'
+    kind: str = "global"                   # 'linear' | 'conv' | 'module' | 'global'
     inputs: Tuple[torch.Tensor, ...] = ()  # detached positional inputs (batch axis first)
     kwargs: Dict[str, Any] = field(default_factory=dict)
     grad_out: Optional[torch.Tensor] = None  # (K, N, ...) output gradients
@@ -112,11 +112,14 @@ def _classify(layer: Layer, calls: List[_Call], N: int) -> str:
     m = layer.module
     if isinstance(m, torch.nn.Linear) and len(args) == 1 and not kwargs and args[0].is_floating_point():
         return "linear"
-    if (isinstance(m, torch.nn.Conv2d) and type(m).forward is torch.nn.Conv2d.forward and m.groups == 1
-            and m.padding_mode == "zeros" and not isinstance(m.padding, str) and len(args) == 1
-            and args[0].dim() == 4):
-        return "conv2d"
+    conv = next((c for c in _CONVS if isinstance(m, c)), None)
+    if (conv is not None and type(m).forward is conv.forward and m.groups == 1 and len(args) == 1 and not kwargs
+            and args[0].dim() == 2 + len(m.kernel_size)):
+        return "conv"   # a Linear over the input patches
     return "module"
+
+
+_CONVS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
 
 
 class Columns:

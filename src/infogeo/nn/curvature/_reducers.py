@@ -64,8 +64,8 @@ def squared_stat(layer: Layer) -> torch.Tensor:
 
 
 def channels_last(layer: Layer, g: torch.Tensor) -> torch.Tensor:
-    """Output gradient ``(N, ..., out)`` with the channel axis last (Conv2d has it at axis 1)."""
-    return g.flatten(2).transpose(1, 2) if layer.kind == "conv2d" else g
+    """Output gradient ``(N, ..., out)`` with the channel axis last (a convolution has it at axis 1)."""
+    return g.flatten(2).transpose(1, 2) if layer.kind == "conv" else g
 
 
 def gram_sum(layer: Layer, cols: Columns, reduce_positions: bool = False) -> Callable[[int, torch.Tensor], None]:

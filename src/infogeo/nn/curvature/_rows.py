@@ -1,6 +1,6 @@
 r"""Per-row pseudo-gradients :math:`J_n^T s_{jn}` of one layer's parameters, in bounded-memory chunks.
 
-Linear and Conv2d layers get them by an einsum of recorded inputs and output
+Linear and convolution layers get them by an einsum of recorded inputs and output
 gradients; other modules by ``torch.func.vmap`` of the module's own vjp per
 example (a loop over examples where vmap cannot batch the module, e.g. the fused
 kernels of recurrent layers); parameters whose module is called more than once,
@@ -9,6 +9,7 @@ not called, or returns non-tensors, by per-example vjps of the whole network.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import torch
@@ -35,15 +36,41 @@ def linear_inputs(layer: Layer) -> Tuple[torch.Tensor, torch.Tensor, int]:
     return a, b, a.shape[1]
 
 
+def conv_padding(m: torch.nn.Module) -> List[Tuple[int, int]]:
+    """``(left, right)`` padding of each spatial axis of a convolution (``"same"`` may be asymmetric)."""
+    if isinstance(m.padding, str):
+        if m.padding == "valid":
+            return [(0, 0)] * len(m.kernel_size)
+        total = [d * (k - 1) for d, k in zip(m.dilation, m.kernel_size)]   # "same", as torch pads it
+        return [(t // 2, t - t // 2) for t in total]
+    return [(p, p) for p in m.padding]
+
+
 def conv_patches(layer: Layer) -> torch.Tensor:
-    """The input patches of a Conv2d layer, ``(N, L, C_in*kh*kw)`` (the layer is a Linear over them)."""
+    """The input patches of a Conv1d/2d/3d layer, ``(N, L, C_in * prod(kernel))`` (a Linear over them).
+
+    The input is padded as the layer pads it (zeros or its ``padding_mode``), then every
+    spatial axis is cut into windows; patch entries are ordered like ``weight.reshape(out, -1)``
+    and positions like the flattened output.
+    """
     m = layer.module
-    a = F.unfold(layer.inputs[0], m.kernel_size, dilation=m.dilation, padding=m.padding, stride=m.stride)
-    return a.transpose(1, 2)
+    x = layer.inputs[0]
+    nd = len(m.kernel_size)
+    pads = conv_padding(m)
+    if any(p for lr in pads for p in lr):
+        mode = "constant" if m.padding_mode == "zeros" else m.padding_mode
+        x = F.pad(x, [p for lr in reversed(pads) for p in lr], mode=mode)
+    for i, (k, s, d) in enumerate(zip(m.kernel_size, m.stride, m.dilation)):
+        x = x.unfold(2 + i, d * (k - 1) + 1, s)          # the window is appended as the last axis
+        if d > 1:
+            x = x[..., ::d]
+    N, C = x.shape[:2]
+    x = x.permute(0, *range(2, 2 + nd), 1, *range(2 + nd, 2 + 2 * nd))   # (N, L_1..L_nd, C, k_1..k_nd)
+    return x.reshape(N, -1, C * math.prod(m.kernel_size))
 
 
 def conv_inputs(layer: Layer) -> Tuple[torch.Tensor, torch.Tensor, int]:
-    """Conv2d as a Linear over patches: ``(N, L, C_in*kh*kw)`` and ``(K, N, L, C_out)``."""
+    """A convolution as a Linear over patches: ``(N, L, C_in prod(kernel))`` and ``(K, N, L, C_out)``."""
     a = conv_patches(layer)
     b = layer.grad_out
     b = b.reshape(b.shape[0], b.shape[1], b.shape[2], -1).transpose(2, 3)
@@ -69,7 +96,7 @@ def row_grads(layer: Layer, space, cols: Columns, chunk_elements: int = CHUNK_EL
     N = space.batch_size
     R = cols.rows
     per_row = layer.numel
-    if layer.kind in ("linear", "conv2d"):
+    if layer.kind in ("linear", "conv"):
         a, b, _ = layer_ab(layer)
         m = layer.module
         bf = b.reshape(R, b.shape[2], b.shape[3])

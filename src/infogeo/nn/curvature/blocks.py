@@ -134,7 +134,7 @@ class DenseBlock(Block):
 
 
 class KronBlock(Block):
-    r"""A Kronecker-factored block :math:`G \otimes A` for a Linear or Conv2d layer (K-FAC).
+    r"""A Kronecker-factored block :math:`G \otimes A` for a Linear or convolution layer (K-FAC).
 
     The weight (reshaped to ``(out, in)``) and bias are concatenated to
     :math:`\bar W = [W\ b]`; :math:`(G \otimes A)\,\mathrm{vec}(\bar W) = \mathrm{vec}(G \bar W A)`

@@ -1,4 +1,4 @@
-r"""K-FAC: a Kronecker-factored block :math:`G_\ell \otimes A_\ell` per Linear and Conv2d layer.
+r"""K-FAC: a Kronecker-factored block :math:`G_\ell \otimes A_\ell` per Linear and convolution layer.
 
 Martens & Grosse (2015) for dense layers, Grosse & Martens (2016) for
 convolutions, and for layers applied at :math:`T` positions with shared weights
@@ -29,7 +29,7 @@ unbiased for the exact one on any network.  (Back-propagating each square-root
 column at all output positions at once, as curvlinops does, adds
 cross-position terms when layers mix positions, e.g. attention; on
 position-wise networks both agree.)  Layers K-FAC cannot factor (LayerNorm,
-Embedding, grouped or non-2-d convolutions, custom modules) get their exact
+Embedding, grouped convolutions, custom modules) get their exact
 diagonal block instead, so a network of any architecture has a K-FAC
 curvature (mixed representation).
 """
@@ -54,7 +54,7 @@ def kron_inputs(layer: bp.Layer, approx: str = "expand") -> torch.Tensor:
         a = layer.inputs[0]
         a = a.reshape(a.shape[0], -1, a.shape[-1])          # (N, T, in), a view
     else:
-        a = rows.conv_patches(layer)                          # (N, L, C_in kh kw)
+        a = rows.conv_patches(layer)                        # (N, L, C_in prod(kernel))
     if approx == "reduce":
         return a.mean(1)
     return a.reshape(-1, a.shape[-1])
@@ -79,7 +79,7 @@ def input_factor(layer: bp.Layer, approx: str = "expand") -> torch.Tensor:
 
 
 def kron_block(space, layer: bp.Layer, inverse: str = "eigen", approx: str = "expand") -> KronBlock:
-    """The factors :math:`A, G` of one Linear/Conv2d layer from its recorded inputs and output gradients."""
+    """The factors :math:`A, G` of one Linear or convolution layer from its recorded inputs and output gradients."""
     G = layer.stat.div_(space.batch_size)
     layer.stat = None
     return KronBlock(layer.params.get("weight"), layer.params.get("bias"), tuple(layer.module.weight.shape),
@@ -87,7 +87,7 @@ def kron_block(space, layer: bp.Layer, inverse: str = "eigen", approx: str = "ex
 
 
 def is_factored(layer: bp.Layer) -> bool:
-    return layer.kind in ("linear", "conv2d")
+    return layer.kind in ("linear", "conv")
 
 
 def kfac_reducer(approx: str = "expand"):
