@@ -1,4 +1,4 @@
-"""Blocked Gram products, K-FAC inverses, the cached pullback, the meta-device shape probe and BatchNorm."""
+"""Blocked Gram products, K-FAC inverses, the meta-device shape probe and BatchNorm."""
 import copy
 import math
 
@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 from torch.func import functional_call, jacrev  # noqa: E402
 
 import infogeo as ig  # noqa: E402
-from infogeo.nn.curvature import _backprop as bp  # noqa: E402
+from infogeo.nn.curvature import _backprop as bp, _reducers as red  # noqa: E402
 from .conftest import categorical_Gz, flat, mlp, reference_metric  # noqa: E402
 from .test_space import EXACT, rand_like, rel  # noqa: E402
 
@@ -18,9 +18,9 @@ from .test_space import EXACT, rand_like, rel  # noqa: E402
 def test_gram_matches_matmul(n):
     a = torch.randn(37, n, dtype=torch.float64, generator=torch.Generator().manual_seed(n))
     ref = a.T @ a
-    assert rel(bp.gram(a), ref) < 1e-14
+    assert rel(red.gram(a), ref) < 1e-14
     big = torch.full((n + 1, n + 1), float("nan"), dtype=torch.float64)
-    bp.gram(a, out=big[:n, :n])  # a strided view is filled completely
+    red.gram(a, out=big[:n, :n])  # a strided view is filled completely
     assert rel(big[:n, :n], ref) < 1e-14 and torch.isnan(big[n]).all()
 
 
@@ -71,35 +71,6 @@ def test_kfac_tikhonov_inverse_is_factored_damping():
     assert all(b.inverse == "tikhonov" for b in K.ema(K, 0.9).blocks)
     with pytest.raises(ValueError, match="unknown K-FAC inverse 'cholesky'"):
         space.curvature("kfac", inverse="cholesky")
-
-
-# ----------------------------------------------------------------- cached pullback
-def test_cached_linearization_follows_in_place_updates(small_mlp):
-    model, X = small_mlp
-    model = copy.deepcopy(model)
-    space = ig.nn.ParameterSpace(model, "categorical", data=X)
-    v = rand_like(space)
-    first = space.metric.mv(v)
-    lin = space.metric._cache[1]
-    again = space.metric.mv(v)
-    assert space.metric._cache[1] is lin  # same point: the forward pass is reused
-    assert rel(flat(again, space.names), flat(first, space.names)) < 1e-15
-    with torch.no_grad():
-        for p in model.parameters():
-            p.mul_(1.5)  # an optimizer-like in-place step: the cache must not be reused
-    G = reference_metric(model, X, categorical_Gz)
-    assert rel(flat(space.metric.mv(v), space.names), G @ flat(v, space.names)) < EXACT
-    # products at other points given explicitly (fresh tensors each time) are never confused
-    for scale in (0.5, 2.0):
-        x = {n: p.detach() * scale for n, p in model.named_parameters()}
-        other = copy.deepcopy(model)
-        with torch.no_grad():
-            for p in other.parameters():
-                p.mul_(scale)
-        Gx = reference_metric(other, X, categorical_Gz)
-        assert rel(flat(space.metric.mv(x, v), space.names), Gx @ flat(v, space.names)) < EXACT
-    space.metric.clear_cache()
-    assert space.metric._cache is None
 
 
 # ----------------------------------------------------------------- shape probe
@@ -157,7 +128,7 @@ def test_batchnorm_training_mode_exact_where_defined_and_untouched():
     assert rel(space.curvature("dense").to_dense(), G) < EXACT
     C = space.curvature("implicit")
     C.solve(v, damping=1e-2)
-    for kind in ("diag", "kfac", "block"):
+    for kind in ("diag", "kfac", "ekfac", "block"):
         with pytest.raises(ValueError, match=r"'1'.*BatchNorm1d in training mode.*model\.eval\(\)"):
             space.curvature(kind)
     for k, t in model.state_dict().items():  # running statistics and counters included
@@ -217,7 +188,7 @@ def test_capture_does_not_keep_layer_outputs_alive():
     freed_during_backward = []
     try:
         bp.capture(space, lambda z: torch.ones((1,) + z.shape),
-                   reducer=lambda layer: lambda g: freed_during_backward.append(refs[0]() is None))
+                   reducer=lambda layer, cols: lambda j, g: freed_during_backward.append(refs[0]() is None))
     finally:
         h.remove()
     # tanh saves its result, not its input: the pre-activation of layer 0 is already
@@ -225,45 +196,20 @@ def test_capture_does_not_keep_layer_outputs_alive():
     assert len(refs) == 1 and freed_during_backward == [True, True]
 
 
-def test_products_fall_back_to_forward_mode_without_double_backward():
-    class OnceTanh(torch.autograd.Function):
-        @staticmethod
-        def forward(x):
-            return torch.tanh(x)
-
-        @staticmethod
-        @torch.autograd.function.once_differentiable
-        def backward(ctx, g):
-            (y,) = ctx.saved_tensors
-            return g * (1 - y * y)
-
-        @staticmethod
-        def jvp(ctx, t):
-            return t * (1 - ctx.y_for_jvp ** 2)
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            ctx.save_for_backward(output)
-            ctx.y_for_jvp = output
-
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.a, self.b = torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)
-
-        def forward(self, x):
-            return self.b(OnceTanh.apply(self.a(x)))
-
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")  # the asymmetric case, on purpose
+@pytest.mark.parametrize("conv", [
+    lambda: torch.nn.Conv1d(2, 3, 3, padding=1, padding_mode="circular", stride=2),
+    lambda: torch.nn.Conv1d(2, 3, 3, padding="same", dilation=2),
+    lambda: torch.nn.Conv2d(2, 3, (2, 3), padding=(1, 0), stride=(1, 2), dilation=(2, 1), padding_mode="reflect"),
+    lambda: torch.nn.Conv2d(2, 3, 4, padding="same"),
+    lambda: torch.nn.Conv3d(2, 3, 2, padding=1, stride=(1, 2, 1), padding_mode="replicate")])
+def test_convolution_patches_reproduce_the_layer(conv):
+    """K-FAC's view of a convolution as a Linear over input patches is the layer itself."""
+    from infogeo.nn.curvature import _rows
     torch.manual_seed(0)
-    model = Net().double()
-    X = torch.randn(6, 3, dtype=torch.float64)
-    space = ig.nn.ParameterSpace(model, "categorical", data=X)
-    v = rand_like(space)
-    G = reference_metric(model, X, categorical_Gz)
-    # torch's double backward silently drops the path through a once_differentiable
-    # Function; the graph holds a custom Function, so J v is taken by forward mode
-    assert space.metric._linearization(space.point).transpose is None
-    assert rel(flat(space.metric.mv(v), space.names), G @ flat(v, space.names)) < EXACT
-    # and for plain modules the double-backward path is the one taken
-    plain = ig.nn.ParameterSpace(torch.nn.Sequential(model.a, torch.nn.Tanh(), model.b), "categorical", data=X)
-    assert plain.metric._linearization(plain.point).transpose is not None
+    m = conv().double()
+    x = torch.randn(2, 2, *([6] * len(m.kernel_size)), dtype=torch.float64)
+    layer = bp.Layer("m", m, {"weight": "weight", "bias": "bias"}, inputs=(x,))
+    with torch.no_grad():
+        got = _rows.conv_patches(layer) @ m.weight.reshape(3, -1).T + m.bias
+        assert rel(got, m(x).flatten(2).transpose(1, 2)) < 1e-14
