@@ -2,7 +2,7 @@
 
 >>> space = ig.nn.ParameterSpace(model, output_metric="categorical", data=X)   # doctest: +SKIP
 >>> C = space.curvature("kfac")                                                   # doctest: +SKIP
->>> opt = ig.nn.NaturalGradient(model.parameters(), lr=1e-2, curvature="kfac", model=model)  # doctest: +SKIP
+>>> opt = ig.nn.NaturalGradient(model, lr=0.1, curvature="kfac")                     # doctest: +SKIP
 """
 from . import curvature, output_metrics
 from ._params import ParamLayout
@@ -15,11 +15,12 @@ from .space import NetworkMetric, ParameterSpace
 __all__ = ["ParameterSpace", "NetworkMetric", "ParamLayout", "OutputMetric", "EuclideanOutput", "GaussianFisher",
            "CategoricalFisher", "BernoulliFisher", "HeteroscedasticGaussianFisher", "DivergenceOutput",
            "HessianOutput", "SampledOutput", "FactorOutput", "output_metric", "curvature", "output_metrics",
-           "Curvature", "Implicit", "Dense", "Diagonal", "KFAC", "BlockDiagonal", "NaturalGradient"]
+           "Curvature", "Implicit", "Dense", "Diagonal", "KFAC", "BlockDiagonal", "NaturalGradient",
+           "Preconditioner"]
 
 
 def __getattr__(name):
-    if name == "NaturalGradient":
-        from .optim import NaturalGradient
-        return NaturalGradient
+    if name in ("NaturalGradient", "Preconditioner"):
+        from . import optim
+        return getattr(optim, name)
     raise AttributeError(f"module 'infogeo.nn' has no attribute {name!r}")

@@ -27,6 +27,8 @@ returns non-tensors fall back to per-example vjps of the whole network.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import weakref
 from dataclasses import dataclass, field
@@ -41,6 +43,28 @@ logger = logging.getLogger(__name__)
 
 #: default number of per-example gradient elements materialised at once
 CHUNK_ELEMENTS = 1 << 24
+
+#: a forward pass the caller already ran with :func:`record_calls` (the optimizer's hooks on the
+#: user's own forward): ``(z, calls)``; :func:`capture` then runs no forward and keeps the graph
+_RECORDED: contextvars.ContextVar = contextvars.ContextVar("recorded_forward", default=None)
+
+
+@contextlib.contextmanager
+def recorded_forward(z: torch.Tensor, calls: Dict[str, list]):
+    """Within this block, :func:`capture` uses the outputs ``z`` and layer ``calls`` of a forward
+    already run (its graph still alive) instead of a forward pass of its own."""
+    token = _RECORDED.set((z, calls))
+    try:
+        yield
+    finally:
+        _RECORDED.reset(token)
+
+
+def recording_hook(calls: Dict[str, list], path: str) -> Callable:
+    """A forward hook (``with_kwargs=True``) appending the call of layer ``path`` to ``calls[path]``."""
+    def hook(module, args, kwargs, output):
+        calls[path].append(_Call.record(args, kwargs, output))
+    return hook
 
 
 @dataclass
@@ -141,21 +165,21 @@ def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor],
     """
     space.check_per_example()
     layers = find_layers(space)
-    calls: Dict[str, list] = {l.path: [] for l in layers}
-
-    def make_hook(path):
-        def hook(module, args, kwargs, output):
-            calls[path].append(_Call.record(args, kwargs, output))
-        return hook
-
-    handles = [l.module.register_forward_hook(make_hook(l.path), with_kwargs=True) for l in layers]
-    try:
-        params = {n: space.point[n].detach().requires_grad_(True) for n in space.names}
-        with torch.enable_grad():
-            z = space.function(params)
-    finally:
-        for h in handles:
-            h.remove()
+    recorded = _RECORDED.get()
+    if recorded is not None:
+        z, calls = recorded
+        calls = {l.path: calls.get(l.path, []) for l in layers}
+    else:
+        calls = {l.path: [] for l in layers}
+        handles = [l.module.register_forward_hook(recording_hook(calls, l.path), with_kwargs=True)
+                   for l in layers]
+        try:
+            params = {n: space.point[n].detach().requires_grad_(True) for n in space.names}
+            with torch.enable_grad():
+                z = space.function(params)
+        finally:
+            for h in handles:
+                h.remove()
     space.output_metric.check(z)
     S = factor_fn(z.detach())
     K = S.shape[0]
@@ -178,7 +202,8 @@ def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor],
         outs = [l.output for l in live]
         for k in range(K):
             with torch.enable_grad():
-                grads = torch.autograd.grad(z, outs, S[k], retain_graph=k < K - 1, allow_unused=True)
+                grads = torch.autograd.grad(z, outs, S[k], retain_graph=recorded is not None or k < K - 1,
+                                            allow_unused=True)
             for l, sink, g in zip(live, sinks, grads):
                 if g is None:
                     g = torch.zeros(l.output_shape, dtype=z.dtype, device=z.device)
