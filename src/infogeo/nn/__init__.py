@@ -10,7 +10,8 @@ from .curvature import BlockDiagonal, Curvature, Dense, Diagonal, Implicit, KFAC
 from .output_metrics import (BernoulliFisher, CategoricalFisher, DivergenceOutput, EuclideanOutput, FactorOutput,
                              GaussianFisher, HessianOutput, HeteroscedasticGaussianFisher, OutputMetric,
                              SampledOutput, output_metric)
-from .space import NetworkMetric, ParameterSpace
+from .network_metric import NetworkMetric
+from .space import ParameterSpace
 
 __all__ = ["ParameterSpace", "NetworkMetric", "ParamLayout", "OutputMetric", "EuclideanOutput", "GaussianFisher",
            "CategoricalFisher", "BernoulliFisher", "HeteroscedasticGaussianFisher", "DivergenceOutput",

@@ -28,10 +28,11 @@ from typing import Any, Dict, Iterable, Optional, Tuple, Union
 import torch
 from torch.func import functional_call
 
-from ..geometry.pullback import PullbackMetric
+from ..geometry.linearization import same_state, versions
 from ..geometry.vectors import Covector, TangentVector
-from ..linalg import conjugate_gradient
 from ._params import ParamLayout, Params
+from .curvature import build as _build_curvature
+from .network_metric import NetworkMetric
 from .output_metrics import OutputMetric, output_metric as _resolve_metric
 
 logger = logging.getLogger(__name__)
@@ -51,174 +52,6 @@ def batch_statistics_layers(model: torch.nn.Module) -> Dict[str, torch.nn.Module
     return {path: m for path, m in model.named_modules()
             if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
             and (m.training or not m.track_running_stats)}
-
-
-def _versions(tensors) -> Tuple:
-    return tuple(t._version for t in tensors)
-
-
-def _same_state(a, b) -> bool:
-    """Same tensor objects (held, so ids are not recycled) with unchanged version counters."""
-    return len(a[0]) == len(b[0]) and all(x is y for x, y in zip(a[0], b[0])) and a[1] == b[1]
-
-
-def _has_custom_function(z: torch.Tensor) -> bool:
-    """Whether the autograd graph of ``z`` contains a user-defined ``torch.autograd.Function``."""
-    seen, stack = set(), [z.grad_fn]
-    while stack:
-        fn = stack.pop()
-        if fn is None or fn in seen:
-            continue
-        seen.add(fn)
-        if isinstance(fn, torch.autograd.function.BackwardCFunction):
-            return True
-        stack.extend(f for f, _ in fn.next_functions)
-    return False
-
-
-class _Linearization:
-    r"""One forward pass of the network at a point, kept for Jacobian products.
-
-    :math:`J^T u` is a backward pass through the forward graph.  :math:`J v` is a
-    backward pass too: the backward graph of :math:`u_0 \mapsto J^T u_0` (built once,
-    with ``create_graph``, at :math:`u_0 = 0`) is linear in :math:`u_0`, and its
-    vjp with cotangent :math:`v` is :math:`J v`.  Per product at a cached point
-    this measured about half the cost of a torch.func jvp (which needs its own
-    forward pass) plus a backward pass, and less even for a single product.
-    Modules without double backward fall back to ``torch.func.jvp``.
-    """
-
-    def __init__(self, space: "ParameterSpace", x: Params):
-        self.space = space
-        self.leaves = {n: x[n].detach().requires_grad_(True) for n in space.names}
-        with torch.enable_grad():
-            self.z = space.function(self.leaves)
-            self.transpose = None  # (u0, names, J^T u0 as a function of u0)
-            if _has_custom_function(self.z):
-                # a custom autograd.Function may lack a true double backward, and a
-                # once_differentiable one can drop its path silently: forward mode
-                # (its jvp rule) is the safe way through it
-                return
-            try:
-                u0 = torch.zeros_like(self.z, requires_grad=True)
-                g = torch.autograd.grad(self.z, list(self.leaves.values()), u0, create_graph=True,
-                                        allow_unused=True)
-                used = [(n, gi) for n, gi in zip(self.leaves, g) if gi is not None and gi.requires_grad]
-                if used:  # outputs independent of every parameter: forward mode gives the zeros
-                    self.transpose = (u0, [n for n, _ in used], [gi for _, gi in used])
-            except RuntimeError as err:  # an operation without double backward
-                logger.debug("Jacobian products by torch.func.jvp: %s", err)
-
-    def jvp(self, v: Params) -> torch.Tensor:
-        """:math:`J v`, shape of the outputs."""
-        if self.transpose is not None:
-            u0, names, g = self.transpose
-            try:
-                return torch.autograd.grad(g, u0, [v[n].to(self.leaves[n]) for n in names], retain_graph=True)[0]
-            except RuntimeError as err:  # a double backward that is not implemented, raised only when run
-                logger.debug("Jacobian products by torch.func.jvp: %s", err)
-                self.transpose = None
-        prim = {n: t.detach() for n, t in self.leaves.items()}
-        return torch.func.jvp(self.space.function, (prim,), ({n: v[n].to(prim[n]) for n in prim},))[1]
-
-    def vjp(self, u: torch.Tensor) -> Params:
-        """:math:`J^T u` as a dict shaped like the parameters."""
-        g = torch.autograd.grad(self.z, list(self.leaves.values()), u, retain_graph=True, allow_unused=True)
-        return {n: (gi if gi is not None else torch.zeros_like(self.leaves[n])) for n, gi in zip(self.leaves, g)}
-
-
-class NetworkMetric(PullbackMetric):
-    r"""The pullback metric :math:`\frac1N\sum_n J_n^T G_z J_n` of a :class:`ParameterSpace`, matrix-free.
-
-    ``mv(v)`` (or ``mv(x, v)``) is seed 000's ``pullback_mvp``: a forward-mode product
-    :math:`Jv`, the output metric, and a reverse-mode product :math:`J^T u`.  ``sharp`` and
-    ``solve`` use truncated conjugate gradient (``cg_max_iter`` iterations).
-    The point ``x`` defaults to the space's current point.
-    """
-
-    has_matrix = False
-
-    def __init__(self, space: "ParameterSpace", output: Optional[OutputMetric] = None):
-        super().__init__(space.function, output if output is not None else space.output_metric,
-                         dim=None)
-        self.space = space
-        #: reuse the linearisation (forward graph) across products at the same point
-        self.cache = True
-        self._cache = None
-
-    def _split(self, args):
-        if len(args) == 1:
-            return self.space.point, args[0]
-        if len(args) == 2:
-            return args
-        raise TypeError("mv takes (v) or (x, v)")
-
-    def _linearization(self, x: Params) -> "_Linearization":
-        r"""The network linearised at ``x``, reused while ``x``, the data and buffers are unchanged.
-
-        Successive products at one point (the iterations of a CG solve, or repeated
-        ``mv``) then cost two backward passes each and no forward pass.  The key holds
-        the tensors themselves (so their ids cannot be recycled) and their version
-        counters (bumped by every in-place update, e.g. an optimizer step on the
-        model's parameters).  The cache keeps one forward pass's graph alive;
-        :meth:`clear_cache` releases it.
-        """
-        sp = self.space
-        tensors = [x[n] for n in sp.names] + sp._state()[0][len(sp.names):]
-        state = (tensors, _versions(tensors))
-        if self._cache is not None and _same_state(self._cache[0], state):
-            return self._cache[1]
-        self._cache = None  # release the previous point's graph before the new forward pass
-        lin = _Linearization(sp, x)
-        if self.cache:
-            self._cache = (state, lin)
-        return lin
-
-    def clear_cache(self) -> None:
-        """Drop the cached linearisation (and the activations it holds)."""
-        self._cache = None
-
-    def mv(self, *args) -> Params:
-        r""":math:`G v` for a tangent vector's components ``v`` (dict name -> tensor).
-
-        :math:`Jv`, the output metric in closed form :math:`u = G_z Jv / N`, then
-        :math:`J^Tu` (seed 000's ``pullback_mvp``), all on one cached forward graph
-        (see :class:`_Linearization`).
-        """
-        x, v = self._split(args)
-        sp = self.space
-        sp.layout.check(v, "the tangent vector")
-        lin = self._linearization(x)
-        with torch.enable_grad():
-            Jv = lin.jvp(v)
-            u = self.output_metric.mv(lin.z.detach(), Jv) / sp.batch_size
-            del Jv
-            return lin.vjp(u)
-
-    def matrix(self, x: Optional[Params] = None) -> torch.Tensor:
-        """Dense :math:`G`, shape ``(P, P)`` in :class:`ParamLayout` order (Jacobian by ``jacrev``)."""
-        sp = self.space
-        x = sp.point if x is None else x
-        J = torch.func.jacrev(sp.function)({n: x[n].detach() for n in sp.names})
-        z = sp.outputs
-        Jm = torch.cat([J[n].reshape(tuple(z.shape) + (-1,)) for n in sp.names], dim=-1)  # (N, ..., m, P)
-        GJ = self.output_metric.mv(z.unsqueeze(0), Jm.movedim(-1, 0)).movedim(0, -1)
-        m, P = z.shape[-1], Jm.shape[-1]
-        return torch.einsum("rmp,rmq->pq", Jm.reshape(-1, m, P), GJ.reshape(-1, m, P)) / sp.batch_size
-
-    def solve(self, *args, damping: float = 0.0, max_iter: Optional[int] = None) -> Params:
-        r"""Truncated CG for :math:`(G + \lambda I)^{-1} b`; ``solve(b, damping=..)`` or ``solve(x, b, damping)``."""
-        if len(args) == 3:
-            x, b, damping = args
-        else:
-            x, b = self._split(args)
-        if damping < 0:
-            raise ValueError(f"damping must be >= 0, got {damping}")
-        return conjugate_gradient(lambda v: self.mv(x, v), b, damping=damping,
-                                  max_iter=max_iter or self.space.cg_max_iter, rtol=self.space.cg_rtol)
-
-    def __repr__(self):
-        return f"NetworkMetric({self.output_metric!r}, {self.space.layout!r})"
 
 
 class ParameterSpace:
@@ -311,7 +144,7 @@ class ParameterSpace:
     def outputs(self) -> torch.Tensor:
         """The network outputs :math:`z` at the point (computed on first use, again after in-place updates)."""
         state = self._state()
-        if self._outputs is None or not _same_state(self._outputs[0], state):
+        if self._outputs is None or not same_state(self._outputs[0], state):
             with torch.no_grad():
                 try:
                     z = self.function(self.point)
@@ -326,7 +159,7 @@ class ParameterSpace:
         """The tensors the map depends on (point, data, buffers) and their version counters."""
         tensors = [self.point[n] for n in self.names] + [a for a in self.args if isinstance(a, torch.Tensor)] + \
             list(self.model.buffers())
-        return tensors, _versions(tensors)
+        return tensors, versions(tensors)
 
     def function(self, params: Params) -> torch.Tensor:
         """Outputs :math:`z = f(w, x)` for parameter values ``params`` (dict), model untouched.
@@ -425,8 +258,7 @@ class ParameterSpace:
         options
             Passed to the representation (e.g. ``chunk_size``, ``max_block_size``).
         """
-        from .curvature import build
-        return build(self, kind, method, samples=samples, targets=targets, generator=generator, **options)
+        return _build_curvature(self, kind, method, samples=samples, targets=targets, generator=generator, **options)
 
     def true_fisher(self, kind: str = "implicit", method: str = "exact", **kw):
         r"""True Fisher :math:`F = \mathbb E_{x}\,\mathbb E_{t\sim r(\cdot|x)}[\mathcal Dw\,\mathcal Dw^T]` (targets sampled from the model)."""

@@ -1,8 +1,10 @@
 """Curvature representations of a network's pullback metric (see :mod:`.base`)."""
 from __future__ import annotations
 
+from ..network_metric import NetworkMetric
 from ..output_metrics import FactorOutput
-from .base import Block, BlockCurvature, Curvature, DenseBlock, DiagBlock, KronBlock
+from .base import BlockCurvature, Curvature
+from .blocks import Block, DenseBlock, DiagBlock, KronBlock
 from .block import BlockDiagonal
 from .dense import Dense
 from .diagonal import Diagonal
@@ -24,7 +26,6 @@ def build(space, kind: str, method: str = "exact", *, samples: int = 1, targets=
         raise ValueError(f"unknown curvature kind {kind!r}; expected one of {sorted(KINDS)}")
     factor_fn = lambda z: space.factors(z, method, samples, targets, generator)  # noqa: E731
     if key in ("implicit", "dense"):
-        from ..space import NetworkMetric
         if method == "exact":
             metric = space.metric
         else:

@@ -1,4 +1,4 @@
-r"""Curvature representations: the common interface and the blocks they are made of.
+r"""Curvature representations: the common interface, and curvatures made of blocks.
 
 Every representation :math:`C` of the metric at a point offers
 
@@ -11,20 +11,20 @@ on ``{name: tensor}`` components.  They are :class:`~infogeo.geometry.metric.Met
 objects at one point, so ``flat``, ``sharp`` and ``inner`` work on
 :class:`TangentVector` / :class:`Covector` too.
 
-Block-structured representations (:class:`Diagonal`, :class:`KFAC`,
-:class:`BlockDiagonal`) are lists of independent blocks — diagonal, Kronecker
-or dense — each covering some parameters; a curvature may mix kinds.
+Block-structured representations (:class:`Dense`, :class:`Diagonal`, :class:`KFAC`,
+:class:`BlockDiagonal`) are :class:`BlockCurvature` objects: lists of independent
+blocks (:mod:`.blocks`) — diagonal, Kronecker or dense — each covering some
+parameters; a curvature may mix kinds.
 """
 from __future__ import annotations
 
-import math
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional
 
 import torch
 
 from ...geometry.metric import Metric
-from ...linalg import NotPositiveDefiniteError
 from .._params import ParamLayout, Params
+from .blocks import Block
 
 
 def _check_damping(damping: float) -> float:
@@ -90,226 +90,6 @@ class Curvature(Metric):
 
     def __repr__(self):
         return f"{type(self).__name__}({self.layout!r})"
-
-
-# ---------------------------------------------------------------- blocks
-class Block:
-    """A curvature block over some parameters; subclasses hold their statistics as tensors."""
-
-    names: List[str]
-    kind = "block"
-
-    def stats(self) -> Dict[str, torch.Tensor]:
-        raise NotImplementedError
-
-    def with_stats(self, stats: Dict[str, torch.Tensor]) -> "Block":
-        raise NotImplementedError
-
-    def mv(self, v: Params) -> Params:
-        raise NotImplementedError
-
-    def solve(self, v: Params, damping: float) -> Params:
-        raise NotImplementedError
-
-    def diagonal(self) -> Params:
-        raise NotImplementedError
-
-    def dense(self, layout: ParamLayout) -> Tuple[torch.Tensor, torch.Tensor]:
-        """``(idx, M)``: global flat indices of this block and its dense matrix."""
-        raise NotImplementedError
-
-    def precompute(self) -> None:
-        """Factorise now (eigendecompositions, ...), so that later solves are cheap."""
-
-    def _indices(self, layout: ParamLayout, names: Sequence[str], device) -> torch.Tensor:
-        return torch.cat([torch.arange(layout.offsets[n], layout.offsets[n] + layout.numels[n], device=device)
-                          for n in names])
-
-
-class DiagBlock(Block):
-    r"""A diagonal block :math:`\operatorname{diag}(d)`."""
-
-    kind = "diag"
-
-    def __init__(self, diag: Params):
-        self.names = list(diag)
-        self.d = diag
-
-    def stats(self):
-        return dict(self.d)
-
-    def with_stats(self, stats):
-        return DiagBlock({n: stats[n] for n in self.names})
-
-    def mv(self, v):
-        return {n: self.d[n] * v[n] for n in self.names}
-
-    def solve(self, v, damping):
-        out = {}
-        for n in self.names:
-            den = self.d[n] + damping
-            if not bool((den > 0).all()):
-                raise NotPositiveDefiniteError(f"the diagonal curvature of {n!r} has zero or negative entries; "
-                                               "pass damping > 0")
-            out[n] = v[n] / den
-        return out
-
-    def diagonal(self):
-        return dict(self.d)
-
-    def dense(self, layout):
-        d = torch.cat([self.d[n].reshape(-1) for n in self.names])
-        return self._indices(layout, self.names, d.device), torch.diag(d)
-
-    def minus_outer(self, g):
-        return DiagBlock({n: self.d[n] - g[n] ** 2 for n in self.names})
-
-
-class DenseBlock(Block):
-    """A dense block over the concatenated (row-major) parameters ``names``."""
-
-    kind = "dense"
-
-    def __init__(self, names: Sequence[str], shapes: Sequence[Tuple[int, ...]], M: torch.Tensor):
-        self.names = list(names)
-        self.sub = ParamLayout(self.names, shapes)
-        self.M = M
-        self._chol: Dict[float, torch.Tensor] = {}
-
-    def stats(self):
-        return {"M": self.M}
-
-    def with_stats(self, stats):
-        return DenseBlock(self.names, [self.sub.shapes[n] for n in self.names], stats["M"])
-
-    def mv(self, v):
-        return self.sub.unflatten(self.M @ self.sub.flatten(v))
-
-    def _cholesky(self, damping):
-        L = self._chol.get(damping)
-        if L is None:
-            A = self.M + damping * torch.eye(self.M.shape[0], dtype=self.M.dtype, device=self.M.device)
-            L, info = torch.linalg.cholesky_ex(A)
-            if int(info) != 0:
-                raise NotPositiveDefiniteError(f"the dense curvature block of {self.names} is not positive "
-                                               f"definite with damping {damping}; increase damping")
-            self._chol = {damping: L}  # keep one factorisation (the current damping)
-        return L
-
-    def solve(self, v, damping):
-        L = self._cholesky(damping)
-        return self.sub.unflatten(torch.cholesky_solve(self.sub.flatten(v).unsqueeze(-1), L).squeeze(-1))
-
-    def diagonal(self):
-        return self.sub.unflatten(torch.diagonal(self.M))
-
-    def dense(self, layout):
-        return self._indices(layout, self.names, self.M.device), self.M
-
-    def minus_outer(self, g):
-        gv = self.sub.flatten(g)
-        return DenseBlock(self.names, [self.sub.shapes[n] for n in self.names], self.M - torch.outer(gv, gv))
-
-
-class KronBlock(Block):
-    r"""A Kronecker-factored block :math:`G \otimes A` for a Linear or Conv2d layer (K-FAC).
-
-    The weight (reshaped to ``(out, in)``) and bias are concatenated to
-    :math:`\bar W = [W\ b]`; :math:`(G \otimes A)\,\mathrm{vec}(\bar W) = \mathrm{vec}(G \bar W A)`
-    (row-major vec), and the damped inverse is exact through the eigendecompositions
-    :math:`G = U_G\Lambda_G U_G^T`, :math:`A = U_A\Lambda_A U_A^T`:
-
-    .. math:: (G\otimes A + \lambda I)^{-1}\mathrm{vec}(V)
-              = \mathrm{vec}\big(U_G\,[(U_G^T V U_A) \oslash (\lambda_G\lambda_A^T + \lambda)]\,U_A^T\big)
-
-    (``inverse="eigen"``, the default: damping added to the Kronecker eigenvalues).
-    ``inverse="tikhonov"`` is the factored Tikhonov damping of Martens & Grosse (2015,
-    Sec. 6.3): :math:`(G + \tfrac{\sqrt\lambda}{\pi} I)^{-1}\otimes(A + \pi\sqrt\lambda I)^{-1}` with
-    :math:`\pi = \sqrt{(\operatorname{tr}A/\dim A)\,/\,(\operatorname{tr}G/\dim G)}`, an approximation
-    of the damped block that is exact only at :math:`\lambda = 0`; through the same
-    eigendecompositions it is the denominator :math:`(\lambda_G + \sqrt\lambda/\pi)(\lambda_A + \pi\sqrt\lambda)^T`.
-    """
-
-    INVERSES = ("eigen", "tikhonov")
-
-    kind = "kfac"
-
-    def __init__(self, weight: Optional[str], bias: Optional[str], wshape: Tuple[int, ...], A: torch.Tensor,
-                 G: torch.Tensor, inverse: str = "eigen"):
-        if inverse not in self.INVERSES:
-            raise ValueError(f"unknown K-FAC inverse {inverse!r}; expected one of {self.INVERSES}")
-        self.weight, self.bias, self.wshape = weight, bias, tuple(wshape)
-        self.names = [n for n in (weight, bias) if n is not None]
-        self.A, self.G = A, G
-        self.inverse = inverse
-        self._eig = None
-
-    def stats(self):
-        return {"A": self.A, "G": self.G}
-
-    def with_stats(self, stats):
-        return KronBlock(self.weight, self.bias, self.wshape, stats["A"], stats["G"], self.inverse)
-
-    def _join(self, v):
-        out = self.wshape[0]
-        parts = []
-        if self.weight is not None:
-            parts.append(v[self.weight].reshape(out, -1))
-        if self.bias is not None:
-            parts.append(v[self.bias].reshape(out, 1))
-        return torch.cat(parts, dim=1)
-
-    def _split(self, Wb):
-        out = {}
-        if self.weight is not None:
-            out[self.weight] = Wb[:, :Wb.shape[1] - (self.bias is not None)].reshape(self.wshape)
-        if self.bias is not None:
-            out[self.bias] = Wb[:, -1]
-        return out
-
-    def mv(self, v):
-        return self._split(self.G @ self._join(v) @ self.A)
-
-    def precompute(self):
-        if self._eig is None:
-            la, Ua = torch.linalg.eigh(self.A)
-            lg, Ug = torch.linalg.eigh(self.G)
-            self._eig = (la.clamp_min(0), Ua, lg.clamp_min(0), Ug)
-        return self._eig
-
-    def tikhonov_split(self, damping: float) -> Tuple[float, float]:
-        r"""The factored damping :math:`(\gamma_G, \gamma_A) = (\sqrt\lambda/\pi, \pi\sqrt\lambda)`."""
-        ta = float(torch.diagonal(self.A).mean())
-        tg = float(torch.diagonal(self.G).mean())
-        pi = math.sqrt(ta / tg) if ta > 0 and tg > 0 and math.isfinite(ta / tg) else 1.0
-        r = math.sqrt(damping)
-        return r / pi, r * pi
-
-    def solve(self, v, damping):
-        la, Ua, lg, Ug = self.precompute()
-        if self.inverse == "tikhonov":
-            gg, ga = self.tikhonov_split(damping)
-            den = (lg + gg).unsqueeze(1) * (la + ga).unsqueeze(0)
-        else:
-            den = lg.unsqueeze(1) * la.unsqueeze(0) + damping
-        if not bool((den > 0).all()):
-            raise NotPositiveDefiniteError(f"the K-FAC block of {self.names} is singular; pass damping > 0")
-        V = Ug.T @ self._join(v) @ Ua
-        return self._split(Ug @ (V / den) @ Ua.T)
-
-    def diagonal(self):
-        return self._split(torch.outer(torch.diagonal(self.G), torch.diagonal(self.A)))
-
-    def dense(self, layout):
-        out = self.wshape[0]
-        cols = []  # global flat index of each entry of W̄ (row-major), weight columns then the bias column
-        if self.weight is not None:
-            off, n_in = layout.offsets[self.weight], layout.numels[self.weight] // out
-            cols.append(off + torch.arange(out * n_in).reshape(out, n_in))
-        if self.bias is not None:
-            cols.append(layout.offsets[self.bias] + torch.arange(out).reshape(out, 1))
-        idx = torch.cat(cols, dim=1).reshape(-1).to(self.A.device)
-        return idx, torch.kron(self.G, self.A)
 
 
 class BlockCurvature(Curvature):

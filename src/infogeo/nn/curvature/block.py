@@ -11,7 +11,8 @@ from typing import List
 import torch
 
 from . import _backprop as bp
-from .base import BlockCurvature, DenseBlock
+from .base import BlockCurvature
+from .blocks import DenseBlock
 from .diagonal import diag_blocks
 
 

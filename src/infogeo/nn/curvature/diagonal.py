@@ -17,7 +17,8 @@ from typing import Dict, List
 import torch
 
 from . import _backprop as bp
-from .base import BlockCurvature, DiagBlock
+from .base import BlockCurvature
+from .blocks import DiagBlock
 
 
 #: squared inputs formed at once: at most this many elements or a quarter of the result, whichever is larger

@@ -21,7 +21,8 @@ from typing import List
 import torch
 
 from . import _backprop as bp
-from .base import BlockCurvature, KronBlock
+from .base import BlockCurvature
+from .blocks import KronBlock
 from .diagonal import diag_blocks
 
 
