@@ -86,7 +86,7 @@ def make_optimizer(method: str, model: torch.nn.Module, problem: str, lr: Option
         return ig.nn.NaturalGradient(model.parameters(), lr=1.0 if lr is None else lr, curvature="kfac",
                                      damping=opts["damping"], min_damping=opts["min_damping"], model=model,
                                      output_metric=PROBLEMS[problem]["output_metric"], quadratic_model=True,
-                                     adaptive_damping=True, ema_decay=0.95,
+                                     adaptive_damping=True, ema_decay=0.95, kl_clip=None,
                                      curvature_update_period=opts["period"], inverse_update_period=opts["period"])
     lr = DEFAULT_LR[problem][method] if lr is None else lr
     if method == "adam":

@@ -1,4 +1,5 @@
 """Data-parallel natural gradient over torch.distributed (gloo, two CPU processes)."""
+import queue as queue_module
 import socket
 
 import pytest
@@ -66,7 +67,13 @@ def test_two_ranks_on_half_batches_equal_one_process_on_the_whole():
     procs = [ctx.Process(target=_worker, args=(r, port, queue)) for r in range(2)]
     for p in procs:
         p.start()
-    results = dict(queue.get(timeout=300) for _ in procs)
+    results = {}
+    while len(results) < 2:  # fail at once, not after a timeout, if a worker dies
+        try:
+            rank, out = queue.get(timeout=5)
+            results[rank] = out
+        except queue_module.Empty:
+            assert all(p.is_alive() or p.exitcode == 0 for p in procs), "a worker failed (see its stderr)"
     for p in procs:
         p.join(timeout=60)
         assert p.exitcode == 0

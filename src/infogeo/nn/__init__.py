@@ -4,7 +4,7 @@
 >>> C = space.curvature("kfac")                                                   # doctest: +SKIP
 >>> opt = ig.nn.NaturalGradient(model, lr=0.1, curvature="kfac")                     # doctest: +SKIP
 """
-from . import curvature, output_metrics
+from . import curvature, distributed, output_metrics
 from ._params import ParamLayout
 from .curvature import BlockDiagonal, Curvature, Dense, Diagonal, Implicit, KFAC
 from .output_metrics import (BernoulliFisher, CategoricalFisher, DivergenceOutput, EuclideanOutput, FactorOutput,
@@ -15,7 +15,7 @@ from .space import ParameterSpace
 
 __all__ = ["ParameterSpace", "NetworkMetric", "ParamLayout", "OutputMetric", "EuclideanOutput", "GaussianFisher",
            "CategoricalFisher", "BernoulliFisher", "HeteroscedasticGaussianFisher", "DivergenceOutput",
-           "HessianOutput", "SampledOutput", "FactorOutput", "output_metric", "curvature", "output_metrics",
+           "HessianOutput", "SampledOutput", "FactorOutput", "output_metric", "curvature", "output_metrics", "distributed",
            "Curvature", "Implicit", "Dense", "Diagonal", "KFAC", "BlockDiagonal", "NaturalGradient",
            "Preconditioner"]
 

@@ -133,7 +133,7 @@ def share_factorisations(blocks, owners: Sequence[int]) -> None:
     Other blocks (diagonal; dense blocks, whose Cholesky factor depends on the damping) are
     factorised where they are used.
     """
-    from .curvature.base import KronBlock
+    from .curvature import KronBlock
     me = rank()
     for r in sorted(set(owners)):
         mine = [b for b, o in zip(blocks, owners) if o == r and isinstance(b, KronBlock)]

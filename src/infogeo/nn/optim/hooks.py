@@ -12,6 +12,7 @@ that does not refresh costs nothing but an idle Python hook per layer.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import types
 from typing import Any, Callable, Dict, List, Optional
@@ -40,7 +41,7 @@ class ForwardRecorder:
     for the curvatures that need the batch again (dense, CG, the quadratic model).
     While :attr:`armed`, the next such forward also records the layer calls, and the
     backward through its output :math:`z` calls ``on_backward`` (then disarms).
-    Forward passes under ``torch.no_grad()`` (evaluation) are ignored.
+    Forward passes under ``torch.no_grad()`` (evaluation) or inside :meth:`paused` are ignored.
     """
 
     def __init__(self, module: torch.nn.Module, names: List[str],
@@ -49,6 +50,7 @@ class ForwardRecorder:
         self.layers = bp.find_layers(types.SimpleNamespace(model=module, names=list(names)))
         self.on_backward = on_backward
         self.armed = False
+        self._paused = False
         #: positional inputs of the last forward with autograd enabled (``None`` with keyword inputs)
         self.inputs: Optional[tuple] = None
         self._calls: Optional[Dict[str, list]] = None
@@ -59,8 +61,18 @@ class ForwardRecorder:
         for layer in self.layers:
             self._handles.append(layer.module.register_forward_hook(self._layer_hook(layer.path), with_kwargs=True))
 
+    @contextlib.contextmanager
+    def paused(self):
+        """Forward passes inside this block (the optimizer's own evaluations) are not recorded."""
+        old, self._paused = self._paused, True
+        try:
+            yield
+        finally:
+            self._paused = old
+
     def _pre(self, module, args, kwargs):
-        if not torch.is_grad_enabled():
+        if self._paused or not torch.is_grad_enabled():
+            self._calls = None
             return
         self.inputs = None if kwargs else tuple(args)
         if self.armed:

@@ -137,12 +137,16 @@ class NaturalGradient(torch.optim.Optimizer):
             raise ValueError("adaptive_damping=True needs a closure that re-evaluates the loss")
         pre = self.preconditioner
         if inputs is not None:  # the batch is named: no need to record the closure's forward
-            pre.recorder.armed = False
+            pre.recorder.armed, pre._pending = False, None
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        st = self.state[_KEY]
+        with pre.recorder.paused():
+            return self._step(closure, loss, inputs, targets)
+
+    def _step(self, closure, loss, inputs, targets):
+        pre = self.preconditioner
         raw = pre.grads()
         if not all_finite(raw.values()):
             self._undo("the gradient contains NaN or inf")
@@ -255,10 +259,9 @@ class NaturalGradient(torch.optim.Optimizer):
     # ------------------------------------------------------------ checkpoints
     def state_dict(self) -> Dict[str, Any]:
         """Tensors and Python numbers only: ``torch.load(path, weights_only=True)`` reads it back."""
-        self.state[_KEY]["preconditioner"] = self.preconditioner.state_dict()
-        self.state[_KEY]["base_damping"] = self.preconditioner.base_damping
         out = super().state_dict()
-        del self.state[_KEY]["preconditioner"]
+        out["state"][_KEY] = dict(self.state[_KEY], preconditioner=self.preconditioner.state_dict(),
+                                  base_damping=self.preconditioner.base_damping)
         return out
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:

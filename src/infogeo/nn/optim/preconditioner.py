@@ -225,7 +225,7 @@ class Preconditioner:
                 raise ValueError("fisher='empirical' needs the training targets: use the explicit form "
                                  "step(inputs=x, targets=y)")
             space = self._space(inputs)
-            with bp.recorded_forward(z, calls):
+            with bp.recorded_forward(z, calls), self.recorder.paused():
                 self._pending = self._build(space)
         except Exception as exc:  # raised again by step(), not inside the user's backward
             self._pending = exc
@@ -235,7 +235,7 @@ class Preconditioner:
         pending, self._pending = self._pending, None
         if isinstance(pending, Exception):
             raise pending
-        if pending is not None and inputs is None and generator is None:
+        if pending is not None and generator is None:
             return pending
         if inputs is None:
             inputs = self.recorder.inputs
@@ -275,7 +275,7 @@ class Preconditioner:
         if self.kind == "implicit":
             self.solver = self._statistics(inputs, targets)
             return
-        refresh = self.curvature is None or k % self.curvature_update_period == 0
+        refresh = (self.curvature is None and self._loaded is None) or k % self.curvature_update_period == 0
         if self._loaded is not None:
             self._restore(inputs, targets, refresh)
         if refresh:
@@ -352,6 +352,10 @@ class Preconditioner:
         by default the statistics come from the last forward/backward of the model.
         A non-finite gradient raises the damping and zeroes the gradients (skipping this step only).
         """
+        with self.recorder.paused():
+            return self._step(inputs, targets)
+
+    def _step(self, inputs, targets) -> bool:
         grads = self.grads()
         if not all_finite(grads.values()):
             self.damping = self.damping * self.damping_increase

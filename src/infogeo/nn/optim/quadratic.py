@@ -5,7 +5,8 @@ r"""The damped quadratic model of the loss over a span of directions (Martens & 
 with the *exact* pullback metric :math:`G` of the batch, restricted to
 :math:`\delta = c_1 d_1 + c_2 d_2`: since :math:`u^TGv = (Ju)^T G_z (Jv)/N`, the
 :math:`2\times2` matrix :math:`H_{ij} = (Jd_i)^TG_z(Jd_j)/N + \lambda d_i^Td_j` needs one
-Jacobian-vector product per direction, and the minimiser solves :math:`Hc = -b`,
+Jacobian-vector product per direction (on one
+:class:`~infogeo.geometry.linearization.Linearization` of the batch), and the minimiser solves :math:`Hc = -b`,
 :math:`b_i = g^Td_i`.
 """
 from __future__ import annotations
@@ -14,25 +15,13 @@ import math
 from typing import Dict, List, Optional, Tuple
 
 import torch
-import torch.autograd.forward_ad as fwAD
 
+from ...geometry.linearization import Linearization
 from ..space import ParameterSpace
 
 __all__ = ["fit"]
 
 Params = Dict[str, torch.Tensor]
-
-
-def _output_tangents(space: ParameterSpace, dirs: List[Params]) -> Tuple[torch.Tensor, List[torch.Tensor]]:
-    r"""Outputs :math:`z` of the batch and :math:`J d` for each direction ``d`` (forward mode, model untouched)."""
-    point = {n: p.detach() for n, p in space.point.items()}
-    tangents = []
-    with fwAD.dual_level():
-        for d in dirs:
-            dual = {n: fwAD.make_dual(point[n], d[n].to(point[n])) for n in point}
-            primal, tangent = fwAD.unpack_dual(space.function(dual))
-            tangents.append(torch.zeros_like(primal) if tangent is None else tangent)
-    return primal, tangents
 
 
 def fit(space: ParameterSpace, grads: Params, dirs: List[Params], damping: float
@@ -44,8 +33,11 @@ def fit(space: ParameterSpace, grads: Params, dirs: List[Params], damping: float
     """
     names = list(grads)
     flat = lambda d: torch.cat([d[n].reshape(-1) for n in names])  # noqa: E731
-    z, Jd = _output_tangents(space, dirs)
-    Jd = torch.stack(Jd)                                   # (m, N, ..., k)
+    lin = Linearization(space.function, space.point)      # one forward pass; the model's buffers untouched
+    with torch.enable_grad():
+        Jd = torch.stack([lin.jvp(d).detach() for d in dirs])   # (m, N, ..., k)
+    z = lin.z.detach()
+    del lin
     GJd = space.output_metric.mv(z.unsqueeze(0), Jd)
     m, N = len(dirs), space.batch_size
     D = torch.stack([flat(d) for d in dirs])
