@@ -49,3 +49,26 @@ def test_iris_minibatches_defaults_match_adams_best_rate():
         ours = train(lambda m: ig.nn.NaturalGradient(m), X, y)
     assert all(l == l for l in ours)
     assert ours[-1] <= adam_best, (ours[-1], adam_best)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("problem,iterations", [("classifier", 100), ("autoencoder", 200)])
+def test_digits_with_defaults_converges(problem, iterations):
+    """Digits classifier and autoencoder (examples/nn_digits.py) with the default settings, batch 256."""
+    from .conftest import _load_example
+    digits = _load_example("nn_digits")
+    X, y, Xte, yte = digits.load_digits()
+    loss = lambda out, xb, yb: digits.loss(problem, out, xb, yb)  # noqa: E731
+    runs = {}
+    for name in ("defaults", "adam"):
+        model = digits.mlp(digits.PROBLEMS[problem]["sizes"], seed=0)
+        opt = (ig.nn.NaturalGradient(model, output_metric=digits.PROBLEMS[problem]["output_metric"])
+               if name == "defaults" else torch.optim.Adam(model.parameters(), lr=digits.DEFAULT_LR[problem]["adam"]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            runs[name] = digits.fit(model, opt, loss, X, y, iterations, 256, eval_every=iterations // 4)["loss"]
+    ours = runs["defaults"]
+    assert all(b < a for a, b in zip(ours, ours[1:]))            # monotone on the whole training set
+    assert ours[-1] < runs["adam"][-1]                           # ahead of the example's Adam rate
+    if problem == "classifier":
+        assert ours[-1] < 0.05
