@@ -1,4 +1,4 @@
-"""Blocked Gram products, K-FAC inverses, the cached pullback, the meta-device shape probe and BatchNorm."""
+"""Blocked Gram products, K-FAC inverses, the meta-device shape probe and BatchNorm."""
 import copy
 import math
 
@@ -71,35 +71,6 @@ def test_kfac_tikhonov_inverse_is_factored_damping():
     assert all(b.inverse == "tikhonov" for b in K.ema(K, 0.9).blocks)
     with pytest.raises(ValueError, match="unknown K-FAC inverse 'cholesky'"):
         space.curvature("kfac", inverse="cholesky")
-
-
-# ----------------------------------------------------------------- cached pullback
-def test_cached_linearization_follows_in_place_updates(small_mlp):
-    model, X = small_mlp
-    model = copy.deepcopy(model)
-    space = ig.nn.ParameterSpace(model, "categorical", data=X)
-    v = rand_like(space)
-    first = space.metric.mv(v)
-    lin = space.metric._cache[1]
-    again = space.metric.mv(v)
-    assert space.metric._cache[1] is lin  # same point: the forward pass is reused
-    assert rel(flat(again, space.names), flat(first, space.names)) < 1e-15
-    with torch.no_grad():
-        for p in model.parameters():
-            p.mul_(1.5)  # an optimizer-like in-place step: the cache must not be reused
-    G = reference_metric(model, X, categorical_Gz)
-    assert rel(flat(space.metric.mv(v), space.names), G @ flat(v, space.names)) < EXACT
-    # products at other points given explicitly (fresh tensors each time) are never confused
-    for scale in (0.5, 2.0):
-        x = {n: p.detach() * scale for n, p in model.named_parameters()}
-        other = copy.deepcopy(model)
-        with torch.no_grad():
-            for p in other.parameters():
-                p.mul_(scale)
-        Gx = reference_metric(other, X, categorical_Gz)
-        assert rel(flat(space.metric.mv(x, v), space.names), Gx @ flat(v, space.names)) < EXACT
-    space.metric.clear_cache()
-    assert space.metric._cache is None
 
 
 # ----------------------------------------------------------------- shape probe
@@ -223,47 +194,3 @@ def test_capture_does_not_keep_layer_outputs_alive():
     # tanh saves its result, not its input: the pre-activation of layer 0 is already
     # freed while the columns are back-propagated, and every layer got its gradient
     assert len(refs) == 1 and freed_during_backward == [True, True]
-
-
-def test_products_fall_back_to_forward_mode_without_double_backward():
-    class OnceTanh(torch.autograd.Function):
-        @staticmethod
-        def forward(x):
-            return torch.tanh(x)
-
-        @staticmethod
-        @torch.autograd.function.once_differentiable
-        def backward(ctx, g):
-            (y,) = ctx.saved_tensors
-            return g * (1 - y * y)
-
-        @staticmethod
-        def jvp(ctx, t):
-            return t * (1 - ctx.y_for_jvp ** 2)
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            ctx.save_for_backward(output)
-            ctx.y_for_jvp = output
-
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.a, self.b = torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)
-
-        def forward(self, x):
-            return self.b(OnceTanh.apply(self.a(x)))
-
-    torch.manual_seed(0)
-    model = Net().double()
-    X = torch.randn(6, 3, dtype=torch.float64)
-    space = ig.nn.ParameterSpace(model, "categorical", data=X)
-    v = rand_like(space)
-    G = reference_metric(model, X, categorical_Gz)
-    # torch's double backward silently drops the path through a once_differentiable
-    # Function; the graph holds a custom Function, so J v is taken by forward mode
-    assert space.metric._linearization(space.point).transpose is None
-    assert rel(flat(space.metric.mv(v), space.names), G @ flat(v, space.names)) < EXACT
-    # and for plain modules the double-backward path is the one taken
-    plain = ig.nn.ParameterSpace(torch.nn.Sequential(model.a, torch.nn.Tanh(), model.b), "categorical", data=X)
-    assert plain.metric._linearization(plain.point).transpose is not None

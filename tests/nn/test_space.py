@@ -228,7 +228,7 @@ def test_empirical_fisher_and_gradient_covariance(kind):
         mask = torch.ones_like(F, dtype=bool)
     assert rel(F, Femp * mask) < EXACT
     assert rel(C, Cov * mask) < 1e-9
-    # Eq. 35: F_emp = C + gbar gbar^T
+    # F_emp = C + gbar gbar^T
     if kind == "dense":
         assert rel(F, C + torch.outer(gbar, gbar)) < EXACT
 
@@ -254,7 +254,7 @@ def test_monte_carlo_unbiased(kind):
 def test_sampled_output_metric_mc_only():
     model, X = mlp(), torch.randn(6, 4, dtype=torch.float64)
 
-    def sampler(z, generator):  # seed 000's categorical_fisher_metric_sample
+    def sampler(z, generator):  # the score of a class drawn from the model
         p = torch.softmax(z, -1)
         t = torch.multinomial(p, 1, generator=generator).squeeze(1)
         return p - torch.nn.functional.one_hot(t, p.shape[-1]).to(p.dtype)
@@ -343,3 +343,78 @@ def test_bad_damping_and_vectors(small_mlp):
         space.curvature("lanczos")
     with pytest.raises(ValueError, match="unknown method"):
         space.curvature("diag", "fancy")
+
+
+# ----------------------------------------------------------------- the manifold and the solvers
+def classifier(seed=0):
+    torch.manual_seed(seed)
+    model = mlp(seed, sizes=(4, 8, 3))
+    X = torch.randn(32, 4, dtype=torch.float64)
+    y = (X[:, 0] + X[:, 1] > 0).long() + (X[:, 2] > 1).long()
+    return model, X, y
+
+
+def test_parameter_space_is_a_manifold():
+    model, X, y = classifier()
+    space = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=y)
+    assert isinstance(space, ig.Manifold) and space.dim == space.layout.size
+    x = space.point(space.layout.flatten(space.point) * 0.5)          # a flat vector in layout order
+    assert isinstance(x, dict) and space.belongs(x) and not space.belongs({"0.weight": x["0.weight"]})
+    with pytest.raises(ValueError, match="NaN"):
+        space.check_point({n: t * float("nan") for n, t in x.items()})
+    # differential(cost, x): backprop at x; with no arguments: the batch loss at the current point
+    cost = space.cost()
+    df = space.differential(cost, x)
+    xs = {n: t.clone().requires_grad_(True) for n, t in x.items()}
+    ref = torch.autograd.grad(torch.nn.functional.cross_entropy(torch.func.functional_call(model, xs, (X,)), y),
+                              list(xs.values()))
+    assert isinstance(df, ig.Covector) and rel(flat(df.components, space.names), torch.cat(
+        [g.reshape(-1) for g in ref])) < EXACT
+    assert rel(flat(space.differential().components, space.names),
+               flat(space.differential(y).components, space.names)) < 1e-15     # the earlier signature
+    # retract is addition; geodesics are refused clearly
+    v = space.vector(x, rand_like(space))
+    moved = space.retract(x, v)
+    assert all(torch.equal(moved[n], x[n] + v.components[n]) for n in space.names)
+    with pytest.raises(TypeError, match="sharp"):
+        space.retract(x, space.covector(x, v.components))
+    with pytest.raises(NotImplementedError, match="retract"):
+        space.exp(x, v)
+
+
+def test_gradient_descent_is_the_natural_gradient_optimizer():
+    """ig.solvers.GradientDescent on a ParameterSpace: its first step is NaturalGradient's (exact Fisher)."""
+    model, X, y = classifier()
+    before = copy.deepcopy(model.state_dict())
+    lam = 0.1
+    space = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=y)
+    res = ig.solvers.GradientDescent(step_size=1.0, damping=lam, max_iter=8).minimize(space, space.cost(), space.point)
+    assert res.fun < 0.7 * res.history[0]["fun"]
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())   # the solver moves points only
+    first = flat(res.history[1]["x"], space.names)
+    for curvature in ("dense", "cg"):
+        net = copy.deepcopy(model)
+        opt = ig.nn.NaturalGradient(net.parameters(), lr=1.0, curvature=curvature, damping=lam, model=net,
+                                    fisher="exact", cg_max_iter=500)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(X), y).backward()
+        opt.step(inputs=X)
+        assert rel(flat(params_of(net), space.names), first) < 1e-9
+
+
+def test_trust_region_and_damped_newton_on_a_network():
+    model, X, y = classifier(1)
+    space = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=y)
+    cost, x0 = space.cost(), space.point
+    f0 = float(cost(x0))
+    # the exact-Hessian model uses Hessian-vector products of the cost at dict points
+    v = rand_like(space)
+    H = torch.func.hessian(lambda w: cost(space.layout.unflatten(w)))(space.layout.flatten(x0))
+    assert rel(flat(ig.backend.hvp(cost, dict(x0), v), space.names), H @ flat(v, space.names)) < EXACT
+    for solver in (ig.solvers.TrustRegion(hessian="exact", max_iter=10),
+                   ig.solvers.TrustRegion(hessian="metric", max_iter=10),
+                   ig.solvers.DampedNewton(damping_newton=10.0, max_iter=10)):
+        # Newton's H + lambda G needs a G without null space where H is indefinite: G + I
+        M = space.with_metric(space.metric.damped(1.0)) if isinstance(solver, ig.solvers.DampedNewton) else space
+        res = solver.minimize(M, cost, x0)
+        assert res.fun < f0, (type(solver).__name__, res.message)

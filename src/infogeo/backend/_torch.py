@@ -50,6 +50,8 @@ def to_numpy(x):
 def _t(x, like=None):
     if isinstance(x, torch.Tensor):
         return x
+    if isinstance(x, dict):  # {name: tensor} components (network parameter spaces)
+        return {k: _t(v, like.get(k) if isinstance(like, dict) else like) for k, v in x.items()}
     dtype, device = _ref(like)
     return torch.as_tensor(x, dtype=dtype, device=device)
 

@@ -3,28 +3,56 @@ r"""The linearisation of a map at a point: its outputs and Jacobian products, fr
 For a map :math:`f` and a point :math:`x`, :class:`Linearization` holds
 :math:`z = f(x)` and offers
 
-* ``jvp(v)`` — :math:`J v` (push a tangent vector forward to the outputs);
-* ``vjp(u)`` — :math:`J^T u` (pull an output covector back),
+* ``outputs`` — :math:`z` (detached from any graph);
+* ``jvp(v)`` — :math:`J v`: push a tangent vector forward to the outputs;
+* ``vjp(u)`` — :math:`J^T u`: pull an output covector back,
 
-with :math:`J = \partial f/\partial x` at :math:`x`.  Products at one point reuse
-one forward graph.
+with :math:`J = \partial f/\partial x` at :math:`x`.  It is the one place where
+infogeo forms Jacobian products: :class:`~infogeo.geometry.pullback.PullbackMetric`
+(:math:`J^T G_z J v`), the network metric of :mod:`infogeo.nn` and the
+optimizer's quadratic model all go through it.
+
+Both products come from one recorded forward pass.  :math:`J^T u` is a reverse
+pass; :math:`J v` is the reverse pass of the (linear) map :math:`u \mapsto J^T u`
+with cotangent :math:`v` — the "double vjp" identity
+:math:`\big(\partial_u (J^T u)\big)^T v = J v` — so repeated products at one point
+(the iterations of a conjugate-gradient solve) need no further forward pass.
+
+The map may be
+
+* a function of a numpy array written with :mod:`infogeo.backend` operations
+  (differentiated by autograd), or
+* a torch function of a tensor or of a ``{name: tensor}`` dict, e.g. a network
+  evaluated by :func:`torch.func.functional_call`.  Maps through a custom
+  ``torch.autograd.Function`` or an operation without double backward use
+  ``torch.func.jvp`` (forward mode) for :math:`Jv` instead.
+
+Examples
+--------
+>>> import numpy as np
+>>> lin = Linearization(lambda x: x ** 2, np.array([1.0, 2.0]))
+>>> lin.jvp(np.array([1.0, 1.0]))
+array([2., 4.])
+>>> lin.vjp(np.array([1.0, 0.0]))
+array([2., 0.])
 """
 from __future__ import annotations
 
 import logging
-from typing import Callable, Dict, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
-import torch
+import numpy as np
+
+from .. import backend as B
+from ..backend import _dispatch, tree as _tree
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Linearization", "same_state", "versions"]
-
-Params = Dict[str, torch.Tensor]
+__all__ = ["Linearization", "LinearizationCache", "same_state", "versions"]
 
 
-def versions(tensors: Sequence[torch.Tensor]) -> Tuple[int, ...]:
-    """The version counters of ``tensors`` (bumped by every in-place update)."""
+def versions(tensors: Sequence[Any]) -> Tuple[int, ...]:
+    """The version counters of torch ``tensors`` (bumped by every in-place update)."""
     return tuple(t._version for t in tensors)
 
 
@@ -33,8 +61,9 @@ def same_state(a: Tuple[list, Tuple], b: Tuple[list, Tuple]) -> bool:
     return len(a[0]) == len(b[0]) and all(x is y for x, y in zip(a[0], b[0])) and a[1] == b[1]
 
 
-def _has_custom_function(z: torch.Tensor) -> bool:
+def _has_custom_function(z: Any) -> bool:
     """Whether the autograd graph of ``z`` contains a user-defined ``torch.autograd.Function``."""
+    import torch
     seen, stack = set(), [z.grad_fn]
     while stack:
         fn = stack.pop()
@@ -47,32 +76,19 @@ def _has_custom_function(z: torch.Tensor) -> bool:
     return False
 
 
-class Linearization:
-    r"""One forward pass of a map at a point, kept for Jacobian products.
+class _TorchLinearization:
+    """The torch implementation, on ``{name: tensor}`` points."""
 
-    :math:`J^T u` is a backward pass through the forward graph.  :math:`J v` is a
-    backward pass too: the backward graph of :math:`u_0 \mapsto J^T u_0` (built once,
-    with ``create_graph``, at :math:`u_0 = 0`) is linear in :math:`u_0`, and its
-    vjp with cotangent :math:`v` is :math:`J v`.  Per product at a cached point
-    this measured about half the cost of a torch.func jvp (which needs its own
-    forward pass) plus a backward pass, and less even for a single product.
-    Maps without double backward fall back to ``torch.func.jvp``.
-
-    Parameters
-    ----------
-    fn : callable
-        :math:`f`, from a dict ``{name: tensor}`` to a tensor.
-    x : dict
-        The point.
-    """
-
-    def __init__(self, fn: Callable[[Params], torch.Tensor], x: Params):
+    def __init__(self, fn: Callable[[Dict[str, Any]], Any], x: Dict[str, Any]):
+        import torch
         self.fn = fn
         self.leaves = {n: t.detach().requires_grad_(True) for n, t in x.items()}
+        self.transpose = None  # (u0, names, J^T u0 as a function of u0)
         with torch.enable_grad():
             self.z = fn(self.leaves)
-            self.transpose = None  # (u0, names, J^T u0 as a function of u0)
-            if _has_custom_function(self.z):
+            if not isinstance(self.z, torch.Tensor):
+                raise TypeError(f"the map must return a tensor, got {type(self.z).__name__}")
+            if self.z.grad_fn is None or _has_custom_function(self.z):
                 # a custom autograd.Function may lack a true double backward, and a
                 # once_differentiable one can drop its path silently: forward mode
                 # (its jvp rule) is the safe way through it
@@ -87,19 +103,153 @@ class Linearization:
             except RuntimeError as err:  # an operation without double backward
                 logger.debug("Jacobian products by torch.func.jvp: %s", err)
 
-    def jvp(self, v: Params) -> torch.Tensor:
-        """:math:`J v`, shape of the outputs."""
-        if self.transpose is not None:
-            u0, names, g = self.transpose
-            try:
-                return torch.autograd.grad(g, u0, [v[n].to(self.leaves[n]) for n in names], retain_graph=True)[0]
-            except RuntimeError as err:  # a double backward that is not implemented, raised only when run
-                logger.debug("Jacobian products by torch.func.jvp: %s", err)
-                self.transpose = None
-        prim = {n: t.detach() for n, t in self.leaves.items()}
-        return torch.func.jvp(self.fn, (prim,), ({n: v[n].to(prim[n]) for n in prim},))[1]
+    def jvp(self, v):
+        import torch
+        with torch.enable_grad():
+            if self.transpose is not None:
+                u0, names, g = self.transpose
+                try:
+                    return torch.autograd.grad(g, u0, [v[n].to(self.leaves[n]) for n in names],
+                                               retain_graph=True)[0]
+                except RuntimeError as err:  # a double backward that is not implemented, raised only when run
+                    logger.debug("Jacobian products by torch.func.jvp: %s", err)
+                    self.transpose = None
+            prim = {n: t.detach() for n, t in self.leaves.items()}
+            return torch.func.jvp(self.fn, (prim,), ({n: v[n].to(prim[n]) for n in prim},))[1]
 
-    def vjp(self, u: torch.Tensor) -> Params:
-        """:math:`J^T u` as a dict shaped like the point."""
-        g = torch.autograd.grad(self.z, list(self.leaves.values()), u, retain_graph=True, allow_unused=True)
+    def vjp(self, u):
+        import torch
+        if self.z.grad_fn is None:
+            return {n: torch.zeros_like(t) for n, t in self.leaves.items()}
+        with torch.enable_grad():
+            g = torch.autograd.grad(self.z, list(self.leaves.values()), u.to(self.z), retain_graph=True,
+                                    allow_unused=True)
         return {n: (gi if gi is not None else torch.zeros_like(self.leaves[n])) for n, gi in zip(self.leaves, g)}
+
+
+class _AutogradLinearization:
+    """The numpy implementation, through the backend's ``vjp`` (autograd)."""
+
+    def __init__(self, fn: Callable[[Any], Any], x: Any):
+        self.z, self._pull = B.vjp(fn, x)
+        self._push = None
+
+    def jvp(self, v):
+        if self._push is None:  # J v is the vjp of the linear map u -> J^T u
+            _, self._push = B.vjp(self._pull, B.zeros(np.shape(self.z), like=self.z))
+        return self._push(v)
+
+    def vjp(self, u):
+        return self._pull(u)
+
+
+class Linearization:
+    r"""A map :math:`f` linearised at a point :math:`x`: outputs, :math:`Jv` and :math:`J^Tu`.
+
+    Parameters
+    ----------
+    fn : callable
+        :math:`f`.  A function of a numpy array (written with :mod:`infogeo.backend`
+        operations), of a torch tensor, or of a ``{name: tensor}`` dict (a network's
+        parameters); it returns an array/tensor :math:`z`.
+    x : array, tensor or dict of tensors
+        The point.  It is never modified.
+
+    Attributes
+    ----------
+    outputs : array or tensor
+        :math:`z = f(x)`, detached from the recorded graph.
+
+    Notes
+    -----
+    The forward pass runs once, in the constructor; :meth:`jvp` and :meth:`vjp`
+    reuse its graph (see the module docstring), so keep the object while you
+    take several products at one point and drop it to release the activations.
+    For a network, :meth:`infogeo.nn.space.ParameterSpace.linearize` builds it with
+    the copies of the BatchNorm running statistics that keep the model untouched.
+    """
+
+    def __init__(self, fn: Callable[[Any], Any], x: Any):
+        self.fn, self.x = fn, x
+        self._wrapped = False
+        if _dispatch.namespace_of(x) == "torch":
+            if not isinstance(x, dict):  # a single tensor: one leaf
+                self._wrapped = True
+                x, fn = {"x": x}, (lambda d, f=fn: f(d["x"]))
+            self._impl = _TorchLinearization(fn, x)
+        else:
+            self._impl = _AutogradLinearization(fn, x)
+
+    @property
+    def outputs(self) -> Any:
+        """:math:`z = f(x)` (detached)."""
+        z = self._impl.z
+        return z.detach() if _dispatch.is_torch(z) else z
+
+    @property
+    def forward_mode(self) -> bool:
+        """Whether :math:`Jv` is taken by forward mode (``torch.func.jvp``) instead of the double vjp."""
+        return isinstance(self._impl, _TorchLinearization) and self._impl.transpose is None
+
+    def jvp(self, v: Any) -> Any:
+        r""":math:`J v`, shaped like the outputs; ``v`` is shaped like the point (array or dict)."""
+        if self._wrapped:
+            v = {"x": v}
+        return self._impl.jvp(v)
+
+    def vjp(self, u: Any) -> Any:
+        r""":math:`J^T u`, shaped like the point; ``u`` is shaped like the outputs."""
+        out = self._impl.vjp(u)
+        return out["x"] if self._wrapped else out
+
+    def __repr__(self) -> str:
+        return f"Linearization({getattr(self.fn, '__name__', type(self.fn).__name__)}, outputs {_tree.tree_shape(self.outputs)})"
+
+
+class LinearizationCache:
+    """Keep the last :class:`Linearization` while its point is unchanged.
+
+    ``get(fn, x, key)`` returns the cached linearisation when ``key`` identifies the
+    same state as last time, otherwise builds a new one (after releasing the old
+    graph).  ``key`` defaults to the point itself: torch tensors are compared by
+    identity and version counter (so an in-place update invalidates the entry),
+    numpy arrays by identity and value.
+    """
+
+    def __init__(self) -> None:
+        self._entry: Optional[Tuple[Any, Linearization]] = None
+        self.enabled = True
+
+    @staticmethod
+    def _state(key: Any) -> Any:
+        leaves = list(key.values()) if isinstance(key, dict) else list(key) if isinstance(key, (list, tuple)) \
+            else [key]
+        if all(_dispatch.is_torch(t) for t in leaves):
+            return ("torch", (leaves, versions(leaves)))
+        return ("array", (leaves, [np.array(B.to_numpy(t), copy=True) for t in leaves]))
+
+    @staticmethod
+    def _same(a: Any, b: Any) -> bool:
+        if a[0] != b[0]:
+            return False
+        if a[0] == "torch":
+            return same_state(a[1], b[1])
+        (la, va), (lb, vb) = a[1], b[1]
+        return len(la) == len(lb) and all(x is y for x, y in zip(la, lb)) and \
+            all(np.array_equal(p, q) for p, q in zip(va, vb))
+
+    def get(self, fn: Callable[[Any], Any], x: Any, key: Any = None,
+            build: Optional[Callable[[], Linearization]] = None) -> Linearization:
+        """The linearisation of ``fn`` at ``x`` (``build()`` makes it when given)."""
+        state = self._state(x if key is None else key)
+        if self._entry is not None and self._same(self._entry[0], state):
+            return self._entry[1]
+        self._entry = None  # release the previous point's graph before the new forward pass
+        lin = build() if build is not None else Linearization(fn, x)
+        if self.enabled:
+            self._entry = (state, lin)
+        return lin
+
+    def clear(self) -> None:
+        """Drop the cached linearisation (and the activations it holds)."""
+        self._entry = None

@@ -1,4 +1,4 @@
-r"""Metrics by pullback: :math:`G_x = J(x)^T\, G_z(f(x))\, J(x)` (seed 000, Eqs. 26–28).
+r"""Metrics by pullback: :math:`G_x = J(x)^T\, G_z(f(x))\, J(x)` (Amari 1998; Schraudolph 2002).
 
 The same code serves a 2-D map under autograd (Rosenbrock as Gauss-Newton)
 and a network under torch: only the map and the output metric change.
@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional, Union
 
 from .. import backend as B
 from ..divergences import Divergence
+from .linearization import Linearization, LinearizationCache
 from .metric import Metric
 
 
@@ -40,7 +41,7 @@ def metric_from_divergence(rho: Union[Divergence, Callable[[Any, Any], Any]],
 
 
 def pullback(f: Callable[[Any], Any], rho: Union[Divergence, Callable]) -> Divergence:
-    r"""The pulled-back dissimilarity :math:`(f^*\rho)(u, w) = \rho(f(u), f(w))` (Eq. 26)."""
+    r"""The pulled-back dissimilarity :math:`(f^*\rho)(u, w) = \rho(f(u), f(w))`."""
     rho = Divergence.from_function(rho)
     return Divergence.from_function(lambda u, w: rho(f(u), f(w)))
 
@@ -66,8 +67,11 @@ class PullbackMetric(Metric):
     -----
     :meth:`mv` never forms :math:`J`: a Jacobian-vector product pushes
     :math:`v` to output space, the output metric acts there, and a
-    vector-Jacobian product pulls the result back (``pullback_mvp`` of
-    seed 000).  :meth:`matrix` forms :math:`J` densely for small problems.
+    vector-Jacobian product pulls the result back (Schraudolph 2002).  Both
+    products come from one :class:`~infogeo.geometry.linearization.Linearization`
+    of the map, kept while the point is unchanged (:meth:`linearize`), so the
+    iterations of a conjugate-gradient ``sharp`` need no new forward pass.
+    :meth:`matrix` forms :math:`J` densely for small problems.
     """
 
     def __init__(self, map: Callable[[Any], Any], output_metric: Union[Metric, Divergence, Callable],
@@ -77,6 +81,19 @@ class PullbackMetric(Metric):
             output_metric = metric_from_divergence(output_metric)
         self.map = map
         self.output_metric = output_metric
+        self._linearizations = LinearizationCache()
+
+    def linearize(self, x: Any) -> Linearization:
+        """The map linearised at ``x`` (outputs, ``jvp``, ``vjp``), reused while ``x`` is unchanged."""
+        return self._linearizations.get(self.map, x)
+
+    def clear_cache(self) -> None:
+        """Drop the cached linearisation (and the graph it holds)."""
+        self._linearizations.clear()
+
+    def _output_mv(self, z: Any, u: Any) -> Any:
+        """The output metric's product :math:`G_z u` (subclasses rescale it)."""
+        return self.output_metric.mv(z, u)
 
     def _check_output(self, z):
         m = self.output_metric.dim
@@ -93,10 +110,11 @@ class PullbackMetric(Metric):
         return B.matmul(B.transpose(J), B.matmul(self.output_metric.matrix(z), J))
 
     def mv(self, x, v):
-        z, Jv = B.jvp(self.map, x, v)
+        r""":math:`J^T G_z J v` from the cached linearisation at ``x``."""
+        lin = self.linearize(x)
+        z = lin.outputs
         self._check_output(z)
-        _, pull = B.vjp(self.map, x)
-        return pull(self.output_metric.mv(z, Jv))
+        return lin.vjp(self._output_mv(z, lin.jvp(v)))
 
     def __repr__(self) -> str:
         return f"PullbackMetric(map={getattr(self.map, '__name__', self.map)!r}, output_metric={self.output_metric!r})"

@@ -1,23 +1,25 @@
 """Network function spaces on torch: parameter spaces, output metrics, curvature, natural gradient.
 
->>> space = ig.nn.ParameterSpace(model, output_metric="categorical", data=X)   # doctest: +SKIP
+>>> space = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=y)   # doctest: +SKIP
 >>> C = space.curvature("kfac")                                                   # doctest: +SKIP
 >>> opt = ig.nn.NaturalGradient(model, lr=0.1, curvature="kfac")                     # doctest: +SKIP
 """
 from . import curvature, distributed, output_metrics
 from ._params import ParamLayout
-from .curvature import BlockDiagonal, Curvature, Dense, Diagonal, Implicit, KFAC
-from .output_metrics import (BernoulliFisher, CategoricalFisher, DivergenceOutput, EuclideanOutput, FactorOutput,
-                             GaussianFisher, HessianOutput, HeteroscedasticGaussianFisher, OutputMetric,
-                             SampledOutput, output_metric)
+from .curvature import BlockDiagonal, Curvature, Dense, Diagonal, Implicit, KFAC, LinearCombination
+from .output_metrics import (BernoulliFisher, CategoricalFisher, CategoricalLogProbFisher, DivergenceOutput,
+                             EuclideanOutput, FactorOutput, GaussianFisher, GaussianVarianceFisher, HessianOutput,
+                             HeteroscedasticGaussianFisher, LossOutput, OutputMetric, SampledOutput, WeightedOutput,
+                             from_loss, output_metric)
 from .network_metric import NetworkMetric
 from .space import ParameterSpace
 
 __all__ = ["ParameterSpace", "NetworkMetric", "ParamLayout", "OutputMetric", "EuclideanOutput", "GaussianFisher",
            "CategoricalFisher", "BernoulliFisher", "HeteroscedasticGaussianFisher", "DivergenceOutput",
-           "HessianOutput", "SampledOutput", "FactorOutput", "output_metric", "curvature", "output_metrics", "distributed",
-           "Curvature", "Implicit", "Dense", "Diagonal", "KFAC", "BlockDiagonal", "NaturalGradient",
-           "Preconditioner"]
+           "HessianOutput", "SampledOutput", "FactorOutput", "output_metric", "curvature", "output_metrics",
+           "distributed", "Curvature", "Implicit", "Dense", "Diagonal", "KFAC", "BlockDiagonal", "NaturalGradient",
+           "Preconditioner", "LinearCombination", "CategoricalLogProbFisher", "GaussianVarianceFisher",
+           "WeightedOutput", "LossOutput", "from_loss"]
 
 
 def __getattr__(name):

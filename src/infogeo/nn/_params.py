@@ -1,8 +1,8 @@
-"""Flattening ``{name: tensor}`` parameter dicts to vectors and back (for dense blocks and tests)."""
+"""Parameter dicts ``{name: tensor}``: their flat layout, and the current point of a parameter space."""
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import torch
 
@@ -29,6 +29,7 @@ class ParamLayout:
 
     @classmethod
     def of(cls, params: Params) -> "ParamLayout":
+        """The layout of a ``{name: tensor}`` dict, in its key order."""
         return cls(list(params), [tuple(p.shape) for p in params.values()])
 
     def flatten(self, tree: Params) -> torch.Tensor:
@@ -60,3 +61,19 @@ class ParamLayout:
 
     def __repr__(self) -> str:
         return f"ParamLayout({len(self.names)} tensors, {self.size} parameters)"
+
+
+class CurrentPoint(dict):
+    """The model's current parameters ``{name: tensor}`` (views, no copies).
+
+    Calling it is the manifold protocol's ``point(coords)``: ``space.point(x)``
+    validates a point (a dict, or a flat vector in layout order); ``space.point()``
+    returns the current parameters.
+    """
+
+    def __init__(self, space: Any, params: Params):
+        super().__init__(params)
+        self._space = space
+
+    def __call__(self, coords: Any = None) -> Params:
+        return self._space._as_point(coords)

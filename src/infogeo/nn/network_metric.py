@@ -2,119 +2,174 @@ r"""The pullback metric of a network's parameter space, matrix-free.
 
 For a batch :math:`x_1..x_N` and a metric :math:`G_z` on outputs,
 
-.. math:: G(w) = \frac1N \sum_{n=1}^N J_n^T\, G_z(z_n)\, J_n,
+.. math:: G(w) = \frac1N \sum_{n=1}^N J_n^T\, G_z(z_n)\, J_n,\qquad J_n = \partial f(w, x_n)/\partial w,
 
 evaluated without forming :math:`J`: a Jacobian-vector product :math:`Jv`, the output
-metric, and a vector-Jacobian product (Martens 2010; Schraudolph 2002), both on one
+metric, and a vector-Jacobian product (Schraudolph 2002; Martens 2010), both on one
 cached :class:`~infogeo.geometry.linearization.Linearization` of the network.
+It is the Gauss-Newton matrix for a Euclidean :math:`G_z` and the network's Fisher
+information for a likelihood's Fisher metric (Amari 1998; Martens 2020).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import torch
 
-from ..geometry.linearization import Linearization, same_state, versions
+from ..geometry.linearization import Linearization
 from ..geometry.pullback import PullbackMetric
+from ..geometry.vectors import Covector, TangentVector
 from ..linalg import conjugate_gradient
 from ._params import Params
 from .output_metrics import OutputMetric
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .curvature.implicit import Implicit
     from .space import ParameterSpace
 
 __all__ = ["NetworkMetric"]
 
 
 class NetworkMetric(PullbackMetric):
-    r"""The pullback metric :math:`\frac1N\sum_n J_n^T G_z J_n` of a :class:`~infogeo.nn.space.ParameterSpace`, matrix-free.
+    r"""The pullback metric :math:`\frac1N\sum_n J_n^T G_z J_n` of a :class:`~infogeo.nn.space.ParameterSpace`.
 
-    ``mv(v)`` (or ``mv(x, v)``) is seed 000's ``pullback_mvp``: a forward-mode product
-    :math:`Jv`, the output metric, and a reverse-mode product :math:`J^T u`.  ``sharp`` and
-    ``solve`` use truncated conjugate gradient (``cg_max_iter`` iterations).
-    The point ``x`` defaults to the space's current point.
+    A metric *field*: it is defined at every point (parameter dict) :math:`w`.  It follows
+    the :class:`~infogeo.geometry.metric.Metric` protocol that the solvers use,
+
+    * ``mv(x, v)`` — :math:`G(x)v` on components (``{name: tensor}``);
+    * ``solve(x, b, damping)`` — :math:`(G(x) + \lambda I)^{-1} b` by truncated conjugate
+      gradient (``cg_max_iter`` iterations of the space);
+    * ``sharp(covector, damping=)``, ``flat(vector)``, ``inner(u, v)`` — at the vectors' base point;
+    * ``matrix(x)`` — the dense matrix (small networks),
+
+    and, for convenience, the point may be left out: ``mv(v)`` with a
+    :class:`~infogeo.geometry.vectors.TangentVector` uses its base point, with
+    components the space's current point (likewise ``solve(b, damping=)``).
+    :meth:`at` gives the metric at one point as a curvature object
+    (:class:`~infogeo.nn.curvature.implicit.Implicit`, with the operator algebra and
+    estimators of :mod:`infogeo.nn.curvature.operators`).
     """
 
     has_matrix = False
 
     def __init__(self, space: "ParameterSpace", output: Optional[OutputMetric] = None):
         super().__init__(space.function, output if output is not None else space.output_metric,
-                         dim=None)
+                         dim=space.layout.size)
         self.space = space
-        #: reuse the linearisation (forward graph) across products at the same point
-        self.cache = True
-        self._cache = None
 
-    def _split(self, args):
-        if len(args) == 1:
-            return self.space.point, args[0]
-        if len(args) == 2:
-            return args
-        raise TypeError("mv takes (v) or (x, v)")
-
-    def _linearization(self, x: Params) -> "Linearization":
-        r"""The network linearised at ``x``, reused while ``x``, the data and buffers are unchanged.
+    # ---------------------------------------------------------- the map
+    def linearize(self, x: Optional[Params] = None) -> Linearization:
+        r"""The network linearised at ``x`` (default: the current point), reused while nothing changed.
 
         Successive products at one point (the iterations of a CG solve, or repeated
-        ``mv``) then cost two backward passes each and no forward pass.  The key holds
-        the tensors themselves (so their ids cannot be recycled) and their version
-        counters (bumped by every in-place update, e.g. an optimizer step on the
-        model's parameters).  The cache keeps one forward pass's graph alive;
-        :meth:`clear_cache` releases it.
+        ``mv``) then cost two backward passes each and no forward pass.  The cache key
+        holds the point's tensors, the data and the model's buffers themselves (so
+        their ids cannot be recycled) and their version counters (bumped by every
+        in-place update, e.g. an optimizer step on the model's parameters).
         """
-        sp = self.space
-        tensors = [x[n] for n in sp.names] + sp._state()[0][len(sp.names):]
-        state = (tensors, versions(tensors))
-        if self._cache is not None and same_state(self._cache[0], state):
-            return self._cache[1]
-        self._cache = None  # release the previous point's graph before the new forward pass
-        lin = Linearization(sp.function, {n: x[n] for n in sp.names})
-        if self.cache:
-            self._cache = (state, lin)
-        return lin
-
-    def clear_cache(self) -> None:
-        """Drop the cached linearisation (and the activations it holds)."""
-        self._cache = None
-
-    def mv(self, *args) -> Params:
-        r""":math:`G v` for a tangent vector's components ``v`` (dict name -> tensor).
-
-        :math:`Jv`, the output metric in closed form :math:`u = G_z Jv / N`, then
-        :math:`J^Tu` (seed 000's ``pullback_mvp``), all on one cached forward graph
-        (see :class:`~infogeo.geometry.linearization.Linearization`).
-        """
-        x, v = self._split(args)
-        sp = self.space
-        sp.layout.check(v, "the tangent vector")
-        lin = self._linearization(x)
-        with torch.enable_grad():
-            Jv = lin.jvp(v)
-            u = self.output_metric.mv(lin.z.detach(), Jv) / sp.batch_size
-            del Jv
-            return lin.vjp(u)
-
-    def matrix(self, x: Optional[Params] = None) -> torch.Tensor:
-        """Dense :math:`G`, shape ``(P, P)`` in :class:`ParamLayout` order (Jacobian by ``jacrev``)."""
         sp = self.space
         x = sp.point if x is None else x
-        J = torch.func.jacrev(sp.function)({n: x[n].detach() for n in sp.names})
-        z = sp.outputs
+        key = [x[n] for n in sp.names] + sp._state()[0][len(sp.names):]
+        return self._linearizations.get(None, x, key=key, build=lambda: sp.linearize(x))
+
+    @property
+    def cache(self) -> bool:  # noqa: D401
+        """Whether the linearisation is kept between products (default True)."""
+        return self._linearizations.enabled
+
+    @cache.setter
+    def cache(self, value: bool) -> None:
+        self._linearizations.enabled = bool(value)
+        if not value:
+            self._linearizations.clear()
+
+    def _output_mv(self, z: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        return self.output_metric.mv(z, u) / self.space.batch_size
+
+    def _check_output(self, z: Any) -> None:  # checked once, when the space was built
+        return None
+
+    # ---------------------------------------------------------- protocol
+    def _point_and(self, args: tuple, what: str) -> tuple:
+        """``(x, components)`` from ``(x, c)``, ``(vector_or_covector,)`` or ``(components,)``."""
+        if len(args) == 2:
+            return args
+        if len(args) != 1:
+            raise TypeError(f"NetworkMetric.{what} takes (v) or (x, v), got {len(args)} positional arguments")
+        a = args[0]
+        if isinstance(a, (TangentVector, Covector)):
+            return a.base, a.components
+        return self.space.point, a
+
+    def mv(self, *args: Any) -> Params:
+        r""":math:`G(x) v` as components ``{name: tensor}``.
+
+        ``mv(x, v)`` (the metric protocol), ``mv(vector)`` (a
+        :class:`~infogeo.geometry.vectors.TangentVector`, at its base point) or
+        ``mv(v)`` (components, at the space's current point).
+        """
+        x, v = self._point_and(args, "mv")
+        if isinstance(v, TangentVector):
+            v = v.components
+        self.space.layout.check(v, "the tangent vector")
+        with torch.enable_grad():
+            return super().mv(x, v)
+
+    def matrix(self, x: Optional[Params] = None) -> torch.Tensor:
+        """Dense :math:`G(x)`, shape ``(P, P)`` in :class:`~infogeo.nn._params.ParamLayout` order (``jacrev``)."""
+        sp = self.space
+        x = sp.point if x is None else x
+        prim = {n: x[n].detach() for n in sp.names}
+        J = torch.func.jacrev(sp.function)(prim)
+        with torch.no_grad():
+            z = sp.outputs if x is sp.point else sp.function(prim)
         Jm = torch.cat([J[n].reshape(tuple(z.shape) + (-1,)) for n in sp.names], dim=-1)  # (N, ..., m, P)
         GJ = self.output_metric.mv(z.unsqueeze(0), Jm.movedim(-1, 0)).movedim(0, -1)
         m, P = z.shape[-1], Jm.shape[-1]
         return torch.einsum("rmp,rmq->pq", Jm.reshape(-1, m, P), GJ.reshape(-1, m, P)) / sp.batch_size
 
-    def solve(self, *args, damping: float = 0.0, max_iter: Optional[int] = None) -> Params:
-        r"""Truncated CG for :math:`(G + \lambda I)^{-1} b`; ``solve(b, damping=..)`` or ``solve(x, b, damping)``."""
+    def solve(self, *args: Any, damping: float = 0.0, max_iter: Optional[int] = None) -> Params:
+        r""":math:`(G(x) + \lambda I)^{-1} b` by truncated conjugate gradient.
+
+        ``solve(x, b, damping)`` (the metric protocol), ``solve(covector, damping=)`` or
+        ``solve(b, damping=)`` (components, at the space's current point).
+        """
         if len(args) == 3:
             x, b, damping = args
         else:
-            x, b = self._split(args)
-        if damping < 0:
+            x, b = self._point_and(args, "solve")
+        if isinstance(b, Covector):
+            b = b.components
+        damping = float(damping)
+        if not damping >= 0:
             raise ValueError(f"damping must be >= 0, got {damping}")
+        self.space.layout.check(b, "the right-hand side")
         return conjugate_gradient(lambda v: self.mv(x, v), b, damping=damping,
                                   max_iter=max_iter or self.space.cg_max_iter, rtol=self.space.cg_rtol)
 
-    def __repr__(self):
+    def at(self, x: Optional[Params] = None) -> "Implicit":
+        """The metric at ``x`` (default: the current point) as an :class:`~infogeo.nn.curvature.implicit.Implicit` curvature."""
+        from .curvature.implicit import Implicit
+        sp = self.space
+        return Implicit(sp.layout, self, sp.point if x is None else x, max_iter=sp.cg_max_iter, rtol=sp.cg_rtol)
+
+    # ---------------------------------------------------------- operators (at the current point)
+    def to_scipy(self) -> Any:
+        """A ``scipy.sparse.linalg.LinearOperator`` of :math:`G` at the current point (flat layout order)."""
+        return self.at().to_scipy()
+
+    def __matmul__(self, v: torch.Tensor) -> torch.Tensor:
+        return self.at() @ v
+
+    def __add__(self, other: Any) -> Any:
+        return self.at() + other
+
+    __radd__ = __add__
+
+    def __mul__(self, c: Union[int, float]) -> Any:
+        return self.at() * c
+
+    __rmul__ = __mul__
+
+    def __repr__(self) -> str:
         return f"NetworkMetric({self.output_metric!r}, {self.space.layout!r})"

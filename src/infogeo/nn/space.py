@@ -1,14 +1,18 @@
-r"""The parameter space of a torch module, with the metric pulled back from its outputs.
+r"""The parameter space of a torch module: a manifold whose metric is pulled back from the outputs.
 
 A network with parameters :math:`w` and a batch :math:`x_1..x_N` defines the map
 :math:`w \mapsto z = (f(w, x_n))_n`.  Given a metric :math:`G_z` on outputs, the
-parameter space carries the pullback metric (seed 000, Eq. 29)
+parameter space carries the pullback metric (Amari 1998; Martens 2020)
 
 .. math:: G(w) = \frac1N \sum_{n=1}^N J_n^T\, G_z(z_n)\, J_n,\qquad J_n = \partial f(w, x_n)/\partial w,
 
 the Gauss-Newton matrix for a Euclidean :math:`G_z`, the network Fisher for a
-likelihood's Fisher metric.  Points, tangent vectors and covectors have
-``{name: tensor}`` components shaped like ``model.named_parameters()``.
+likelihood's Fisher metric.  :class:`ParameterSpace` is an
+:class:`~infogeo.geometry.manifold.Manifold`: points, tangent vectors and covectors
+have ``{name: tensor}`` components shaped like ``model.named_parameters()``,
+``differential`` is backprop, ``retract`` is addition, and the solvers of
+:mod:`infogeo.solvers` run on it (natural gradient is gradient descent under this
+metric).
 
 The model is only ever *evaluated*, by :func:`torch.func.functional_call` with
 the parameter values of the point; it is never modified.  Normalisation layers
@@ -17,21 +21,24 @@ every evaluation: they are given copies of those buffers instead.  Such layers
 also couple the examples of a batch (batch statistics), so :math:`z_n` depends on
 every :math:`x_{n'}`: the implicit and dense metrics (products with the whole
 batch's Jacobian) stay exact, while the per-example curvatures (diagonal, K-FAC,
-block) are refused with an error naming the layer.
+block) are refused with an error naming the layer.  Dropout active in training
+mode makes the map random; a warning says so.
 """
 from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Dict, Iterable, Optional, Tuple, Union
+from typing import Any, Callable, Iterable, Optional, Tuple, Union
 
 import torch
 from torch.func import functional_call
 
-from ..geometry.linearization import same_state, versions
+from ..geometry.linearization import Linearization, same_state, versions
+from ..geometry.manifold import Manifold
 from ..geometry.vectors import Covector, TangentVector
-from ._params import ParamLayout, Params
-from .curvature import build as _build_curvature
+from ._layers import batch_statistics_layers, warn_random_layers
+from ._params import CurrentPoint, ParamLayout, Params
+from .curvature import Curvature, build as _build_curvature
 from .network_metric import NetworkMetric
 from .output_metrics import OutputMetric, output_metric as _resolve_metric
 
@@ -41,43 +48,52 @@ __all__ = ["ParameterSpace", "NetworkMetric"]
 
 _METHODS = ("exact", "mc", "empirical")
 
+Cost = Callable[[Params], torch.Tensor]
+
 
 def _as_args(data: Any) -> Tuple:
     return tuple(data) if isinstance(data, (tuple, list)) else (data,)
 
 
-def batch_statistics_layers(model: torch.nn.Module) -> Dict[str, torch.nn.Module]:
-    """Modules that normalise with statistics of the current batch (BatchNorm in training mode,
-    or without running statistics), by path: they couple the examples of a batch."""
-    return {path: m for path, m in model.named_modules()
-            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
-            and (m.training or not m.track_running_stats)}
-
-
-class ParameterSpace:
-    r"""Parameters of ``model`` as a point, with the pullback metric of ``output_metric`` over ``data``.
+class ParameterSpace(Manifold):
+    r"""Parameters of ``model`` as a manifold, with the pullback metric of ``output_metric`` over ``data``.
 
     Parameters
     ----------
     model : torch.nn.Module
         The network; only parameters with ``requires_grad=True`` are coordinates.
-    output_metric : str or OutputMetric or Divergence
+    output_metric : str, OutputMetric, Divergence or torch loss
         :math:`G_z` on the model's outputs: ``"categorical"`` (logits), ``"bernoulli"``,
-        ``"euclidean"`` (Gauss-Newton), ``"gaussian"``, ``"gaussian_learned"``, or an object.
+        ``"euclidean"`` (Gauss-Newton), ``"gaussian"``, ``"gaussian_learned"``, an
+        :class:`~infogeo.nn.output_metrics.OutputMetric`, a divergence, or a torch loss
+        (``nn.CrossEntropyLoss()``, ``nn.NLLLoss()``, ``nn.BCEWithLogitsLoss()``,
+        ``nn.MSELoss()``, ``nn.GaussianNLLLoss()``, with their reduction, ignored positions
+        and class weights; see :mod:`infogeo.nn.output_metrics.losses`).
     data : tensor or tuple of tensors
         The batch :math:`x_1..x_N` (first axis = examples); ``model(*data)`` must return
-        outputs of shape ``(N, ..., m)``.
+        outputs of shape ``(N, *middle, m)``, the class/feature axis last.
     targets : tensor, optional
-        Training targets, needed only for the empirical Fisher and gradient covariance.
+        Training targets: needed for the loss, the differential, the empirical Fisher,
+        and for torch losses with ``ignore_index`` or class weights.
     params : iterable of str or of parameters, optional
         Restrict the coordinates to these parameters (default: all trainable ones).
     cg_max_iter, cg_rtol : int, float
         Truncation of conjugate gradient in ``metric.sharp`` / ``metric.solve``.
 
+    Notes
+    -----
+    The manifold protocol: ``point(x)`` validates a parameter dict;
+    ``differential(cost, x)`` is the :class:`~infogeo.geometry.vectors.Covector`
+    :math:`d\,\mathrm{cost}_x` by backprop (with no arguments: the differential of the
+    batch loss at the current parameters); ``retract(x, v)`` is :math:`x + v`;
+    ``metric`` is the :class:`~infogeo.nn.network_metric.NetworkMetric`.  Geodesics
+    (``exp``, ``log``, ``dist``) of the network metric are not available.
+
     Examples
     --------
-    >>> space = ig.nn.ParameterSpace(model, "categorical", data=X)       # doctest: +SKIP
-    >>> nat = space.metric.sharp(space.differential(y), damping=1e-3)      # doctest: +SKIP
+    >>> space = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=y)  # doctest: +SKIP
+    >>> nat = space.metric.sharp(space.differential(), damping=1e-3)                       # doctest: +SKIP
+    >>> res = ig.solvers.GradientDescent(damping=1e-3).minimize(space, space.cost(), space.point)  # doctest: +SKIP
     """
 
     def __init__(self, model: torch.nn.Module, output_metric: Union[str, OutputMetric, Any] = "categorical",
@@ -96,14 +112,15 @@ class ParameterSpace:
         if not named:
             raise ValueError("the model has no parameters with requires_grad=True (among those selected); "
                              "a parameter space needs at least one trainable parameter")
+        warn_random_layers(model)
         self.model = model
         self.names = [n for n, _ in named]
         # a view of the model's current values (no copy); the model is never written to
-        self.point: Params = {n: p.detach() for n, p in named}
+        self.point = CurrentPoint(self, {n: p.detach() for n, p in named})
         self.layout = ParamLayout.of(self.point)
         self.args = _as_args(data)
         self.targets = targets
-        self.output_metric = _resolve_metric(output_metric)
+        metric = _resolve_metric(output_metric)
         self.cg_max_iter, self.cg_rtol = int(cg_max_iter), float(cg_rtol)
         p0 = next(iter(self.point.values()))
         self.device, self.dtype = p0.device, p0.dtype
@@ -112,16 +129,18 @@ class ParameterSpace:
                 raise ValueError(f"data on {a.device} but the model's parameters on {self.device}; "
                                  f"move them to one device")
         self._outputs = None
+        self.output_metric = metric
         z = self._output_shape()
-        self.output_metric.check(z)
+        metric.check(z)
         self.batch_size = int(z.shape[0])
         for a in self.args:
             if isinstance(a, torch.Tensor) and a.dim() and a.shape[0] != self.batch_size:
                 raise ValueError(f"data tensors must share the batch axis: outputs have {self.batch_size} "
                                  f"examples but an input has shape {tuple(a.shape)}")
         if targets is not None:
-            self.output_metric.check_targets(z, targets)
-        self.metric = NetworkMetric(self)
+            metric.check_targets(z, targets)
+        self.output_metric = metric.bind(z, targets)
+        super().__init__(self.layout.size, NetworkMetric(self), name="ParameterSpace")
 
     # ------------------------------------------------------------ the map
     def _output_shape(self) -> torch.Tensor:
@@ -184,33 +203,118 @@ class ParameterSpace:
                 f"are not defined; call model.eval() first, or use kind='implicit' or 'dense' (exact for the "
                 f"coupled batch)")
 
-    @property
-    def dim(self) -> int:
-        """Number of coordinates (trainable parameters)."""
-        return self.layout.size
+    # ------------------------------------------------------------ the manifold
+    def check_point(self, x: Any) -> None:
+        """Raise ``ValueError`` unless ``x`` is a dict of finite tensors with this space's names and shapes."""
+        if not isinstance(x, dict):
+            raise ValueError(f"a point of a ParameterSpace is a dict name -> tensor, got {type(x).__name__}")
+        self.layout.check(x, "the point")
+        if not all(bool(torch.isfinite(t).all()) for t in x.values()):
+            raise ValueError("the point (parameters) contains NaN or inf")
+
+    def _as_point(self, coords: Any = None) -> Params:
+        """A validated point: ``None`` (the model's current parameters), a dict, or a flat vector in layout order."""
+        if coords is None:
+            coords = self.point
+        if isinstance(coords, torch.Tensor):
+            if tuple(coords.shape) != (self.dim,):
+                raise ValueError(f"a flat point must have shape ({self.dim},), got {tuple(coords.shape)}")
+            coords = self.layout.unflatten(coords)
+        self.check_point(coords)
+        return dict(coords)  # a plain dict (a pytree for torch.func), sharing the tensors
+
+    def random_point(self, rng: Optional[torch.Generator] = None, scale: float = 1.0) -> Params:
+        """The current parameters plus Gaussian noise of standard deviation ``scale``."""
+        return {n: t + scale * torch.randn(t.shape, dtype=t.dtype, device=t.device, generator=rng)
+                for n, t in self.point.items()}
+
+    def _at(self, args: tuple, cls: type, what: str):
+        if len(args) == 1:
+            x, c = self.point, args[0]
+        elif len(args) == 2:
+            x, c = args
+        else:
+            raise TypeError(f"{what} takes (components) or (x, components)")
+        self.layout.check(c, f"{what} components")
+        return cls(x, c)
+
+    def vector(self, *args: Any) -> TangentVector:
+        """A :class:`TangentVector`: ``vector(x, components)``, or ``vector(components)`` at the current point."""
+        return self._at(args, TangentVector, "tangent vector")
+
+    def covector(self, *args: Any) -> Covector:
+        """A :class:`Covector`: ``covector(x, components)``, or ``covector(components)`` at the current point."""
+        return self._at(args, Covector, "covector")
 
     def tangent(self, components: Params) -> TangentVector:
-        """Wrap ``{name: tensor}`` components as a tangent vector at the point."""
-        self.layout.check(components, "tangent vector components")
-        return TangentVector(self.point, components)
+        """Wrap ``{name: tensor}`` components as a tangent vector at the current point."""
+        return self.vector(components)
 
-    def covector(self, components: Params) -> Covector:
-        """Wrap ``{name: tensor}`` components as a covector at the point."""
-        self.layout.check(components, "covector components")
-        return Covector(self.point, components)
+    def cost(self, targets: Optional[torch.Tensor] = None) -> Cost:
+        r"""The batch loss as a function of the parameters, :math:`w \mapsto \mathcal L(w)` (for the solvers)."""
+        t = self._targets(targets)
+        return lambda params: self.output_metric.loss(self.function(params), t).mean()
+
+    def value_and_differential(self, f: Cost, x: Params) -> Tuple[torch.Tensor, Covector]:
+        """``(f(x), df_x)`` by one forward and one backward pass; ``f`` maps a parameter dict to a scalar."""
+        self.check_point(x)
+        leaves = {n: x[n].detach().requires_grad_(True) for n in self.names}
+        with torch.enable_grad():
+            value = f(leaves)
+            if not isinstance(value, torch.Tensor) or value.numel() != 1:
+                raise ValueError("the cost must return a scalar tensor")
+            if not bool(torch.isfinite(value)):
+                raise ValueError(f"the cost is {float(value)} at this point (NaN/inf)")
+            g = torch.autograd.grad(value, list(leaves.values()), allow_unused=True)
+        comps = {n: (gi if gi is not None else torch.zeros_like(leaves[n])) for n, gi in zip(self.names, g)}
+        if not all(bool(torch.isfinite(t).all()) for t in comps.values()):
+            raise ValueError("the differential of the cost contains NaN or inf at this point")
+        return value.detach().reshape(()), Covector(x, comps)
+
+    def differential(self, cost: Union[Cost, torch.Tensor, None] = None, x: Optional[Params] = None, *,
+                     targets: Optional[torch.Tensor] = None) -> Covector:
+        r"""The differential :math:`d\,\mathrm{cost}_x`, a :class:`Covector` (backprop).
+
+        With no ``cost``, the differential of the batch loss (the mean over examples of
+        the output metric's loss) at ``x`` (default: the current parameters).  A tensor
+        in place of ``cost`` is taken as ``targets`` (the earlier signature).
+        """
+        if isinstance(cost, torch.Tensor):
+            cost, targets = None, cost
+        if cost is None:
+            cost = self.cost(targets)
+        return self.value_and_differential(cost, self.point if x is None else x)[1]
+
+    def retract(self, x: Params, v: TangentVector) -> Params:
+        """:math:`x + v`: parameters are a vector space, so the straight line is a retraction."""
+        self._check_vector(x, v, "retract")
+        return {n: x[n] + v.components[n] for n in self.names}
+
+    def _check_vector(self, x: Any, v: Any, what: str) -> None:
+        if not isinstance(v, TangentVector):
+            raise TypeError(f"{what} needs a TangentVector, got {type(v).__name__}"
+                            + ("; convert it with metric.sharp(covector)" if isinstance(v, Covector) else ""))
+        self.layout.check(v.components, "tangent vector components")
+
+    def linearize(self, x: Optional[Params] = None) -> Linearization:
+        r"""The network linearised at ``x`` (default: the current point): outputs, :math:`Jv`, :math:`J^Tu`.
+
+        One forward pass (with copies of the BatchNorm running statistics, so the model is
+        untouched); every product reuses it.  See :class:`~infogeo.geometry.linearization.Linearization`.
+        """
+        x = self.point if x is None else x
+        return Linearization(self.function, {n: x[n] for n in self.names})
+
+    def _no_geodesics(self, *args: Any, **kwargs: Any):
+        raise NotImplementedError("geodesics of a network's pullback metric are not available; move with "
+                                  "retract (GradientDescent(update='retraction'))")
+
+    exp = log = dist = geodesic = _no_geodesics
 
     def loss(self, targets: Optional[torch.Tensor] = None, params: Optional[Params] = None) -> torch.Tensor:
         """Mean negative log-likelihood of the output metric's likelihood over the batch."""
         t = self._targets(targets)
         return self.output_metric.loss(self.function(self.point if params is None else params), t).mean()
-
-    def differential(self, targets: Optional[torch.Tensor] = None) -> Covector:
-        r"""The differential :math:`d\mathcal J_w` of the mean loss, a :class:`Covector` (backprop)."""
-        params = {n: p.detach().requires_grad_(True) for n, p in self.point.items()}
-        with torch.enable_grad():
-            g = torch.autograd.grad(self.loss(targets, params), list(params.values()), allow_unused=True)
-        return Covector(self.point, {n: (gi if gi is not None else torch.zeros_like(params[n]))
-                                     for n, gi in zip(self.names, g)})
 
     def _targets(self, targets):
         t = self.targets if targets is None else targets
@@ -228,7 +332,7 @@ class ParameterSpace:
         ``"exact"``: square-root columns of :math:`G_z` (true Fisher / GGN);
         ``"mc"``: ``samples`` draws scaled by :math:`1/\sqrt{S}` (true Fisher by the
         Pullback Sampling Trick, unbiased); ``"empirical"``: the loss gradient
-        :math:`\nabla_z\ell(z_n, t_n)` (empirical Fisher, Eq. 33).
+        :math:`\nabla_z\ell(z_{nt}, y_{nt})` per position (empirical Fisher, Kunstner et al. 2019).
         """
         z = z.detach()
         if method == "exact":
@@ -238,12 +342,12 @@ class ParameterSpace:
                 raise ValueError(f"samples must be a positive integer, got {samples}")
             return self.output_metric.sample(z, int(samples), generator) / math.sqrt(int(samples))
         if method == "empirical":
-            return self.output_metric.loss_grad(z, self._targets(targets)).unsqueeze(0)
+            return self.output_metric.empirical_factor(z, self._targets(targets))
         raise ValueError(f"unknown method {method!r}; expected one of {_METHODS}")
 
     def curvature(self, kind: str = "implicit", method: str = "exact", *, samples: int = 1,
                   targets: Optional[torch.Tensor] = None, generator: Optional[torch.Generator] = None,
-                  **options):
+                  **options: Any) -> Curvature:
         r"""A representation of the metric at the point.
 
         Parameters
@@ -260,18 +364,20 @@ class ParameterSpace:
         """
         return _build_curvature(self, kind, method, samples=samples, targets=targets, generator=generator, **options)
 
-    def true_fisher(self, kind: str = "implicit", method: str = "exact", **kw):
+    def true_fisher(self, kind: str = "implicit", method: str = "exact", **kw: Any) -> Curvature:
         r"""True Fisher :math:`F = \mathbb E_{x}\,\mathbb E_{t\sim r(\cdot|x)}[\mathcal Dw\,\mathcal Dw^T]` (targets sampled from the model)."""
         if method not in ("exact", "mc"):
             raise ValueError("the true Fisher is computed exactly ('exact') or by sampling targets ('mc')")
         return self.curvature(kind, method, **kw)
 
-    def empirical_fisher(self, kind: str = "implicit", targets: Optional[torch.Tensor] = None, **kw):
-        r"""Empirical Fisher :math:`F_{emp} = \frac1N\sum_n \nabla\mathcal J_n\nabla\mathcal J_n^T` (Eq. 33), training targets."""
+    def empirical_fisher(self, kind: str = "implicit", targets: Optional[torch.Tensor] = None,
+                         **kw: Any) -> Curvature:
+        r"""Empirical Fisher :math:`F_{emp} = \frac1N\sum_n \nabla\mathcal J_n\nabla\mathcal J_n^T`, training targets (Kunstner et al. 2019)."""
         return self.curvature(kind, "empirical", targets=targets, **kw)
 
-    def gradient_covariance(self, kind: str = "dense", targets: Optional[torch.Tensor] = None, **kw):
-        r"""Gradient covariance :math:`C = F_{emp} - \bar g\bar g^T` (Eqs. 34–35), :math:`\bar g` the batch gradient.
+    def gradient_covariance(self, kind: str = "dense", targets: Optional[torch.Tensor] = None,
+                            **kw: Any) -> Curvature:
+        r"""Gradient covariance :math:`C = F_{emp} - \bar g\bar g^T` , :math:`\bar g` the batch gradient.
 
         Supported for ``kind`` in ``{"implicit", "dense", "diag", "block"}``.
         """

@@ -14,6 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import backend as B
+from ..backend import tree as _tree
 from ..geometry.manifold import Manifold
 from ..geometry.metric import DENSE_MAX_DIM
 from ..geometry.vectors import TangentVector
@@ -50,10 +51,10 @@ class DampedNewton(Solver):
         x, df = it.x, it.differential.components
         metric = manifold.metric
         if self.matrix_free or manifold.dim > DENSE_MAX_DIM or not metric.has_matrix:
-            def op(v):
-                return B.hvp(cost, x, v) + self.lam * metric.mv(x, v)
+            def op(v):  # trees: array components or {name: tensor} dicts
+                return _tree.tree_map(lambda h, g: h + self.lam * g, B.hvp(cost, x, v), metric.mv(x, v))
             try:
-                direction = conjugate_gradient(op, -df)
+                direction = conjugate_gradient(op, _tree.tree_map(lambda t: -t, df))
             except NotPositiveDefiniteError as exc:
                 return Step(x, failed=f"H + lambda G is not positive definite ({exc}); increase damping_newton")
         else:
@@ -61,5 +62,5 @@ class DampedNewton(Solver):
             if np.linalg.eigvalsh(B.to_numpy(0.5 * (A + B.transpose(A)))).min() <= 0:
                 return Step(x, failed="H + lambda G is not positive definite at this point; increase damping_newton")
             direction = B.solve(A, -df)
-        v = TangentVector(x, self.step_size * direction, it.gradient.chart)
+        v = TangentVector(x, _tree.tree_map(lambda t: self.step_size * t, direction), it.gradient.chart)
         return Step(manifold.retract(x, v), step_size=float(B.to_numpy(metric.norm(v))))

@@ -1,9 +1,14 @@
-"""Curvature representations of a network's pullback metric (see :mod:`.base`)."""
+"""Curvature representations of a network's pullback metric (the protocol: :mod:`.base`; operators: :mod:`.operators`)."""
 from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
 
 from ..network_metric import NetworkMetric
 from ..output_metrics import FactorOutput
-from .base import BlockCurvature, Curvature
+from . import operators
+from .base import BlockCurvature, Curvature, LinearCombination, ScaledIdentity
 from .blocks import Block, DenseBlock, DiagBlock, KronBlock
 from .block import BlockDiagonal
 from .dense import Dense
@@ -11,16 +16,21 @@ from .diagonal import Diagonal
 from .implicit import Implicit
 from .kfac import KFAC
 
-__all__ = ["Curvature", "BlockCurvature", "Block", "DiagBlock", "DenseBlock", "KronBlock",
+__all__ = ["Curvature", "BlockCurvature", "LinearCombination", "ScaledIdentity", "operators",
+           "Block", "DiagBlock", "DenseBlock", "KronBlock",
            "Implicit", "Dense", "Diagonal", "KFAC", "BlockDiagonal", "build", "KINDS"]
 
 KINDS = {"implicit": "implicit", "cg": "implicit", "dense": "dense", "diag": "diag", "diagonal": "diag",
          "kfac": "kfac", "block": "block", "block_diagonal": "block"}
 
 
-def build(space, kind: str, method: str = "exact", *, samples: int = 1, targets=None, generator=None,
-          **options) -> Curvature:
-    """Build a curvature of ``kind`` for ``space`` (see :meth:`ParameterSpace.curvature`)."""
+def build(space: Any, kind: str, method: str = "exact", *, samples: int = 1, targets: Optional[torch.Tensor] = None,
+          generator: Optional[torch.Generator] = None, **options: Any) -> Curvature:
+    """Build a curvature of ``kind`` for ``space``, a :class:`~infogeo.nn.space.ParameterSpace`.
+
+    See :meth:`~infogeo.nn.space.ParameterSpace.curvature` for the kinds, methods and options.
+    The builder takes the space as an argument and imports nothing from :mod:`infogeo.nn.space`.
+    """
     key = KINDS.get(str(kind).lower())
     if key is None:
         raise ValueError(f"unknown curvature kind {kind!r}; expected one of {sorted(KINDS)}")

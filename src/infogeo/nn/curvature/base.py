@@ -1,15 +1,20 @@
-r"""Curvature representations: the common interface, and curvatures made of blocks.
+r"""Curvature representations: one protocol for every representation of the metric at a point.
 
-Every representation :math:`C` of the metric at a point offers
+Every representation :math:`C` of the metric at a point (dense, implicit, diagonal,
+block-diagonal, K-FAC, ...) is a :class:`Curvature`, a
+:class:`~infogeo.geometry.metric.Metric` at that point with one call form per
+operation, on ``{name: tensor}`` components (or the vector types):
 
-* ``mv(v)`` — :math:`Cv`;
-* ``solve(w, damping)`` — :math:`(C + \lambda I)^{-1} w` (the damped ``sharp``);
+* ``mv(v)`` — :math:`Cv` (``v`` components or a :class:`TangentVector`; returns components);
+* ``solve(w, damping=λ)`` — :math:`(C + \lambda I)^{-1} w` (``w`` components or a :class:`Covector`);
+* ``sharp(covector, damping=λ)`` / ``flat(vector)`` / ``inner(u, v)`` — the musical isomorphisms;
 * ``diagonal()`` — :math:`\operatorname{diag} C`;
-* ``to_dense()`` — the matrix, in :class:`~infogeo.nn._params.ParamLayout` order,
+* ``to_dense()`` — the matrix, in :class:`~infogeo.nn._params.ParamLayout` order;
+* ``ema(new, decay)`` — :math:`\beta C + (1-\beta) C_\text{new}`; ``is_finite()``; ``precompute()``;
 
-on ``{name: tensor}`` components.  They are :class:`~infogeo.geometry.metric.Metric`
-objects at one point, so ``flat``, ``sharp`` and ``inner`` work on
-:class:`TangentVector` / :class:`Covector` too.
+and the operator algebra: ``C1 + C2``, ``c * C``, ``C @ v`` on flat vectors or
+matrices, ``to_scipy()``, and the estimators of :mod:`.operators` (Hutchinson and
+Hutch++ traces and diagonals, top eigenvalues by Lanczos).
 
 Block-structured representations (:class:`Dense`, :class:`Diagonal`, :class:`KFAC`,
 :class:`BlockDiagonal`) are :class:`BlockCurvature` objects: lists of independent
@@ -18,13 +23,19 @@ parameters; a curvature may mix kinds.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+import numbers
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
 from ...geometry.metric import Metric
+from ...geometry.vectors import Covector, TangentVector
+from ...linalg import conjugate_gradient
 from .._params import ParamLayout, Params
+from . import operators
 from .blocks import Block
+
+Vector = Union[Params, TangentVector]
 
 
 def _check_damping(damping: float) -> float:
@@ -35,61 +46,241 @@ def _check_damping(damping: float) -> float:
 
 
 class Curvature(Metric):
-    """Base class of curvature representations at a fixed point (see the module docstring)."""
+    """Base class of curvature representations at a fixed point (see the module docstring).
+
+    Subclasses implement ``_mv`` (and ``_solve``, ``diagonal``, ``to_dense`` where they
+    have closed forms); the public methods check their arguments and convert the
+    vector types.
+    """
 
     has_matrix = False
 
     def __init__(self, layout: ParamLayout, point: Optional[Params] = None):
-        super().__init__(None)
+        super().__init__(layout.size)
         self.layout = layout
         self.point = point
 
-    def _split(self, args):
-        if len(args) == 1:
-            return self.point, args[0]
-        if len(args) == 2:
-            return args
-        raise TypeError(f"{type(self).__name__}.mv takes (v) or (x, v)")
+    # ------------------------------------------------------------ protocol
+    def _components(self, v: Any, cls: type, what: str) -> Params:
+        if isinstance(v, (TangentVector, Covector)):
+            if not isinstance(v, cls):
+                raise TypeError(f"{what} takes a {cls.__name__} or components, got a {type(v).__name__}")
+            v = v.components
+        self.layout.check(v, what)
+        return v
 
-    def mv(self, *args) -> Params:
-        r""":math:`Cv`; ``mv(v)`` or ``mv(x, v)`` (``x`` must be the curvature's point)."""
-        _, v = self._split(args)
-        self.layout.check(v, "the vector")
-        return self._mv(v)
+    def mv(self, v: Vector) -> Params:
+        r""":math:`Cv`, components ``{name: tensor}`` (``v``: components or a :class:`TangentVector`)."""
+        return self._mv(self._components(v, TangentVector, "the vector"))
 
-    def solve(self, *args, damping: float = 0.0) -> Params:
-        r""":math:`(C + \lambda I)^{-1} w`; ``solve(w, damping=..)`` or ``solve(x, w, damping)``."""
-        if len(args) == 3:
-            _, w, damping = args
-        else:
-            _, w = self._split(args)
-        self.layout.check(w, "the right-hand side")
-        return self._solve(w, _check_damping(damping))
+    def solve(self, w: Union[Params, Covector], *, damping: float = 0.0) -> Params:
+        r""":math:`(C + \lambda I)^{-1} w` (``w``: components or a :class:`Covector`)."""
+        return self._solve(self._components(w, Covector, "the right-hand side"), _check_damping(damping))
+
+    def sharp(self, w: Covector, damping: float = 0.0) -> TangentVector:
+        r"""The vector :math:`(C + \lambda I)^{-1} w` of a covector (natural gradient for :math:`w = d\mathcal L`)."""
+        if not isinstance(w, Covector):
+            raise TypeError(f"sharp takes a Covector, got {type(w).__name__}")
+        return TangentVector(w.base, self.solve(w, damping=damping), w.chart)
+
+    def flat(self, v: TangentVector) -> Covector:
+        r"""The covector :math:`Cv = \langle v, \cdot\rangle_C` of a vector."""
+        if not isinstance(v, TangentVector):
+            raise TypeError(f"flat takes a TangentVector, got {type(v).__name__}")
+        return Covector(v.base, self.mv(v), v.chart)
+
+    def inner(self, u: TangentVector, v: TangentVector) -> torch.Tensor:
+        r""":math:`u^T C v`."""
+        return self.flat(u)(v)
 
     def diagonal(self) -> Params:
         r""":math:`\operatorname{diag} C` as ``{name: tensor}``."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} has no diagonal")
 
     def to_dense(self) -> torch.Tensor:
         """The matrix, shape ``(P, P)``, in the layout order of ``model.named_parameters()``."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} has no dense form")
 
-    def matrix(self, x=None) -> torch.Tensor:
+    def matrix(self, x: Any = None) -> torch.Tensor:
+        """``to_dense()`` (the :class:`~infogeo.geometry.metric.Metric` name; the point is fixed)."""
         return self.to_dense()
 
+    def ema(self, new: "Curvature", decay: float) -> "Curvature":
+        r"""Exponential moving average :math:`\beta\,C + (1-\beta)\,C_\text{new}` (:math:`\beta` = ``decay``)."""
+        return LinearCombination([(float(decay), self), (1.0 - float(decay), new)])
+
+    def is_finite(self) -> bool:
+        """Whether the representation holds no NaN or inf (for an operator: one product with a random vector)."""
+        ref = self._reference()
+        g = torch.Generator(device=ref.device).manual_seed(0)
+        probe = torch.randn(self.layout.size, dtype=ref.dtype, device=ref.device, generator=g)
+        return bool(torch.isfinite(self @ probe).all())
+
+    def precompute(self) -> "Curvature":
+        """Factorise now (eigendecompositions, ...), so that later solves are cheap."""
+        return self
+
+    def same_structure(self, other: "Curvature") -> bool:
+        """Whether :meth:`ema` can average ``other`` into this one statistic by statistic."""
+        return False
+
     def minus_outer(self, g: Params) -> "Curvature":
-        r""":math:`C - gg^T` (gradient covariance from the empirical Fisher, Eq. 35)."""
+        r""":math:`C - gg^T` (the gradient covariance from the empirical Fisher)."""
         raise NotImplementedError(f"{type(self).__name__} cannot represent C - g g^T; use 'dense', 'diag', "
                                   "'block' or 'implicit'")
+
+    def damped(self, damping: float) -> "Curvature":
+        r""":math:`C + \lambda I`."""
+        return self + ScaledIdentity(self.layout, _check_damping(damping), self.point, self._reference())
 
     def _mv(self, v: Params) -> Params:
         raise NotImplementedError
 
     def _solve(self, w: Params, damping: float) -> Params:
-        raise NotImplementedError
+        x, self.info = conjugate_gradient(self._mv, w, damping=damping, return_info=True)
+        return x
+
+    def _reference(self) -> torch.Tensor:
+        """A tensor with the dtype and device of this curvature."""
+        if self.point:
+            return next(iter(self.point.values()))
+        return torch.zeros((), dtype=torch.get_default_dtype())
+
+    # ------------------------------------------------------------ operator algebra
+    def __matmul__(self, v: Union[torch.Tensor, Params]) -> Union[torch.Tensor, Params]:
+        """``C @ v`` for a flat vector ``(P,)`` or matrix ``(P, k)`` in layout order (or components)."""
+        if isinstance(v, dict):
+            return self.mv(v)
+        if not isinstance(v, torch.Tensor) or v.dim() not in (1, 2) or v.shape[0] != self.layout.size:
+            raise ValueError(f"C @ v needs a tensor of shape ({self.layout.size},) or ({self.layout.size}, k), "
+                             f"got {getattr(v, 'shape', type(v).__name__)}")
+        if v.dim() == 1:
+            return self.layout.flatten(self._mv(self.layout.unflatten(v)))
+        return torch.stack([self @ v[:, j] for j in range(v.shape[1])], dim=1)
+
+    def __add__(self, other: "Curvature") -> "Curvature":
+        if not isinstance(other, Curvature):
+            return NotImplemented
+        return LinearCombination([(1.0, self), (1.0, other)])
+
+    def __sub__(self, other: "Curvature") -> "Curvature":
+        if not isinstance(other, Curvature):
+            return NotImplemented
+        return LinearCombination([(1.0, self), (-1.0, other)])
+
+    def __mul__(self, c: Any) -> "Curvature":
+        if not isinstance(c, numbers.Real):
+            return NotImplemented
+        return LinearCombination([(float(c), self)])
+
+    __rmul__ = __mul__
+
+    def __neg__(self) -> "Curvature":
+        return -1.0 * self
+
+    def to_scipy(self) -> Any:
+        """A :class:`scipy.sparse.linalg.LinearOperator` of :math:`C` in the flat layout order (float64, CPU)."""
+        return operators.to_scipy(self)
+
+    def estimate_trace(self, samples: int = 30, method: str = "hutch++",
+                       generator: Optional[torch.Generator] = None) -> "operators.Estimate":
+        """Randomised :math:`\\operatorname{tr} C` (see :func:`.operators.hutchinson_trace`, :func:`.operators.hutchpp_trace`)."""
+        if method == "hutch++":
+            return operators.hutchpp_trace(self, samples, generator=generator)
+        if method == "hutchinson":
+            return operators.hutchinson_trace(self, samples, generator=generator)
+        raise ValueError(f"unknown trace estimator {method!r}; expected 'hutch++' or 'hutchinson'")
+
+    def estimate_diagonal(self, samples: int = 30, generator: Optional[torch.Generator] = None) -> Params:
+        """Randomised :math:`\\operatorname{diag} C` (see :func:`.operators.hutchinson_diagonal`)."""
+        return self.layout.unflatten(operators.hutchinson_diagonal(self, samples, generator=generator).value)
+
+    def top_eigenvalues(self, k: int = 1, **options: Any) -> torch.Tensor:
+        """The ``k`` largest eigenvalues by Lanczos (see :func:`.operators.top_eigenvalues`)."""
+        return operators.top_eigenvalues(self, k, **options)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.layout!r})"
+
+
+class LinearCombination(Curvature):
+    r""":math:`\sum_i c_i C_i` for curvatures on one layout (``C1 + C2``, ``c * C``, ``ema``).
+
+    ``solve`` runs conjugate gradient on the products (the sum of positive
+    semi-definite terms with :math:`c_i \ge 0` is positive semi-definite).
+    """
+
+    def __init__(self, terms: Sequence[Tuple[float, Curvature]]):
+        flat: List[Tuple[float, Curvature]] = []
+        for c, C in terms:
+            if isinstance(C, LinearCombination):
+                flat += [(c * ci, Ci) for ci, Ci in C.terms]
+            else:
+                flat.append((float(c), C))
+        layout = flat[0][1].layout
+        if any(C.layout != layout for _, C in flat):
+            raise ValueError("cannot combine curvatures of different parameter layouts")
+        super().__init__(layout, flat[0][1].point)
+        self.terms = flat
+
+    def _mv(self, v):
+        out = None
+        for c, C in self.terms:
+            Cv = C._mv(v)
+            out = {n: c * Cv[n] for n in self.layout.names} if out is None else \
+                {n: out[n] + c * Cv[n] for n in self.layout.names}
+        return out
+
+    def diagonal(self) -> Params:
+        ds = [(c, C.diagonal()) for c, C in self.terms]
+        return {n: sum(c * d[n] for c, d in ds) for n in self.layout.names}
+
+    def to_dense(self) -> torch.Tensor:
+        return sum(c * C.to_dense() for c, C in self.terms)
+
+    def is_finite(self) -> bool:
+        return all(C.is_finite() for _, C in self.terms)
+
+    def precompute(self) -> "LinearCombination":
+        for _, C in self.terms:
+            C.precompute()
+        return self
+
+    def _reference(self):
+        return self.terms[0][1]._reference()
 
     def __repr__(self):
-        return f"{type(self).__name__}({self.layout!r})"
+        return " + ".join(f"{c:g}*{C!r}" for c, C in self.terms)
+
+
+class ScaledIdentity(Curvature):
+    r""":math:`cI` on a layout (for damping: ``C + c * I``)."""
+
+    def __init__(self, layout: ParamLayout, c: float = 1.0, point: Optional[Params] = None,
+                 like: Optional[torch.Tensor] = None):
+        super().__init__(layout, point)
+        self.c = float(c)
+        self._like = like
+
+    def _mv(self, v):
+        return {n: self.c * v[n] for n in self.layout.names}
+
+    def _solve(self, w, damping):
+        return {n: w[n] / (self.c + damping) for n in self.layout.names}
+
+    def diagonal(self) -> Params:
+        ref = self._reference()
+        return self.layout.unflatten(torch.full((self.layout.size,), self.c, dtype=ref.dtype, device=ref.device))
+
+    def to_dense(self) -> torch.Tensor:
+        ref = self._reference()
+        return self.c * torch.eye(self.layout.size, dtype=ref.dtype, device=ref.device)
+
+    def is_finite(self) -> bool:
+        return bool(torch.isfinite(torch.tensor(self.c)))
+
+    def _reference(self):
+        return self._like if self._like is not None else super()._reference()
 
 
 class BlockCurvature(Curvature):
@@ -114,13 +305,13 @@ class BlockCurvature(Curvature):
             out.update(b.solve(w, damping))
         return {n: out[n] for n in self.layout.names}
 
-    def diagonal(self):
+    def diagonal(self) -> Params:
         out = {}
         for b in self.blocks:
             out.update(b.diagonal())
         return {n: out[n] for n in self.layout.names}
 
-    def to_dense(self):
+    def to_dense(self) -> torch.Tensor:
         ref = next(iter(self.blocks[0].stats().values()))
         M = torch.zeros(self.layout.size, self.layout.size, dtype=ref.dtype, device=ref.device)
         for b in self.blocks:
@@ -140,6 +331,7 @@ class BlockCurvature(Curvature):
         return {f"{i}/{k}": t for i, b in enumerate(self.blocks) for k, t in b.stats().items()}
 
     def with_stats(self, stats: Dict[str, torch.Tensor]) -> "BlockCurvature":
+        """The same structure with the statistics ``stats`` (keys as :meth:`stats` gives them)."""
         blocks = [b.with_stats({k.split("/", 1)[1]: t for k, t in stats.items() if k.split("/", 1)[0] == str(i)})
                   for i, b in enumerate(self.blocks)]
         return type(self)._from_blocks(self, blocks)
@@ -150,21 +342,29 @@ class BlockCurvature(Curvature):
         BlockCurvature.__init__(new, like.layout, blocks, like.point)
         return new
 
+    def _reference(self) -> torch.Tensor:
+        return next(iter(self.blocks[0].stats().values()))
+
     def is_finite(self) -> bool:
+        """Whether every statistic is finite."""
         return all(bool(torch.isfinite(t).all()) for t in self.stats().values())
 
-    def same_structure(self, other: "BlockCurvature") -> bool:
+    def same_structure(self, other: Curvature) -> bool:
+        """Same type, layout and blocks (kinds and parameters), so that statistics can be averaged."""
         return (type(self) is type(other) and self.layout == other.layout and
                 [(b.kind, b.names) for b in self.blocks] == [(b.kind, b.names) for b in other.blocks])
 
-    def ema(self, new: "BlockCurvature", decay: float) -> "BlockCurvature":
-        r"""Exponential moving average :math:`(1-\eta)\,\text{self} + \eta\,\text{new}` with :math:`\eta = 1 - \text{decay}` (Eq. 32)."""
+    def ema(self, new: Curvature, decay: float) -> Curvature:
+        r"""Exponential moving average :math:`\beta\,C + (1-\beta)\,C_\text{new}`, statistic by statistic.
+
+        Curvatures of another structure are averaged as operators (:class:`LinearCombination`).
+        """
         if not self.same_structure(new):
-            raise ValueError("cannot average curvatures of different structure")
+            return super().ema(new, decay)
         old, cur = self.stats(), new.stats()
         return self.with_stats({k: decay * old[k] + (1 - decay) * cur[k] for k in old})
 
-    def minus_outer(self, g):
+    def minus_outer(self, g: Params) -> "BlockCurvature":
         blocks = []
         for b in self.blocks:
             if not hasattr(b, "minus_outer"):

@@ -1,12 +1,12 @@
-r"""Matrix-free curvature: products by jvp → :math:`G_z` → vjp, solves by truncated CG (seed 004, Eq. 43)."""
+r"""Matrix-free curvature: products by jvp → :math:`G_z` → vjp, solves by truncated CG (Martens 2010)."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
 from ...linalg import conjugate_gradient
-from .._params import Params
+from .._params import ParamLayout, Params
 from .base import Curvature
 
 #: to_dense / diagonal of an implicit curvature take one product per parameter; refuse beyond this
@@ -21,8 +21,8 @@ class Implicit(Curvature):
     take one product per parameter (small networks, tests).
     """
 
-    def __init__(self, layout, metric, point=None, max_iter: int = 100, rtol: float = 1e-10,
-                 outer: Optional[Params] = None):
+    def __init__(self, layout: ParamLayout, metric: Any, point: Optional[Params] = None, max_iter: int = 100,
+                 rtol: float = 1e-10, outer: Optional[Params] = None):
         super().__init__(layout, point)
         self.metric, self.max_iter, self.rtol, self.outer = metric, int(max_iter), float(rtol), outer
         self.info = None
@@ -52,13 +52,13 @@ class Implicit(Curvature):
             cols.append(self.layout.flatten(self._mv(self.layout.unflatten(e))))
         return torch.stack(cols, dim=1)
 
-    def to_dense(self):
+    def to_dense(self) -> torch.Tensor:
         return self._basis_products()
 
-    def diagonal(self):
+    def diagonal(self) -> Params:
         return self.layout.unflatten(torch.diagonal(self._basis_products()))
 
-    def minus_outer(self, g):
+    def minus_outer(self, g: Params) -> "Implicit":
         if self.outer is not None:
             raise ValueError("this curvature already subtracts an outer product")
         return Implicit(self.layout, self.metric, self.point, self.max_iter, self.rtol, outer=g)

@@ -16,7 +16,6 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from ...geometry.linearization import Linearization
 from ..space import ParameterSpace
 
 __all__ = ["fit"]
@@ -33,10 +32,10 @@ def fit(space: ParameterSpace, grads: Params, dirs: List[Params], damping: float
     """
     names = list(grads)
     flat = lambda d: torch.cat([d[n].reshape(-1) for n in names])  # noqa: E731
-    lin = Linearization(space.function, space.point)      # one forward pass; the model's buffers untouched
+    lin = space.linearize()      # one forward pass; the model's buffers untouched
     with torch.enable_grad():
         Jd = torch.stack([lin.jvp(d).detach() for d in dirs])   # (m, N, ..., k)
-    z = lin.z.detach()
+    z = lin.outputs.detach()
     del lin
     GJd = space.output_metric.mv(z.unsqueeze(0), Jd)
     m, N = len(dirs), space.batch_size

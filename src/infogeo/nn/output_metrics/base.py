@@ -21,8 +21,13 @@ class OutputMetric(Metric):
     r"""Base class: a metric :math:`G_z` on the last axis of network outputs.
 
     A subclass implements :meth:`mv` (and, where it has them, :meth:`sqrt`,
-    :meth:`sample`, :meth:`loss`); :meth:`matrix`, :meth:`sqrt` and
+    :meth:`sample`, :meth:`position_loss`); :meth:`matrix`, :meth:`sqrt` and
     :meth:`sample` have generic fallbacks built from :meth:`mv`.
+
+    Convention for outputs :math:`z` of shape ``(N, *middle, m)``: the loss of a
+    batch is :math:`\mathcal L = \frac1N\sum_n \sum_t \ell(z_{nt}, y_{nt})`, per-position
+    losses :math:`\ell` summed over the middle axes (positions :math:`t`) and averaged
+    over the :math:`N` examples; :math:`G_z` acts on each position's last axis.
 
     Parameters
     ----------
@@ -78,16 +83,37 @@ class OutputMetric(Metric):
                           generator=generator)
         return (eps * S.unsqueeze(0)).sum(1)
 
-    def loss(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Per-example negative log-likelihood, shape ``(N,)`` (summed over middle axes)."""
+    def position_loss(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        r"""Per-position negative log-likelihood :math:`\ell(z_{nt}, y_{nt})`, shape ``z.shape[:-1]``."""
         raise NotImplementedError(f"{type(self).__name__} is not a likelihood: it has no loss; "
                                   "the empirical Fisher needs one")
+
+    def loss(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        r"""Per-example loss :math:`\sum_t \ell(z_{nt}, y_{nt})`, shape ``(N,)`` (summed over the middle axes)."""
+        return self.position_loss(z, targets).reshape(z.shape[0], -1).sum(1)
 
     def loss_grad(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         r"""Gradient of the per-example loss in :math:`z`, shape ``z.shape`` (autodiff fallback)."""
         zz = z.detach().requires_grad_(True)
         with torch.enable_grad():
             return torch.autograd.grad(self.loss(zz, targets).sum(), zz)[0]
+
+    def empirical_factor(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        r"""The empirical Fisher's column per position, shape ``(1,) + z.shape``.
+
+        :math:`s_{nt} = \nabla_{z_{nt}}\ell(z_{nt}, y_{nt})`, so that the pullback of
+        :math:`s s^T` is :math:`\frac1N\sum_{n,t} J_{nt}^T \nabla\ell_{nt}\nabla\ell_{nt}^T J_{nt}`
+        (one outer product per position, as for the Fisher and the Gauss-Newton matrix).
+        """
+        return self.loss_grad(z, targets).unsqueeze(0)
+
+    def bind(self, z: torch.Tensor, targets: Optional[torch.Tensor] = None) -> "OutputMetric":
+        """This metric for one batch of outputs (shape ``z.shape``) and its targets.
+
+        Metrics that depend on the batch (the reduction of a torch loss, its ignored
+        positions) return a copy fitted to it; all others return ``self``.
+        """
+        return self
 
     def check_targets(self, z: torch.Tensor, targets: torch.Tensor) -> None:
         if tuple(targets.shape) != tuple(z.shape):
@@ -104,11 +130,11 @@ class DiagonalOutputMetric(OutputMetric):
     def diag(self, z: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def mv(self, z, v):
+    def mv(self, z: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return self.diag(z) * v
 
-    def matrix(self, z):
+    def matrix(self, z: torch.Tensor) -> torch.Tensor:
         return torch.diag_embed(self.diag(z))
 
-    def sqrt(self, z):
+    def sqrt(self, z: torch.Tensor) -> torch.Tensor:
         return self.diag(z).sqrt().movedim(-1, 0).unsqueeze(-1) * _basis_like(z)

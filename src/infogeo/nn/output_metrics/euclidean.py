@@ -26,24 +26,24 @@ class EuclideanOutput(OutputMetric):
             raise ValueError(f"the Euclidean output metric needs scale > 0, got {scale}")
         self.scale = float(scale)
 
-    def mv(self, z, v):
+    def mv(self, z: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return self.scale * v
 
-    def matrix(self, z):
+    def matrix(self, z: torch.Tensor) -> torch.Tensor:
         return self.scale * torch.eye(z.shape[-1], dtype=z.dtype, device=z.device).expand(tuple(z.shape) + (z.shape[-1],))
 
-    def sqrt(self, z):
+    def sqrt(self, z: torch.Tensor) -> torch.Tensor:
         return math.sqrt(self.scale) * _basis_like(z)
 
-    def sample(self, z, samples=1, generator=None):
+    def sample(self, z: torch.Tensor, samples: int = 1, generator: Optional[torch.Generator] = None) -> torch.Tensor:
         return math.sqrt(self.scale) * torch.randn((samples,) + tuple(z.shape), dtype=z.dtype, device=z.device,
                                                    generator=generator)
 
-    def loss(self, z, targets):
+    def position_loss(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.check_targets(z, targets)
-        return 0.5 * self.scale * ((z - targets) ** 2).reshape(z.shape[0], -1).sum(1)
+        return 0.5 * self.scale * ((z - targets) ** 2).sum(-1)
 
-    def loss_grad(self, z, targets):
+    def loss_grad(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.check_targets(z, targets)
         return self.scale * (z - targets)
 

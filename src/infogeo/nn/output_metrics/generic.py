@@ -23,7 +23,7 @@ def _flat_apply(fn: Callable, z: torch.Tensor, *others: torch.Tensor) -> torch.T
 class DivergenceOutput(OutputMetric):
     r"""The metric of any output dissimilarity :math:`\rho(u, z)`: :math:`G_z = \nabla^2_u\rho(u, z)|_{u=z}`.
 
-    ``DivergenceOutput(ig.Bregman(phi))`` gives :math:`\nabla^2\phi(z)` (seed 000, Eq. 30);
+    ``DivergenceOutput(ig.Bregman(phi))`` gives :math:`\nabla^2\phi(z)` (the Hessian metric of a Bregman divergence, Amari 2016);
     any :class:`~infogeo.divergences.Divergence` (or function ``rho(u, w)`` of two
     vectors written with torch ops) works, differentiated by ``torch.func``.
     """
@@ -34,10 +34,10 @@ class DivergenceOutput(OutputMetric):
         super().__init__(dim)
         self.divergence = Divergence.from_function(divergence)
 
-    def mv(self, z, v):
+    def mv(self, z: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return _flat_apply(lambda zi, vi: self.divergence.hvp_at_diagonal(zi, vi), z, v)
 
-    def matrix(self, z):
+    def matrix(self, z: torch.Tensor) -> torch.Tensor:
         return _flat_apply(lambda zi: torch.func.hessian(lambda u: self.divergence(u, zi))(zi), z)
 
     def __repr__(self):
@@ -57,7 +57,7 @@ class HessianOutput(OutputMetric):
         super().__init__(dim)
         self._hvp = hvp
 
-    def mv(self, z, v):
+    def mv(self, z: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         shape = torch.broadcast_shapes(z.shape, v.shape)
         out = self._hvp(z.expand(shape), v.expand(shape))
         if tuple(out.shape) != tuple(shape):
@@ -67,7 +67,7 @@ class HessianOutput(OutputMetric):
 
 class SampledOutput(OutputMetric):
     r"""A metric known only through a sampler: ``sampler(z, generator)`` returns :math:`s` with
-    :math:`\mathbb E[ss^T] = G_z` (seed 000's ``*_fisher_metric_sample``).
+    :math:`\mathbb E[ss^T] = G_z` (e.g. the score of a target drawn from the model).
 
     Supports only Monte Carlo curvature (``method="mc"``).
     """
@@ -78,15 +78,15 @@ class SampledOutput(OutputMetric):
         super().__init__(dim)
         self.sampler = sampler
 
-    def mv(self, z, v):
+    def mv(self, z: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError("an output metric given by a sampler supports only Monte Carlo curvature "
                                   "(method='mc'); give an hvp (HessianOutput) for exact products")
 
-    def sqrt(self, z):
+    def sqrt(self, z: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError("an output metric given by a sampler supports only Monte Carlo curvature "
                                   "(method='mc')")
 
-    def sample(self, z, samples=1, generator=None):
+    def sample(self, z: torch.Tensor, samples: int = 1, generator: Optional[torch.Generator] = None) -> torch.Tensor:
         out = torch.stack([self.sampler(z, generator) for _ in range(samples)])
         if tuple(out.shape[1:]) != tuple(z.shape):
             raise ValueError(f"the sampler returned shape {tuple(out.shape[1:])}, expected the outputs' shape {tuple(z.shape)}")
@@ -106,16 +106,16 @@ class FactorOutput(OutputMetric):
         super().__init__(None)
         self.factors = factors
 
-    def check(self, z):
+    def check(self, z: torch.Tensor) -> None:
         super().check(z)
         if tuple(self.factors.shape[1:]) != tuple(z.shape):
             raise ValueError(f"factors of shape {tuple(self.factors.shape)} do not fit outputs of shape {tuple(z.shape)}")
 
-    def mv(self, z, v):
+    def mv(self, z: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         S = self.factors
         lead = v.dim() - (S.dim() - 1)
         Sx = S.reshape(S.shape[:1] + (1,) * lead + tuple(S.shape[1:]))
         return (Sx * (Sx * v).sum(-1, keepdim=True)).sum(0)
 
-    def sqrt(self, z):
+    def sqrt(self, z: torch.Tensor) -> torch.Tensor:
         return self.factors

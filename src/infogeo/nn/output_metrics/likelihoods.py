@@ -1,11 +1,15 @@
 r"""Fisher metrics of the categorical, Bernoulli and learned-variance Gaussian likelihoods on outputs."""
 from __future__ import annotations
 
+import math
+from typing import Optional
+
 import torch
 
 from .base import DiagonalOutputMetric, OutputMetric, _basis_like
 
-__all__ = ["CategoricalFisher", "BernoulliFisher", "HeteroscedasticGaussianFisher"]
+__all__ = ["CategoricalFisher", "CategoricalLogProbFisher", "BernoulliFisher", "HeteroscedasticGaussianFisher",
+           "GaussianVarianceFisher"]
 
 
 class CategoricalFisher(OutputMetric):
@@ -16,37 +20,50 @@ class CategoricalFisher(OutputMetric):
     which is also the Hessian of the cross-entropy in :math:`z` (so the true Fisher
     equals the generalized Gauss-Newton matrix).  Square-root columns
     :math:`s_c = \sqrt{p_c}(e_c - p)`; samples :math:`p - e_t`, :math:`t\sim p`.
+
+    Parameters
+    ----------
+    label_smoothing : float
+        :math:`\varepsilon \in [0, 1)`: class-index targets :math:`y` become the distribution
+        :math:`q = (1-\varepsilon)e_y + \varepsilon/C` in the loss :math:`-q^T\log p`, as in
+        ``torch.nn.CrossEntropyLoss``.  The Hessian in :math:`z` (so the metric) does not change.
     """
 
     name = "categorical Fisher metric"
 
-    def check(self, z):
+    def __init__(self, dim: Optional[int] = None, label_smoothing: float = 0.0):
+        super().__init__(dim)
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must lie in [0, 1), got {label_smoothing}")
+        self.label_smoothing = float(label_smoothing)
+
+    def check(self, z: torch.Tensor) -> None:
         super().check(z)
         if z.shape[-1] < 2:
             raise ValueError(f"the categorical Fisher metric needs logits with at least 2 classes on the "
                              f"last axis, got outputs of shape {tuple(z.shape)}")
 
-    def mv(self, z, v):
+    def mv(self, z: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         p = torch.softmax(z, dim=-1)
         pv = p * v
         return pv - p * pv.sum(-1, keepdim=True)
 
-    def matrix(self, z):
+    def matrix(self, z: torch.Tensor) -> torch.Tensor:
         p = torch.softmax(z, dim=-1)
         return torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)
 
-    def sqrt(self, z):
+    def sqrt(self, z: torch.Tensor) -> torch.Tensor:
         p = torch.softmax(z, dim=-1)
         return p.sqrt().movedim(-1, 0).unsqueeze(-1) * (_basis_like(z) - p)
 
-    def sample(self, z, samples=1, generator=None):
+    def sample(self, z: torch.Tensor, samples: int = 1, generator: Optional[torch.Generator] = None) -> torch.Tensor:
         p = torch.softmax(z, dim=-1)
         flat = p.reshape(-1, p.shape[-1])
         t = torch.multinomial(flat, samples, replacement=True, generator=generator)  # (rows, samples)
         onehot = torch.nn.functional.one_hot(t.T, p.shape[-1]).to(p.dtype).reshape((samples,) + tuple(p.shape))
         return p - onehot
 
-    def check_targets(self, z, targets):
+    def check_targets(self, z: torch.Tensor, targets: torch.Tensor) -> None:
         if targets.dtype in (torch.long, torch.int, torch.int32, torch.int64):
             if tuple(targets.shape) != tuple(z.shape[:-1]):
                 raise ValueError(f"class-index targets must have shape {tuple(z.shape[:-1])}, got {tuple(targets.shape)}")
@@ -58,15 +75,17 @@ class CategoricalFisher(OutputMetric):
 
     def _onehot(self, z, targets):
         self.check_targets(z, targets)
-        if targets.is_floating_point():
-            return targets
-        return torch.nn.functional.one_hot(targets, z.shape[-1]).to(z.dtype)
+        t = targets.to(z.dtype) if targets.is_floating_point() else \
+            torch.nn.functional.one_hot(targets, z.shape[-1]).to(z.dtype)
+        if self.label_smoothing:
+            t = (1 - self.label_smoothing) * t + self.label_smoothing / z.shape[-1]
+        return t
 
-    def loss(self, z, targets):
+    def position_loss(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         t = self._onehot(z, targets)
-        return -(t * torch.log_softmax(z, dim=-1)).reshape(z.shape[0], -1).sum(1)
+        return -(t * torch.log_softmax(z, dim=-1)).sum(-1)
 
-    def loss_grad(self, z, targets):
+    def loss_grad(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return torch.softmax(z, dim=-1) - self._onehot(z, targets)
 
 
@@ -79,20 +98,19 @@ class BernoulliFisher(DiagonalOutputMetric):
 
     name = "Bernoulli Fisher metric"
 
-    def diag(self, z):
+    def diag(self, z: torch.Tensor) -> torch.Tensor:
         s = torch.sigmoid(z)
         return s * (1 - s)
 
-    def sample(self, z, samples=1, generator=None):
+    def sample(self, z: torch.Tensor, samples: int = 1, generator: Optional[torch.Generator] = None) -> torch.Tensor:
         s = torch.sigmoid(z).expand((samples,) + tuple(z.shape))
         return s - torch.bernoulli(s, generator=generator)
 
-    def loss(self, z, targets):
+    def position_loss(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.check_targets(z, targets)
-        return torch.nn.functional.binary_cross_entropy_with_logits(
-            z, targets.to(z.dtype), reduction="none").reshape(z.shape[0], -1).sum(1)
+        return torch.nn.functional.binary_cross_entropy_with_logits(z, targets.to(z.dtype), reduction="none").sum(-1)
 
-    def loss_grad(self, z, targets):
+    def loss_grad(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.check_targets(z, targets)
         return torch.sigmoid(z) - targets.to(z.dtype)
 
@@ -107,18 +125,18 @@ class HeteroscedasticGaussianFisher(DiagonalOutputMetric):
 
     name = "Gaussian (learned variance) Fisher metric"
 
-    def check(self, z):
+    def check(self, z: torch.Tensor) -> None:
         super().check(z)
         if z.shape[-1] % 2:
             raise ValueError(f"the learned-variance Gaussian Fisher metric needs outputs [mean, log-variance] "
                              f"with an even last axis, got shape {tuple(z.shape)}")
 
-    def diag(self, z):
+    def diag(self, z: torch.Tensor) -> torch.Tensor:
         d = z.shape[-1] // 2
         s = z[..., d:]
         return torch.cat([torch.exp(-s), torch.full_like(s, 0.5)], dim=-1)
 
-    def sample(self, z, samples=1, generator=None):
+    def sample(self, z: torch.Tensor, samples: int = 1, generator: Optional[torch.Generator] = None) -> torch.Tensor:
         d = z.shape[-1] // 2
         mu, s = z[..., :d], z[..., d:]
         sd = torch.exp(0.5 * s)
@@ -126,19 +144,118 @@ class HeteroscedasticGaussianFisher(DiagonalOutputMetric):
         t = mu + sd * eps
         return self.loss_grad(z.expand((samples,) + tuple(z.shape)), t)
 
-    def check_targets(self, z, targets):
+    def check_targets(self, z: torch.Tensor, targets: torch.Tensor) -> None:
         want = tuple(z.shape[:-1]) + (z.shape[-1] // 2,)
         if tuple(targets.shape) != want:
             raise ValueError(f"targets for the learned-variance Gaussian must have shape {want}, got {tuple(targets.shape)}")
 
-    def loss(self, z, targets):
+    def position_loss(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.check_targets(z, targets)
         d = z.shape[-1] // 2
         mu, s = z[..., :d], z[..., d:]
-        return (0.5 * s + 0.5 * (targets - mu) ** 2 * torch.exp(-s)).reshape(z.shape[0], -1).sum(1)
+        return (0.5 * s + 0.5 * (targets - mu) ** 2 * torch.exp(-s)).sum(-1)
 
-    def loss_grad(self, z, targets):
+    def loss_grad(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         d = z.shape[-1] // 2
         mu, s = z[..., :d], z[..., d:]
         r2 = (targets - mu) ** 2 * torch.exp(-s)
         return torch.cat([(mu - targets) * torch.exp(-s), 0.5 - 0.5 * r2], dim=-1)
+
+
+def _class_targets(name: str, z: torch.Tensor, targets: torch.Tensor) -> None:
+    if targets.is_floating_point() or tuple(targets.shape) != tuple(z.shape[:-1]):
+        raise ValueError(f"the {name} needs class-index targets of shape {tuple(z.shape[:-1])}, "
+                         f"got {targets.dtype} of shape {tuple(targets.shape)}")
+    if targets.numel() and (targets.min() < 0 or targets.max() >= z.shape[-1]):
+        raise ValueError(f"class-index targets must lie in [0, {z.shape[-1]}), got range "
+                         f"[{int(targets.min())}, {int(targets.max())}]")
+
+
+class CategoricalLogProbFisher(DiagonalOutputMetric):
+    r"""Fisher metric of the categorical distribution with log-probabilities :math:`z` (``NLLLoss`` inputs).
+
+    With :math:`p = e^{z}` and loss :math:`-z_y`, the score is :math:`-e_y`, so
+    :math:`G_z = \mathbb E_{y\sim p}[e_y e_y^T] = \operatorname{diag}(p)`.  Pulled back through
+    ``log_softmax`` it is :math:`\operatorname{diag}(p) - pp^T` on the logits, the same metric as
+    :class:`CategoricalFisher`.  (The loss is linear in :math:`z`, so its Gauss-Newton matrix
+    would vanish; the Fisher is the metric of this likelihood.)
+    """
+
+    name = "categorical (log-probability) Fisher metric"
+
+    def diag(self, z: torch.Tensor) -> torch.Tensor:
+        return torch.exp(z)
+
+    def sample(self, z: torch.Tensor, samples: int = 1, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        p = torch.exp(z)
+        flat = p.reshape(-1, p.shape[-1])
+        t = torch.multinomial(flat, samples, replacement=True, generator=generator)
+        return -torch.nn.functional.one_hot(t.T, p.shape[-1]).to(p.dtype).reshape((samples,) + tuple(p.shape))
+
+    def check_targets(self, z: torch.Tensor, targets: torch.Tensor) -> None:
+        _class_targets(self.name, z, targets)
+
+    def position_loss(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        self.check_targets(z, targets)
+        return -torch.gather(z, -1, targets.unsqueeze(-1)).squeeze(-1)
+
+    def loss_grad(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        self.check_targets(z, targets)
+        return -torch.nn.functional.one_hot(targets, z.shape[-1]).to(z.dtype)
+
+
+class GaussianVarianceFisher(DiagonalOutputMetric):
+    r"""Fisher metric of :math:`N(\mu, \operatorname{diag}\sigma^2)` with outputs :math:`z = [\mu, \sigma^2]` (``GaussianNLLLoss``).
+
+    The last axis holds :math:`d` means then :math:`d` variances (as passed to
+    ``GaussianNLLLoss(input=z[..., :d], target, var=z[..., d:])``).  In these coordinates
+    :math:`G_z = \operatorname{diag}(1/\sigma^2,\ 1/(2\sigma^4))`, with :math:`\sigma^2` clamped at
+    ``eps`` like the loss; the per-coordinate loss is
+    :math:`\tfrac12(\log\sigma^2 + (y-\mu)^2/\sigma^2)` (plus :math:`\tfrac12\log 2\pi` with ``full``).
+    """
+
+    name = "Gaussian (mean, variance) Fisher metric"
+
+    def __init__(self, eps: float = 1e-6, full: bool = False, dim: Optional[int] = None):
+        super().__init__(dim)
+        if not eps > 0:
+            raise ValueError(f"eps must be > 0, got {eps}")
+        self.eps, self.full = float(eps), bool(full)
+
+    def check(self, z: torch.Tensor) -> None:
+        super().check(z)
+        if z.shape[-1] % 2:
+            raise ValueError(f"the {self.name} needs outputs [mean, variance] with an even last axis, "
+                             f"got shape {tuple(z.shape)}")
+
+    def _split(self, z):
+        d = z.shape[-1] // 2
+        return z[..., :d], z[..., d:].clamp_min(self.eps)
+
+    def diag(self, z: torch.Tensor) -> torch.Tensor:
+        _, var = self._split(z)
+        return torch.cat([1 / var, 0.5 / var ** 2], dim=-1)
+
+    def sample(self, z: torch.Tensor, samples: int = 1, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        mu, var = self._split(z)
+        eps = torch.randn((samples,) + tuple(mu.shape), dtype=z.dtype, device=z.device, generator=generator)
+        return self.loss_grad(z.expand((samples,) + tuple(z.shape)), mu + var.sqrt() * eps)
+
+    def check_targets(self, z: torch.Tensor, targets: torch.Tensor) -> None:
+        want = tuple(z.shape[:-1]) + (z.shape[-1] // 2,)
+        if tuple(targets.shape) != want:
+            raise ValueError(f"targets for the {self.name} must have shape {want}, got {tuple(targets.shape)}")
+
+    def position_loss(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        self.check_targets(z, targets)
+        mu, var = self._split(z)
+        ell = 0.5 * (torch.log(var) + (targets - mu) ** 2 / var)
+        if self.full:
+            ell = ell + 0.5 * math.log(2 * math.pi)
+        return ell.sum(-1)
+
+    def loss_grad(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        mu, var = self._split(z)
+        r2 = (targets - mu) ** 2
+        return torch.cat([(mu - targets) / var, 0.5 / var - 0.5 * r2 / var ** 2], dim=-1)
+

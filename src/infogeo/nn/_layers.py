@@ -1,0 +1,44 @@
+"""Layers whose behaviour matters to the curvature: batch-coupling normalisation and active dropout."""
+from __future__ import annotations
+
+import warnings
+from typing import Dict
+
+import torch
+
+__all__ = ["batch_statistics_layers", "random_layers", "warn_random_layers"]
+
+_DROPOUT = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d, torch.nn.AlphaDropout,
+            torch.nn.FeatureAlphaDropout)
+
+
+def batch_statistics_layers(model: torch.nn.Module) -> Dict[str, torch.nn.Module]:
+    """Modules that normalise with statistics of the current batch (BatchNorm in training mode,
+    or without running statistics), by path: they couple the examples of a batch."""
+    return {path: m for path, m in model.named_modules()
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+            and (m.training or not m.track_running_stats)}
+
+
+def random_layers(model: torch.nn.Module) -> Dict[str, torch.nn.Module]:
+    """Modules that draw random numbers in the forward pass (dropout with ``p > 0`` in training mode), by path."""
+    out = {}
+    for path, m in model.named_modules():
+        if not m.training:
+            continue
+        if isinstance(m, _DROPOUT) and m.p > 0:
+            out[path] = m
+        elif isinstance(m, torch.nn.MultiheadAttention) and m.dropout > 0:
+            out[path] = m
+    return out
+
+
+def warn_random_layers(model: torch.nn.Module) -> None:
+    """Warn (``UserWarning``) if the model's forward pass is random: its curvature is then random too."""
+    active = random_layers(model)
+    if active:
+        path, m = next(iter(active.items()))
+        warnings.warn(f"layer {path!r} ({type(m).__name__}) is active in training mode: every evaluation of the "
+                      f"model draws a new dropout mask, so its outputs, Jacobian and curvature are random "
+                      f"({len(active)} such layer(s)); call model.eval() for the deterministic network",
+                      UserWarning, stacklevel=3)
