@@ -8,7 +8,7 @@ test accuracy and draws the training loss.
 
     torchrun --nproc_per_node=2 examples/nn_distributed.py --out figures            # 2 CPU processes (gloo)
     torchrun --nproc_per_node=4 examples/nn_distributed.py --backend nccl --out figures   # 4 GPUs
-    python examples/nn_distributed.py --quick --out figures                          # one process
+    python examples/nn_distributed.py --out figures --quick                          # one process
 """
 from __future__ import annotations
 

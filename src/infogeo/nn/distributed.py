@@ -53,21 +53,29 @@ def _buckets(tensors: Sequence[torch.Tensor]) -> Dict[tuple, List[int]]:
     return groups
 
 
-def all_reduce_mean(tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
-    """The mean over ranks of each tensor (one all-reduce per dtype and device); new tensors, inputs untouched."""
+def _bucketed(tensors: Sequence[torch.Tensor], op) -> List[torch.Tensor]:
+    """Pack the tensors into one flat buffer per dtype and device, apply ``op`` to it in place, unpack."""
     out: List[Optional[torch.Tensor]] = [None] * len(tensors)
-    n = world_size()
     for idx in _buckets(tensors).values():
         flat = torch.cat([tensors[i].reshape(-1) for i in idx])
-        if n > 1:
-            dist.all_reduce(flat)
-            flat.div_(n)
+        op(flat)
         off = 0
         for i in idx:
             k = tensors[i].numel()
             out[i] = flat[off:off + k].view_as(tensors[i])
             off += k
     return out  # type: ignore[return-value]
+
+
+def all_reduce_mean(tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+    """The mean over ranks of each tensor (one all-reduce per dtype and device); new tensors, inputs untouched."""
+    n = world_size()
+
+    def mean(flat):
+        if n > 1:
+            dist.all_reduce(flat)
+            flat.div_(n)
+    return _bucketed(tensors, mean)
 
 
 def assign_owners(costs: Sequence[float], size: Optional[int] = None) -> List[int]:
@@ -87,17 +95,7 @@ def broadcast_from(src: int, tensors: Sequence[torch.Tensor]) -> List[torch.Tens
 
     On the other ranks ``tensors`` only give the shapes and dtypes (their values are ignored).
     """
-    out: List[Optional[torch.Tensor]] = [None] * len(tensors)
-    for idx in _buckets(tensors).values():
-        flat = torch.cat([tensors[i].reshape(-1) for i in idx])
-        if world_size() > 1:
-            dist.broadcast(flat, src)
-        off = 0
-        for i in idx:
-            k = tensors[i].numel()
-            out[i] = flat[off:off + k].view_as(tensors[i])
-            off += k
-    return out  # type: ignore[return-value]
+    return _bucketed(tensors, lambda flat: dist.broadcast(flat, src) if world_size() > 1 else None)
 
 
 def _solve_own(block, g, damping):

@@ -14,17 +14,14 @@ scheduler, gradient clipping or AMP ``GradScaler`` then acts on :math:`\delta`.
 :math:`\tfrac12\eta^2\delta^T(C+\lambda I)\delta \le \kappa` = ``kl_clip``, with
 :math:`\eta_\ell` the learning rate of each parameter's group.
 
-Costs, with the defaults: the curvature statistics are refreshed every
-``curvature_update_period`` (10) steps, from hooks on the user's own forward and
-backward (:mod:`.hooks`): for the Monte Carlo Fisher (one sample) one extra
-backward pass through the retained graph, plus the factor products
-(:math:`O(N d^2)` per layer of width :math:`d`); no extra forward pass.  The
-factorisations (eigendecompositions, :math:`O(d^3)` per factor) are refreshed every
-``inverse_update_period`` (100) steps, and at every statistics refresh during the
-first ``inverse_update_period`` steps, while the statistics still change fast.
-Every step applies the factorised inverse, :math:`O(d^3)` per layer (four products
-with the eigenvector matrices).  ``curvature="cg"`` (matrix-free) needs the batch
-again every step: an extra forward pass and a CG solve of ``cg_max_iter`` products.
+Costs, with the defaults: the statistics are refreshed every ``curvature_update_period``
+(10) steps from hooks on the user's own forward and backward (:mod:`.hooks`): one extra
+backward pass for the Monte Carlo Fisher (one sample) and the factor products
+(:math:`O(N d^2)` per layer of width :math:`d`), no extra forward pass.  The
+eigendecompositions (:math:`O(d^3)` per factor) are refreshed every ``inverse_update_period``
+(100) steps, and with the statistics during the first 100 steps.  Every step applies the
+factorised inverse (four :math:`d\times d` products per layer).  ``curvature="cg"`` needs
+the batch again every step: an extra forward pass and ``cg_max_iter`` CG products.
 """
 from __future__ import annotations
 
@@ -40,6 +37,7 @@ from .. import distributed as dd
 from ..curvature import _backprop as bp
 from ..output_metrics import output_metric as _resolve_output_metric
 from ..space import ParameterSpace, _as_args
+from . import state
 from .hooks import ForwardRecorder, unwrap
 
 logger = logging.getLogger(__name__)
@@ -55,8 +53,7 @@ _CAPTURED = ("kfac", "diag", "block")
 
 def all_finite(tensors) -> bool:
     """Whether every entry of every tensor is finite (one reduction and one sync)."""
-    tensors = list(tensors)
-    return not tensors or bool(torch.isfinite(torch.cat([t.reshape(-1) for t in tensors])).all())
+    return not (ts := list(tensors)) or bool(torch.isfinite(torch.cat([t.reshape(-1) for t in ts])).all())
 
 
 def _positive_int(name: str, value: Any) -> int:
@@ -100,8 +97,7 @@ class Preconditioner:
     min_damping, max_damping, damping_increase, max_retries
         Bounds of the damping, its factor after a failed solve, and the solves tried per step.
     factor_dtype : torch.dtype, optional
-        Precision of statistics and factorisations (default: the parameters', float32 for
-        half and bfloat16 parameters, e.g. under AMP).
+        Precision of statistics and factorisations (default: the parameters', float32 for half/bfloat16).
     placement : {"memory", "comm"}
         Work division over ranks under ``torch.distributed`` (:mod:`infogeo.nn.distributed`).
     seed : int
@@ -153,6 +149,9 @@ class Preconditioner:
         self.params = [p for _, p in named]
         self.output_metric = _resolve_output_metric(output_metric)
         self.kind = CURVATURES[str(curvature).lower()]
+        if self.kind == "implicit" and dd.world_size() > 1:
+            raise ValueError("curvature='cg' solves with the local batch only, so the ranks of a process group "
+                             "would move apart; use 'kfac', 'diag', 'block' or 'dense' (statistics all-reduced)")
         self.fisher = FISHER[str(fisher).lower()]
         self.lr, self.kl_clip = lr, kl_clip
         self.ema_decay, self.samples = float(ema_decay), _positive_int("samples", samples)
@@ -173,7 +172,7 @@ class Preconditioner:
         self._owners = None
         self._spaces: Dict[tuple, ParameterSpace] = {}
         self.recorder = ForwardRecorder(self.module, self.names, self._on_backward)
-        self.recorder.armed = self.kind in _CAPTURED
+        self.recorder.armed = self.captures
 
     # ------------------------------------------------------------ properties
     @property
@@ -184,6 +183,11 @@ class Preconditioner:
     @damping.setter
     def damping(self, value: float) -> None:
         self.state["damping"] = min(self.max_damping, max(self.min_damping, float(value)))
+
+    @property
+    def captures(self) -> bool:
+        """Whether the statistics are recorded from the model's own forward and backward (hooks)."""
+        return self.kind in _CAPTURED
 
     def remove(self) -> None:
         """Take the hooks off the model."""
@@ -341,7 +345,7 @@ class Preconditioner:
             self.damping = max(self.base_damping, self.damping * self.damping_recovery)
         self.state["step"] += 1
         nxt = self.state["step"]
-        self.recorder.armed = self.kind in _CAPTURED and (nxt % self.curvature_update_period == 0
+        self.recorder.armed = self.captures and (nxt % self.curvature_update_period == 0
                                                           or self.curvature is None)
 
     @torch.no_grad()
@@ -359,19 +363,11 @@ class Preconditioner:
         grads = self.grads()
         if not all_finite(grads.values()):
             self.damping = self.damping * self.damping_increase
-            warnings.warn(f"Preconditioner: the gradient contains NaN or inf; gradients zeroed, damping raised to "
-                          f"{self.damping:.3g}", RuntimeWarning, stacklevel=2)
-            self._zero()
-            self.finish_step(False)
-            return False
+            return self._skip(f"the gradient contains NaN or inf; damping raised to {self.damping:.3g}")
         self.update_curvature(inputs, targets)
         delta = self.direction(grads)
         if delta is None:
-            warnings.warn("Preconditioner: no finite natural-gradient direction (no curvature yet, or the solve "
-                          "failed); gradients zeroed for this step", RuntimeWarning, stacklevel=2)
-            self._zero()
-            self.finish_step(False)
-            return False
+            return self._skip("no finite natural-gradient direction (no curvature yet, or the solve failed)")
         scale = self.clip_scale(grads, delta)
         for n, p in zip(self.names, self.params):
             d = delta[n] * scale if scale != 1.0 else delta[n]
@@ -382,48 +378,23 @@ class Preconditioner:
         self.finish_step(True)
         return True
 
-    def _zero(self) -> None:
+    def _skip(self, why: str) -> bool:
+        """Zero the gradients (this step moves nothing) and say why."""
+        warnings.warn(f"Preconditioner: {why}; gradients zeroed for this step", RuntimeWarning, stacklevel=4)
         for p in self.params:
             if p.grad is not None:
                 p.grad.zero_()
+        self.finish_step(False)
+        return False
 
     # ------------------------------------------------------------ checkpoints
     def state_dict(self) -> Dict[str, Any]:
-        """Tensors and Python numbers only (loadable with ``torch.load(weights_only=True)``)."""
-        out: Dict[str, Any] = {"step": self.state["step"], "damping": self.state["damping"],
-                               "rng": self._generator.get_state()}
-        if self._loaded is not None:  # saved again before the next step: what was loaded
-            out.update({k: v for k, v in self._loaded.items() if k in ("curvature", "solver")})
-            return out
-        for key, c in (("curvature", self.curvature), ("solver", self.solver)):
-            if c is not None and hasattr(c, "stats"):
-                out[key] = dict(c.stats())
-        return out
+        """Tensors and Python numbers only (loadable with ``torch.load(weights_only=True)``); see :mod:`.state`."""
+        return state.checkpoint(self)
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, saved: Dict[str, Any]) -> None:
         """Restore :meth:`state_dict`; the curvature objects are rebuilt at the next step."""
-        self.state["step"], self.state["damping"] = int(state["step"]), float(state["damping"])
-        rng = state["rng"]
-        self._generator.set_state(rng.cpu() if isinstance(rng, torch.Tensor) else torch.as_tensor(rng))
-        self._loaded = {k: state[k] for k in ("curvature", "solver") if k in state}
-        self.curvature = self.solver = None
-        self.recorder.armed = self.kind in _CAPTURED and self.state["step"] % self.curvature_update_period == 0
+        state.load(self, saved)
 
     def _restore(self, inputs, targets, refresh: bool) -> None:
-        """Rebuild the curvature objects from loaded statistics on a structure computed for this batch.
-
-        The structure comes from this step's new statistics when it refreshes them, else
-        from a throw-away computation (its own generator: the saved sampling state is untouched).
-        """
-        loaded, self._loaded = self._loaded, None
-        if refresh:
-            template = self._statistics(inputs, targets)
-            self._pending = template  # used again as this step's new statistics
-        else:
-            template = self._statistics(inputs, targets, generator=torch.Generator(self._generator.device))
-        device = self.params[0].device
-        if "curvature" in loaded:
-            self.curvature = template.with_stats({k: t.to(device) for k, t in loaded["curvature"].items()})
-        if "solver" in loaded:
-            self.solver = self._factorise(template.with_stats({k: t.to(device)
-                                                               for k, t in loaded["solver"].items()}))
+        state.restore(self, inputs, targets, refresh)
