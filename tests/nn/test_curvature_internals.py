@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 from torch.func import functional_call, jacrev  # noqa: E402
 
 import infogeo as ig  # noqa: E402
-from infogeo.nn.curvature import _backprop as bp  # noqa: E402
+from infogeo.nn.curvature import _backprop as bp, _reducers as red  # noqa: E402
 from .conftest import categorical_Gz, flat, mlp, reference_metric  # noqa: E402
 from .test_space import EXACT, rand_like, rel  # noqa: E402
 
@@ -18,9 +18,9 @@ from .test_space import EXACT, rand_like, rel  # noqa: E402
 def test_gram_matches_matmul(n):
     a = torch.randn(37, n, dtype=torch.float64, generator=torch.Generator().manual_seed(n))
     ref = a.T @ a
-    assert rel(bp.gram(a), ref) < 1e-14
+    assert rel(red.gram(a), ref) < 1e-14
     big = torch.full((n + 1, n + 1), float("nan"), dtype=torch.float64)
-    bp.gram(a, out=big[:n, :n])  # a strided view is filled completely
+    red.gram(a, out=big[:n, :n])  # a strided view is filled completely
     assert rel(big[:n, :n], ref) < 1e-14 and torch.isnan(big[n]).all()
 
 
@@ -128,7 +128,7 @@ def test_batchnorm_training_mode_exact_where_defined_and_untouched():
     assert rel(space.curvature("dense").to_dense(), G) < EXACT
     C = space.curvature("implicit")
     C.solve(v, damping=1e-2)
-    for kind in ("diag", "kfac", "block"):
+    for kind in ("diag", "kfac", "ekfac", "block"):
         with pytest.raises(ValueError, match=r"'1'.*BatchNorm1d in training mode.*model\.eval\(\)"):
             space.curvature(kind)
     for k, t in model.state_dict().items():  # running statistics and counters included
@@ -188,9 +188,28 @@ def test_capture_does_not_keep_layer_outputs_alive():
     freed_during_backward = []
     try:
         bp.capture(space, lambda z: torch.ones((1,) + z.shape),
-                   reducer=lambda layer: lambda g: freed_during_backward.append(refs[0]() is None))
+                   reducer=lambda layer, cols: lambda j, g: freed_during_backward.append(refs[0]() is None))
     finally:
         h.remove()
     # tanh saves its result, not its input: the pre-activation of layer 0 is already
     # freed while the columns are back-propagated, and every layer got its gradient
     assert len(refs) == 1 and freed_during_backward == [True, True]
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")  # the asymmetric case, on purpose
+@pytest.mark.parametrize("conv", [
+    lambda: torch.nn.Conv1d(2, 3, 3, padding=1, padding_mode="circular", stride=2),
+    lambda: torch.nn.Conv1d(2, 3, 3, padding="same", dilation=2),
+    lambda: torch.nn.Conv2d(2, 3, (2, 3), padding=(1, 0), stride=(1, 2), dilation=(2, 1), padding_mode="reflect"),
+    lambda: torch.nn.Conv2d(2, 3, 4, padding="same"),
+    lambda: torch.nn.Conv3d(2, 3, 2, padding=1, stride=(1, 2, 1), padding_mode="replicate")])
+def test_convolution_patches_reproduce_the_layer(conv):
+    """K-FAC's view of a convolution as a Linear over input patches is the layer itself."""
+    from infogeo.nn.curvature import _rows
+    torch.manual_seed(0)
+    m = conv().double()
+    x = torch.randn(2, 2, *([6] * len(m.kernel_size)), dtype=torch.float64)
+    layer = bp.Layer("m", m, {"weight": "weight", "bias": "bias"}, inputs=(x,))
+    with torch.no_grad():
+        got = _rows.conv_patches(layer) @ m.weight.reshape(3, -1).T + m.bias
+        assert rel(got, m(x).flatten(2).transpose(1, 2)) < 1e-14

@@ -38,6 +38,7 @@ array([2., 0.])
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
@@ -48,7 +49,7 @@ from ..backend import _dispatch, tree as _tree
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Linearization", "LinearizationCache", "same_state", "versions"]
+__all__ = ["Linearization", "LinearizationCache", "composite_attention", "same_state", "versions"]
 
 
 def versions(tensors: Sequence[Any]) -> Tuple[int, ...]:
@@ -76,6 +77,20 @@ def _has_custom_function(z: Any) -> bool:
     return False
 
 
+def composite_attention() -> contextlib.AbstractContextManager:
+    """Scaled dot-product attention by its composite (math) kernel while the map is linearised.
+
+    The fused CPU/GPU attention kernels have neither a double backward nor forward AD
+    (nor a ``vmap`` batching rule); the composite kernel computes the same function with
+    ordinary differentiable operations.
+    """
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:  # older torch
+        return contextlib.nullcontext()
+    return sdpa_kernel([SDPBackend.MATH])
+
+
 class _TorchLinearization:
     """The torch implementation, on ``{name: tensor}`` points."""
 
@@ -84,7 +99,7 @@ class _TorchLinearization:
         self.fn = fn
         self.leaves = {n: t.detach().requires_grad_(True) for n, t in x.items()}
         self.transpose = None  # (u0, names, J^T u0 as a function of u0)
-        with torch.enable_grad():
+        with torch.enable_grad(), composite_attention():
             self.z = fn(self.leaves)
             if not isinstance(self.z, torch.Tensor):
                 raise TypeError(f"the map must return a tensor, got {type(self.z).__name__}")
@@ -115,7 +130,8 @@ class _TorchLinearization:
                     logger.debug("Jacobian products by torch.func.jvp: %s", err)
                     self.transpose = None
             prim = {n: t.detach() for n, t in self.leaves.items()}
-            return torch.func.jvp(self.fn, (prim,), ({n: v[n].to(prim[n]) for n in prim},))[1]
+            with composite_attention():
+                return torch.func.jvp(self.fn, (prim,), ({n: v[n].to(prim[n]) for n in prim},))[1]
 
     def vjp(self, u):
         import torch

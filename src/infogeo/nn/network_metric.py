@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 import torch
 
-from ..geometry.linearization import Linearization
+from ..geometry.linearization import Linearization, composite_attention
 from ..geometry.pullback import PullbackMetric
 from ..geometry.vectors import Covector, TangentVector
 from ..linalg import conjugate_gradient
@@ -120,7 +120,8 @@ class NetworkMetric(PullbackMetric):
         sp = self.space
         x = sp.point if x is None else x
         prim = {n: x[n].detach() for n in sp.names}
-        J = torch.func.jacrev(sp.function)(prim)
+        with composite_attention():  # the fused attention kernels have no vmap rule
+            J = torch.func.jacrev(sp.function)(prim)
         with torch.no_grad():
             z = sp.outputs if x is sp.point else sp.function(prim)
         Jm = torch.cat([J[n].reshape(tuple(z.shape) + (-1,)) for n in sp.names], dim=-1)  # (N, ..., m, P)

@@ -13,15 +13,16 @@ from .blocks import Block, DenseBlock, DiagBlock, KronBlock
 from .block import BlockDiagonal
 from .dense import Dense
 from .diagonal import Diagonal
+from .ekfac import EKFAC, EigenKronBlock
 from .implicit import Implicit
 from .kfac import KFAC
 
 __all__ = ["Curvature", "BlockCurvature", "LinearCombination", "ScaledIdentity", "operators",
            "Block", "DiagBlock", "DenseBlock", "KronBlock",
-           "Implicit", "Dense", "Diagonal", "KFAC", "BlockDiagonal", "build", "KINDS"]
+           "Implicit", "Dense", "Diagonal", "KFAC", "EKFAC", "EigenKronBlock", "BlockDiagonal", "build", "KINDS"]
 
 KINDS = {"implicit": "implicit", "cg": "implicit", "dense": "dense", "diag": "diag", "diagonal": "diag",
-         "kfac": "kfac", "block": "block", "block_diagonal": "block"}
+         "kfac": "kfac", "ekfac": "ekfac", "block": "block", "block_diagonal": "block"}
 
 
 def build(space: Any, kind: str, method: str = "exact", *, samples: int = 1, targets: Optional[torch.Tensor] = None,
@@ -44,8 +45,14 @@ def build(space: Any, kind: str, method: str = "exact", *, samples: int = 1, tar
             return Dense.build(space, metric)
         return Implicit(space.layout, metric, space.point, max_iter=options.get("max_iter", space.cg_max_iter),
                         rtol=options.get("rtol", space.cg_rtol))
+    # Monte Carlo: one backward pass per sample at all positions at once (the samples are
+    # independent with mean zero at each position, so the cross-position terms vanish in
+    # expectation); exact and empirical: one row per position (see _backprop.Columns)
+    options["per_position"] = method != "mc"
     if key == "diag":
         return Diagonal.build(space, factor_fn, **options)
     if key == "kfac":
         return KFAC.build(space, factor_fn, **options)
+    if key == "ekfac":
+        return EKFAC.build(space, factor_fn, **options)
     return BlockDiagonal.build(space, factor_fn, **options)

@@ -10,7 +10,7 @@ from typing import List
 
 import torch
 
-from . import _backprop as bp
+from . import _backprop as bp, _reducers as red, _rows as rows
 from .base import BlockCurvature
 from .blocks import DenseBlock
 from .diagonal import diag_blocks
@@ -21,8 +21,8 @@ class BlockDiagonal(BlockCurvature):
 
     @classmethod
     def build(cls, space, factor_fn, max_block_size: int = 4096,
-              chunk_elements: int = bp.CHUNK_ELEMENTS) -> "BlockDiagonal":
-        _, S, layers = bp.capture(space, factor_fn)
+              chunk_elements: int = rows.CHUNK_ELEMENTS, per_position: bool = True) -> "BlockDiagonal":
+        _, cols, layers = bp.capture(space, factor_fn, per_position=per_position)
         N = space.batch_size
         blocks: list = []
         big: List[bp.Layer] = []
@@ -32,9 +32,9 @@ class BlockDiagonal(BlockCurvature):
                 big.append(layer)
                 continue
             M = None
-            for chunk in bp.row_grads(layer, space, S, chunk_elements):
+            for chunk in rows.row_grads(layer, space, cols, chunk_elements):
                 g = torch.cat([chunk[n].reshape(chunk[n].shape[0], -1) for n in layer.names], dim=1)
-                M = bp.gram(g) if M is None else M.add_(bp.gram(g))
+                M = red.gram(g) if M is None else M.add_(red.gram(g))
             blocks.append(DenseBlock(layer.names, [space.layout.shapes[n] for n in layer.names], M / N))
-        blocks += diag_blocks(space, big, S, chunk_elements)
+        blocks += diag_blocks(space, big, cols, chunk_elements)
         return cls(space.layout, blocks, space.point)

@@ -134,7 +134,7 @@ class DenseBlock(Block):
 
 
 class KronBlock(Block):
-    r"""A Kronecker-factored block :math:`G \otimes A` for a Linear or Conv2d layer (K-FAC).
+    r"""A Kronecker-factored block :math:`G \otimes A` for a Linear or convolution layer (K-FAC).
 
     The weight (reshaped to ``(out, in)``) and bias are concatenated to
     :math:`\bar W = [W\ b]`; :math:`(G \otimes A)\,\mathrm{vec}(\bar W) = \mathrm{vec}(G \bar W A)`
@@ -222,13 +222,16 @@ class KronBlock(Block):
     def diagonal(self):
         return self._split(torch.outer(torch.diagonal(self.G), torch.diagonal(self.A)))
 
-    def dense(self, layout):
+    def flat_index(self, layout: ParamLayout) -> torch.Tensor:
+        r"""Global flat index of each entry of :math:`\bar W` (row-major): weight columns, then the bias column."""
         out = self.wshape[0]
-        cols = []  # global flat index of each entry of W̄ (row-major), weight columns then the bias column
+        cols = []
         if self.weight is not None:
             off, n_in = layout.offsets[self.weight], layout.numels[self.weight] // out
             cols.append(off + torch.arange(out * n_in).reshape(out, n_in))
         if self.bias is not None:
             cols.append(layout.offsets[self.bias] + torch.arange(out).reshape(out, 1))
-        idx = torch.cat(cols, dim=1).reshape(-1).to(self.A.device)
-        return idx, torch.kron(self.G, self.A)
+        return torch.cat(cols, dim=1).reshape(-1).to(self.A.device)
+
+    def dense(self, layout):
+        return self.flat_index(layout), torch.kron(self.G, self.A)

@@ -1,10 +1,15 @@
-r"""Diagonal curvature: exact, Monte Carlo (Pullback Sampling Trick) or empirical.
+r"""Diagonal curvature: exact, Monte Carlo or empirical.
 
-.. math:: \hat G_{ii} = \frac1N\sum_{n}\sum_k (\mathcal D w_{kn})_i^2,\qquad \mathcal Dw_{kn} = J_n^T s_{kn}
+.. math:: \hat G_{ii} = \frac1N\sum_{n}\sum_t\sum_k (\mathcal D w_{knt})_i^2,\qquad
+          \mathcal Dw_{knt} = J_{nt}^T s_{knt}
 
-(seed 000, Eq. 31), with :math:`s_{kn}` the square-root columns of :math:`G_z`
-(exact), :math:`S` samples scaled by :math:`1/\sqrt S` (unbiased Monte Carlo) or the
-loss gradient (empirical Fisher).  For a Linear layer without extra axes,
+for outputs ``(N, *middle, C)`` with positions :math:`t`, where :math:`s_{knt}` are
+the square-root columns of the per-position output metric (exact; the
+back-propagated square root of Dangel, Kunstner & Hennig 2020, "BackPACK"), the
+loss gradient (empirical Fisher), or, for Monte Carlo, :math:`S` samples scaled by
+:math:`1/\sqrt S` back-propagated at all positions at once (unbiased because the
+samples are independent with mean zero at each position; Martens, Sutskever &
+Swersky 2012).  For a Linear layer without extra axes,
 :math:`(\mathcal D W_{kn})_{oi}^2 = b_{kno}^2 a_{ni}^2`, so the diagonal is
 :math:`\frac1N\sum_n(\sum_k b_{kn}^2)(a_n^2)^T` — one matrix product, no
 per-example gradients.  Memory is :math:`O(\text{parameters})` plus one batch
@@ -16,7 +21,7 @@ from typing import Dict, List
 
 import torch
 
-from . import _backprop as bp
+from . import _backprop as bp, _reducers as red, _rows as rows
 from .base import BlockCurvature
 from .blocks import DiagBlock
 
@@ -48,13 +53,13 @@ def is_plain_linear(layer: bp.Layer) -> bool:
     return layer.kind == "linear" and layer.inputs[0].dim() == 2
 
 
-def diag_reducer(layer: bp.Layer):
-    r"""Column sink for :func:`~._backprop.capture`: plain Linear layers keep only :math:`\sum_k b_k^2`."""
-    return bp.square_sum(layer) if is_plain_linear(layer) else None
+def diag_reducer(layer: bp.Layer, cols: bp.Columns):
+    r"""Column sink for :func:`~._backprop.capture`: plain Linear layers keep only :math:`\sum_j b_j^2`."""
+    return red.square_sum(layer) if is_plain_linear(layer) else None
 
 
-def diag_blocks(space, layers: List[bp.Layer], S: torch.Tensor,
-                chunk_elements: int = bp.CHUNK_ELEMENTS) -> List[DiagBlock]:
+def diag_blocks(space, layers: List[bp.Layer], cols: bp.Columns,
+                chunk_elements: int = rows.CHUNK_ELEMENTS) -> List[DiagBlock]:
     """One :class:`DiagBlock` per layer (and one for all whole-network fallback parameters)."""
     N = space.batch_size
     blocks = []
@@ -68,19 +73,19 @@ def diag_blocks(space, layers: List[bp.Layer], S: torch.Tensor,
         if is_plain_linear(layer):
             blocks.append(_linear_diag(layer, N))
         else:
-            blocks.append(_mean_of_squares(bp.row_grads(layer, space, S, chunk_elements), N))
+            blocks.append(_mean_of_squares(rows.row_grads(layer, space, cols, chunk_elements), N))
         layer.stat = layer.grad_out = None
         layer.inputs = ()
     blocks.reverse()
     if global_names:
-        blocks.append(_mean_of_squares(bp.global_row_grads(space, global_names, S, chunk_elements), N))
+        blocks.append(_mean_of_squares(rows.global_row_grads(space, global_names, cols, chunk_elements), N))
     return blocks
 
 
 def _linear_diag(layer: bp.Layer, N: int) -> DiagBlock:
     r"""Diagonal of a plain Linear layer from :math:`\sum_k b_k^{\odot 2}` and its inputs."""
     # the sum over columns k comes first, O(N out): accumulated during the backward passes when possible
-    b2 = bp.squared_stat(layer) if layer.stat is not None else layer.grad_out.square().sum(0)
+    b2 = red.squared_stat(layer) if layer.stat is not None else layer.grad_out.square().sum(0)
     layer.stat = layer.grad_out = None   # released before the (out, in) result is allocated
     d = {}
     if "weight" in layer.params:
@@ -108,6 +113,7 @@ class Diagonal(BlockCurvature):
     """
 
     @classmethod
-    def build(cls, space, factor_fn, chunk_elements: int = bp.CHUNK_ELEMENTS) -> "Diagonal":
-        _, S, layers = bp.capture(space, factor_fn, diag_reducer)
-        return cls(space.layout, diag_blocks(space, layers, S, chunk_elements), space.point)
+    def build(cls, space, factor_fn, chunk_elements: int = rows.CHUNK_ELEMENTS, per_position: bool = True
+              ) -> "Diagonal":
+        _, cols, layers = bp.capture(space, factor_fn, diag_reducer, per_position)
+        return cls(space.layout, diag_blocks(space, layers, cols, chunk_elements), space.point)

@@ -76,10 +76,13 @@ class OutputMetric(Metric):
                generator: Optional[torch.Generator] = None) -> torch.Tensor:
         r"""``samples`` independent draws :math:`s` with :math:`\mathbb E[ss^T] = G_z`, shape ``(samples,) + z.shape``.
 
-        Generic fallback: :math:`s = \sum_k \epsilon_k s_k` with :math:`\epsilon \sim N(0, I)`.
+        Generic fallback: :math:`s = \sum_k \epsilon_k s_k` with :math:`\epsilon \sim N(0, I)`,
+        drawn independently at every example and position (the Monte Carlo curvatures
+        back-propagate all positions at once and need the cross-position terms to vanish
+        in expectation).
         """
         S = self.sqrt(z)
-        eps = torch.randn((samples, S.shape[0]) + (1,) * z.dim(), dtype=z.dtype, device=z.device,
+        eps = torch.randn((samples, S.shape[0]) + tuple(z.shape[:-1]) + (1,), dtype=z.dtype, device=z.device,
                           generator=generator)
         return (eps * S.unsqueeze(0)).sum(1)
 

@@ -1,0 +1,84 @@
+r"""Column sinks for :func:`~._backprop.capture`: what a curvature keeps of each back-propagated column.
+
+A sink ``sink(j, g)`` receives column ``j``'s output gradient ``g`` of one layer
+and accumulates a running statistic in ``layer.stat``, so that only one column's
+gradients are alive at a time (as curvlinops does for K-FAC).
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+
+from ._backprop import Columns, Layer
+
+#: column-block width of :func:`gram`
+GRAM_BLOCK = 256
+
+
+def gram(a: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    r""":math:`a^T a` for ``a`` of shape ``(R, n)``, computing only the upper block triangle.
+
+    The result is symmetric, so for ``n`` above :data:`GRAM_BLOCK` the columns are cut
+    into equal blocks and each off-diagonal block product is done once and mirrored
+    (about half the flops of one ``a.T @ a``, a BLAS ``syrk``; the smaller products
+    also stay in cache).  ``out`` (``(n, n)``, may be a view) receives the result.
+    """
+    n = a.shape[1]
+    nb = -(-n // GRAM_BLOCK)
+    if nb <= 1:
+        if out is None:
+            return a.T @ a
+        out.copy_(a.T @ a)
+        return out
+    bs = -(-n // nb)
+    if out is None:
+        out = a.new_empty(n, n)
+    for i in range(0, n, bs):
+        ai = a[:, i:i + bs]
+        for j in range(i, n, bs):
+            blk = torch.mm(ai.T, a[:, j:j + bs])
+            out[i:i + bs, j:j + bs] = blk
+            if j != i:
+                out[j:j + bs, i:i + bs] = blk.T
+    return out
+
+def square_sum(layer: Layer, cols: Optional[Columns] = None) -> Callable[[int, torch.Tensor], None]:
+    r"""Sink accumulating :math:`\sum_j b_j^{\odot 2}` (shape of the layer output) into ``layer.stat``."""
+    def sink(j, g):
+        if layer.stat is None:
+            # kept by reference, squared when a second column arrives or when read:
+            # with one column (one Monte Carlo sample) no squared copy coexists with
+            # the other layers' gradients, which is what sets the peak memory
+            layer.stat, layer.stat_unsquared = g, True
+        else:
+            if layer.stat_unsquared:
+                layer.stat, layer.stat_unsquared = layer.stat.square(), False
+            layer.stat.addcmul_(g, g)
+    return sink
+
+
+def squared_stat(layer: Layer) -> torch.Tensor:
+    r""":math:`\sum_j b_j^{\odot 2}` as accumulated by :func:`square_sum`."""
+    return layer.stat.square() if layer.stat_unsquared else layer.stat
+
+
+def channels_last(layer: Layer, g: torch.Tensor) -> torch.Tensor:
+    """Output gradient ``(N, ..., out)`` with the channel axis last (a convolution has it at axis 1)."""
+    return g.flatten(2).transpose(1, 2) if layer.kind == "conv" else g
+
+
+def gram_sum(layer: Layer, cols: Columns, reduce_positions: bool = False) -> Callable[[int, torch.Tensor], None]:
+    r"""Sink accumulating K-FAC's :math:`\sum_{j,n,t} b_{jnt} b_{jnt}^T` (output channels) into ``layer.stat``.
+
+    :math:`b_{jnt}` is the layer's output gradient at its position :math:`t` for
+    column :math:`j` (one output position's factor column, or one Monte Carlo
+    sample at all positions).  ``reduce_positions`` sums :math:`b_{jnt}` over the
+    layer's positions before the outer product (K-FAC-reduce).
+    """
+    def sink(j, g):
+        b = channels_last(layer, g)
+        b = b.reshape(b.shape[0], -1, b.shape[-1])
+        b = b.sum(1) if reduce_positions else b.reshape(-1, b.shape[-1])
+        layer.stat = gram(b) if layer.stat is None else layer.stat.add_(gram(b))
+    return sink

@@ -1,0 +1,177 @@
+"""Layer coverage: every (layer x representation) pair is exact to its definition (dense float64 reference).
+
+Each model has (N, C) or (N, T, C) outputs under the categorical Fisher; the
+representations are compared with the reference's GGN, its diagonal, its
+per-module blocks, and (for K-FAC's layers without Kronecker factors) its
+diagonal.
+"""
+import pytest
+
+torch = pytest.importorskip("torch")
+import infogeo as ig  # noqa: E402
+from . import _dense_reference as ref  # noqa: E402
+from ._dense_reference import rel  # noqa: E402
+
+EXACT = 1e-10
+N, T, D, C = 3, 4, 4, 3
+
+
+class Seq(torch.nn.Module):
+    """``head(body(x))`` with the body's output flattened to (N, -1) when ``flatten``."""
+
+    def __init__(self, body, head_in, flatten=True):
+        super().__init__()
+        self.body, self.flatten = body, flatten
+        self.head = torch.nn.Linear(head_in, C)
+
+    def forward(self, x):
+        h = self.body(x)
+        if isinstance(h, tuple):
+            h = h[0]
+        h = torch.tanh(h)
+        return self.head(h.flatten(1) if self.flatten else h)
+
+
+class LinearAttention(torch.nn.Module):
+    """Single-head self-attention written from Linear layers, (N, T, D) -> (N, T, D)."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(d, d) for _ in range(4))
+
+    def forward(self, x):
+        a = torch.softmax(self.q(x) @ self.k(x).transpose(1, 2) / x.shape[-1] ** 0.5, -1)
+        return self.o(a @ self.v(x))
+
+
+class MHA(torch.nn.Module):
+    def __init__(self, d, batch_first):
+        super().__init__()
+        self.batch_first = batch_first
+        self.attn = torch.nn.MultiheadAttention(d, 2, batch_first=batch_first)
+
+    def forward(self, x):
+        if not self.batch_first:
+            x = x.transpose(0, 1)
+        h = self.attn(x, x, x, need_weights=False)[0]
+        return h if self.batch_first else h.transpose(0, 1)
+
+
+def _rms_norm():
+    return torch.nn.RMSNorm(D) if hasattr(torch.nn, "RMSNorm") else None
+
+
+def make(name):
+    torch.manual_seed(0)
+    seq_x = torch.randn(N, T, D)
+    if name == "linear":
+        return Seq(torch.nn.Linear(D, 5), 5), torch.randn(N, D)
+    if name == "conv1d":
+        return Seq(torch.nn.Conv1d(2, 4, 3, padding=1, groups=2, padding_mode="circular"), 4 * 5), \
+            torch.randn(N, 2, 5)
+    if name == "conv2d":
+        return Seq(torch.nn.Conv2d(2, 3, 3, padding=1, stride=2), 3 * 2 * 2), torch.randn(N, 2, 4, 4)
+    if name == "conv2d_groups_reflect":
+        return Seq(torch.nn.Conv2d(2, 4, 3, padding=1, groups=2, padding_mode="reflect"), 4 * 9), \
+            torch.randn(N, 2, 3, 3)
+    if name == "conv3d":
+        return Seq(torch.nn.Conv3d(1, 2, 2), 2 * 1 * 1 * 2), torch.randn(N, 1, 2, 2, 3)
+    if name == "embedding":
+        return Seq(torch.nn.Embedding(6, D), D, flatten=False), torch.randint(0, 6, (N, T))
+    if name == "layernorm":
+        return Seq(torch.nn.LayerNorm(D), D, flatten=False), seq_x
+    if name == "rmsnorm":
+        return Seq(_rms_norm(), D, flatten=False), seq_x
+    if name == "groupnorm":
+        return Seq(torch.nn.GroupNorm(2, 4), 4 * 3), torch.randn(N, 4, 3)
+    if name == "batchnorm_eval":
+        bn = torch.nn.BatchNorm1d(D)
+        bn.running_mean.normal_()
+        bn.running_var.uniform_(0.5, 2)
+        return Seq(bn, D).eval(), torch.randn(N, D)
+    if name == "linear_attention":
+        return Seq(LinearAttention(D), D, flatten=False), seq_x
+    if name == "mha":
+        return Seq(MHA(D, True), D, flatten=False), seq_x
+    if name == "mha_seq_first":
+        return Seq(MHA(D, False), D, flatten=False), seq_x
+    if name in ("rnn", "lstm", "gru"):
+        cls = {"rnn": torch.nn.RNN, "lstm": torch.nn.LSTM, "gru": torch.nn.GRU}[name]
+        return Seq(cls(D, 3, batch_first=True), 3, flatten=False), seq_x
+    raise ValueError(name)
+
+
+LAYERS = ["linear", "conv1d", "conv2d", "conv2d_groups_reflect", "conv3d", "embedding", "layernorm", "rmsnorm",
+          "groupnorm", "batchnorm_eval", "linear_attention", "mha", "mha_seq_first", "rnn", "lstm", "gru"]
+
+
+def _setup(name):
+    model, X = make(name)
+    model = model.double()
+    X = X if not X.is_floating_point() else X.double()
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    return space, model, ref.ggn(model, (X,), "categorical")
+
+
+@pytest.mark.parametrize("name", LAYERS)
+def test_layer_exact_in_every_representation(name):
+    if name == "rmsnorm" and _rms_norm() is None:
+        pytest.skip("torch without nn.RMSNorm")
+    space, model, G = _setup(name)
+    assert rel(space.curvature("dense").to_dense(), G) < EXACT
+    assert rel(space.curvature("diag").to_dense(), torch.diag(torch.diagonal(G))) < EXACT
+    assert rel(space.curvature("block").to_dense(), ref.block_diagonal(G, model)) < EXACT
+    for kind in ("kfac", "ekfac"):
+        check_kronecker_family(space.curvature(kind), space, G)
+
+
+def check_kronecker_family(K, space, G):
+    """Diagonal blocks are the exact diagonal; EKFAC's scales are G's diagonal in the Kronecker eigenbasis."""
+    for b in K.blocks:
+        if b.kind == "diag":
+            idx = torch.cat([torch.arange(space.layout.offsets[n], space.layout.offsets[n] + space.layout.numels[n])
+                             for n in b.names])
+            got = torch.cat([b.d[n].reshape(-1) for n in b.names])
+            assert rel(got, torch.diagonal(G)[idx]) < EXACT
+        elif b.kind == "ekfac":
+            Ua, Ug = b.basis()
+            idx = b.flat_index(space.layout)
+            Q = torch.kron(Ug, Ua)
+            assert rel(b.s.reshape(-1), torch.diagonal(Q.T @ G[idx][:, idx] @ Q)) < EXACT
+
+
+@pytest.mark.parametrize("name", LAYERS)
+def test_layer_exact_implicit(name):
+    # attention included: the linearisation runs the composite attention kernel (double backward, forward AD)
+    if name == "rmsnorm" and _rms_norm() is None:
+        pytest.skip("torch without nn.RMSNorm")
+    space, model, G = _setup(name)
+    assert rel(space.curvature("implicit").to_dense(), G) < EXACT
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_language_model_with_frozen_recurrence(cell):
+    """Embedding + LSTM/GRU + per-token classifier, recurrent weights frozen: exact diag and K-FAC embedding block."""
+    torch.manual_seed(0)
+
+    class LM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(7, D)
+            self.rnn = (torch.nn.LSTM if cell == "lstm" else torch.nn.GRU)(D, 5, batch_first=True)
+            self.out = torch.nn.Linear(5, 7)
+
+        def forward(self, x):
+            return self.out(self.rnn(self.emb(x))[0])
+
+    model = LM().double()
+    for p in model.rnn.parameters():
+        p.requires_grad_(False)
+    X = torch.randint(0, 7, (N, T))
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    G = ref.ggn(model, (X,), "categorical")
+    assert rel(space.curvature("diag").to_dense(), torch.diag(torch.diagonal(G))) < EXACT
+    (Ge,) = ref.blocks(G, model, [["emb.weight"]])
+    K = space.curvature("kfac")
+    emb = next(b for b in K.blocks if "emb.weight" in b.names)
+    assert rel(emb.d["emb.weight"].reshape(-1), torch.diagonal(Ge)) < EXACT
