@@ -64,7 +64,7 @@ def test_dense_exact_step_is_damped_natural_gradient(plain):
     assert torch.allclose(flat_params(model), expected, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("curvature", ["kfac", "diag", "block"])
+@pytest.mark.parametrize("curvature", ["kfac", "ekfac", "diag", "block"])
 def test_plain_loop_records_the_statistics_of_the_users_backward(curvature):
     """Statistics from hooks on the user's forward/backward equal those of the explicit form (same MC draws)."""
     kw = dict(lr=0.2, curvature=curvature, damping=1e-2, fisher="mc", samples=2, curvature_update_period=2,
@@ -120,7 +120,7 @@ def test_first_argument_forms():
         ig.nn.NaturalGradient(model, model=mlp())
 
 
-@pytest.mark.parametrize("curvature", ["kfac", "diag", "block", "dense", "cg"])
+@pytest.mark.parametrize("curvature", ["kfac", "ekfac", "diag", "block", "dense", "cg"])
 def test_training_decreases_loss(curvature):
     torch.manual_seed(0)
     model = mlp(sizes=(4, 16, 3)).float()

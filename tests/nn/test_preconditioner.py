@@ -117,7 +117,7 @@ def _train(model, opt, steps, start, explicit=False):
             opt.step()
 
 
-@pytest.mark.parametrize("curvature,quadratic,steps", [("kfac", False, 4), ("kfac", False, 5), ("diag", False, 3),
+@pytest.mark.parametrize("curvature,quadratic,steps", [("kfac", False, 4), ("kfac", False, 5), ("ekfac", False, 5), ("diag", False, 3),
                                                         ("dense", False, 4), ("kfac", True, 4)])
 def test_weights_only_resume_is_bit_identical(tmp_path, curvature, quadratic, steps):
     """torch.save -> torch.load(weights_only=True) -> load_state_dict -> continue == uninterrupted (MC Fisher)."""

@@ -128,13 +128,13 @@ def solve_on_owners(blocks, owners: Sequence[int], g: Dict[str, torch.Tensor], d
 def share_factorisations(blocks, owners: Sequence[int]) -> None:
     """Communication-optimised placement: owners eigendecompose their Kronecker blocks, every rank receives them.
 
-    Other blocks (diagonal; dense blocks, whose Cholesky factor depends on the damping) are
+    Other blocks (diagonal; dense blocks, whose Cholesky factor depends on the damping; EKFAC's) are
     factorised where they are used.
     """
     from .curvature import KronBlock
     me = rank()
     for r in sorted(set(owners)):
-        mine = [b for b, o in zip(blocks, owners) if o == r and isinstance(b, KronBlock)]
+        mine = [b for b, o in zip(blocks, owners) if o == r and type(b) is KronBlock]
         local: List[torch.Tensor] = []
         for b in mine:
             if r == me:

@@ -50,7 +50,7 @@ _KEY = "natural_gradient"
 
 
 class NaturalGradient(torch.optim.Optimizer):
-    r"""Natural gradient with K-FAC, diagonal, block, dense or CG curvature (module docstring).
+    r"""Natural gradient with K-FAC, EKFAC, diagonal, block, dense or CG curvature (module docstring).
 
     Parameters
     ----------
@@ -59,7 +59,7 @@ class NaturalGradient(torch.optim.Optimizer):
         / parameter groups (each may set ``lr`` and ``momentum``) together with ``model=``.
     lr : float
         Step size :math:`\eta`.
-    curvature : {"kfac", "diag", "block", "dense", "cg"}
+    curvature : {"kfac", "ekfac", "diag", "block", "dense", "cg"}
         Representation of the metric (see :class:`~.preconditioner.Preconditioner`).
     damping : float
         Tikhonov damping :math:`\lambda > 0`.

@@ -44,11 +44,11 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["Preconditioner"]
 
-CURVATURES = {"kfac": "kfac", "diag": "diag", "diagonal": "diag", "block": "block", "dense": "dense",
-              "cg": "implicit", "implicit": "implicit"}
+CURVATURES = {"kfac": "kfac", "ekfac": "ekfac", "diag": "diag", "diagonal": "diag", "block": "block",
+              "dense": "dense", "cg": "implicit", "implicit": "implicit"}
 FISHER = {"mc": "mc", "true": "mc", "exact": "exact", "empirical": "empirical"}
 #: representations built from one forward and per-column backward passes (recordable by hooks)
-_CAPTURED = ("kfac", "diag", "block")
+_CAPTURED = ("kfac", "ekfac", "diag", "block")
 
 
 def all_finite(tensors) -> bool:
@@ -70,8 +70,8 @@ class Preconditioner:
     model : torch.nn.Module
         The network (may be wrapped in ``DistributedDataParallel``).  Hooks are registered
         on it; :meth:`remove` takes them off.
-    curvature : {"kfac", "diag", "block", "dense", "cg"}
-        Representation :math:`C` of the metric.
+    curvature : {"kfac", "ekfac", "diag", "block", "dense", "cg"}
+        Representation :math:`C` of the metric (EKFAC: its scales are averaged like the factors).
     damping : float
         Tikhonov damping :math:`\lambda > 0`; raised automatically after a failed solve and
         brought back to this value afterwards (by ``damping_recovery`` per step).
