@@ -343,3 +343,16 @@ def test_non_finite_gradient_undoes_the_last_step_and_raises_damping():
         plain_step(opt, model, X, y)
     assert all(bool(torch.isfinite(p).all()) for p in model.parameters())
     assert opt.damping == pytest.approx(1e-2)
+
+
+def test_a_dropped_optimizer_takes_its_hooks_with_it():
+    import gc
+    model = mlp()
+    hooks = lambda: sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())  # noqa: E731
+    opt = ig.nn.NaturalGradient(model)
+    X, y = data(8)
+    plain_step(opt, model, X, y)
+    assert hooks() == 4     # pre and post on the model, one per layer
+    del opt
+    gc.collect()
+    assert hooks() == 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import types
+import weakref
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
@@ -56,10 +57,15 @@ class ForwardRecorder:
         self._calls: Optional[Dict[str, list]] = None
         self._sinks: Dict[str, Callable] = {}
         self._box: list = []
-        self._handles = [module.register_forward_pre_hook(self._pre, with_kwargs=True),
-                         module.register_forward_hook(self._post)]
+        # the model holds the hooks, the hooks only a weak reference to this recorder: an optimizer the user
+        # drops is collected, and its hooks are removed with it
+        me = weakref.ref(self)
+        self._handles = [module.register_forward_pre_hook(_weak(me, "_pre"), with_kwargs=True),
+                         module.register_forward_hook(_weak(me, "_post"))]
         for layer in self.layers:
-            self._handles.append(layer.module.register_forward_hook(self._layer_hook(layer.path), with_kwargs=True))
+            self._handles.append(layer.module.register_forward_hook(_weak(me, "_layer_hook", layer.path),
+                                                                    with_kwargs=True))
+        weakref.finalize(self, _remove, self._handles)
 
     @contextlib.contextmanager
     def paused(self):
@@ -81,11 +87,9 @@ class ForwardRecorder:
         else:
             self._calls = None
 
-    def _layer_hook(self, path: str):
-        def hook(module, args, kwargs, output):
-            if self._calls is not None:
-                self._sinks[path](module, args, kwargs, output)
-        return hook
+    def _layer_hook(self, path: str, module, args, kwargs, output):
+        if self._calls is not None:
+            self._sinks[path](module, args, kwargs, output)
 
     def _post(self, module, args, output):
         calls, self._calls, self._sinks = self._calls, None, {}
@@ -106,6 +110,18 @@ class ForwardRecorder:
 
     def remove(self) -> None:
         """Remove every hook from the model."""
-        for h in self._handles:
-            h.remove()
-        self._handles = []
+        _remove(self._handles)
+
+
+def _weak(ref: "weakref.ref", method: str, *bound: Any) -> Callable:
+    """A hook calling ``method`` of the recorder behind ``ref`` while it is alive (a no-op after)."""
+    def hook(*args):
+        obj = ref()
+        return None if obj is None else getattr(obj, method)(*bound, *args)
+    return hook
+
+
+def _remove(handles: list) -> None:
+    for h in handles:
+        h.remove()
+    handles.clear()
