@@ -17,6 +17,15 @@ process with one torch thread.  Targets (issue 14): amortised K-FAC / SGD <= 1.5
 package index, so there is no column for it.
 
     python benchmarks/nn_step.py [--rounds 7] [--quick]
+
+Measured on the shared 2-core development CPU under heavy load from other jobs (3 rounds, medians,
+one thread): MLP batch 128: SGD 33.5 ms, Adam 42.6 ms, K-FAC plain / statistics / inverse step
+571 / 637 / 1627 ms, amortised 587 ms: 17.5x SGD (target 3: FAIL); MLP batch 1024: SGD 288 ms,
+Adam 303 ms, K-FAC 1028 / 1332 / 2666 ms, amortised 1072 ms: 3.73x SGD (target 1.5: FAIL); small CNN
+batch 128: SGD 54 ms, Adam 61 ms, K-FAC amortised 74 ms: 1.36x SGD.  The MLP's plain step is bound by
+applying the factorised inverse, four products with the 1024x1024 (785x785) eigenvector matrices per
+layer, about 14 GFLOP per step: more than a whole SGD step at batch 1024 (about 11 GFLOP) and ten
+times one at batch 128, whatever the refresh periods.
 """
 from __future__ import annotations
 
