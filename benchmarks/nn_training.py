@@ -17,17 +17,20 @@ For each seed (model initialisation and mini-batch order; the same for every opt
    spent on its budget / t_kfac), printed with ">".
 
 Then the classifier 64-128-10 is trained with K-FAC and its test accuracy reported.
-All runs use one torch thread.  Targets (issue 4): median iteration ratio >= 3,
-median wall-time ratio > 1, classifier test accuracy >= 97 %.
+All runs use one torch thread.  Targets (issue 14): median iteration ratio >= 3,
+median wall-time ratio >= 3, classifier test accuracy >= 97 %.
 
     python benchmarks/nn_training.py [--quick] [--out DIR] [--seeds 0 1 2]
 
-Measured on the shared 2-core development CPU (one thread, default run, 216 s in all):
-targets 15.72 / 15.71 / 15.71 reached by K-FAC in 400 / 395 / 390 iterations (2.3 / 2.1 / 2.2 s);
-the best Adam rate (2e-2 / 1e-2 / 5e-3) needs 3665 / 5110 / 4970 iterations (5.4 / 7.2 / 7.4 s):
-iteration ratios 9.16 / 12.94 / 12.74 (median 12.74), wall-time ratios 2.36 / 3.39 / 3.33
-(median 3.33); SGD with momentum does not reach the targets in 6000 iterations; classifier
-test accuracy 98.33 %.
+Measured on the shared 2-core development CPU (one thread, default run, 901 s in all, under load from
+other jobs that varied by an order of magnitude during the run, so the wall times are rough):
+targets 15.72 / 15.74 / 15.71 reached by K-FAC in 400 / 395 / 390 iterations (33.1 / 6.4 / 3.2 s);
+the best Adam rate (2e-2 / 1e-2 / 5e-3) needs 3665 / 4900 / 4970 iterations (69.1 / 11.3 / 22.4 s):
+iteration ratios 9.16 / 12.41 / 12.74 (median 12.41, PASS), wall-time ratios 2.09 / 1.75 / 6.93
+(median 2.09, FAIL against 3); SGD with momentum does not reach the targets in 6000 iterations;
+classifier test accuracy 98.33 %.  Per step the recipe costs about 7x an Adam step: the quadratic
+model's linearisation (a forward pass with graph, a double backward and two Jacobian-vector products)
+is half of it.
 """
 from __future__ import annotations
 
@@ -152,8 +155,8 @@ def main(argv=None) -> Dict[str, Any]:
     checks = [
         (f"autoencoder: median iterations Adam(best lr) / K-FAC = {fmt_ratio(it_ratio, any_bound)} (>= 3)",
          it_ratio >= 3),
-        (f"autoencoder: median wall time Adam(best lr) / K-FAC = {fmt_ratio(t_ratio, any_bound)} (> 1)",
-         t_ratio > 1),
+        (f"autoencoder: median wall time Adam(best lr) / K-FAC = {fmt_ratio(t_ratio, any_bound)} (>= 3)",
+         t_ratio >= 3),
         (f"classifier: K-FAC test accuracy = {100 * acc:.2f} % (>= 97 %)", acc >= 0.97),
     ]
     print(f"\ntargets ({len(seeds)} seed(s), total run time {time.perf_counter() - t_start:.0f} s)"

@@ -86,7 +86,7 @@ def make_optimizer(method: str, model: torch.nn.Module, problem: str, lr: Option
         return ig.nn.NaturalGradient(model.parameters(), lr=1.0 if lr is None else lr, curvature="kfac",
                                      damping=opts["damping"], min_damping=opts["min_damping"], model=model,
                                      output_metric=PROBLEMS[problem]["output_metric"], quadratic_model=True,
-                                     adaptive_damping=True, ema_decay=0.95,
+                                     adaptive_damping=True, ema_decay=0.95, kl_clip=None,
                                      curvature_update_period=opts["period"], inverse_update_period=opts["period"])
     lr = DEFAULT_LR[problem][method] if lr is None else lr
     if method == "adam":
@@ -104,11 +104,11 @@ def fit(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn, X: torch.Te
     At the start and every ``eval_every`` iterations the loss on the whole training set is recorded
     with the optimiser's cumulative wall time (the evaluations themselves are not timed).  With a
     ``target`` training stops at the first evaluation whose loss is ``<= target``; a non-finite loss
-    stops it too.  :class:`~infogeo.nn.NaturalGradient` is given the batch (``inputs=``).
+    stops it too.  Every optimiser gets the same ``opt.step(closure)``: the natural gradient's
+    curvature statistics come from hooks on the closure's own forward and backward.
 
     Returns a dict with ``iteration``, ``loss``, ``time`` (lists) and ``model``.
     """
-    natural = isinstance(opt, ig.nn.NaturalGradient)
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         initial = float(loss_fn(model(X), X, y))
@@ -124,10 +124,7 @@ def fit(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn, X: torch.Te
             value = loss_fn(model(xb), xb, yb)
             value.backward()
             return value
-        if natural:
-            opt.step(closure, inputs=xb)
-        else:
-            opt.step(closure)
+        opt.step(closure)
         elapsed += time.perf_counter() - t0
         if it % eval_every == 0 or it == iterations:
             with torch.no_grad():

@@ -113,7 +113,7 @@ def main(argv=None) -> Dict[str, Any]:
         summary[f"{method}_test_accuracy"] = accuracy(model, Xte, yte)
         summary[f"{method}_time"] = r["time"][-1]
         if method == "kfac":
-            blocks = opt.state["natural_gradient"]["curvature"].blocks
+            blocks = opt.preconditioner.curvature.blocks
             summary["kfac_blocks"] = {n: b.kind for b in blocks for n in b.names}
         print(f"{method:<5} {iterations} iterations: training loss {r['loss'][0]:.4f} -> {r['loss'][-1]:.4f}, "
               f"test accuracy {summary[f'{method}_test_accuracy']:.3f}, {r['time'][-1]:.1f} s")

@@ -157,8 +157,8 @@ def test_site_builds_strict_without_warnings(tmp_path):
                      "infogeo.geometry.pullback.PullbackMetric", "infogeo.geometry.vectors.Covector"],
         "statistical": ["infogeo.statistical.exponential_family.ExponentialFamily",
                         "infogeo.statistical.gaussian.Gaussian"],
-        "solvers": ["infogeo.solvers.gradient_descent.NaturalGradient", "infogeo.solvers.result.OptimizeResult"],
-        "nn": ["infogeo.nn.optim.NaturalGradient", "infogeo.nn.space.ParameterSpace"],
+        "solvers": ["infogeo.solvers.gradient_descent.GradientDescent", "infogeo.solvers.result.OptimizeResult"],
+        "nn": ["infogeo.nn.optim.natural_gradient.NaturalGradient", "infogeo.nn.space.ParameterSpace"],
         "viz": ["infogeo.viz.kl_ball.plot_kl_ball"],
         "contrib": ["infogeo.contrib.load_manifold"],
     }

@@ -126,7 +126,7 @@ def test_pymanopt_solvers_on_infogeo_manifold_agree_with_infogeo(gaussian, solve
     x0 = np.array([-1.0, 3.0])
     opt = getattr(pymanopt.optimizers, solver)(verbosity=0, min_gradient_norm=1e-10, max_iterations=500)
     res = opt.run(problem(gaussian, nll), initial_point=x0)
-    ours = ig.solvers.NaturalGradient(step_size=1.0, grad_tol=1e-12, max_iter=200).minimize(gaussian, nll, x0)
+    ours = ig.solvers.GradientDescent(step_size=1.0, grad_tol=1e-12, max_iter=200).minimize(gaussian, nll, x0)
     tr = ig.solvers.TrustRegion(grad_tol=1e-12, max_iter=100).minimize(gaussian, nll, x0)
     np.testing.assert_allclose(ours.x, MLE, atol=1e-9)
     np.testing.assert_allclose(tr.x, MLE, atol=1e-9)

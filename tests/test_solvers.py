@@ -94,9 +94,13 @@ def test_exp_update_on_the_half_plane_stays_on_geodesics():
 
 def test_natural_gradient_is_gradient_descent_under_the_metric():
     G = ig.PullbackMetric(rosen, ig.EuclideanMetric(2))
-    a = ig.solvers.NaturalGradient(G, step_size=0.5, max_iter=5).minimize(ig.Euclidean(2), rosen_cost, X0)
+    a = ig.solvers.GradientDescent(step_size=0.5, metric=G, max_iter=5).minimize(ig.Euclidean(2), rosen_cost, X0)
     b = ig.solvers.GradientDescent(step_size=0.5, max_iter=5).minimize(gauss_newton_space(), rosen_cost, X0)
     np.testing.assert_allclose(a.path(), b.path())
+    with pytest.warns(DeprecationWarning, match="GradientDescent"):   # the old name, an alias
+        c = ig.solvers.NaturalGradient(G, step_size=0.5, max_iter=5).minimize(ig.Euclidean(2), rosen_cost, X0)
+    np.testing.assert_allclose(c.path(), a.path())
+    assert "NaturalGradient" not in ig.solvers.__all__
 
 
 def test_proximal_point_with_squared_euclidean_is_implicit_gradient_descent():

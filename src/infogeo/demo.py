@@ -29,7 +29,7 @@ from .geometry.manifold import Euclidean
 from .geometry.metric import EuclideanMetric
 from .geometry.pullback import PullbackMetric
 from .divergences import SquaredEuclidean
-from .solvers import GradientDescent, NaturalGradient
+from .solvers import GradientDescent
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def gaussian_fit(quick: bool) -> Dict[str, Any]:
     cost = lambda p: -M.log_likelihood(p, data)  # noqa: E731
     x0 = M.point(mean=[0.0, 0.0], cov=np.eye(2))
     n = 60 if quick else 200
-    ngd = NaturalGradient(step_size=0.5, max_iter=n, grad_tol=1e-10).minimize(M, cost, x0)
+    ngd = GradientDescent(step_size=0.5, max_iter=n, grad_tol=1e-10).minimize(M, cost, x0)
     gd = GradientDescent(0.05, max_iter=n, grad_tol=1e-10).minimize(M.with_metric(EuclideanMetric(M.dim)), cost, x0)
     return {"M": M, "mle": mle, "data": data, "x0": x0,
             "runs": {"natural gradient (Fisher)": ngd, "gradient descent": gd},
@@ -70,7 +70,7 @@ def rosenbrock_runs(quick: bool, a: float = 1.0, b: float = 100.0) -> Dict[str, 
     gd = GradientDescent(1.5e-3, max_iter=n_gd, grad_tol=1e-8).minimize(Euclidean(2), cost, x0)
     out = GradientDescent(0.1, max_iter=60, grad_tol=1e-8).minimize(Euclidean(2), loss, f(x0))
     out_path = np.stack([finv(z) for z in out.path()])   # the output iterates pulled back to inputs
-    gn = NaturalGradient(PullbackMetric(f, SquaredEuclidean()), step_size=0.1, max_iter=60,
+    gn = GradientDescent(step_size=0.1, metric=PullbackMetric(f, SquaredEuclidean()), max_iter=60,
                          grad_tol=1e-8).minimize(Euclidean(2), cost, x0)
     return {"f": f, "loss": loss, "cost": cost, "x0": x0,
             "runs": {"GD on inputs": gd, "GD on outputs": out_path, "natural gradient (pullback, Gauss-Newton)": gn},

@@ -2,9 +2,9 @@
 
 >>> space = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=y)   # doctest: +SKIP
 >>> C = space.curvature("kfac")                                                   # doctest: +SKIP
->>> opt = ig.nn.NaturalGradient(model.parameters(), lr=1e-2, curvature="kfac", model=model)  # doctest: +SKIP
+>>> opt = ig.nn.NaturalGradient(model, lr=0.1, curvature="kfac")                     # doctest: +SKIP
 """
-from . import curvature, output_metrics
+from . import curvature, distributed, output_metrics
 from ._params import ParamLayout
 from .curvature import BlockDiagonal, Curvature, Dense, Diagonal, Implicit, KFAC, LinearCombination
 from .output_metrics import (BernoulliFisher, CategoricalFisher, CategoricalLogProbFisher, DivergenceOutput,
@@ -17,15 +17,15 @@ from .space import ParameterSpace
 __all__ = ["ParameterSpace", "NetworkMetric", "ParamLayout", "OutputMetric", "EuclideanOutput", "GaussianFisher",
            "CategoricalFisher", "BernoulliFisher", "HeteroscedasticGaussianFisher", "DivergenceOutput",
            "HessianOutput", "SampledOutput", "FactorOutput", "output_metric", "curvature", "output_metrics",
-           "Curvature", "Implicit", "Dense", "Diagonal", "KFAC", "BlockDiagonal", "NaturalGradient",
-           "LinearCombination", "CategoricalLogProbFisher", "GaussianVarianceFisher", "WeightedOutput", "LossOutput",
-           "from_loss"]
+           "distributed", "Curvature", "Implicit", "Dense", "Diagonal", "KFAC", "BlockDiagonal", "NaturalGradient",
+           "Preconditioner", "LinearCombination", "CategoricalLogProbFisher", "GaussianVarianceFisher",
+           "WeightedOutput", "LossOutput", "from_loss"]
 
 
 def __getattr__(name):
-    if name == "NaturalGradient":
-        from .optim import NaturalGradient
-        return NaturalGradient
+    if name in ("NaturalGradient", "Preconditioner"):
+        from . import optim
+        return getattr(optim, name)
     if name == "helmholtz":  # Helmholtz machines, (natural) reweighted wake-sleep: imported on first use
         import importlib
         return importlib.import_module(f"{__name__}.helmholtz")

@@ -1,4 +1,4 @@
-r"""Riemannian gradient descent, and natural gradient as its special case.
+r"""Riemannian gradient descent; natural gradient is the same solver under a Fisher metric.
 
 .. math:: x_{k+1} = R_{x_k}\big(-\alpha_k\, \operatorname{grad} f(x_k)\big),
           \qquad \operatorname{grad} f = (df)^\sharp = G^{-1} df,
@@ -10,6 +10,7 @@ Martens 2020).
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Optional
 
 from ..geometry.manifold import Manifold
@@ -34,6 +35,12 @@ class GradientDescent(Solver):
         :math:`f(R_x(-\\alpha g)) \\le f(x) - c_1 \\alpha \\|g\\|_x^2`.
     armijo_c1, armijo_shrink : float
         Sufficient-decrease constant and backtracking factor.
+    metric : Metric, optional
+        Descend under this metric instead of the manifold's own:
+        ``GradientDescent(step_size, metric=G).minimize(M, f, x0)`` is
+        ``GradientDescent(step_size).minimize(M.with_metric(G), f, x0)`` (natural gradient under a
+        Fisher metric, Gauss-Newton under a pulled-back Euclidean one).  A statistical manifold's
+        own metric is already its Fisher metric.
     **kwargs
         Stopping rules and reporting, see :class:`~infogeo.solvers.base.Solver`.
     """
@@ -42,7 +49,7 @@ class GradientDescent(Solver):
 
     def __init__(self, step_size: StepSize = 1.0, *, update: str = "retraction",
                  line_search: Optional[str] = None, armijo_c1: float = 1e-4, armijo_shrink: float = 0.5,
-                 **kwargs: Any):
+                 metric: Optional[Metric] = None, **kwargs: Any):
         super().__init__(**kwargs)
         if update not in ("retraction", "exp"):
             raise ValueError(f"update must be 'retraction' or 'exp', got {update!r}")
@@ -52,6 +59,12 @@ class GradientDescent(Solver):
             step_at(step_size, 1)  # validate early
         self.step_size, self.update, self.line_search = step_size, update, line_search
         self.armijo_c1, self.armijo_shrink = armijo_c1, armijo_shrink
+        self.metric = metric
+
+    def minimize(self, manifold: Manifold, cost, x0, **kwargs):
+        if self.metric is not None:
+            manifold = manifold.with_metric(self.metric)
+        return super().minimize(manifold, cost, x0, **kwargs)
 
     def _move(self, manifold: Manifold, x: Any, v):
         return manifold.exp(x, v) if self.update == "exp" else manifold.retract(x, v)
@@ -78,20 +91,14 @@ class GradientDescent(Solver):
 
 
 class NaturalGradient(GradientDescent):
-    """Gradient descent under a given metric (Fisher, pullback...): natural gradient.
+    """Deprecated alias: ``GradientDescent(step_size, metric=metric)``.
 
-    ``NaturalGradient(metric, step_size).minimize(M, f, x0)`` is
-    ``GradientDescent(step_size).minimize(M.with_metric(metric), f, x0)``; with
-    ``metric=None`` the manifold's own metric is used (e.g. a statistical manifold's Fisher metric).
+    Natural gradient is gradient descent under a Fisher metric, so it has no solver of its
+    own; the name now belongs to the torch optimizer :class:`infogeo.nn.NaturalGradient`.
     """
 
-    name = "NaturalGradient"
-
     def __init__(self, metric: Optional[Metric] = None, step_size: StepSize = 1.0, **kwargs: Any):
-        super().__init__(step_size, **kwargs)
-        self.metric = metric
-
-    def minimize(self, manifold: Manifold, cost, x0, **kwargs):
-        if self.metric is not None:
-            manifold = manifold.with_metric(self.metric)
-        return super().minimize(manifold, cost, x0, **kwargs)
+        warnings.warn("infogeo.solvers.NaturalGradient is deprecated: use infogeo.solvers.GradientDescent("
+                      "step_size, metric=...) (natural gradient is gradient descent under the Fisher metric; "
+                      "infogeo.nn.NaturalGradient is the torch optimizer)", DeprecationWarning, stacklevel=2)
+        super().__init__(step_size, metric=metric, **kwargs)

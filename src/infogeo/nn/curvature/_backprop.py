@@ -26,6 +26,8 @@ layers that need them in :mod:`._rows`.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import math
 import weakref
@@ -36,6 +38,30 @@ import torch
 from torch.autograd.graph import get_gradient_edge
 
 logger = logging.getLogger(__name__)
+
+#: a forward pass the caller already ran with :func:`recording_hook` (the optimizer's hooks on the
+#: user's own forward): ``(z, calls)``; :func:`capture` then runs no forward and keeps the graph
+_RECORDED: contextvars.ContextVar = contextvars.ContextVar("recorded_forward", default=None)
+
+
+@contextlib.contextmanager
+def recorded_forward(z: torch.Tensor, calls: Dict[str, list]):
+    """Within this block, :func:`capture` uses the outputs ``z`` and layer ``calls`` of a forward
+    already run (its graph still alive) instead of a forward pass of its own."""
+    token = _RECORDED.set((z, calls))
+    try:
+        yield
+    finally:
+        _RECORDED.reset(token)
+
+
+def recording_hook(calls: Dict[str, list], path: str) -> Callable:
+    """A forward hook (``with_kwargs=True``) appending the call of layer ``path`` to ``calls[path]``."""
+    def hook(module, args, kwargs, output):
+        calls[path].append(_Call.record(args, kwargs, output))
+    return hook
+
+
 @dataclass
 class Layer:
     """A module that owns trainable parameters, with what one forward/backward pass recorded."""
@@ -190,21 +216,21 @@ def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor],
     """
     space.check_per_example()
     layers = find_layers(space)
-    calls: Dict[str, list] = {l.path: [] for l in layers}
-
-    def make_hook(path):
-        def hook(module, args, kwargs, output):
-            calls[path].append(_Call.record(args, kwargs, output))
-        return hook
-
-    handles = [l.module.register_forward_hook(make_hook(l.path), with_kwargs=True) for l in layers]
-    try:
-        params = {n: space.point[n].detach().requires_grad_(True) for n in space.names}
-        with torch.enable_grad():
-            z = space.function(params)
-    finally:
-        for h in handles:
-            h.remove()
+    recorded = _RECORDED.get()
+    if recorded is not None:
+        z, calls = recorded
+        calls = {l.path: calls.get(l.path, []) for l in layers}
+    else:
+        calls = {l.path: [] for l in layers}
+        handles = [l.module.register_forward_hook(recording_hook(calls, l.path), with_kwargs=True)
+                   for l in layers]
+        try:
+            params = {n: space.point[n].detach().requires_grad_(True) for n in space.names}
+            with torch.enable_grad():
+                z = space.function(params)
+        finally:
+            for h in handles:
+                h.remove()
     space.output_metric.check(z)
     N = space.batch_size
     live = []
@@ -229,8 +255,10 @@ def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor],
         # one column at a time: a batched backward (is_grads_batched) measured slower on CPU
         J = cols.count
         for j in range(J):
-            with torch.enable_grad():  # the last pass frees the graph (saved activations) as it goes
-                grads = torch.autograd.grad(z, outs, cols[j], retain_graph=j < J - 1, allow_unused=True)
+            with torch.enable_grad():  # the last pass frees the graph (saved activations) as it goes,
+                # unless the graph is the user's own (recorded forward), still needed by their backward
+                grads = torch.autograd.grad(z, outs, cols[j], retain_graph=recorded is not None or j < J - 1,
+                                            allow_unused=True)
             for l, sink, g in zip(live, sinks, grads):
                 if g is None:
                     g = torch.zeros(l.output_shape, dtype=z.dtype, device=z.device)

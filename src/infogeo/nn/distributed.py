@@ -1,0 +1,148 @@
+r"""Data-parallel curvature over ``torch.distributed``: averaged statistics, factorisations spread over ranks.
+
+Every rank computes the curvature statistics of its own part of the batch.
+Since each statistic is a mean over examples (:math:`A = \frac1N\sum_n \bar a_n\bar a_n^T`,
+:math:`G`, a diagonal, a dense block), the mean over ranks of the per-rank means
+is the statistic of the whole batch when the ranks hold equal shares; it is
+taken by one all-reduce per dtype (the tensors are packed into one buffer, a
+*bucket*, so there is one message instead of one per factor).
+
+The factorisations (eigendecompositions, Cholesky factors) are then divided
+among the ranks, each block going to the rank with the least work so far (its
+cost taken as the cube of its size).  Two placements, after KAISA (Pauloski et
+al., 2021):
+
+``"memory"``
+    each rank factorises and applies only its own blocks and broadcasts the
+    preconditioned gradient of those blocks (memory-optimised: one copy of each
+    factorisation in the whole job; a broadcast of the gradient every step);
+``"comm"``
+    each rank factorises its own blocks and broadcasts the factorisation, so every
+    rank holds all of them and preconditions locally (communication-optimised: a
+    broadcast only when the factorisations are refreshed).
+
+Nothing here is used unless a process group with more than one rank is initialised.
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Dict, List, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["world_size", "rank", "all_reduce_mean", "assign_owners", "broadcast_from", "PLACEMENTS"]
+
+PLACEMENTS = ("memory", "comm")
+
+
+def world_size() -> int:
+    """Number of ranks of the default process group (1 when none is initialised)."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def rank() -> int:
+    """This process's rank in the default group (0 when none is initialised)."""
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _buckets(tensors: Sequence[torch.Tensor]) -> Dict[tuple, List[int]]:
+    groups: Dict[tuple, List[int]] = {}
+    for i, t in enumerate(tensors):
+        groups.setdefault((t.dtype, t.device), []).append(i)
+    return groups
+
+
+def _bucketed(tensors: Sequence[torch.Tensor], op) -> List[torch.Tensor]:
+    """Pack the tensors into one flat buffer per dtype and device, apply ``op`` to it in place, unpack."""
+    out: List[Optional[torch.Tensor]] = [None] * len(tensors)
+    for idx in _buckets(tensors).values():
+        flat = torch.cat([tensors[i].reshape(-1) for i in idx])
+        op(flat)
+        off = 0
+        for i in idx:
+            k = tensors[i].numel()
+            out[i] = flat[off:off + k].view_as(tensors[i])
+            off += k
+    return out  # type: ignore[return-value]
+
+
+def all_reduce_mean(tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+    """The mean over ranks of each tensor (one all-reduce per dtype and device); new tensors, inputs untouched."""
+    n = world_size()
+
+    def mean(flat):
+        if n > 1:
+            dist.all_reduce(flat)
+            flat.div_(n)
+    return _bucketed(tensors, mean)
+
+
+def assign_owners(costs: Sequence[float], size: Optional[int] = None) -> List[int]:
+    """A rank per item, greedily balancing the summed ``costs`` (largest first, to the least loaded rank)."""
+    size = world_size() if size is None else int(size)
+    heap = [(0.0, r) for r in range(size)]
+    owner = [0] * len(costs)
+    for i in sorted(range(len(costs)), key=lambda i: -costs[i]):
+        load, r = heapq.heappop(heap)
+        owner[i] = r
+        heapq.heappush(heap, (load + float(costs[i]), r))
+    return owner
+
+
+def broadcast_from(src: int, tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+    """``tensors`` as held by rank ``src``, on every rank (one broadcast per dtype and device).
+
+    On the other ranks ``tensors`` only give the shapes and dtypes (their values are ignored).
+    """
+    return _bucketed(tensors, lambda flat: dist.broadcast(flat, src) if world_size() > 1 else None)
+
+
+def _solve_own(block, g, damping):
+    """``block.solve`` on its owner; a failure becomes NaN so that every rank sees it after the broadcast."""
+    from ..linalg import NotPositiveDefiniteError
+    try:
+        return block.solve(g, damping)
+    except NotPositiveDefiniteError:
+        return {n: torch.full_like(g[n], float("nan")) for n in block.names}
+
+
+def solve_on_owners(blocks, owners: Sequence[int], g: Dict[str, torch.Tensor], damping: float
+                    ) -> Dict[str, torch.Tensor]:
+    r"""Memory-optimised placement: each rank applies :math:`(C_b + \lambda I)^{-1}` for its blocks; broadcast."""
+    me = rank()
+    out: Dict[str, torch.Tensor] = {}
+    for r in sorted(set(owners)):
+        mine = [b for b, o in zip(blocks, owners) if o == r]
+        names = [n for b in mine for n in b.names]
+        if r == me:
+            for b in mine:
+                out.update(_solve_own(b, g, damping))
+            local = [out[n] for n in names]
+        else:
+            local = [torch.empty_like(g[n]) for n in names]
+        out.update(zip(names, broadcast_from(r, local)))
+    return out
+
+
+def share_factorisations(blocks, owners: Sequence[int]) -> None:
+    """Communication-optimised placement: owners eigendecompose their Kronecker blocks, every rank receives them.
+
+    Other blocks (diagonal; dense blocks, whose Cholesky factor depends on the damping; EKFAC's) are
+    factorised where they are used.
+    """
+    from .curvature import KronBlock
+    me = rank()
+    for r in sorted(set(owners)):
+        mine = [b for b, o in zip(blocks, owners) if o == r and type(b) is KronBlock]
+        local: List[torch.Tensor] = []
+        for b in mine:
+            if r == me:
+                local.extend(b.precompute())
+            else:
+                a, gm = b.A, b.G
+                local.extend([a.new_empty(a.shape[0]), torch.empty_like(a), gm.new_empty(gm.shape[0]),
+                              torch.empty_like(gm)])
+        shared = broadcast_from(r, local)
+        for i, b in enumerate(mine):
+            b._eig = tuple(shared[4 * i:4 * i + 4])

@@ -1,0 +1,127 @@
+r"""Hooks on the user's own forward and backward that record what the curvature needs.
+
+On a step that refreshes the curvature statistics, the next forward pass of the
+model (with autograd enabled) records each layer's inputs and the autograd edge
+of its output, and hooks the model's output :math:`z`.  When the user's
+``loss.backward()`` reaches :math:`z`, the graph below it is still alive: the
+curvature's output columns (Monte Carlo samples or square-root columns of
+:math:`G_z`) are back-propagated through it to the layer outputs right there, by a
+reentrant backward that keeps the graph for the user's own backward to finish.
+So a refresh costs extra *backward* work only (one pass per column), and a step
+that does not refresh costs nothing but an idle Python hook per layer.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import types
+import weakref
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+
+from ..curvature import _backprop as bp
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ForwardRecorder", "unwrap"]
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The module a ``DistributedDataParallel`` (or ``DataParallel``) wrapper holds, else ``model``."""
+    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    while isinstance(model, wrappers):
+        model = model.module
+    return model
+
+
+class ForwardRecorder:
+    r"""Persistent hooks on ``module`` feeding ``on_backward(z, calls, inputs)`` once per arming.
+
+    ``inputs`` of every forward run with autograd enabled are kept (a reference, no copy),
+    for the curvatures that need the batch again (dense, CG, the quadratic model).
+    While :attr:`armed`, the next such forward also records the layer calls, and the
+    backward through its output :math:`z` calls ``on_backward`` (then disarms).
+    Forward passes under ``torch.no_grad()`` (evaluation) or inside :meth:`paused` are ignored.
+    """
+
+    def __init__(self, module: torch.nn.Module, names: List[str],
+                 on_backward: Callable[[torch.Tensor, Dict[str, list], tuple], None]):
+        self.module = module
+        self.layers = bp.find_layers(types.SimpleNamespace(model=module, names=list(names)))
+        self.on_backward = on_backward
+        self.armed = False
+        self._paused = False
+        #: positional inputs of the last forward with autograd enabled (``None`` with keyword inputs)
+        self.inputs: Optional[tuple] = None
+        self._calls: Optional[Dict[str, list]] = None
+        self._sinks: Dict[str, Callable] = {}
+        self._box: list = []
+        # the model holds the hooks, the hooks only a weak reference to this recorder: an optimizer the user
+        # drops is collected, and its hooks are removed with it
+        me = weakref.ref(self)
+        self._handles = [module.register_forward_pre_hook(_weak(me, "_pre"), with_kwargs=True),
+                         module.register_forward_hook(_weak(me, "_post"))]
+        for layer in self.layers:
+            self._handles.append(layer.module.register_forward_hook(_weak(me, "_layer_hook", layer.path),
+                                                                    with_kwargs=True))
+        weakref.finalize(self, _remove, self._handles)
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Forward passes inside this block (the optimizer's own evaluations) are not recorded."""
+        old, self._paused = self._paused, True
+        try:
+            yield
+        finally:
+            self._paused = old
+
+    def _pre(self, module, args, kwargs):
+        if self._paused or not torch.is_grad_enabled():
+            self._calls = None
+            return
+        self.inputs = None if kwargs else tuple(args)
+        if self.armed:
+            self._calls = {l.path: [] for l in self.layers}
+            self._sinks = {p: bp.recording_hook(self._calls, p) for p in self._calls}
+        else:
+            self._calls = None
+
+    def _layer_hook(self, path: str, module, args, kwargs, output):
+        if self._calls is not None:
+            self._sinks[path](module, args, kwargs, output)
+
+    def _post(self, module, args, output):
+        calls, self._calls, self._sinks = self._calls, None, {}
+        self._box.clear()  # a previous output that was never back-propagated
+        if calls is None or not (isinstance(output, torch.Tensor) and output.requires_grad) or self.inputs is None:
+            return
+        # the hook needs the output itself (its graph), which the loss may not keep: held in a box that is
+        # emptied when the hook runs or at the next forward, so no reference cycle outlives a step
+        inputs, box = self.inputs, [output]
+        self._box = box
+
+        def on_grad(grad: torch.Tensor):
+            if box and self.armed:
+                z = box.pop()
+                self.armed = False
+                self.on_backward(z, calls, inputs)
+        output.register_hook(on_grad)
+
+    def remove(self) -> None:
+        """Remove every hook from the model."""
+        _remove(self._handles)
+
+
+def _weak(ref: "weakref.ref", method: str, *bound: Any) -> Callable:
+    """A hook calling ``method`` of the recorder behind ``ref`` while it is alive (a no-op after)."""
+    def hook(*args):
+        obj = ref()
+        return None if obj is None else getattr(obj, method)(*bound, *args)
+    return hook
+
+
+def _remove(handles: list) -> None:
+    for h in handles:
+        h.remove()
+    handles.clear()

@@ -1,0 +1,56 @@
+r"""The damped quadratic model of the loss over a span of directions (Martens & Grosse 2015, Sec. 6–7).
+
+.. math:: M(\delta) = g^T\delta + \tfrac12\,\delta^T (G + \lambda I)\,\delta
+
+with the *exact* pullback metric :math:`G` of the batch, restricted to
+:math:`\delta = c_1 d_1 + c_2 d_2`: since :math:`u^TGv = (Ju)^T G_z (Jv)/N`, the
+:math:`2\times2` matrix :math:`H_{ij} = (Jd_i)^TG_z(Jd_j)/N + \lambda d_i^Td_j` needs one
+Jacobian-vector product per direction (on one
+:class:`~infogeo.geometry.linearization.Linearization` of the batch), and the minimiser solves :math:`Hc = -b`,
+:math:`b_i = g^Td_i`.
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Tuple
+
+import torch
+
+from ..space import ParameterSpace
+
+__all__ = ["fit"]
+
+Params = Dict[str, torch.Tensor]
+
+
+def fit(space: ParameterSpace, grads: Params, dirs: List[Params], damping: float
+        ) -> Optional[Tuple[List[float], torch.Tensor, torch.Tensor]]:
+    r"""Coefficients :math:`c` minimising :math:`M(\sum_i c_i d_i)`, with ``b`` and ``H`` (float64).
+
+    One direction, or two nearly parallel ones, give the 1-D minimiser (the second
+    coefficient 0).  Returns ``None`` when the model is not finite or not convex along ``d_1``.
+    """
+    names = list(grads)
+    flat = lambda d: torch.cat([d[n].reshape(-1) for n in names])  # noqa: E731
+    lin = space.linearize()      # one forward pass; the model's buffers untouched
+    with torch.enable_grad():
+        Jd = torch.stack([lin.jvp(d).detach() for d in dirs])   # (m, N, ..., k)
+    z = lin.outputs.detach()
+    del lin
+    GJd = space.output_metric.mv(z.unsqueeze(0), Jd)
+    m, N = len(dirs), space.batch_size
+    D = torch.stack([flat(d) for d in dirs])
+    H = (Jd.reshape(m, -1) @ GJd.reshape(m, -1).T / N + damping * (D @ D.T)).double().cpu()
+    H = 0.5 * (H + H.T)
+    b = (D @ flat(grads)).double().cpu()
+    h, bb = H.tolist(), b.tolist()                        # the 2x2 algebra in Python floats: no tiny-op overhead
+    if not all(math.isfinite(x) for x in bb + sum(h, [])):
+        return None
+    det = h[0][0] * h[1][1] - h[0][1] ** 2 if m == 2 else 0.0
+    if m == 2 and det > 1e-12 * h[0][0] * h[1][1]:
+        c = [(-bb[0] * h[1][1] + bb[1] * h[0][1]) / det, (-bb[1] * h[0][0] + bb[0] * h[0][1]) / det]
+    elif h[0][0] > 0:
+        c = [-bb[0] / h[0][0]] + [0.0] * (m - 1)
+    else:
+        return None
+    return c, b, H

@@ -1,0 +1,95 @@
+"""Data-parallel natural gradient over torch.distributed (gloo, two CPU processes)."""
+import queue as queue_module
+import socket
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+import infogeo as ig  # noqa: E402
+from infogeo.nn import distributed as dd  # noqa: E402
+
+F = torch.nn.functional
+STEPS, N = 4, 16
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def problem():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 3)).double()
+    g = torch.Generator().manual_seed(1)
+    X = torch.randn(STEPS, N, 4, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 3, (STEPS, N), generator=g)
+    return model, X, y
+
+
+def train(model, X, y, curvature, placement, ddp=False):
+    net = torch.nn.parallel.DistributedDataParallel(model) if ddp else model
+    opt = ig.nn.NaturalGradient(net, lr=0.3, curvature=curvature, damping=1e-2, fisher="exact", momentum=0.5,
+                                curvature_update_period=2, inverse_update_period=3, placement=placement)
+    for xb, yb in zip(X, y):
+        opt.zero_grad()
+        F.cross_entropy(net(xb), yb).backward()
+        opt.step()
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+CASES = [("kfac", "memory"), ("kfac", "comm"), ("diag", "memory")]
+
+
+def _worker(rank, port, queue):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        torch.set_num_threads(1)
+        half = slice(rank * N // 2, (rank + 1) * N // 2)
+        out = {}
+        for curvature, placement in CASES:
+            model, X, y = problem()
+            # plain floats: a tensor would be shared through a file descriptor that dies with the process
+            out[curvature, placement] = train(model, X[:, half], y[:, half], curvature, placement, ddp=True).tolist()
+        queue.put((rank, out))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_ranks_on_half_batches_equal_one_process_on_the_whole():
+    """DDP averages the gradients, the preconditioner the statistics; blocks are solved on their owners."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_worker, args=(r, port, queue)) for r in range(2)]
+    for p in procs:
+        p.start()
+    results = {}
+    while len(results) < 2:  # fail at once, not after a timeout, if a worker dies
+        try:
+            rank, out = queue.get(timeout=5)
+            results[rank] = out
+        except queue_module.Empty:
+            assert all(p.is_alive() or p.exitcode == 0 for p in procs), "a worker failed (see its stderr)"
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    for case in CASES:
+        model, X, y = problem()
+        start = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        expected = train(model, X, y, *case)
+        assert (expected - start).abs().max() > 1e-2   # the parameters moved
+        for r in range(2):
+            got = torch.tensor(results[r][case], dtype=torch.float64)
+            assert torch.allclose(got, expected, rtol=0, atol=1e-8), (case, (got - expected).abs().max())
+
+
+def test_helpers_without_a_process_group():
+    assert dd.world_size() == 1 and dd.rank() == 0
+    t = [torch.ones(2), torch.arange(3.0), torch.zeros(1, dtype=torch.float64)]
+    out = dd.all_reduce_mean(t)
+    assert all(torch.equal(a, b) for a, b in zip(out, t))
+    assert dd.assign_owners([1.0, 5.0, 2.0, 2.0], size=2) == [1, 0, 1, 1]

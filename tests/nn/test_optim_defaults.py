@@ -1,0 +1,74 @@
+"""With its default settings the optimizer converges where the issue saw divergence: iris, minibatches of 32."""
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+sklearn_datasets = pytest.importorskip("sklearn.datasets")
+import infogeo as ig  # noqa: E402
+
+F = torch.nn.functional
+EPOCHS, BATCH = 50, 32
+ADAM_RATES = (1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
+
+
+def iris():
+    d = sklearn_datasets.load_iris()
+    return torch.tensor(d.data, dtype=torch.float32), torch.tensor(d.target)
+
+
+def network():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 32), torch.nn.Tanh(), torch.nn.Linear(32, 3))
+
+
+def train(make_optimizer, X, y):
+    """Plain minibatch loop (shuffled each epoch, seeded); the whole-set loss after each epoch."""
+    model = network()
+    opt = make_optimizer(model)
+    gen = torch.Generator().manual_seed(0)
+    losses = []
+    for _ in range(EPOCHS):
+        perm = torch.randperm(len(X), generator=gen)
+        for i in range(0, len(X), BATCH):
+            idx = perm[i:i + BATCH]
+            opt.zero_grad()
+            F.cross_entropy(model(X[idx]), y[idx]).backward()
+            opt.step()
+        with torch.no_grad():
+            losses.append(float(F.cross_entropy(model(X), y)))
+    return losses
+
+
+@pytest.mark.slow
+def test_iris_minibatches_defaults_match_adams_best_rate():
+    X, y = iris()
+    adam_best = min(train(lambda m: torch.optim.Adam(m.parameters(), lr=lr), X, y)[-1] for lr in ADAM_RATES)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no recovery was needed either
+        ours = train(lambda m: ig.nn.NaturalGradient(m), X, y)
+    assert all(l == l for l in ours)
+    assert ours[-1] <= adam_best, (ours[-1], adam_best)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("problem,iterations", [("classifier", 100), ("autoencoder", 200)])
+def test_digits_with_defaults_converges(problem, iterations):
+    """Digits classifier and autoencoder (examples/nn_digits.py) with the default settings, batch 256."""
+    from .conftest import _load_example
+    digits = _load_example("nn_digits")
+    X, y, Xte, yte = digits.load_digits()
+    loss = lambda out, xb, yb: digits.loss(problem, out, xb, yb)  # noqa: E731
+    runs = {}
+    for name in ("defaults", "adam"):
+        model = digits.mlp(digits.PROBLEMS[problem]["sizes"], seed=0)
+        opt = (ig.nn.NaturalGradient(model, output_metric=digits.PROBLEMS[problem]["output_metric"])
+               if name == "defaults" else torch.optim.Adam(model.parameters(), lr=digits.DEFAULT_LR[problem]["adam"]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            runs[name] = digits.fit(model, opt, loss, X, y, iterations, 256, eval_every=iterations // 4)["loss"]
+    ours = runs["defaults"]
+    assert all(b < a for a, b in zip(ours, ours[1:]))            # monotone on the whole training set
+    assert ours[-1] < runs["adam"][-1]                           # ahead of the example's Adam rate
+    if problem == "classifier":
+        assert ours[-1] < 0.05
