@@ -83,11 +83,11 @@ class Manifold:
 
     def _as_point(self, x: Any, what: str = "point") -> Any:
         """``x`` validated as a point (or batch of points) of this manifold, integers promoted to float."""
-        x = _points.as_coordinates(x, self.dim, what, self.name)
-        came_from = _points.origin(x)
+        came_from = _points.origin(x)  # read on the caller's object, before any copy
         if came_from is not None and came_from != self.point_key:
             raise TypeError(f"the {what} is a point of {came_from}, not of {self.point_key}; convert it "
                             "explicitly (e.g. to_chart/from_chart) or pass plain coordinates")
+        x = _points.as_coordinates(_points.contiguous(x), self.dim, what, self.name)
         self._check_domain(x)
         return x
 
