@@ -26,6 +26,11 @@ def _check_support(x):
     return x
 
 
+def _dist(lam, mu):
+    xp = B.ops_of(lam, mu)  # the namespace once per call, not per operation
+    return xp.abs(xp.log(mu[..., 0] / lam[..., 0]))
+
+
 class Exponential(ig.ExponentialFamily):
     coordinate_names = (r"$\lambda$",)
 
@@ -42,7 +47,7 @@ class Exponential(ig.ExponentialFamily):
             geodesics=ClosedGeodesics(
                 "standard", exp=lambda lam, v: lam * B.exp(v / lam),
                 log=lambda lam, mu: lam * B.log(mu / lam),
-                dist=lambda lam, mu: B.abs(B.log(mu[..., 0] / lam[..., 0])), vectorized=True),
+                dist=_dist, vectorized=True),
             vectorized=True, chart=chart, name="Exponential")
 
     def random_point(self, rng=None, scale=1.0):

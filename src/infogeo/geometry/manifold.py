@@ -186,7 +186,8 @@ class Manifold:
     def _pair(self, x: Any, y: Any):
         """Two validated points (or batches) whose leading shapes broadcast."""
         x, y = self._as_point(x, "first point"), self._as_point(y, "second point")
-        _points.batch_shape(x, y, dims=(1, 1))
+        if x.shape != y.shape:  # equal shapes broadcast trivially
+            _points.batch_shape(x, y, dims=(1, 1))
         return _points.same_backend(x, y)
 
     def log(self, x: Any, y: Any) -> TangentVector:
