@@ -27,7 +27,8 @@ def _check_support(x):
 
 
 def _dist(lam, mu):
-    xp = B.ops_of(lam, mu)  # the namespace once per call, not per operation
+    # plain numpy arrays carry no gradient: numpy itself; else the backend's (autograd/torch) namespace, once
+    xp = np if type(lam) is type(mu) is np.ndarray else B.ops_of(lam, mu)
     return xp.abs(xp.log(mu[..., 0] / lam[..., 0]))
 
 

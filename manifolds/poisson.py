@@ -37,7 +37,8 @@ def _exp(lam, v):
 
 
 def _dist(lam, mu):
-    xp = B.ops_of(lam, mu)  # the namespace once per call, not per operation
+    # plain numpy arrays carry no gradient: numpy itself; else the backend's (autograd/torch) namespace, once
+    xp = np if type(lam) is type(mu) is np.ndarray else B.ops_of(lam, mu)
     return 2 * xp.abs(xp.sqrt(mu[..., 0]) - xp.sqrt(lam[..., 0]))
 
 

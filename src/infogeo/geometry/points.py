@@ -165,15 +165,17 @@ def _finite_numpy(a: np.ndarray) -> bool:
     rechecked entrywise.  (Not a BLAS dot product: on long arrays it may start threads,
     whose wake-up costs milliseconds on a loaded machine.)
     """
-    if a.dtype.kind == "f" and math.isfinite(a.sum()):
+    if a.dtype.kind == "f" and math.isfinite(np.add.reduce(a, axis=None)):
         return True
     return bool(np.isfinite(a).all())
 
 
 def same_backend(*arrays: Any) -> tuple:
     """The arrays, numpy ones turned into tensors (dtype and device of the first tensor) when any is a tensor."""
-    ref = next((a for a in arrays if _dispatch.is_torch(a)), None)
-    if ref is None:
+    for ref in arrays:
+        if _dispatch.is_torch(ref):
+            break
+    else:
         return arrays
     import torch
     return tuple(a if _dispatch.is_torch(a) else torch.as_tensor(np.asarray(raw_value(a), dtype=float),
