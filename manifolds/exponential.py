@@ -26,6 +26,12 @@ def _check_support(x):
     return x
 
 
+def _dist(lam, mu):
+    # plain numpy arrays carry no gradient: numpy itself; else the backend's (autograd/torch) namespace, once
+    xp = np if type(lam) is type(mu) is np.ndarray else B.ops_of(lam, mu)
+    return xp.abs(xp.log(mu[..., 0] / lam[..., 0]))
+
+
 class Exponential(ig.ExponentialFamily):
     coordinate_names = (r"$\lambda$",)
 
@@ -42,7 +48,7 @@ class Exponential(ig.ExponentialFamily):
             geodesics=ClosedGeodesics(
                 "standard", exp=lambda lam, v: lam * B.exp(v / lam),
                 log=lambda lam, mu: lam * B.log(mu / lam),
-                dist=lambda lam, mu: B.abs(B.log(mu[..., 0] / lam[..., 0])), vectorized=True),
+                dist=_dist, vectorized=True),
             vectorized=True, chart=chart, name="Exponential")
 
     def random_point(self, rng=None, scale=1.0):

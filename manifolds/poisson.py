@@ -36,6 +36,12 @@ def _exp(lam, v):
     return root ** 2
 
 
+def _dist(lam, mu):
+    # plain numpy arrays carry no gradient: numpy itself; else the backend's (autograd/torch) namespace, once
+    xp = np if type(lam) is type(mu) is np.ndarray else B.ops_of(lam, mu)
+    return 2 * xp.abs(xp.sqrt(mu[..., 0]) - xp.sqrt(lam[..., 0]))
+
+
 class Poisson(ig.ExponentialFamily):
     coordinate_names = (r"$\lambda$",)
 
@@ -50,7 +56,7 @@ class Poisson(ig.ExponentialFamily):
             geodesics=ClosedGeodesics(
                 "standard", exp=_exp,
                 log=lambda lam, mu: 2 * B.sqrt(lam) * (B.sqrt(mu) - B.sqrt(lam)),
-                dist=lambda lam, mu: 2 * B.abs(B.sqrt(mu[..., 0]) - B.sqrt(lam[..., 0])), vectorized=True),
+                dist=_dist, vectorized=True),
             vectorized=True, chart=chart, name="Poisson")
 
     def random_point(self, rng=None, scale=1.0):

@@ -83,11 +83,11 @@ class Manifold:
 
     def _as_point(self, x: Any, what: str = "point") -> Any:
         """``x`` validated as a point (or batch of points) of this manifold, integers promoted to float."""
-        x = _points.as_coordinates(x, self.dim, what, self.name)
-        came_from = _points.origin(x)
+        came_from = _points.origin(x)  # read on the caller's object, before any copy
         if came_from is not None and came_from != self.point_key:
             raise TypeError(f"the {what} is a point of {came_from}, not of {self.point_key}; convert it "
                             "explicitly (e.g. to_chart/from_chart) or pass plain coordinates")
+        x = _points.as_coordinates(_points.contiguous(x), self.dim, what, self.name)
         self._check_domain(x)
         return x
 
@@ -186,7 +186,8 @@ class Manifold:
     def _pair(self, x: Any, y: Any):
         """Two validated points (or batches) whose leading shapes broadcast."""
         x, y = self._as_point(x, "first point"), self._as_point(y, "second point")
-        _points.batch_shape(x, y, dims=(1, 1))
+        if x.shape != y.shape:  # equal shapes broadcast trivially
+            _points.batch_shape(x, y, dims=(1, 1))
         return _points.same_backend(x, y)
 
     def log(self, x: Any, y: Any) -> TangentVector:

@@ -26,6 +26,7 @@ result: it only turns a silent mix-up into an error.
 """
 from __future__ import annotations
 
+import math
 import numbers
 import weakref
 from typing import Any, Dict, Optional, Tuple
@@ -34,7 +35,7 @@ import numpy as np
 
 from ..backend import _dispatch
 
-__all__ = ["numpy_view", "plain", "positive_int", "as_coordinates", "all_finite", "mark", "origin", "raw_value", "batch_shape"]
+__all__ = ["numpy_view", "plain", "contiguous", "positive_int", "as_coordinates", "all_finite", "mark", "origin", "raw_value", "batch_shape"]
 
 
 def raw_value(x: Any) -> Any:
@@ -59,6 +60,18 @@ def numpy_view(x: Any) -> np.ndarray:
         return x.detach().cpu().numpy()
     x = raw_value(x)
     return x if isinstance(x, np.ndarray) else np.asarray(x, dtype=float)
+
+
+def contiguous(x: Any) -> Any:
+    """A strided numpy batch (e.g. the slice ``p[:, :-1]``) as one C-contiguous copy, anything else as is.
+
+    Every reduction and ufunc over a strided array runs several times slower than over a
+    contiguous one, so one copy at the boundary pays for itself in the checks and the formula
+    that follow; the caller's array is never modified.
+    """
+    if type(x) is np.ndarray and x.ndim > 1 and not x.flags.c_contiguous:
+        return np.ascontiguousarray(x)
+    return x
 
 
 def _dtype_kind(x: Any) -> str:
@@ -92,6 +105,10 @@ def as_coordinates(x: Any, dim: Optional[int], what: str = "point", owner: str =
     The same array when it already was a float array of either backend (never
     copied), else a float64 copy.
     """
+    if type(x) is np.ndarray and x.dtype.kind == "f" and dim is not None and x.shape[-1:] == (dim,):
+        # the common case (a float numpy batch of the right shape): one reduction, no dispatch
+        if _finite_numpy(x):
+            return x
     where = f" of {owner}" if owner else ""
     if _dispatch.is_torch(x) or hasattr(x, "_value"):
         kind = _dtype_kind(x)
@@ -138,17 +155,27 @@ def all_finite(x: Any) -> bool:
     a = raw_value(x)
     if not isinstance(a, np.ndarray):
         a = np.asarray(a, dtype=float)
-    # one sum propagates any NaN or inf; an overflow of finite entries to inf is
-    # rare and rechecked entrywise (np.errstate would cost more than the sum here)
-    if np.isfinite(a.sum()):
+    return _finite_numpy(a)
+
+
+def _finite_numpy(a: np.ndarray) -> bool:
+    """Whether every entry of the numpy array ``a`` is finite.
+
+    One sum propagates any NaN or inf; an overflow of finite entries to inf is rare and
+    rechecked entrywise.  (Not a BLAS dot product: on long arrays it may start threads,
+    whose wake-up costs milliseconds on a loaded machine.)
+    """
+    if a.dtype.kind == "f" and math.isfinite(np.add.reduce(a, axis=None)):
         return True
     return bool(np.isfinite(a).all())
 
 
 def same_backend(*arrays: Any) -> tuple:
     """The arrays, numpy ones turned into tensors (dtype and device of the first tensor) when any is a tensor."""
-    ref = next((a for a in arrays if _dispatch.is_torch(a)), None)
-    if ref is None:
+    for ref in arrays:
+        if _dispatch.is_torch(ref):
+            break
+    else:
         return arrays
     import torch
     return tuple(a if _dispatch.is_torch(a) else torch.as_tensor(np.asarray(raw_value(a), dtype=float),

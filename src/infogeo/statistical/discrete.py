@@ -36,7 +36,9 @@ SIMPLEX_TOL = 1e-9
 
 def _rowsum(x):
     """Sum over the last axis as a product with ones (a BLAS call: much faster than a reduction
-    along a short last axis)."""
+    along a short last axis); a last axis of length 1 is read directly (a matmul over it is slow)."""
+    if x.shape[-1] == 1:
+        return x[..., 0]
     return B.matmul(x, B.ones(x.shape[-1], like=x))
 
 
@@ -134,7 +136,7 @@ class Categorical(FiniteFamily):
 
     def _check_probs(self, p) -> None:
         q = _points.numpy_view(p)
-        last = 1.0 - q @ np.ones(q.shape[-1])
+        last = 1.0 - _rowsum(q)
         if q.min() <= 0 or last.min() <= 0:
             bad = np.argmin(np.minimum(q.min(-1), last)) if q.ndim > 1 else None
             row = q if bad is None else q.reshape(-1, q.shape[-1])[bad]
