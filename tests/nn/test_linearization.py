@@ -63,17 +63,57 @@ def test_network_linearization_matches_jacrev(small_mlp):
     assert rel(flat(lin.vjp(u), space.names), Jm.T @ u.reshape(-1)) < EXACT
 
 
-def test_linearization_leaves_batchnorm_buffers_alone():
+def test_forward_mode_products_match_jacrev(small_mlp):
+    model, X = small_mlp
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    x = {n: t * 0.9 for n, t in space.point.items()}
+    J = jacrev(space.function)(x)
+    z = space.function(x)
+    Jm = torch.cat([J[n].reshape(z.numel(), -1) for n in space.names], dim=1)
+    vs = [rand_like(space, seed) for seed in (1, 2, 3)]
+    u = torch.randn(z.shape, dtype=z.dtype, generator=torch.Generator().manual_seed(4))
+    for mode in ("forward", "reverse"):
+        lin = space.linearize(x, mode=mode)
+        assert lin.forward_mode == (mode == "forward")
+        Jv = lin.jvp_many(vs)                                  # forward: the outputs come with the products
+        assert Jv.shape == (3,) + tuple(z.shape)
+        for k, v in enumerate(vs):
+            assert rel(Jv[k].reshape(-1), Jm @ flat(v, space.names)) < EXACT
+        assert rel(lin.outputs, z) < 1e-15
+        assert rel(flat(lin.vjp(u), space.names), Jm.T @ u.reshape(-1)) < EXACT   # forward: graph recorded now
+    fresh = space.linearize(x, mode="forward")
+    assert rel(fresh.outputs, z) < 1e-15                       # outputs before any product
+    assert rel(flat(fresh.vjp(u), space.names), Jm.T @ u.reshape(-1)) < EXACT
+    assert fresh.jvp_many([]).shape == (0,) + tuple(z.shape)
+    with pytest.raises(ValueError, match="mode"):
+        space.linearize(x, mode="backward")
+
+
+def test_numpy_map_jvp_many_stacks_the_products():
+    x = np.array([0.3, -1.2])
+    J = np.array([[-1.0, 0.0], [-20 * x[0], 10.0], [x[1], x[0]]])
+    vs = [np.array([0.7, -0.4]), np.array([1.0, 2.0])]
+    for mode in ("reverse", "forward"):  # numpy maps take the double vjp in either mode
+        out = Linearization(rosen_map, x, mode=mode).jvp_many(vs)
+        assert out.shape == (2, 3) and np.allclose(out, np.stack([J @ v for v in vs]), rtol=1e-14)
+
+
+@pytest.mark.parametrize("mode", ["reverse", "forward"])
+def test_linearization_leaves_batchnorm_buffers_alone(mode):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Tanh(),
                                 torch.nn.Linear(4, 2)).double().train()
     X = torch.randn(8, 3, dtype=torch.float64)
     before = {k: b.clone() for k, b in model.state_dict().items()}
     space = ig.nn.ParameterSpace(model, "euclidean", data=X)
-    lin = space.linearize()
-    lin.jvp(rand_like(space))
+    lin = space.linearize(mode=mode)
+    v = rand_like(space)
+    Jv = lin.jvp(v)
     lin.vjp(torch.ones(8, 2, dtype=torch.float64))
     space.metric.mv(rand_like(space))
+    J = jacrev(space.function)(dict(space.point))     # the batch statistics' dependence on the parameters included
+    Jm = torch.cat([J[n].reshape(16, -1) for n in space.names], dim=1)
+    assert rel(Jv.reshape(-1), Jm @ flat(v, space.names)) < EXACT
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)   # num_batches_tracked included
 
@@ -147,6 +187,11 @@ def test_products_fall_back_to_forward_mode_without_double_backward():
     # Function; the graph holds a custom Function, so J v is taken by forward mode
     assert space.linearize().forward_mode
     assert rel(flat(space.metric.mv(v), space.names), G @ flat(v, space.names)) < EXACT
+    # forward mode asked for: the Function's jvp rule, the reference's Gauss-Newton quadratic form
+    Jv = space.linearize(mode="forward").jvp_many([v, v])
+    Gz = categorical_Gz(space.outputs)
+    quad = torch.einsum("ni,nij,nj->", Jv[0], Gz, Jv[1]) / len(X)
+    assert rel(quad, flat(v, space.names) @ G @ flat(v, space.names)) < EXACT
     # and for plain modules the double-backward path is the one taken
     plain = ig.nn.ParameterSpace(torch.nn.Sequential(model.a, torch.nn.Tanh(), model.b), "categorical", data=X)
     assert not plain.linearize().forward_mode

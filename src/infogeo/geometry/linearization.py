@@ -17,6 +17,8 @@ pass; :math:`J v` is the reverse pass of the (linear) map :math:`u \mapsto J^T u
 with cotangent :math:`v` — the "double vjp" identity
 :math:`\big(\partial_u (J^T u)\big)^T v = J v` — so repeated products at one point
 (the iterations of a conjugate-gradient solve) need no further forward pass.
+For a few products and no :math:`J^Tu` at a point, ``mode="forward"`` takes each
+:math:`Jv` by one forward-mode pass instead, recording no graph (cheaper there).
 
 The map may be
 
@@ -24,8 +26,8 @@ The map may be
   (differentiated by autograd), or
 * a torch function of a tensor or of a ``{name: tensor}`` dict, e.g. a network
   evaluated by :func:`torch.func.functional_call`.  Maps through a custom
-  ``torch.autograd.Function`` or an operation without double backward use
-  ``torch.func.jvp`` (forward mode) for :math:`Jv` instead.
+  ``torch.autograd.Function`` or an operation without double backward take
+  :math:`Jv` by forward mode (``torch.autograd.forward_ad``) instead.
 
 Examples
 --------
@@ -92,53 +94,106 @@ def composite_attention() -> contextlib.AbstractContextManager:
 
 
 class _TorchLinearization:
-    """The torch implementation, on ``{name: tensor}`` points."""
+    r"""The torch implementation, on ``{name: tensor}`` points.
 
-    def __init__(self, fn: Callable[[Dict[str, Any]], Any], x: Dict[str, Any]):
-        import torch
+    ``forward=False`` records the graph in the constructor (and the transpose map
+    :math:`u \mapsto J^Tu` for the double vjp); ``forward=True`` records nothing until a
+    :meth:`vjp` asks for the graph and takes :math:`Jv` by forward mode.
+    """
+
+    def __init__(self, fn: Callable[[Dict[str, Any]], Any], x: Dict[str, Any], forward: bool = False):
         self.fn = fn
-        self.leaves = {n: t.detach().requires_grad_(True) for n, t in x.items()}
+        self.point = {n: t.detach() for n, t in x.items()}
+        self.forward = forward
+        self.leaves: Optional[Dict[str, Any]] = None
+        self._z = None
         self.transpose = None  # (u0, names, J^T u0 as a function of u0)
+        if not forward:
+            self._record(transpose=True)
+
+    def _checked(self, z):
+        import torch
+        if not isinstance(z, torch.Tensor):
+            raise TypeError(f"the map must return a tensor, got {type(z).__name__}")
+        return z
+
+    def _record(self, transpose: bool) -> None:
+        r"""One forward pass with graph; with ``transpose``, also the graph of :math:`u \mapsto J^Tu`."""
+        import torch
+        self.leaves = {n: t.detach().requires_grad_(True) for n, t in self.point.items()}
         with torch.enable_grad(), composite_attention():
-            self.z = fn(self.leaves)
-            if not isinstance(self.z, torch.Tensor):
-                raise TypeError(f"the map must return a tensor, got {type(self.z).__name__}")
-            if self.z.grad_fn is None or _has_custom_function(self.z):
+            self._z = self._checked(self.fn(self.leaves))
+            if not transpose:
+                return
+            if self._z.grad_fn is None or _has_custom_function(self._z):
                 # a custom autograd.Function may lack a true double backward, and a
                 # once_differentiable one can drop its path silently: forward mode
                 # (its jvp rule) is the safe way through it
+                self.forward = True
                 return
             try:
-                u0 = torch.zeros_like(self.z, requires_grad=True)
-                g = torch.autograd.grad(self.z, list(self.leaves.values()), u0, create_graph=True,
+                u0 = torch.zeros_like(self._z, requires_grad=True)
+                g = torch.autograd.grad(self._z, list(self.leaves.values()), u0, create_graph=True,
                                         allow_unused=True)
                 used = [(n, gi) for n, gi in zip(self.leaves, g) if gi is not None and gi.requires_grad]
                 if used:  # outputs independent of every parameter: forward mode gives the zeros
                     self.transpose = (u0, [n for n, _ in used], [gi for _, gi in used])
+                else:
+                    self.forward = True
             except RuntimeError as err:  # an operation without double backward
-                logger.debug("Jacobian products by torch.func.jvp: %s", err)
+                logger.debug("Jacobian products by forward mode: %s", err)
+                self.forward = True
 
-    def jvp(self, v):
+    @property
+    def z(self):
+        if self._z is None:  # forward mode before any product: the outputs alone
+            import torch
+            with torch.no_grad(), composite_attention():
+                self._z = self._checked(self.fn(self.point))
+        return self._z
+
+    def jvp_many(self, vs: Sequence[Dict[str, Any]]):
+        r""":math:`[Jv_1, \dots, Jv_m]` stacked along a new first axis."""
         import torch
-        with torch.enable_grad():
-            if self.transpose is not None:
-                u0, names, g = self.transpose
-                try:
-                    return torch.autograd.grad(g, u0, [v[n].to(self.leaves[n]) for n in names],
-                                               retain_graph=True)[0]
-                except RuntimeError as err:  # a double backward that is not implemented, raised only when run
-                    logger.debug("Jacobian products by torch.func.jvp: %s", err)
-                    self.transpose = None
-            prim = {n: t.detach() for n, t in self.leaves.items()}
-            with composite_attention():
-                return torch.func.jvp(self.fn, (prim,), ({n: v[n].to(prim[n]) for n in prim},))[1]
+        if not self.forward:
+            u0, names, g = self.transpose
+            try:
+                with torch.enable_grad():
+                    return torch.stack([torch.autograd.grad(g, u0, [v[n].to(self.leaves[n]) for n in names],
+                                                            retain_graph=True)[0] for v in vs])
+            except RuntimeError as err:  # a double backward that is not implemented, raised only when run
+                logger.debug("Jacobian products by forward mode: %s", err)
+                self.forward, self.transpose = True, None
+        return self._forward_products(vs)
+
+    def _forward_products(self, vs: Sequence[Dict[str, Any]]):
+        r"""Forward mode: one dual pass per direction, each giving :math:`z` and :math:`Jv`, no graph kept.
+
+        A pass costs about one forward pass; for the few products of one point this beats
+        recording a graph and its transpose (measured on an MLP: 1 product 1.1 ms vs 1.9 ms,
+        2 products 2.0 ms vs 2.5 ms).
+        """
+        import torch
+        import torch.autograd.forward_ad as fwAD
+        out = []
+        with torch.no_grad(), composite_attention(), fwAD.dual_level():
+            for v in vs:
+                dual = {n: fwAD.make_dual(p, v[n].to(p)) for n, p in self.point.items()}
+                z, t = fwAD.unpack_dual(self._checked(self.fn(dual)))
+                if self._z is None:
+                    self._z = z
+                out.append(torch.zeros_like(z) if t is None else t)
+        return torch.stack(out) if out else torch.zeros((0,) + tuple(self.z.shape), dtype=self.z.dtype,
+                                                         device=self.z.device)
 
     def vjp(self, u):
         import torch
-        if self.z.grad_fn is None:
+        if self.leaves is None:  # forward mode: the graph is recorded on the first vjp
+            self._record(transpose=False)
+        if self._z.grad_fn is None:
             return {n: torch.zeros_like(t) for n, t in self.leaves.items()}
         with torch.enable_grad():
-            g = torch.autograd.grad(self.z, list(self.leaves.values()), u.to(self.z), retain_graph=True,
+            g = torch.autograd.grad(self._z, list(self.leaves.values()), u.to(self._z), retain_graph=True,
                                     allow_unused=True)
         return {n: (gi if gi is not None else torch.zeros_like(self.leaves[n])) for n, gi in zip(self.leaves, g)}
 
@@ -155,6 +210,9 @@ class _AutogradLinearization:
             _, self._push = B.vjp(self._pull, B.zeros(np.shape(self.z), like=self.z))
         return self._push(v)
 
+    def jvp_many(self, vs):
+        return B.stack([self.jvp(v) for v in vs]) if len(vs) else B.zeros((0,) + tuple(np.shape(self.z)), like=self.z)
+
     def vjp(self, u):
         return self._pull(u)
 
@@ -170,6 +228,16 @@ class Linearization:
         parameters); it returns an array/tensor :math:`z`.
     x : array, tensor or dict of tensors
         The point.  It is never modified.
+    mode : {"reverse", "forward"}
+        How a torch map's :math:`Jv` is taken.  ``"reverse"`` (default) records the
+        forward graph and the graph of :math:`u \mapsto J^Tu` once, in the constructor;
+        every product is then a reverse pass on them — the route for many products at
+        one point (a conjugate-gradient solve).  ``"forward"`` records nothing: each
+        :math:`Jv` is one forward-mode pass (dual numbers) that also yields the outputs —
+        the route for a few products and no :math:`J^Tu` (the optimizer's quadratic
+        model); a :meth:`vjp` records the graph on first use.  Maps through a custom
+        ``torch.autograd.Function`` or an operation without double backward take the
+        forward route in either mode.  numpy maps always use the double vjp.
 
     Attributes
     ----------
@@ -178,21 +246,23 @@ class Linearization:
 
     Notes
     -----
-    The forward pass runs once, in the constructor; :meth:`jvp` and :meth:`vjp`
-    reuse its graph (see the module docstring), so keep the object while you
-    take several products at one point and drop it to release the activations.
+    In ``"reverse"`` mode the forward pass runs once, in the constructor; :meth:`jvp`
+    and :meth:`vjp` reuse its graph (see the module docstring), so keep the object
+    while you take several products at one point and drop it to release the activations.
     For a network, :meth:`infogeo.nn.space.ParameterSpace.linearize` builds it with
     the copies of the BatchNorm running statistics that keep the model untouched.
     """
 
-    def __init__(self, fn: Callable[[Any], Any], x: Any):
-        self.fn, self.x = fn, x
+    def __init__(self, fn: Callable[[Any], Any], x: Any, mode: str = "reverse"):
+        if mode not in ("reverse", "forward"):
+            raise ValueError(f"mode must be 'reverse' or 'forward', got {mode!r}")
+        self.fn, self.x, self.mode = fn, x, mode
         self._wrapped = False
         if _dispatch.namespace_of(x) == "torch":
             if not isinstance(x, dict):  # a single tensor: one leaf
                 self._wrapped = True
                 x, fn = {"x": x}, (lambda d, f=fn: f(d["x"]))
-            self._impl = _TorchLinearization(fn, x)
+            self._impl = _TorchLinearization(fn, x, forward=mode == "forward")
         else:
             self._impl = _AutogradLinearization(fn, x)
 
@@ -205,13 +275,17 @@ class Linearization:
     @property
     def forward_mode(self) -> bool:
         """Whether :math:`Jv` is taken by forward mode (``torch.func.jvp``) instead of the double vjp."""
-        return isinstance(self._impl, _TorchLinearization) and self._impl.transpose is None
+        return isinstance(self._impl, _TorchLinearization) and self._impl.forward
 
     def jvp(self, v: Any) -> Any:
         r""":math:`J v`, shaped like the outputs; ``v`` is shaped like the point (array or dict)."""
+        return self.jvp_many([v])[0]
+
+    def jvp_many(self, vs: Sequence[Any]) -> Any:
+        r""":math:`[Jv_1, \dots, Jv_m]`, stacked along a new first axis (shape ``(m, *outputs.shape)``)."""
         if self._wrapped:
-            v = {"x": v}
-        return self._impl.jvp(v)
+            vs = [{"x": v} for v in vs]
+        return self._impl.jvp_many(list(vs))
 
     def vjp(self, u: Any) -> Any:
         r""":math:`J^T u`, shaped like the point; ``u`` is shaped like the outputs."""

@@ -296,14 +296,16 @@ class ParameterSpace(Manifold):
                             + ("; convert it with metric.sharp(covector)" if isinstance(v, Covector) else ""))
         self.layout.check(v.components, "tangent vector components")
 
-    def linearize(self, x: Optional[Params] = None) -> Linearization:
+    def linearize(self, x: Optional[Params] = None, mode: str = "reverse") -> Linearization:
         r"""The network linearised at ``x`` (default: the current point): outputs, :math:`Jv`, :math:`J^Tu`.
 
-        One forward pass (with copies of the BatchNorm running statistics, so the model is
-        untouched); every product reuses it.  See :class:`~infogeo.geometry.linearization.Linearization`.
+        Every evaluation uses copies of the BatchNorm running statistics, so the model is
+        untouched.  ``mode="reverse"``: one recorded forward pass that every product reuses
+        (many products); ``mode="forward"``: one forward-mode pass per :math:`Jv` (a few
+        products, no :math:`J^Tu`).  See :class:`~infogeo.geometry.linearization.Linearization`.
         """
         x = self.point if x is None else x
-        return Linearization(self.function, {n: x[n] for n in self.names})
+        return Linearization(self.function, {n: x[n] for n in self.names}, mode=mode)
 
     def _no_geodesics(self, *args: Any, **kwargs: Any):
         raise NotImplementedError("geodesics of a network's pullback metric are not available; move with "

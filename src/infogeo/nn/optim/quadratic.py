@@ -6,7 +6,7 @@ with the *exact* pullback metric :math:`G` of the batch, restricted to
 :math:`\delta = c_1 d_1 + c_2 d_2`: since :math:`u^TGv = (Ju)^T G_z (Jv)/N`, the
 :math:`2\times2` matrix :math:`H_{ij} = (Jd_i)^TG_z(Jd_j)/N + \lambda d_i^Td_j` needs one
 Jacobian-vector product per direction (on one
-:class:`~infogeo.geometry.linearization.Linearization` of the batch), and the minimiser solves :math:`Hc = -b`,
+:class:`~infogeo.geometry.linearization.Linearization` of the batch, in forward mode), and the minimiser solves :math:`Hc = -b`,
 :math:`b_i = g^Td_i`.
 """
 from __future__ import annotations
@@ -32,9 +32,10 @@ def fit(space: ParameterSpace, grads: Params, dirs: List[Params], damping: float
     """
     names = list(grads)
     flat = lambda d: torch.cat([d[n].reshape(-1) for n in names])  # noqa: E731
-    lin = space.linearize()      # one forward pass; the model's buffers untouched
-    with torch.enable_grad():
-        Jd = torch.stack([lin.jvp(d).detach() for d in dirs])   # (m, N, ..., k)
+    # a few products and no J^T u: one forward-mode pass per direction (z comes with them);
+    # the model's buffers untouched
+    lin = space.linearize(mode="forward")
+    Jd = lin.jvp_many(dirs).detach()                       # (m, N, ..., k)
     z = lin.outputs.detach()
     del lin
     GJd = space.output_metric.mv(z.unsqueeze(0), Jd)
