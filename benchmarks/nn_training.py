@@ -22,15 +22,14 @@ median wall-time ratio >= 3, classifier test accuracy >= 97 %.
 
     python benchmarks/nn_training.py [--quick] [--out DIR] [--seeds 0 1 2]
 
-Measured on the shared 2-core development CPU (one thread, default run, 901 s in all, under load from
-other jobs that varied by an order of magnitude during the run, so the wall times are rough):
-targets 15.72 / 15.74 / 15.71 reached by K-FAC in 400 / 395 / 390 iterations (33.1 / 6.4 / 3.2 s);
-the best Adam rate (2e-2 / 1e-2 / 5e-3) needs 3665 / 4900 / 4970 iterations (69.1 / 11.3 / 22.4 s):
-iteration ratios 9.16 / 12.41 / 12.74 (median 12.41, PASS), wall-time ratios 2.09 / 1.75 / 6.93
-(median 2.09, FAIL against 3); SGD with momentum does not reach the targets in 6000 iterations;
-classifier test accuracy 98.33 %.  Per step the recipe costs about 7x an Adam step: the quadratic
-model's linearisation (a forward pass with graph, a double backward and two Jacobian-vector products)
-is half of it.
+Measured on the shared 2-core development CPU (one thread, default run, 325 s in all, other jobs
+running beside it, so the wall times are rough): K-FAC reaches the targets in 395 / 395 / 390
+iterations (2.60 / 3.36 / 3.39 s); the best Adam rate (2e-2 / 1e-2 / 5e-3) needs 3665 / 4900 / 4970
+iterations (7.95 / 11.01 / 12.44 s): iteration ratios 9.28 / 12.41 / 12.74 (median 12.41, PASS),
+wall-time ratios 3.06 / 3.28 / 3.67 (median 3.28, PASS); SGD with momentum does not reach the
+targets in 6000 iterations; classifier test accuracy 98.33 % (PASS).  A K-FAC step costs about 3x
+an Adam step; the quadratic model's two Jacobian-vector products (forward mode) take about 2.3 ms
+of its 6.6-8.7 ms.
 """
 from __future__ import annotations
 
