@@ -67,6 +67,7 @@ def test_log_of_a_vectorising_metric_does_not_shoot(monkeypatch):
     assert float(np.sqrt(v @ metric.matrix(x) @ v)) == pytest.approx(half_plane_dist(x, y), abs=1e-11)
 
 
+@pytest.mark.filterwarnings("ignore:Output seems independent of input")   # autograd, on the constant metric
 def test_metrics_that_do_not_vectorise_are_refused():
     x = np.array([0.3, 0.8])
     mixing = ig.MatrixMetric(lambda z: (1 + B.sum(z ** 2)) * B.eye(2, like=z), dim=2)   # sums across columns
