@@ -17,7 +17,11 @@ Closed forms are an optimisation; everything here needs only
   :math:`vv^T` -- a single reverse pass, no Jacobian of the metric and no
   nested differentiation.  Integration is adaptive 8th-order Runge–Kutta
   (DOP853).  Several geodesics are integrated as one system (batched ``exp``).
-* ``log`` solves :math:`\exp_x(v) = y` by a quasi-Newton method.  The Jacobian
+* ``log`` first tries Chebyshev collocation of the boundary problem with the
+  metric evaluated at all nodes in one call (:mod:`infogeo.geometry.geodesics_bvp`;
+  metric functions that vectorise over an array whose rows are the coordinates).
+  Otherwise, or when the collocation fails, it solves
+  :math:`\exp_x(v) = y` by a quasi-Newton method.  The Jacobian
   :math:`\partial\exp_x(v)/\partial v` comes from internal numerical
   differentiation: the geodesic and :math:`d` perturbed copies are integrated
   together with the same steps, so their differences are derivatives of the
@@ -35,13 +39,17 @@ or set ``metric.budget``.  When it runs out a
 """
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Optional
 
 import numpy as np
 from scipy.integrate import solve_ivp
 
 from .. import backend as B
+from . import geodesics_bvp
 from ..budget import Budget, BudgetExceededError, as_budget
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["GeodesicError", "BudgetExceededError", "christoffel", "acceleration", "exp", "log", "geodesic",
            "DEFAULT_BUDGET"]
@@ -296,8 +304,15 @@ def log(metric, x, y, tol: float = 1e-11, v0=None, budget: Optional[Budget] = No
     x_np, y_np = np.asarray(B.to_numpy(x), dtype=float), np.asarray(B.to_numpy(y), dtype=float)
     budget, flow = _start(metric, x, budget, "geodesic log (Newton shooting)",
                           _scale(("x", x_np), ("y", y_np), ("y - x", y_np - x_np)))
-    shooter = _Shooter(flow, x_np, y_np, budget)
     v = _midpoint_guess(flow, x_np, y_np) if v0 is None else np.asarray(B.to_numpy(v0), dtype=float)
+    gfun = geodesics_bvp.batched_matrix(metric, x)
+    if gfun is not None:
+        try:
+            with np.errstate(all="ignore"):
+                return B.array(geodesics_bvp.log(gfun, x_np, y_np, tol, budget, flow.budget, guess=v), like=x)
+        except (FloatingPointError, np.linalg.LinAlgError, ValueError, ZeroDivisionError) as exc:
+            logger.debug("collocation log failed (%s); shooting instead", exc)
+    shooter = _Shooter(flow, x_np, y_np, budget)
     try:
         return B.array(shooter.newton(v, y_np, tol), like=x)
     except _Stall:

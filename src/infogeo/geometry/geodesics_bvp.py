@@ -1,0 +1,225 @@
+r"""``log`` as a boundary-value problem, by Chebyshev collocation with the metric evaluated in batches.
+
+The geodesic :math:`\gamma` from ``x`` to ``y`` solves
+:math:`\ddot\gamma^k = -\Gamma^k_{ij}(\gamma)\dot\gamma^i\dot\gamma^j`,
+:math:`\gamma(0) = x`, :math:`\gamma(1) = y`.  It is sought as the polynomial
+interpolating its values at the Chebyshev–Lobatto nodes
+:math:`t_n = (1 - \cos(\pi n/N))/2`; derivatives are the Chebyshev
+differentiation matrix applied to the nodal values, so the equation holds at
+every interior node (spectral collocation; Trefethen, *Spectral Methods in
+MATLAB*, 2000, Ch. 6 and 13).  A smooth geodesic is an analytic curve and the
+error falls geometrically in :math:`N`; :math:`N` doubles until the
+interpolant's trailing Chebyshev coefficients are below the tolerance.
+
+What makes this cheap is that the metric is needed at all nodes *at once*:
+one reverse pass of :math:`x \mapsto G(x)` over a batch that repeats the nodes
+once per entry :math:`(l, j)` of the cotangent gives every derivative
+:math:`\partial_i G_{lj}` at every node, hence all Christoffel symbols; the
+same pass also carries the nodes moved by a small step in each coordinate,
+whose differences give :math:`\partial\Gamma/\partial x` for Newton's Jacobian
+(:math:`\partial\Gamma/\partial\dot\gamma` is exact).  The metric function is
+called on a ``(d, m)`` array of m points (each coordinate a row); the batched
+values are checked against single-point calls before they are used, and
+metrics that do not vectorise this way are left to the shooting solver of :mod:`infogeo.geometry.geodesics`.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import numpy as np
+import scipy.linalg as sl
+
+from .. import backend as B
+from ..budget import Budget
+
+__all__ = ["batched_matrix", "log"]
+
+#: collocation degrees tried in turn (each solve starts from the previous one's interpolant)
+DEGREES = (16, 32, 64, 128)
+#: relative step of the finite differences of the Christoffel symbols in Newton's Jacobian
+FD_STEP = 1e-7
+
+
+def _cheb(N: int):
+    """Nodes ``t`` in [0, 1] (increasing) and the first-derivative matrix ``D`` in ``t``."""
+    j = np.arange(N + 1)
+    xi = np.cos(np.pi * j / N)
+    c = np.where((j == 0) | (j == N), 2.0, 1.0) * (-1.0) ** j
+    dX = xi[:, None] - xi[None, :]
+    D = np.outer(c, 1.0 / c) / (dX + np.eye(N + 1))
+    D -= np.diag(D.sum(axis=1))
+    return (1.0 - xi) / 2.0, -2.0 * D   # t = (1 - xi)/2, so d/dt = -2 d/dxi
+
+
+def _cheb_coefficients(values: np.ndarray) -> np.ndarray:
+    """Chebyshev coefficients of the interpolant of ``values`` (shape ``(N + 1, d)``) at the Lobatto nodes."""
+    N = len(values) - 1
+    ext = np.concatenate([values, values[-2:0:-1]], axis=0)
+    c = np.real(np.fft.fft(ext, axis=0))[:N + 1] / N
+    c[0] /= 2
+    c[N] /= 2
+    return c
+
+
+def _cheb_eval(coef: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """The Chebyshev series ``coef`` (shape ``(N + 1, d)``) at times ``t`` in [0, 1]."""
+    xi = 1.0 - 2.0 * t
+    return np.polynomial.chebyshev.chebval(xi, coef).T
+
+
+def batched_matrix(metric, like) -> Optional[Callable[[np.ndarray], np.ndarray]]:
+    """A function ``XT (d, m) -> G (d, d, m)`` evaluating the metric at m points in one call, or ``None``.
+
+    ``metric.matrix`` is called on an array whose rows are the coordinates, so a
+    function written for one point with ``x[0], x[1], ...`` and elementwise
+    operations evaluates every column at once; the form is accepted only if it
+    reproduces single-point calls at distinct test points.  (Metrics that batch
+    over a leading axis by looping gain nothing here: every node costs a call.)
+    """
+    if B.is_torch(like):
+        return None
+    d = int(np.asarray(like).shape[-1])
+    rng = np.random.default_rng(0)
+    probe = np.asarray(like, dtype=float)[:, None] * (1.0 + 1e-3 * rng.standard_normal((d, 3)))
+    try:
+        single = np.stack([np.asarray(metric.matrix(probe[:, k]), dtype=float) for k in range(3)], axis=-1)
+    except Exception:  # noqa: BLE001  (the shooting solver reports the metric's own error)
+        return None
+    form = metric.matrix
+    try:
+        with np.errstate(all="ignore"):
+            out = np.asarray(B.to_numpy(form(probe)), dtype=float)
+    except Exception:  # noqa: BLE001  (a metric written for one point that does not vectorise)
+        return None
+    if out.shape == single.shape and np.allclose(out, single, rtol=1e-12, atol=0.0):
+        return form
+    return None
+
+
+class _Christoffel:
+    """Christoffel symbols at batches of nodes from one reverse pass of the batched metric."""
+
+    def __init__(self, gfun: Callable, d: int, budget: Budget):
+        self.gfun, self.d, self.budget = gfun, d, budget
+        # cotangent picking entry (l, j) of G in copy number l*d + j of the nodes
+        self.basis = np.eye(d * d).reshape(d * d, d, d)
+
+    def __call__(self, X: np.ndarray) -> tuple:
+        """``Gamma`` (shape ``(m, d, d, d)``, ``Gamma[n, k, i, j]``) at the nodes ``X`` (shape ``(m, d)``)."""
+        self.budget.tick()
+        d, m = self.d, len(X)
+        rep = np.tile(X.T, (1, d * d))                               # (d, d*d*m): copy c holds all nodes
+        G, pull = B.vjp(self.gfun, rep)
+        G = np.moveaxis(np.asarray(G, dtype=float)[:, :, :m], -1, 0)  # (m, d, d)
+        cot = np.repeat(self.basis.transpose(1, 2, 0), m, axis=2)     # (d, d, d*d*m)
+        dG = np.asarray(pull(cot), dtype=float).reshape(d, d, d, m)   # dG[i, l, j, n] = d_i G_lj
+        dG = dG.transpose(3, 1, 2, 0)                                # [n, l, j, i]
+        first = 0.5 * (dG.transpose(0, 1, 3, 2) + dG - dG.transpose(0, 3, 1, 2))   # [n, l, i, j]
+        with np.errstate(all="ignore"):
+            Gam = np.linalg.solve(G, first.reshape(m, d, d * d)).reshape(m, d, d, d)
+        if not np.all(np.isfinite(Gam)):
+            raise FloatingPointError("the metric is singular or undefined at a collocation node")
+        return Gam
+
+
+def _acceleration(Gam: np.ndarray, V: np.ndarray) -> np.ndarray:
+    r""":math:`-\Gamma^k_{ij} v^i v^j` at every node."""
+    return -np.einsum("nkij,ni,nj->nk", Gam, V, V)
+
+
+def _jacobian(Gam, Gam_moved, h, V, D, D2, d):
+    """Newton's Jacobian of the interior residual ``D2 X - a(X, D X)`` in the interior nodal values."""
+    n_int = len(V)
+    a0 = _acceleration(Gam, V)
+    Ax = np.stack([(_acceleration(Gam_moved[i], V) - a0) / h for i in range(d)], axis=-1)
+    Av = -2.0 * np.einsum("nkij,nj->nki", Gam, V)
+    J = np.kron(D2[1:-1, 1:-1], np.eye(d))
+    for n in range(n_int):
+        J[n * d:(n + 1) * d, n * d:(n + 1) * d] -= Ax[n]
+        J[n * d:(n + 1) * d] -= np.kron(D[1 + n, 1:-1], Av[n])
+    return sl.lu_factor(J)
+
+
+def _newton(christoffel: _Christoffel, X: np.ndarray, N: int, tol: float, budget: Budget) -> np.ndarray:
+    """Collocation of degree ``N`` from the nodal guess ``X`` (ends fixed); returns the converged nodal values.
+
+    Chord Newton with backtracking on the residual: the Jacobian (finite
+    differences in the position, exact in the velocity) is formed at the first
+    iterate and again whenever the residual stops falling fast.
+    """
+    d = X.shape[1]
+    _, D = _cheb(N)
+    D2 = D @ D
+    scale = 1.0 + np.max(np.abs(X))
+    h = FD_STEP * scale
+
+    def residual(X, Gam):
+        R = (D2 @ X)[1:-1] - _acceleration(Gam, (D @ X)[1:-1])
+        err = float(np.max(np.abs(R)))
+        if not np.isfinite(err):
+            raise FloatingPointError("collocation residual is not finite")
+        return R, err
+
+    lu = None
+    for _ in range(60):
+        budget.tick()
+        if lu is None:   # Christoffel symbols at the nodes and at the nodes moved along each axis, one pass
+            inner = X[1:-1]
+            moved = christoffel(np.concatenate([inner] + [inner + h * e for e in np.eye(d)]))
+            moved = moved.reshape(d + 1, N - 1, d, d, d)
+            R, err = residual(X, moved[0])
+            lu, fresh = _jacobian(moved[0], moved[1:], h, (D @ X)[1:-1], D, D2, d), True
+        step = np.zeros_like(X)
+        step[1:-1] = sl.lu_solve(lu, R.ravel()).reshape(N - 1, d)
+        t = 1.0
+        while True:
+            try:
+                cand = X - t * step
+                R_c, err_c = residual(cand, christoffel(cand[1:-1]))
+            except FloatingPointError:
+                err_c = np.inf
+            if err_c < (1.0 - 1e-4 * t) * err or (np.isfinite(err_c) and np.max(np.abs(t * step)) <= tol * scale):
+                break
+            t *= 0.5
+            if t < 1e-3:
+                break
+        if t < 1e-3:
+            if fresh:
+                raise FloatingPointError("collocation Newton stalled")
+            lu = None   # the chord Jacobian went stale
+            continue
+        if np.max(np.abs(t * step)) <= tol * scale:
+            return cand
+        X, R, fresh = cand, R_c, False
+        if t < 1.0 or err_c > 0.25 * err:
+            lu = None   # slow contraction: a fresh Jacobian at the new iterate
+        err = err_c
+    raise FloatingPointError("collocation Newton did not converge")
+
+
+def log(gfun: Callable, x: np.ndarray, y: np.ndarray, tol: float, budget: Budget, eval_budget: Budget,
+        guess: Optional[np.ndarray] = None) -> np.ndarray:
+    """Initial velocity of the geodesic from ``x`` to ``y`` by collocation (see the module notes).
+
+    ``guess`` is an initial velocity used to bend the chord.  Raises
+    ``FloatingPointError`` when the collocation fails (the caller falls back to shooting).
+    """
+    d = len(x)
+    christoffel = _Christoffel(gfun, d, eval_budget)
+    coef = None
+    for N in DEGREES:
+        t, _ = _cheb(N)
+        if coef is None:
+            delta = y - x
+            bend = np.zeros(d) if guess is None else guess - delta
+            X = x + np.outer(t, delta) + np.outer(t * (1 - t), bend)
+        else:
+            X = _cheb_eval(coef, t)
+        X[0], X[-1] = x, y
+        X = _newton(christoffel, X, N, tol, budget)
+        coef = _cheb_coefficients(X)
+        tail = np.max(np.abs(coef[-max(3, N // 8):]))
+        if tail <= tol * (1.0 + np.max(np.abs(coef))):
+            _, D = _cheb(N)
+            return (D @ X)[0]
+    raise FloatingPointError("collocation did not resolve the geodesic at the largest degree")
