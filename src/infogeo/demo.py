@@ -119,7 +119,7 @@ def gaussian_fit_figure(g: Dict[str, Any], kl: Dict[str, np.ndarray], early: int
     a.set_xlabel("iteration")
     a.set_ylabel(r"KL$(p_\mathrm{MLE}\,\|\,p_k)$")
     a.set_title("(a) distance to the maximum-likelihood fit")
-    a.legend(loc="upper right", fontsize="small")
+    a.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize="small", frameon=False)
     a.grid(True, which="both", alpha=0.3)
     data = g["data"]
     b.plot(data[:, 0], data[:, 1], ".", color="0.75", ms=2, zorder=0)
