@@ -23,7 +23,10 @@ def _check(s):
 
 
 def _fisher(a):
-    return B.diag(B.polygamma(1, a)) - B.polygamma(1, B.sum(a)) * B.ones((2, 2), like=a)
+    """The Fisher matrix at points ``a`` of shape ``(..., 2)``: one trigamma call per term for a whole batch."""
+    if len(a.shape) == 1:   # one point (the ODE solvers' calls): B.diag differentiates faster than diag_embed
+        return B.diag(B.polygamma(1, a)) - B.polygamma(1, B.sum(a))
+    return B.diag_embed(B.polygamma(1, a)) - B.polygamma(1, B.sum(a, axis=-1, keepdims=True))[..., None]
 
 
 class Beta(ig.ExponentialFamily):
@@ -39,7 +42,7 @@ class Beta(ig.ExponentialFamily):
             natural_domain_description="alpha > 0 and beta > 0",
             sampler=lambda th, n, rng: rng.beta(*th, size=n),
             standard_chart=Chart("standard", ident, ident, _check, "(alpha, beta), both positive",
-                                 parameters={"alpha": (), "beta": ()}, fisher=_fisher),
+                                 parameters={"alpha": (), "beta": ()}, fisher=_fisher, vectorized=True),
             chart=chart, name="Beta")
 
     def random_point(self, rng=None, scale=1.0):

@@ -18,6 +18,13 @@ def _check(a):
         raise ValueError(f"concentrations must be positive, got {B.to_numpy(a).tolist()}")
 
 
+def _fisher(a):
+    """The Fisher matrix at points ``a`` of shape ``(..., k)``: one trigamma call per term for a whole batch."""
+    if len(a.shape) == 1:   # one point (the ODE solvers' calls): B.diag differentiates faster than diag_embed
+        return B.diag(B.polygamma(1, a)) - B.polygamma(1, B.sum(a))
+    return B.diag_embed(B.polygamma(1, a)) - B.polygamma(1, B.sum(a, axis=-1, keepdims=True))[..., None]
+
+
 class Dirichlet(ig.ExponentialFamily):
     def __init__(self, k=3, chart=None):
         if int(k) != k or k < 2:
@@ -33,8 +40,7 @@ class Dirichlet(ig.ExponentialFamily):
             natural_domain_description="positive concentrations",
             sampler=lambda a, n, rng: rng.dirichlet(a, size=n),
             standard_chart=Chart("standard", ident, ident, _check, f"{k} positive concentrations",
-                                 parameters={"concentration": (k,)},
-                                 fisher=lambda a: B.diag(B.polygamma(1, a)) - B.polygamma(1, B.sum(a)) * B.ones((k, k), like=a)),
+                                 parameters={"concentration": (k,)}, fisher=_fisher, vectorized=True),
             chart=chart, name=f"Dirichlet({k})")
 
     def random_point(self, rng=None, scale=1.0):

@@ -96,3 +96,37 @@ def test_collocation_runs_under_the_budget():
     x, y = np.array([0.3, 1.0]), np.array([1.5, 0.4])
     with pytest.raises(BudgetExceededError, match="iteration budget of 2"):
         geodesics.log(half_plane_metric(), x, y, budget=Budget(max_iter=2, max_time=60))
+
+
+@pytest.mark.parametrize("name, k", [("beta", 2), ("dirichlet", 3), ("dirichlet", 4)])
+def test_vectorised_fisher_batches_match_single_points(name, k):
+    M = ig.load_manifold(name) if name == "beta" else ig.load_manifold(name, k=k)
+    X = np.random.default_rng(1).uniform(0.3, 6.0, size=(4, 3, k))
+    F = M.fisher(X)
+    assert F.shape == (4, 3, k, k)
+    for idx in np.ndindex(4, 3):
+        np.testing.assert_allclose(F[idx], M.fisher(X[idx]), rtol=1e-14)
+    assert M.metric.batches_points
+    gfun = geodesics_bvp.batched_matrix(M.metric, X[0, 0])
+    np.testing.assert_allclose(gfun(X[0].T), np.moveaxis(F[0], 0, -1), rtol=1e-14)
+
+
+@pytest.mark.parametrize("x, y, dist", [((0.74, 2.23), (2.34, 0.70), 2.0539753137),
+                                        ((0.72, 5.00), (3.44, 1.56), 2.6827097463)])
+def test_beta_log_by_collocation_on_native_batches(monkeypatch, x, y, dist):
+    # the second pair's bent first guess leaves alpha > 0: the collocation restarts from the chord
+    x, y = np.array(x), np.array(y)
+    M = ig.load_manifold("beta")
+    with monkeypatch.context() as m:
+        m.setattr(geodesics, "_Shooter", lambda *a, **k: (_ for _ in ()).throw(AssertionError("shooting was used")))
+        v = M.log(x, y)
+        assert M.dist(x, y) == pytest.approx(dist, abs=1e-9)
+    np.testing.assert_allclose(M.exp(x, v), y, atol=1e-9)   # the ODE integrator, independent of the collocation
+
+
+def test_dirichlet_log_by_collocation_inverts_exp(monkeypatch):
+    M = ig.load_manifold("dirichlet", k=3)
+    x, y = np.array([0.6, 2.0, 4.5]), np.array([3.0, 0.8, 1.2])
+    monkeypatch.setattr(geodesics, "_Shooter", lambda *a, **k: (_ for _ in ()).throw(AssertionError("shooting")))
+    v = M.log(x, y)
+    np.testing.assert_allclose(M.exp(x, v), y, atol=1e-9)

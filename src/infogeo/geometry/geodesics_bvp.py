@@ -17,13 +17,16 @@ once per entry :math:`(l, j)` of the cotangent gives every derivative
 :math:`\partial_i G_{lj}` at every node, hence all Christoffel symbols; the
 same pass also carries the nodes moved by a small step in each coordinate,
 whose differences give :math:`\partial\Gamma/\partial x` for Newton's Jacobian
-(:math:`\partial\Gamma/\partial\dot\gamma` is exact).  The metric function is
-called on a ``(d, m)`` array of m points (each coordinate a row); the batched
-values are checked against single-point calls before they are used, and
-metrics that do not vectorise this way are left to the shooting solver of :mod:`infogeo.geometry.geodesics`.
+(:math:`\partial\Gamma/\partial\dot\gamma` is exact).  A metric that
+declares ``batches_points`` (e.g. a Fisher metric whose closed form is
+vectorised over a leading axis) is called on the ``(m, d)`` array of points;
+any other metric function on a ``(d, m)`` array (each coordinate a row).  The
+batched values are checked against single-point calls before they are used, and
+metrics that do not vectorise either way are left to the shooting solver of :mod:`infogeo.geometry.geodesics`.
 """
 from __future__ import annotations
 
+import logging
 from typing import Callable, Optional
 
 import numpy as np
@@ -31,6 +34,8 @@ import scipy.linalg as sl
 
 from .. import backend as B
 from ..budget import Budget
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["batched_matrix", "log"]
 
@@ -70,11 +75,14 @@ def _cheb_eval(coef: np.ndarray, t: np.ndarray) -> np.ndarray:
 def batched_matrix(metric, like) -> Optional[Callable[[np.ndarray], np.ndarray]]:
     """A function ``XT (d, m) -> G (d, d, m)`` evaluating the metric at m points in one call, or ``None``.
 
-    ``metric.matrix`` is called on an array whose rows are the coordinates, so a
-    function written for one point with ``x[0], x[1], ...`` and elementwise
-    operations evaluates every column at once; the form is accepted only if it
-    reproduces single-point calls at distinct test points.  (Metrics that batch
-    over a leading axis by looping gain nothing here: every node costs a call.)
+    A metric that declares ``batches_points`` (a closed form over a leading
+    batch axis) is called on the points as rows, ``(m, d) -> (m, d, d)``.
+    Otherwise ``metric.matrix`` is called on an array whose rows are the
+    coordinates, so a function written for one point with ``x[0], x[1], ...``
+    and elementwise operations evaluates every column at once.  Either form is
+    accepted only if it reproduces single-point calls at distinct test points.
+    (Metrics that batch over a leading axis by looping gain nothing here: every
+    node costs a call.)
     """
     if B.is_torch(like):
         return None
@@ -85,7 +93,11 @@ def batched_matrix(metric, like) -> Optional[Callable[[np.ndarray], np.ndarray]]
         single = np.stack([np.asarray(metric.matrix(probe[:, k]), dtype=float) for k in range(3)], axis=-1)
     except Exception:  # noqa: BLE001  (the shooting solver reports the metric's own error)
         return None
-    form = metric.matrix
+    if getattr(metric, "batches_points", False):
+        def form(XT):
+            return B.transpose(metric.matrix(B.transpose(XT)), (1, 2, 0))
+    else:
+        form = metric.matrix
     try:
         with np.errstate(all="ignore"):
             out = np.asarray(B.to_numpy(form(probe)), dtype=float)
@@ -176,7 +188,7 @@ def _newton(christoffel: _Christoffel, X: np.ndarray, N: int, tol: float, budget
             try:
                 cand = X - t * step
                 R_c, err_c = residual(cand, christoffel(cand[1:-1]))
-            except FloatingPointError:
+            except (FloatingPointError, ValueError):   # the step left the metric's domain: a shorter one
                 err_c = np.inf
             if err_c < (1.0 - 1e-4 * t) * err or (np.isfinite(err_c) and np.max(np.abs(t * step)) <= tol * scale):
                 break
@@ -197,6 +209,24 @@ def _newton(christoffel: _Christoffel, X: np.ndarray, N: int, tol: float, budget
     raise FloatingPointError("collocation Newton did not converge")
 
 
+def _first_solve(christoffel, x, y, guess, t, N, tol, budget):
+    """Collocation at the first degree from the chord bent towards ``guess``, or from the straight chord
+    when the bent curve leaves the metric's domain (the metric raises ``ValueError`` there)."""
+    delta = y - x
+
+    def solve(bend):
+        X = x + np.outer(t, delta) + np.outer(t * (1 - t), bend)
+        X[0], X[-1] = x, y
+        return _newton(christoffel, X, N, tol, budget)
+
+    if guess is not None:
+        try:
+            return solve(guess - delta)
+        except ValueError:
+            logger.debug("the bent initial curve leaves the domain; starting from the chord")
+    return solve(np.zeros_like(delta))
+
+
 def log(gfun: Callable, x: np.ndarray, y: np.ndarray, tol: float, budget: Budget, eval_budget: Budget,
         guess: Optional[np.ndarray] = None) -> np.ndarray:
     """Initial velocity of the geodesic from ``x`` to ``y`` by collocation (see the module notes).
@@ -210,13 +240,11 @@ def log(gfun: Callable, x: np.ndarray, y: np.ndarray, tol: float, budget: Budget
     for N in DEGREES:
         t, _ = _cheb(N)
         if coef is None:
-            delta = y - x
-            bend = np.zeros(d) if guess is None else guess - delta
-            X = x + np.outer(t, delta) + np.outer(t * (1 - t), bend)
+            X = _first_solve(christoffel, x, y, guess, t, N, tol, budget)
         else:
             X = _cheb_eval(coef, t)
-        X[0], X[-1] = x, y
-        X = _newton(christoffel, X, N, tol, budget)
+            X[0], X[-1] = x, y
+            X = _newton(christoffel, X, N, tol, budget)
         coef = _cheb_coefficients(X)
         tail = np.max(np.abs(coef[-max(3, N // 8):]))
         if tail <= tol * (1.0 + np.max(np.abs(coef))):

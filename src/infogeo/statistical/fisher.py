@@ -70,6 +70,12 @@ class FisherMetric(Metric):
     def matrix(self, x):
         return self.family.fisher(x)
 
+    @property
+    def batches_points(self) -> bool:
+        """Whether :meth:`matrix` takes a batch ``(..., dim)`` in one call (a closed form declared vectorised)."""
+        chart = self.family._charts[self.family.chart]
+        return chart.fisher is not None and bool(chart.vectorized)
+
     def _closed(self) -> bool:
         return self.family.geometry_chart is not None
 
