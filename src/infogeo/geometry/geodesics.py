@@ -17,6 +17,8 @@ Closed forms are an optimisation; everything here needs only
   :math:`vv^T` -- a single reverse pass, no Jacobian of the metric and no
   nested differentiation.  Integration is adaptive 8th-order Runge–Kutta
   (DOP853).  Several geodesics are integrated as one system (batched ``exp``).
+  A single ``exp`` of a metric that evaluates in batches is first tried by
+  collocation of the initial-value problem (:mod:`infogeo.geometry.geodesics_bvp`).
 * ``log`` first tries Chebyshev collocation of the boundary problem with the
   metric evaluated at all nodes in one call (:mod:`infogeo.geometry.geodesics_bvp`;
   metric functions that vectorise over an array whose rows are the coordinates).
@@ -60,6 +62,8 @@ ATOL = 1e-12
 LOOSE_RTOL = 1e-6
 #: default budget of one ``log``/``exp``: Newton iterations and wall time
 DEFAULT_BUDGET = Budget(max_iter=200, max_time=60.0)
+#: tolerance of ``exp`` by collocation (Newton steps and trailing Chebyshev coefficients, relative)
+COLLOCATION_TOL = 1e-12
 #: right-hand-side evaluations allowed to one integration
 MAX_EVALS = 100_000
 
@@ -160,7 +164,12 @@ def _scale(*arrays) -> str:
 
 
 def exp(metric, x, v, t: float = 1.0, rtol: float | None = None, budget: Optional[Budget] = None):
-    r""":math:`\exp_x(t v)` by integrating the geodesic equation (result in ``x``'s backend).
+    r""":math:`\exp_x(t v)` by solving the geodesic equation (result in ``x``'s backend).
+
+    A single geodesic of a metric that evaluates in batches is found by
+    Chebyshev collocation of the initial-value problem
+    (:func:`infogeo.geometry.geodesics_bvp.exp`); otherwise, or if that fails,
+    the geodesic equation is integrated.
 
     Batched: ``v`` of shape ``(K, d)`` (and ``x`` of shape ``(d,)`` or ``(K, d)``)
     integrates the K geodesics as one system and returns shape ``(K, d)``.
@@ -168,8 +177,17 @@ def exp(metric, x, v, t: float = 1.0, rtol: float | None = None, budget: Optiona
     xn, vn = np.asarray(B.to_numpy(x), dtype=float), np.asarray(B.to_numpy(v), dtype=float)
     batched = vn.ndim == 2 or xn.ndim == 2
     X, V = np.broadcast_arrays(np.atleast_2d(xn), np.atleast_2d(vn))
-    _, flow = _start(metric, x if xn.ndim == 1 else x[0], budget, "geodesic exp (ODE integration)",
+    b, flow = _start(metric, x if xn.ndim == 1 else x[0], budget, "geodesic exp (ODE integration)",
                      _scale(("x", xn), ("v", vn)))
+    gfun = None if batched else geodesics_bvp.batched_matrix(metric, x)
+    if gfun is not None:
+        try:
+            with np.errstate(all="ignore"):
+                end = geodesics_bvp.exp(gfun, xn, t * vn, max(RTOL if rtol is None else rtol, COLLOCATION_TOL),
+                                        b, flow.budget)
+            return B.array(end, like=x)
+        except (FloatingPointError, np.linalg.LinAlgError, ValueError, ZeroDivisionError) as exc:
+            logger.debug("collocation exp failed (%s); integrating instead", exc)
     P = np.stack([flow.matrix(X[k]) @ V[k] for k in range(len(X))])
     sol = _integrate(flow, X, P, t, RTOL if rtol is None else rtol)
     end = sol.y[:, -1].reshape(-1, 2, X.shape[1])[:, 0]

@@ -1,4 +1,4 @@
-r"""``log`` as a boundary-value problem, by Chebyshev collocation with the metric evaluated in batches.
+r"""``log`` and ``exp`` by Chebyshev collocation of the geodesic equation, the metric evaluated in batches.
 
 The geodesic :math:`\gamma` from ``x`` to ``y`` solves
 :math:`\ddot\gamma^k = -\Gamma^k_{ij}(\gamma)\dot\gamma^i\dot\gamma^j`,
@@ -10,6 +10,9 @@ every interior node (spectral collocation; Trefethen, *Spectral Methods in
 MATLAB*, 2000, Ch. 6 and 13).  A smooth geodesic is an analytic curve and the
 error falls geometrically in :math:`N`; :math:`N` doubles until the
 interpolant's trailing Chebyshev coefficients are below the tolerance.
+``exp`` solves the initial-value problem the same way: :math:`\gamma(0) = x`
+and :math:`\dot\gamma(0) = v` fixed, the end node free, starting from the
+straight line :math:`x + tv`.
 
 What makes this cheap is that the metric is needed at all nodes *at once*:
 one reverse pass of :math:`x \mapsto G(x)` over a batch that repeats the nodes
@@ -37,7 +40,7 @@ from ..budget import Budget
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["batched_matrix", "log"]
+__all__ = ["batched_matrix", "exp", "log"]
 
 #: collocation degrees tried in turn (each solve starts from the previous one's interpolant)
 DEGREES = (16, 32, 64, 128)
@@ -139,21 +142,30 @@ def _acceleration(Gam: np.ndarray, V: np.ndarray) -> np.ndarray:
     return -np.einsum("nkij,ni,nj->nk", Gam, V, V)
 
 
-def _jacobian(Gam, Gam_moved, h, V, D, D2, d):
-    """Newton's Jacobian of the interior residual ``D2 X - a(X, D X)`` in the interior nodal values."""
+def _jacobian(Gam, Gam_moved, h, V, D, D2, d, initial):
+    """Newton's Jacobian of the residual in the free nodal values (interior ones; with ``initial``,
+    also the end value, and the residual leads with the velocity condition ``(D X)_0 - v``)."""
     n_int = len(V)
+    free = slice(1, n_int + 2 if initial else n_int + 1)
     a0 = _acceleration(Gam, V)
     Ax = np.stack([(_acceleration(Gam_moved[i], V) - a0) / h for i in range(d)], axis=-1)
     Av = -2.0 * np.einsum("nkij,nj->nki", Gam, V)
-    J = np.kron(D2[1:-1, 1:-1], np.eye(d))
+    J = np.kron(D2[1:-1, free], np.eye(d))
     for n in range(n_int):
         J[n * d:(n + 1) * d, n * d:(n + 1) * d] -= Ax[n]
-        J[n * d:(n + 1) * d] -= np.kron(D[1 + n, 1:-1], Av[n])
+        J[n * d:(n + 1) * d] -= np.kron(D[1 + n, free], Av[n])
+    if initial:
+        J = np.vstack([np.kron(D[:1, free], np.eye(d)), J])
     return sl.lu_factor(J)
 
 
-def _newton(christoffel: _Christoffel, X: np.ndarray, N: int, tol: float, budget: Budget) -> np.ndarray:
-    """Collocation of degree ``N`` from the nodal guess ``X`` (ends fixed); returns the converged nodal values.
+def _newton(christoffel: _Christoffel, X: np.ndarray, N: int, tol: float, budget: Budget,
+            v0: Optional[np.ndarray] = None) -> np.ndarray:
+    """Collocation of degree ``N`` from the nodal guess ``X``; returns the converged nodal values.
+
+    Both ends are fixed (boundary problem), or with ``v0`` the start and its
+    velocity (initial-value problem: the end node is free and the velocity
+    condition ``(D X)_0 = v0`` joins the equation at the interior nodes).
 
     Chord Newton with backtracking on the residual: the Jacobian (finite
     differences in the position, exact in the velocity) is formed at the first
@@ -165,8 +177,13 @@ def _newton(christoffel: _Christoffel, X: np.ndarray, N: int, tol: float, budget
     scale = 1.0 + np.max(np.abs(X))
     h = FD_STEP * scale
 
+    initial = v0 is not None
+    free = slice(1, N + 1 if initial else N)
+
     def residual(X, Gam):
         R = (D2 @ X)[1:-1] - _acceleration(Gam, (D @ X)[1:-1])
+        if initial:
+            R = np.concatenate([(D[:1] @ X) - v0, R])
         err = float(np.max(np.abs(R)))
         if not np.isfinite(err):
             raise FloatingPointError("collocation residual is not finite")
@@ -180,9 +197,9 @@ def _newton(christoffel: _Christoffel, X: np.ndarray, N: int, tol: float, budget
             moved = christoffel(np.concatenate([inner] + [inner + h * e for e in np.eye(d)]))
             moved = moved.reshape(d + 1, N - 1, d, d, d)
             R, err = residual(X, moved[0])
-            lu, fresh = _jacobian(moved[0], moved[1:], h, (D @ X)[1:-1], D, D2, d), True
+            lu, fresh = _jacobian(moved[0], moved[1:], h, (D @ X)[1:-1], D, D2, d, initial), True
         step = np.zeros_like(X)
-        step[1:-1] = sl.lu_solve(lu, R.ravel()).reshape(N - 1, d)
+        step[free] = sl.lu_solve(lu, R.ravel()).reshape(-1, d)
         t = 1.0
         while True:
             try:
@@ -227,6 +244,33 @@ def _first_solve(christoffel, x, y, guess, t, N, tol, budget):
     return solve(np.zeros_like(delta))
 
 
+def _resolved(coef: np.ndarray, N: int, tol: float) -> bool:
+    """Whether the interpolant's trailing Chebyshev coefficients are below the tolerance."""
+    return np.max(np.abs(coef[-max(3, N // 8):])) <= tol * (1.0 + np.max(np.abs(coef)))
+
+
+def exp(gfun: Callable, x: np.ndarray, v: np.ndarray, tol: float, budget: Budget,
+        eval_budget: Budget) -> np.ndarray:
+    """End point :math:`\\exp_x(v)` of the geodesic with initial position ``x`` and velocity ``v`` by collocation.
+
+    The same nodes and Newton iteration as :func:`log`, with the velocity
+    condition at the start in place of the end condition; the first guess is
+    the straight line ``x + t v``.  Raises ``FloatingPointError`` when the
+    collocation fails (the caller integrates the geodesic equation instead).
+    """
+    christoffel = _Christoffel(gfun, len(x), eval_budget)
+    coef = None
+    for N in DEGREES:
+        t, _ = _cheb(N)
+        X = x + np.outer(t, v) if coef is None else _cheb_eval(coef, t)
+        X[0] = x
+        X = _newton(christoffel, X, N, tol, budget, v0=v)
+        coef = _cheb_coefficients(X)
+        if _resolved(coef, N, tol):
+            return X[-1]
+    raise FloatingPointError("collocation did not resolve the geodesic at the largest degree")
+
+
 def log(gfun: Callable, x: np.ndarray, y: np.ndarray, tol: float, budget: Budget, eval_budget: Budget,
         guess: Optional[np.ndarray] = None) -> np.ndarray:
     """Initial velocity of the geodesic from ``x`` to ``y`` by collocation (see the module notes).
@@ -246,8 +290,7 @@ def log(gfun: Callable, x: np.ndarray, y: np.ndarray, tol: float, budget: Budget
             X[0], X[-1] = x, y
             X = _newton(christoffel, X, N, tol, budget)
         coef = _cheb_coefficients(X)
-        tail = np.max(np.abs(coef[-max(3, N // 8):]))
-        if tail <= tol * (1.0 + np.max(np.abs(coef))):
+        if _resolved(coef, N, tol):
             _, D = _cheb(N)
             return (D @ X)[0]
     raise FloatingPointError("collocation did not resolve the geodesic at the largest degree")
