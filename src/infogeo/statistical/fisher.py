@@ -83,8 +83,11 @@ class FisherMetric(Metric):
         """Whether this call must be looped point by point (a batch on a family that is not vectorised)."""
         return not self.family._geo_vectorized and any(len(a.shape) > 1 for a in (x,) + others)
 
-    def _hook(self, name: str, *arrays: Any):
-        """Call the family's closed form ``name`` (``"exp"``, ``"log"``, ``"dist"``) on geometry-chart arrays."""
+    def _hook(self, name: str, *arrays: Any, like: Any = None):
+        """Call the family's closed form ``name`` (``"exp"``, ``"log"``, ``"dist"``) on geometry-chart arrays.
+
+        A numpy-only closed form's array result is returned in the backend of ``like``.
+        """
         fam = self.family
         fn = getattr(fam, f"_geo_{name}")
         if fam._geo_vectorized:
@@ -93,7 +96,10 @@ class FisherMetric(Metric):
             raise TypeError(f"the closed-form {name} of {fam.name} is computed in numpy only; pass numpy arrays "
                             "(torch tensors are not converted silently)")
         out = fn(*(np.asarray(B.to_numpy(a), dtype=float) for a in arrays))
-        return np.asarray(out, dtype=float) if name != "dist" else float(out)
+        if name == "dist":
+            return float(out)
+        out = np.asarray(out, dtype=float)
+        return out if like is None else B.array(out, like=like)
 
     def exp(self, x, v):
         if self._batched_generic(x, v):
@@ -102,10 +108,9 @@ class FisherMetric(Metric):
             return super().exp(x, v)
         fam, g = self.family, self.family.geometry_chart
         if g == fam.chart:
-            return B.array(self._hook("exp", x, v), like=x) if not fam._geo_vectorized else self._hook("exp", x, v)
+            return self._hook("exp", x, v, like=x)
         xg, vg = B.jvp(lambda z: fam._to_chart(z, g), x, v)
-        yg = self._hook("exp", xg, vg)
-        return fam._from_chart(B.array(yg, like=x) if not fam._geo_vectorized else yg, g)
+        return fam._from_chart(self._hook("exp", xg, vg, like=x), g)
 
     def log(self, x, y):
         if self._batched_generic(x, y):
@@ -114,9 +119,7 @@ class FisherMetric(Metric):
             return super().log(x, y)
         fam, g = self.family, self.family.geometry_chart
         xg, yg = fam._to_chart(x, g), fam._to_chart(y, g)
-        vg = self._hook("log", xg, yg)
-        if not fam._geo_vectorized:
-            vg = B.array(vg, like=x)
+        vg = self._hook("log", xg, yg, like=x)
         if g == fam.chart:
             return vg
         return B.jvp(lambda z: fam._from_chart(z, g), xg, vg)[1]

@@ -115,7 +115,24 @@ class BernoulliFisher(DiagonalOutputMetric):
         return torch.sigmoid(z) - targets.to(z.dtype)
 
 
-class HeteroscedasticGaussianFisher(DiagonalOutputMetric):
+class _MeanAndSpreadOutput(DiagonalOutputMetric):
+    """Outputs whose last axis holds :math:`d` means, then :math:`d` spread parameters; targets are the means' shape."""
+
+    spread = "spread"
+
+    def check(self, z: torch.Tensor) -> None:
+        super().check(z)
+        if z.shape[-1] % 2:
+            raise ValueError(f"the {self.name} needs outputs [mean, {self.spread}] with an even last axis, "
+                             f"got shape {tuple(z.shape)}")
+
+    def check_targets(self, z: torch.Tensor, targets: torch.Tensor) -> None:
+        want = tuple(z.shape[:-1]) + (z.shape[-1] // 2,)
+        if tuple(targets.shape) != want:
+            raise ValueError(f"targets for the {self.name} must have shape {want}, got {tuple(targets.shape)}")
+
+
+class HeteroscedasticGaussianFisher(_MeanAndSpreadOutput):
     r"""Fisher metric of :math:`N(\mu, \operatorname{diag}(e^{s}))` with outputs :math:`z = [\mu, s]` (learned variance).
 
     The last axis holds :math:`d` means then :math:`d` log-variances.  In these
@@ -124,12 +141,7 @@ class HeteroscedasticGaussianFisher(DiagonalOutputMetric):
     """
 
     name = "Gaussian (learned variance) Fisher metric"
-
-    def check(self, z: torch.Tensor) -> None:
-        super().check(z)
-        if z.shape[-1] % 2:
-            raise ValueError(f"the learned-variance Gaussian Fisher metric needs outputs [mean, log-variance] "
-                             f"with an even last axis, got shape {tuple(z.shape)}")
+    spread = "log-variance"
 
     def diag(self, z: torch.Tensor) -> torch.Tensor:
         d = z.shape[-1] // 2
@@ -143,11 +155,6 @@ class HeteroscedasticGaussianFisher(DiagonalOutputMetric):
         eps = torch.randn((samples,) + tuple(mu.shape), dtype=z.dtype, device=z.device, generator=generator)
         t = mu + sd * eps
         return self.loss_grad(z.expand((samples,) + tuple(z.shape)), t)
-
-    def check_targets(self, z: torch.Tensor, targets: torch.Tensor) -> None:
-        want = tuple(z.shape[:-1]) + (z.shape[-1] // 2,)
-        if tuple(targets.shape) != want:
-            raise ValueError(f"targets for the learned-variance Gaussian must have shape {want}, got {tuple(targets.shape)}")
 
     def position_loss(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.check_targets(z, targets)
@@ -204,7 +211,7 @@ class CategoricalLogProbFisher(DiagonalOutputMetric):
         return -torch.nn.functional.one_hot(targets, z.shape[-1]).to(z.dtype)
 
 
-class GaussianVarianceFisher(DiagonalOutputMetric):
+class GaussianVarianceFisher(_MeanAndSpreadOutput):
     r"""Fisher metric of :math:`N(\mu, \operatorname{diag}\sigma^2)` with outputs :math:`z = [\mu, \sigma^2]` (``GaussianNLLLoss``).
 
     The last axis holds :math:`d` means then :math:`d` variances (as passed to
@@ -215,18 +222,13 @@ class GaussianVarianceFisher(DiagonalOutputMetric):
     """
 
     name = "Gaussian (mean, variance) Fisher metric"
+    spread = "variance"
 
     def __init__(self, eps: float = 1e-6, full: bool = False, dim: Optional[int] = None):
         super().__init__(dim)
         if not eps > 0:
             raise ValueError(f"eps must be > 0, got {eps}")
         self.eps, self.full = float(eps), bool(full)
-
-    def check(self, z: torch.Tensor) -> None:
-        super().check(z)
-        if z.shape[-1] % 2:
-            raise ValueError(f"the {self.name} needs outputs [mean, variance] with an even last axis, "
-                             f"got shape {tuple(z.shape)}")
 
     def _split(self, z):
         d = z.shape[-1] // 2
@@ -240,11 +242,6 @@ class GaussianVarianceFisher(DiagonalOutputMetric):
         mu, var = self._split(z)
         eps = torch.randn((samples,) + tuple(mu.shape), dtype=z.dtype, device=z.device, generator=generator)
         return self.loss_grad(z.expand((samples,) + tuple(z.shape)), mu + var.sqrt() * eps)
-
-    def check_targets(self, z: torch.Tensor, targets: torch.Tensor) -> None:
-        want = tuple(z.shape[:-1]) + (z.shape[-1] // 2,)
-        if tuple(targets.shape) != want:
-            raise ValueError(f"targets for the {self.name} must have shape {want}, got {tuple(targets.shape)}")
 
     def position_loss(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.check_targets(z, targets)
