@@ -9,6 +9,15 @@ import torch
 Params = Dict[str, torch.Tensor]
 
 
+def all_finite(tensors) -> bool:
+    """Whether every entry of every tensor is finite: a sum is finite exactly when its terms are (or it overflows).
+
+    One read per tensor and one sync, no copy.
+    """
+    sums = [t.sum(dtype=torch.promote_types(t.dtype, torch.float32)) for t in tensors]
+    return not sums or bool(torch.isfinite(torch.stack(sums)).all())
+
+
 class ParamLayout:
     """Order, shapes and offsets of named parameters in the flat (row-major) vector.
 

@@ -125,8 +125,8 @@ def solve_on_owners(blocks, owners: Sequence[int], g: Dict[str, torch.Tensor], d
     return out
 
 
-def share_factorisations(blocks, owners: Sequence[int]) -> None:
-    """Communication-optimised placement: owners eigendecompose their Kronecker blocks, every rank receives them.
+def share_factorisations(blocks, owners: Sequence[int], damping: float) -> None:
+    """Communication-optimised placement: owners factorise their Kronecker blocks, every rank receives them.
 
     Other blocks (diagonal; dense blocks, whose Cholesky factor depends on the damping; EKFAC's) are
     factorised where they are used.
@@ -136,13 +136,12 @@ def share_factorisations(blocks, owners: Sequence[int]) -> None:
     for r in sorted(set(owners)):
         mine = [b for b, o in zip(blocks, owners) if o == r and type(b) is KronBlock]
         local: List[torch.Tensor] = []
+        sizes = []
         for b in mine:
-            if r == me:
-                local.extend(b.precompute())
-            else:
-                a, gm = b.A, b.G
-                local.extend([a.new_empty(a.shape[0]), torch.empty_like(a), gm.new_empty(gm.shape[0]),
-                              torch.empty_like(gm)])
+            tensors = b.factorisation(damping) if r == me else b.factorisation_like()
+            sizes.append(len(tensors))
+            local.extend(tensors)
         shared = broadcast_from(r, local)
-        for i, b in enumerate(mine):
-            b._eig = tuple(shared[4 * i:4 * i + 4])
+        for b, k in zip(mine, sizes):
+            b.adopt(shared[:k], damping)
+            shared = shared[k:]

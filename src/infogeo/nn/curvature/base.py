@@ -31,7 +31,7 @@ import torch
 from ...geometry.metric import Metric
 from ...geometry.vectors import Covector, TangentVector
 from ...linalg import conjugate_gradient
-from .._params import ParamLayout, Params
+from .._params import ParamLayout, Params, all_finite
 from . import operators
 from .blocks import Block
 
@@ -116,8 +116,8 @@ class Curvature(Metric):
         probe = torch.randn(self.layout.size, dtype=ref.dtype, device=ref.device, generator=g)
         return bool(torch.isfinite(self @ probe).all())
 
-    def precompute(self) -> "Curvature":
-        """Factorise now (eigendecompositions, ...), so that later solves are cheap."""
+    def precompute(self, damping: Optional[float] = None) -> "Curvature":
+        """Factorise now (eigendecompositions, damped inverses at ``damping``, ...), so that later solves are cheap."""
         return self
 
     def same_structure(self, other: "Curvature") -> bool:
@@ -241,9 +241,9 @@ class LinearCombination(Curvature):
     def is_finite(self) -> bool:
         return all(C.is_finite() for _, C in self.terms)
 
-    def precompute(self) -> "LinearCombination":
+    def precompute(self, damping: Optional[float] = None) -> "LinearCombination":
         for _, C in self.terms:
-            C.precompute()
+            C.precompute(damping)
         return self
 
     def _reference(self):
@@ -319,10 +319,10 @@ class BlockCurvature(Curvature):
             M[idx.unsqueeze(1), idx.unsqueeze(0)] = Mb
         return M
 
-    def precompute(self) -> "BlockCurvature":
+    def precompute(self, damping: Optional[float] = None) -> "BlockCurvature":
         """Factorise every block now (the optimizer's inverse update)."""
         for b in self.blocks:
-            b.precompute()
+            b.precompute(damping)
         return self
 
     # --------------------------------------------------- statistics
@@ -347,7 +347,7 @@ class BlockCurvature(Curvature):
 
     def is_finite(self) -> bool:
         """Whether every statistic is finite."""
-        return all(bool(torch.isfinite(t).all()) for t in self.stats().values())
+        return all_finite(self.stats().values())
 
     def same_structure(self, other: Curvature) -> bool:
         """Same type, layout and blocks (kinds and parameters), so that statistics can be averaged."""
@@ -362,7 +362,7 @@ class BlockCurvature(Curvature):
         if not self.same_structure(new):
             return super().ema(new, decay)
         old, cur = self.stats(), new.stats()
-        return self.with_stats({k: decay * old[k] + (1 - decay) * cur[k] for k in old})
+        return self.with_stats({k: torch.lerp(cur[k], old[k], decay) for k in old})  # one pass per statistic
 
     def minus_outer(self, g: Params) -> "BlockCurvature":
         blocks = []

@@ -40,8 +40,8 @@ class Block:
         """``(idx, M)``: global flat indices of this block and its dense matrix."""
         raise NotImplementedError
 
-    def precompute(self) -> None:
-        """Factorise now (eigendecompositions, ...), so that later solves are cheap."""
+    def precompute(self, damping: Optional[float] = None) -> None:
+        """Factorise now (eigendecompositions, damped inverses, ...), so that later solves are cheap."""
 
     def _indices(self, layout: ParamLayout, names: Sequence[str], device) -> torch.Tensor:
         return torch.cat([torch.arange(layout.offsets[n], layout.offsets[n] + layout.numels[n], device=device)
@@ -148,8 +148,10 @@ class KronBlock(Block):
     ``inverse="tikhonov"`` is the factored Tikhonov damping of Martens & Grosse (2015,
     Sec. 6.3): :math:`(G + \tfrac{\sqrt\lambda}{\pi} I)^{-1}\otimes(A + \pi\sqrt\lambda I)^{-1}` with
     :math:`\pi = \sqrt{(\operatorname{tr}A/\dim A)\,/\,(\operatorname{tr}G/\dim G)}`, an approximation
-    of the damped block that is exact only at :math:`\lambda = 0`; through the same
-    eigendecompositions it is the denominator :math:`(\lambda_G + \sqrt\lambda/\pi)(\lambda_A + \pi\sqrt\lambda)^T`.
+    of the damped block that is exact only at :math:`\lambda = 0`.  Being a Kronecker product
+    itself, it is applied as :math:`G_\gamma^{-1}\bar V A_\gamma^{-1}` with the two damped factors
+    inverted explicitly (Cholesky, once per damping): two products per solve instead of four,
+    and no eigendecomposition.
     """
 
     INVERSES = ("eigen", "tikhonov")
@@ -165,6 +167,7 @@ class KronBlock(Block):
         self.A, self.G = A, G
         self.inverse = inverse
         self._eig = None
+        self._inv: Optional[Tuple[float, torch.Tensor, torch.Tensor]] = None  # (damping, G_inv, A_inv)
 
     def stats(self):
         return {"A": self.A, "G": self.G}
@@ -192,12 +195,19 @@ class KronBlock(Block):
     def mv(self, v):
         return self._split(self.G @ self._join(v) @ self.A)
 
-    def precompute(self):
+    def eig(self):
+        r"""``(λ_A, U_A, λ_G, U_G)``: eigendecompositions of the factors (computed once)."""
         if self._eig is None:
             la, Ua = torch.linalg.eigh(self.A)
             lg, Ug = torch.linalg.eigh(self.G)
             self._eig = (la.clamp_min(0), Ua, lg.clamp_min(0), Ug)
         return self._eig
+
+    def precompute(self, damping: Optional[float] = None):
+        """Factorise: the eigendecompositions (``"eigen"``), or the damped inverses at ``damping`` (``"tikhonov"``)."""
+        if self.inverse == "eigen":
+            return self.eig()
+        return None if damping is None else self.damped_inverses(damping)
 
     def tikhonov_split(self, damping: float) -> Tuple[float, float]:
         r"""The factored damping :math:`(\gamma_G, \gamma_A) = (\sqrt\lambda/\pi, \pi\sqrt\lambda)`."""
@@ -207,17 +217,60 @@ class KronBlock(Block):
         r = math.sqrt(damping)
         return r / pi, r * pi
 
-    def solve(self, v, damping):
-        la, Ua, lg, Ug = self.precompute()
-        if self.inverse == "tikhonov":
+    def damped_inverses(self, damping: float) -> Tuple[torch.Tensor, torch.Tensor]:
+        r""":math:`\big((G + \gamma_G I)^{-1}, (A + \gamma_A I)^{-1}\big)` of the factored damping (kept for one damping)."""
+        if self._inv is None or self._inv[0] != damping:
             gg, ga = self.tikhonov_split(damping)
-            den = (lg + gg).unsqueeze(1) * (la + ga).unsqueeze(0)
+            self._inv = (damping, _spd_inverse(self.G, gg, self.names), _spd_inverse(self.A, ga, self.names))
+        return self._inv[1], self._inv[2]
+
+    def factorisation(self, damping: float) -> List[torch.Tensor]:
+        """The tensors :meth:`solve` needs at ``damping`` (what a distributed owner broadcasts)."""
+        return list(self.damped_inverses(damping) if self.inverse == "tikhonov" else self.eig())
+
+    def adopt(self, tensors: Sequence[torch.Tensor], damping: float) -> None:
+        """Take a factorisation computed elsewhere (the inverse of :meth:`factorisation`)."""
+        if self.inverse == "tikhonov":
+            self._inv = (damping, tensors[0], tensors[1])
         else:
-            den = lg.unsqueeze(1) * la.unsqueeze(0) + damping
+            self._eig = tuple(tensors)
+
+    def factorisation_like(self) -> List[torch.Tensor]:
+        """Empty tensors of the shapes and dtypes of :meth:`factorisation` (receive buffers)."""
+        A, G = self.A, self.G
+        if self.inverse == "tikhonov":
+            return [torch.empty_like(G), torch.empty_like(A)]
+        return [A.new_empty(A.shape[0]), torch.empty_like(A), G.new_empty(G.shape[0]), torch.empty_like(G)]
+
+    def solve(self, v, damping):
+        if self.inverse == "tikhonov":
+            Gi, Ai = self.damped_inverses(damping)
+            return self._split(Gi @ self._join(v) @ Ai)
+        la, Ua, lg, Ug = self.eig()
+        den = lg.unsqueeze(1) * la.unsqueeze(0) + damping
         if not bool((den > 0).all()):
             raise NotPositiveDefiniteError(f"the K-FAC block of {self.names} is singular; pass damping > 0")
         V = Ug.T @ self._join(v) @ Ua
         return self._split(Ug @ (V / den) @ Ua.T)
+
+    def solve_rows(self, b: torch.Tensor, a: torch.Tensor, damping: float) -> Dict[str, torch.Tensor]:
+        r"""The factored-Tikhonov solve of the gradient :math:`\bar V = \sum_r b_r \bar a_r^T` from its rows.
+
+        ``b`` (R, out) are the layer's output gradients and ``a`` (R, in) its inputs (the bias
+        column of :math:`\bar a_r = [a_r, 1]` is implicit).  Computed as
+        :math:`(b\,G_\gamma^{-1})^T(\bar a A_\gamma^{-1})`, cheaper than :meth:`solve` when
+        :math:`R(\text{out}^2 + \text{in}^2 + \text{out}\cdot\text{in}) < \text{out}\cdot\text{in}\,(\text{out} + \text{in})`.
+        """
+        if self.inverse != "tikhonov":
+            raise ValueError("solve_rows applies the factored (Tikhonov) inverse only")
+        Gi, Ai = self.damped_inverses(damping)
+        if self.bias is not None and self.weight is not None:
+            aA = torch.addmm(Ai[-1:], a, Ai[:-1])     # [a, 1] A^{-1} without concatenating the ones column
+        elif self.weight is not None:
+            aA = a @ Ai
+        else:
+            aA = Ai.expand(b.shape[0], 1)
+        return self._split((b @ Gi).T @ aA)
 
     def diagonal(self):
         return self._split(torch.outer(torch.diagonal(self.G), torch.diagonal(self.A)))
@@ -235,3 +288,12 @@ class KronBlock(Block):
 
     def dense(self, layout):
         return self.flat_index(layout), torch.kron(self.G, self.A)
+
+
+def _spd_inverse(M: torch.Tensor, shift: float, names) -> torch.Tensor:
+    r""":math:`(M + sI)^{-1}` of a symmetric positive semi-definite factor, by Cholesky."""
+    L, info = torch.linalg.cholesky_ex(M + shift * torch.eye(M.shape[0], dtype=M.dtype, device=M.device))
+    if int(info) != 0:
+        raise NotPositiveDefiniteError(f"a damped K-FAC factor of {names} is not positive definite; "
+                                       "increase damping")
+    return torch.cholesky_inverse(L)

@@ -51,7 +51,7 @@ class EigenKronBlock(KronBlock):
 
     def basis(self):
         """``(U_A, U_G)``, the eigenvectors of the factors."""
-        _, Ua, _, Ug = self.precompute()
+        _, Ua, _, Ug = self.eig()
         return Ua, Ug
 
     def mv(self, v):
@@ -123,7 +123,7 @@ class EKFAC(BlockCurvature):
               per_position: bool = True) -> "EKFAC":
         def make_block(layer: bp.Layer, cols: bp.Columns) -> EigenKronBlock:
             kron = kron_block(space, layer, "eigen", kfac_approx)
-            _, Ua, _, Ug = kron.precompute()
+            _, Ua, _, Ug = kron.eig()
             s = eigen_correction(space, layer, cols, Ua, Ug, chunk_elements)
             layer.grad_out, layer.inputs = None, ()
             block = EigenKronBlock(kron.weight, kron.bias, kron.wshape, kron.A, kron.G, s)

@@ -52,6 +52,8 @@ class ForwardRecorder:
         self.on_backward = on_backward
         self.armed = False
         self._paused = False
+        #: per-step recorder of Linear layers' rows (:class:`.rows.RowCapture`), or ``None``
+        self.rows = None
         #: positional inputs of the last forward with autograd enabled (``None`` with keyword inputs)
         self.inputs: Optional[tuple] = None
         self._calls: Optional[Dict[str, list]] = None
@@ -71,10 +73,15 @@ class ForwardRecorder:
     def paused(self):
         """Forward passes inside this block (the optimizer's own evaluations) are not recorded."""
         old, self._paused = self._paused, True
+        rows, rows_old = self.rows, getattr(self.rows, "paused", False)
+        if rows is not None:
+            rows.paused = True   # backward passes in here (Monte Carlo columns) are not the user's gradient
         try:
             yield
         finally:
             self._paused = old
+            if rows is not None:
+                rows.paused = rows_old
 
     def _pre(self, module, args, kwargs):
         if self._paused or not torch.is_grad_enabled():
@@ -90,6 +97,8 @@ class ForwardRecorder:
     def _layer_hook(self, path: str, module, args, kwargs, output):
         if self._calls is not None:
             self._sinks[path](module, args, kwargs, output)
+        if self.rows is not None and not self._paused and torch.is_grad_enabled():
+            self.rows.record(path, args, kwargs, output)
 
     def _post(self, module, args, output):
         calls, self._calls, self._sinks = self._calls, None, {}

@@ -40,7 +40,8 @@ import torch
 
 from ..space import ParameterSpace
 from . import quadratic
-from .preconditioner import Preconditioner, all_finite
+from .._params import all_finite
+from .preconditioner import Preconditioner
 
 logger = logging.getLogger(__name__)
 

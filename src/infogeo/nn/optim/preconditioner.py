@@ -18,9 +18,10 @@ Costs, with the defaults: the statistics are refreshed every ``curvature_update_
 (10) steps from hooks on the user's own forward and backward (:mod:`.hooks`): one extra
 backward pass for the Monte Carlo Fisher (one sample) and the factor products
 (:math:`O(N d^2)` per layer of width :math:`d`), no extra forward pass.  The
-eigendecompositions (:math:`O(d^3)` per factor) are refreshed every ``inverse_update_period``
+damped factor inverses (:math:`O(d^3)` per factor) are refreshed every ``inverse_update_period``
 (100) steps, and with the statistics during the first 100 steps.  Every step applies the
-factorised inverse (four :math:`d\times d` products per layer).  ``curvature="cg"`` needs
+factored inverse: two :math:`d\times d` products per layer, or, when the batch has fewer rows
+than about two thirds of the width, products with the batch's own rows (:mod:`.rows`).  ``curvature="cg"`` needs
 the batch again every step: an extra forward pass and ``cg_max_iter`` CG products.
 """
 from __future__ import annotations
@@ -34,11 +35,13 @@ import torch
 
 from ...linalg import NotPositiveDefiniteError
 from .. import distributed as dd
+from .._params import all_finite
 from ..curvature import _backprop as bp
 from ..output_metrics import output_metric as _resolve_output_metric
 from ..space import ParameterSpace, _as_args
 from . import state
 from .hooks import ForwardRecorder, unwrap
+from .rows import RowCapture
 
 logger = logging.getLogger(__name__)
 
@@ -49,11 +52,6 @@ CURVATURES = {"kfac": "kfac", "ekfac": "ekfac", "diag": "diag", "diagonal": "dia
 FISHER = {"mc": "mc", "true": "mc", "exact": "exact", "empirical": "empirical"}
 #: representations built from one forward and per-column backward passes (recordable by hooks)
 _CAPTURED = ("kfac", "ekfac", "diag", "block")
-
-
-def all_finite(tensors) -> bool:
-    """Whether every entry of every tensor is finite (one reduction and one sync)."""
-    return not (ts := list(tensors)) or bool(torch.isfinite(torch.cat([t.reshape(-1) for t in ts])).all())
 
 
 def _positive_int(name: str, value: Any) -> int:
@@ -103,7 +101,9 @@ class Preconditioner:
     seed : int
         Seed of the Monte Carlo generator (offset by the rank; saved in :meth:`state_dict`).
     options
-        ``cg_max_iter`` for ``"cg"``, and options of the representation (e.g. ``inverse="tikhonov"``).
+        ``cg_max_iter`` for ``"cg"``, and options of the representation.  K-FAC's default here is
+        ``inverse="tikhonov"``, the factored damping of Martens & Grosse (2015); ``inverse="eigen"``
+        inverts the damped Kronecker block exactly, at twice the cost per step.
     """
 
     def __init__(self, model: torch.nn.Module, curvature: str = "kfac", damping: float = 1e-3, *,
@@ -162,6 +162,8 @@ class Preconditioner:
         self.max_retries = _positive_int("max_retries", max_retries)
         pdtype = self.params[0].dtype
         self.factor_dtype = factor_dtype or (torch.float32 if pdtype in (torch.float16, torch.bfloat16) else pdtype)
+        if self.kind == "kfac":
+            options.setdefault("inverse", "tikhonov")
         self.placement, self.cg_max_iter, self.options = placement, int(cg_max_iter), options
         self._generator = torch.Generator(device=self.params[0].device).manual_seed(int(seed) + dd.rank())
         self.state: Dict[str, Any] = {"step": 0, "damping": float(damping)}
@@ -173,6 +175,9 @@ class Preconditioner:
         self._spaces: Dict[tuple, ParameterSpace] = {}
         self.recorder = ForwardRecorder(self.module, self.names, self._on_backward)
         self.recorder.armed = self.captures
+        if self.kind == "kfac" and options["inverse"] == "tikhonov" and dd.world_size() == 1:
+            self.recorder.rows = RowCapture([(l.path, l.module, l.params.get("weight"), l.params.get("bias"))
+                                             for l in self.recorder.layers if set(l.params) <= {"weight", "bias"}])
 
     # ------------------------------------------------------------ properties
     @property
@@ -265,12 +270,12 @@ class Preconditioner:
         """The solver: factorised here, on the owners (``"comm"``), or lazily by the owners (``"memory"``)."""
         blocks = getattr(curvature, "blocks", None)
         if dd.world_size() == 1 or blocks is None:
-            return curvature.precompute()
+            return curvature.precompute(self.damping)
         if self._owners is None or len(self._owners) != len(blocks):
             costs = [float(sum(t.numel() for t in b.stats().values())) ** 1.5 for b in blocks]
             self._owners = dd.assign_owners(costs)
         if self.placement == "comm":
-            dd.share_factorisations(blocks, self._owners)
+            dd.share_factorisations(blocks, self._owners, self.damping)
         return curvature
 
     def update_curvature(self, inputs: Any = None, targets: Optional[torch.Tensor] = None) -> None:
@@ -302,6 +307,8 @@ class Preconditioner:
         blocks = getattr(self.solver, "blocks", None)
         if dd.world_size() > 1 and blocks is not None and self.placement == "memory":
             return dd.solve_on_owners(blocks, self._owners, g, damping)
+        if self.recorder.rows is not None and blocks is not None and dd.world_size() == 1:
+            return self.recorder.rows.solve(blocks, g, damping)
         return self.solver.solve(g, damping=damping)
 
     def direction(self, grads: Dict[str, torch.Tensor]) -> Optional[Dict[str, torch.Tensor]]:
@@ -331,7 +338,8 @@ class Preconditioner:
         if self.kl_clip is None:
             return 1.0
         lrs = self._lrs()
-        kl = float(sum(lrs[id(p)] ** 2 * (delta[n] * grads[n]).sum() for n, p in zip(self.names, self.params)))
+        kl = float(sum(lrs[id(p)] ** 2 * torch.dot(delta[n].reshape(-1), grads[n].reshape(-1))
+                       for n, p in zip(self.names, self.params)))
         return math.sqrt(self.kl_clip / kl) if kl > self.kl_clip else 1.0
 
     def grads(self) -> Dict[str, torch.Tensor]:
@@ -344,6 +352,8 @@ class Preconditioner:
         if ok and self.damping > self.base_damping:
             self.damping = max(self.base_damping, self.damping * self.damping_recovery)
         self.state["step"] += 1
+        if self.recorder.rows is not None:
+            self.recorder.rows.clear()
         nxt = self.state["step"]
         self.recorder.armed = self.captures and (nxt % self.curvature_update_period == 0
                                                           or self.curvature is None)

@@ -1,0 +1,154 @@
+r"""K-FAC solves on small batches from the batch's own rows, instead of the assembled gradient.
+
+For a Linear layer the gradient the user's backward leaves is a sum of outer products,
+:math:`\bar V = \sum_r b_r \bar a_r^T` over the rows :math:`r` (examples, and positions
+for inputs with middle axes), with :math:`b_r` the gradient at the layer's output and
+:math:`\bar a_r = [a_r, 1]` its input.  Under the factored Tikhonov inverse
+(Martens & Grosse 2015, Sec. 6.3) the K-FAC direction is
+
+.. math:: G_\gamma^{-1}\bar V A_\gamma^{-1} = (b\,G_\gamma^{-1})^T(\bar a\,A_\gamma^{-1}),
+
+:math:`R(\text{out}^2 + \text{in}^2 + \text{out}\cdot\text{in})` multiply-adds instead of
+:math:`\text{out}\cdot\text{in}\,(\text{out}+\text{in})`: about three times fewer for a
+1024-wide layer at batch 128.  The rows are recorded by hooks on the forward pass (a
+reference to the input, and the output gradient when the backward passes it), only
+while that pays.
+
+The route is taken only when the gradient in ``.grad`` is the one those rows give: a
+random sketch :math:`\bar V v` is compared with :math:`b^T(\bar a v)`, within the rounding
+error of computing either (a probabilistic bound in the spirit of Higham & Mary 2019).
+Anything else added to or done to ``.grad`` after the backward (a penalty in the loss,
+clipping, unscaling, gradient accumulation across steps, an all-reduce) fails the check,
+and that layer is solved from ``.grad`` as before.
+"""
+from __future__ import annotations
+
+import zlib
+from typing import Dict, List, Optional, Sequence
+
+import torch
+
+from ..curvature.blocks import KronBlock
+
+__all__ = ["RowCapture"]
+
+#: safety factor of the rounding bound of the sketch comparison
+_ROUNDING_SAFETY = 8.0
+
+
+def _max_rows(n_out: int, n_in: int) -> int:
+    """The largest row count for which the row route costs fewer multiply-adds than the two products."""
+    return (n_out * n_in * (n_out + n_in)) // (n_out * n_out + n_in * n_in + n_out * n_in) - 1
+
+
+class RowCapture:
+    r"""Record the rows :math:`(a_r, b_r)` of Linear layers during the user's forward and backward.
+
+    ``layers`` are ``(path, module, weight_name, bias_name)`` of the candidate Linear layers.
+    :meth:`record` is called by the forward hook of each layer; :meth:`clear` after every step.
+    """
+
+    def __init__(self, layers: Sequence[tuple]):
+        self.layers = {path: (mod, w, b) for path, mod, w, b in layers if isinstance(mod, torch.nn.Linear)}
+        self.limit = {path: _max_rows(mod.out_features, mod.in_features + (b is not None))
+                      for path, (mod, w, b) in self.layers.items()}
+        self.by_weight = {w: path for path, (_, w, _) in self.layers.items()}
+        self.calls: Dict[str, List[tuple]] = {}
+        self.count: Dict[str, int] = {}
+        self.refused: set = set()
+        self._sketch: Dict[str, torch.Tensor] = {}
+        #: while set, output gradients are not recorded (the optimizer's own backward passes)
+        self.paused = False
+        #: layers whose last solve came from their rows
+        self.used: List[str] = []
+
+    def record(self, path: str, args: tuple, kwargs: dict, output) -> None:
+        """Keep the input of this call of layer ``path`` and a box its output gradient will fill."""
+        if path not in self.layers or path in self.refused:
+            return
+        a = args[0] if len(args) == 1 and not kwargs else None
+        if (not isinstance(a, torch.Tensor) or not isinstance(output, torch.Tensor) or not output.requires_grad
+                or torch.is_autocast_enabled(a.device.type)):
+            self._refuse(path)   # not a plain Linear call, or computed in another precision
+            return
+        rows = a.numel() // max(a.shape[-1], 1)
+        self.count[path] = self.count.get(path, 0) + rows
+        if self.count[path] > self.limit[path]:
+            self._refuse(path)   # too many rows for the route to pay; memory stays bounded
+            return
+        box: list = []
+
+        def keep(grad: torch.Tensor) -> None:
+            if not self.paused:
+                box.append(grad)
+        output.register_hook(keep)
+        self.calls.setdefault(path, []).append((a.detach(), box))
+
+    def _refuse(self, path: str) -> None:
+        self.refused.add(path)
+        self.calls.pop(path, None)
+
+    def clear(self) -> None:
+        self.calls.clear()
+        self.count.clear()
+        self.refused.clear()
+
+    # ------------------------------------------------------------ solves
+    def rows(self, block: KronBlock, grads: Dict[str, torch.Tensor]) -> Optional[tuple]:
+        """``(b, a)`` of ``block``'s layer if they give the gradient in ``grads``, else ``None``."""
+        if not isinstance(block, KronBlock) or block.inverse != "tikhonov" or block.weight is None:
+            return None
+        path = self.by_weight.get(block.weight)
+        calls = self.calls.get(path) if path is not None else None
+        if not calls:
+            return None
+        dtype = grads[block.weight].dtype
+        bs, as_ = [], []
+        for a, box in calls:
+            if box:   # a call the backward did not pass contributed nothing to the gradient
+                b = box[0] if len(box) == 1 else sum(box)
+                bs.append(b.reshape(-1, b.shape[-1]).to(dtype))
+                as_.append(a.reshape(-1, a.shape[-1]).to(dtype))
+        if not bs:
+            return None
+        b = bs[0] if len(bs) == 1 else torch.cat(bs)
+        a = as_[0] if len(as_) == 1 else torch.cat(as_)
+        return (b, a) if self._agrees(path, block, grads, b, a) else None
+
+    def _agrees(self, path: str, block: KronBlock, grads, b: torch.Tensor, a: torch.Tensor) -> bool:
+        r"""Whether :math:`\bar V v = b^T(\bar a v)` for a random :math:`v`, within rounding."""
+        W = grads[block.weight].reshape(b.shape[1], -1)
+        bias = grads[block.bias] if block.bias is not None else None
+        K = W.shape[1] + (bias is not None)
+        v = self._sketch.get(path)
+        if v is None or v.shape[0] != K or v.dtype != W.dtype or v.device != W.device:
+            gen = torch.Generator().manual_seed(zlib.crc32(path.encode()))
+            v = self._sketch[path] = torch.randn(K, generator=gen, dtype=W.dtype).to(W.device)
+        vw, v2 = v[:W.shape[1]], v[:W.shape[1]] ** 2
+        lhs = W @ vw
+        av = a @ vw
+        a2v2 = (a * a) @ v2
+        Wv_bound = torch.linalg.vector_norm(W, dim=1) * v.abs().max()   # >= sqrt(sum_j W_ij^2 v_j^2), no copy of W
+        if bias is not None:
+            lhs = lhs + bias * v[-1]
+            av = av + v[-1]
+            a2v2 = a2v2 + v[-1] ** 2
+            Wv_bound = Wv_bound + bias.abs() * v[-1].abs()
+        rhs = b.T @ av
+        u = torch.finfo(W.dtype).eps / 2
+        # rounding of sums of n terms grows like sqrt(n) u times the root sum of squares of the terms
+        tol = _ROUNDING_SAFETY * u * (b.shape[0] + K) ** 0.5 * (torch.sqrt((b * b).T @ a2v2) + Wv_bound)
+        return bool(((lhs - rhs).abs() <= tol).all())
+
+    def solve(self, blocks, grads: Dict[str, torch.Tensor], damping: float) -> Dict[str, torch.Tensor]:
+        """Every block's solve, from the rows where they give the gradient, else from ``grads``."""
+        out: Dict[str, torch.Tensor] = {}
+        self.used = []
+        for block in blocks:
+            rows = self.rows(block, grads)
+            if rows is None:
+                out.update(block.solve(grads, damping))
+            else:
+                out.update(block.solve_rows(*rows, damping))
+                self.used.append(self.by_weight[block.weight])
+        return out
