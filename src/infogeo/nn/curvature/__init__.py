@@ -35,7 +35,11 @@ def build(space: Any, kind: str, method: str = "exact", *, samples: int = 1, tar
     key = KINDS.get(str(kind).lower())
     if key is None:
         raise ValueError(f"unknown curvature kind {kind!r}; expected one of {sorted(KINDS)}")
-    factor_fn = lambda z: space.factors(z, method, samples, targets, generator)  # noqa: E731
+    columns = options.pop("columns", None)   # output columns the caller already has (a backward's gradient)
+    if columns is not None:
+        factor_fn = lambda z: columns  # noqa: E731
+    else:
+        factor_fn = lambda z: space.factors(z, method, samples, targets, generator)  # noqa: E731
     if key in ("implicit", "dense"):
         if method == "exact":
             metric = space.metric

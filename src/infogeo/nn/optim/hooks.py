@@ -36,7 +36,7 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 
 
 class ForwardRecorder:
-    r"""Persistent hooks on ``module`` feeding ``on_backward(z, calls, inputs)`` once per arming.
+    r"""Persistent hooks on ``module`` feeding ``on_backward(z, calls, inputs, dL/dz)`` once per arming.
 
     ``inputs`` of every forward run with autograd enabled are kept (a reference, no copy),
     for the curvatures that need the batch again (dense, CG, the quadratic model).
@@ -46,7 +46,7 @@ class ForwardRecorder:
     """
 
     def __init__(self, module: torch.nn.Module, names: List[str],
-                 on_backward: Callable[[torch.Tensor, Dict[str, list], tuple], None]):
+                 on_backward: Callable[[torch.Tensor, Dict[str, list], tuple, torch.Tensor], None]):
         self.module = module
         self.layers = bp.find_layers(types.SimpleNamespace(model=module, names=list(names)))
         self.on_backward = on_backward
@@ -114,7 +114,7 @@ class ForwardRecorder:
             if box and self.armed:
                 z = box.pop()
                 self.armed = False
-                self.on_backward(z, calls, inputs)
+                self.on_backward(z, calls, inputs, grad)
         output.register_hook(on_grad)
 
     def remove(self) -> None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from typing import Any, Callable, Dict, Iterable, Optional
+from typing import Any, Callable, Dict, Optional
 
 import torch
 

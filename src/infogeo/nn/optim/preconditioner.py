@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from typing import Any, Callable, Dict, Iterable, List, Optional, Union
+from typing import Any, Callable, Dict, Iterable, Optional, Union
 
 import torch
 
@@ -42,23 +42,11 @@ from ..space import ParameterSpace, _as_args
 from . import state
 from .hooks import ForwardRecorder, unwrap
 from .rows import RowCapture
+from .settings import CAPTURED, CURVATURES, FISHER, check_settings, positive_int, trainable
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Preconditioner"]
-
-CURVATURES = {"kfac": "kfac", "ekfac": "ekfac", "diag": "diag", "diagonal": "diag", "block": "block",
-              "dense": "dense", "cg": "implicit", "implicit": "implicit"}
-FISHER = {"mc": "mc", "true": "mc", "exact": "exact", "empirical": "empirical"}
-#: representations built from one forward and per-column backward passes (recordable by hooks)
-_CAPTURED = ("kfac", "ekfac", "diag", "block")
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if int(value) != value or int(value) < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
-
 
 class Preconditioner:
     r"""Replace the gradients of ``model`` by natural-gradient directions, in place (module docstring).
@@ -74,8 +62,10 @@ class Preconditioner:
         Tikhonov damping :math:`\lambda > 0`; raised automatically after a failed solve and
         brought back to this value afterwards (by ``damping_recovery`` per step).
     fisher : {"mc", "exact", "empirical"}
-        True Fisher by sampling targets from the model, exactly, or the empirical Fisher
-        (training targets: only in the explicit form ``step(inputs=x, targets=y)``).
+        True Fisher by sampling targets from the model, exactly, or the empirical Fisher:
+        in the plain loop from the gradient of the loss at the output in the user's own backward,
+        read as the batch mean of per-example losses; in the explicit form
+        ``step(inputs=x, targets=y)`` from the targets and the output metric's loss.
     output_metric : str or OutputMetric
         Metric on the outputs (``"categorical"`` for logits, ``"bernoulli"``, ``"euclidean"``, ...).
     params : iterable of tensors, optional
@@ -117,34 +107,12 @@ class Preconditioner:
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"Preconditioner needs the torch.nn.Module whose gradients it preconditions, "
                             f"got {type(model).__name__}")
-        if not damping > 0:
-            raise ValueError(f"damping must be > 0 (Tikhonov damping makes the curvature invertible), got {damping}")
-        if not 0 < min_damping <= damping <= max_damping:
-            raise ValueError(f"need 0 < min_damping <= damping <= max_damping, got {min_damping}, {damping}, "
-                             f"{max_damping}")
-        if str(curvature).lower() not in CURVATURES:
-            raise ValueError(f"unknown curvature {curvature!r}; expected one of {sorted(CURVATURES)}")
-        if str(fisher).lower() not in FISHER:
-            raise ValueError(f"unknown fisher {fisher!r}; expected one of {sorted(FISHER)}")
-        if not 0 <= ema_decay < 1:
-            raise ValueError(f"ema_decay must lie in [0, 1), got {ema_decay}")
-        if kl_clip is not None and not kl_clip > 0:
-            raise ValueError(f"kl_clip must be > 0 or None, got {kl_clip}")
-        if not damping_increase > 1 or not 0 < damping_recovery <= 1:
-            raise ValueError("need damping_increase > 1 and 0 < damping_recovery <= 1")
-        if placement not in dd.PLACEMENTS:
-            raise ValueError(f"unknown placement {placement!r}; expected one of {dd.PLACEMENTS}")
+        check_settings(damping=damping, min_damping=min_damping, max_damping=max_damping, curvature=curvature,
+                       fisher=fisher, ema_decay=ema_decay, kl_clip=kl_clip, damping_increase=damping_increase,
+                       damping_recovery=damping_recovery, placement=placement)
         self.model = model
         self.module = unwrap(model)
-        named = [(n, p) for n, p in self.module.named_parameters() if p.requires_grad]
-        if params is not None:
-            wanted = {id(p) for p in params}
-            known = {id(p) for _, p in self.module.named_parameters()}
-            if wanted - known:
-                raise ValueError("a parameter given to the preconditioner does not belong to model")
-            named = [(n, p) for n, p in named if id(p) in wanted]
-        if not named:
-            raise ValueError("no parameters with requires_grad=True to precondition")
+        named = trainable(self.module, params)
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
         self.output_metric = _resolve_output_metric(output_metric)
@@ -154,12 +122,12 @@ class Preconditioner:
                              "would move apart; use 'kfac', 'diag', 'block' or 'dense' (statistics all-reduced)")
         self.fisher = FISHER[str(fisher).lower()]
         self.lr, self.kl_clip = lr, kl_clip
-        self.ema_decay, self.samples = float(ema_decay), _positive_int("samples", samples)
-        self.curvature_update_period = _positive_int("curvature_update_period", curvature_update_period)
-        self.inverse_update_period = _positive_int("inverse_update_period", inverse_update_period)
+        self.ema_decay, self.samples = float(ema_decay), positive_int("samples", samples)
+        self.curvature_update_period = positive_int("curvature_update_period", curvature_update_period)
+        self.inverse_update_period = positive_int("inverse_update_period", inverse_update_period)
         self.base_damping, self.min_damping, self.max_damping = float(damping), float(min_damping), float(max_damping)
         self.damping_increase, self.damping_recovery = float(damping_increase), float(damping_recovery)
-        self.max_retries = _positive_int("max_retries", max_retries)
+        self.max_retries = positive_int("max_retries", max_retries)
         pdtype = self.params[0].dtype
         self.factor_dtype = factor_dtype or (torch.float32 if pdtype in (torch.float16, torch.bfloat16) else pdtype)
         if self.kind == "kfac":
@@ -192,7 +160,7 @@ class Preconditioner:
     @property
     def captures(self) -> bool:
         """Whether the statistics are recorded from the model's own forward and backward (hooks)."""
-        return self.kind in _CAPTURED
+        return self.kind in CAPTURED
 
     def remove(self) -> None:
         """Take the hooks off the model."""
@@ -223,19 +191,22 @@ class Preconditioner:
         space.metric.clear_cache()
         return space
 
-    def _build(self, space: ParameterSpace, generator: Optional[torch.Generator] = None):
+    def _build(self, space: ParameterSpace, generator: Optional[torch.Generator] = None, **given: Any):
         return space.curvature(self.kind, self.fisher, samples=self.samples,
-                               generator=self._generator if generator is None else generator, **self.options)
+                               generator=self._generator if generator is None else generator,
+                               **self.options, **given)
 
-    def _on_backward(self, z: torch.Tensor, calls: Dict[str, list], inputs: tuple) -> None:
-        """Called from the user's backward at the model output: the statistics of that batch, no forward pass."""
+    def _on_backward(self, z: torch.Tensor, calls: Dict[str, list], inputs: tuple, grad: torch.Tensor) -> None:
+        r"""Called from the user's backward at the model output: the statistics of that batch, no forward pass.
+
+        The empirical Fisher's columns are the loss gradients per example, :math:`N\,\partial L/\partial z_n`
+        for the batch-mean loss :math:`L` being back-propagated (torch's default reduction).
+        """
         try:
-            if self.fisher == "empirical":
-                raise ValueError("fisher='empirical' needs the training targets: use the explicit form "
-                                 "step(inputs=x, targets=y)")
+            given = {"columns": grad.detach().unsqueeze(0) * z.shape[0]} if self.fisher == "empirical" else {}
             space = self._space(inputs)
             with bp.recorded_forward(z, calls), self.recorder.paused():
-                self._pending = self._build(space)
+                self._pending = self._build(space, **given)
         except Exception as exc:  # raised again by step(), not inside the user's backward
             self._pending = exc
 
