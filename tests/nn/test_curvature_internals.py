@@ -24,6 +24,36 @@ def test_gram_matches_matmul(n):
     assert rel(big[:n, :n], ref) < 1e-14 and torch.isnan(big[n]).all()
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gram_of_half_precision_rows_is_summed_in_float32(dtype):
+    a = (300 * torch.rand(64, 300, generator=torch.Generator().manual_seed(1))).to(dtype)
+    G = red.gram(a)
+    ref = a.double().T @ a.double()          # entries ~ 64 * 300^2 / 3 overflow float16's 65504
+    assert G.dtype == torch.float32 and torch.isfinite(G).all()
+    assert rel(G.double(), ref) < 1e-6
+
+
+def test_kfac_factors_under_autocast_are_float32():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    pre = ig.nn.Preconditioner(model)
+    X, y = torch.randn(32, 8), torch.randint(0, 3, (32,))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = torch.nn.functional.cross_entropy(model(X), y)
+    loss.backward()
+    assert pre.step()
+    stats = pre.curvature.stats()
+    assert stats and all(t.dtype == torch.float32 for t in stats.values())
+    A = stats["0/A"]  # block of the first layer: second moment of its float32 input [x, 1]
+    xb = torch.cat([X, torch.ones(32, 1)], 1)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        h = model[1](model[0](X))            # the read-out's input, bfloat16 under autocast
+    assert h.dtype == torch.bfloat16
+    hb = torch.cat([h.double(), torch.ones(32, 1, dtype=torch.float64)], 1)
+    assert rel(stats["1/A"].double(), hb.T @ hb / 32) < 1e-6   # summed in float32, not bfloat16
+    assert rel(A.double(), (xb.T @ xb / 32).double()) < 1e-6
+
+
 # ----------------------------------------------------------------- K-FAC inverses
 def kron_blocks(inverse):
     model = mlp(sizes=(4, 6, 3))

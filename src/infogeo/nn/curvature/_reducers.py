@@ -16,6 +16,11 @@ from ._backprop import Columns, Layer
 GRAM_BLOCK = 256
 
 
+def accumulation_dtype(t: torch.Tensor) -> torch.dtype:
+    """float32 for half-precision tensors, else their own dtype: the precision statistics are summed in."""
+    return torch.promote_types(t.dtype, torch.float32)
+
+
 def gram(a: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     r""":math:`a^T a` for ``a`` of shape ``(R, n)``, computing only the upper block triangle.
 
@@ -23,7 +28,9 @@ def gram(a: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     into equal blocks and each off-diagonal block product is done once and mirrored
     (about half the flops of one ``a.T @ a``, a BLAS ``syrk``; the smaller products
     also stay in cache).  ``out`` (``(n, n)``, may be a view) receives the result.
+    Half-precision rows (autocast) are summed in float32: sums of squares overflow float16.
     """
+    a = a.to(accumulation_dtype(a))
     n = a.shape[1]
     nb = -(-n // GRAM_BLOCK)
     if nb <= 1:
@@ -46,6 +53,7 @@ def gram(a: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
 def square_sum(layer: Layer, cols: Optional[Columns] = None) -> Callable[[int, torch.Tensor], None]:
     r"""Sink accumulating :math:`\sum_j b_j^{\odot 2}` (shape of the layer output) into ``layer.stat``."""
     def sink(j, g):
+        g = g.to(accumulation_dtype(g))
         if layer.stat is None:
             # kept by reference, squared when a second column arrives or when read:
             # with one column (one Monte Carlo sample) no squared copy coexists with

@@ -63,6 +63,7 @@ def kron_inputs(layer: bp.Layer, approx: str = "expand") -> torch.Tensor:
 def input_factor(layer: bp.Layer, approx: str = "expand") -> torch.Tensor:
     r""":math:`A`, the second moment of the bias-augmented inputs (see the module docstring)."""
     a = kron_inputs(layer, approx)
+    a = a.to(red.accumulation_dtype(a))
     R, n_in = a.shape
     if "weight" in layer.params and "bias" in layer.params:
         # A of the bias-augmented input [a, 1], filled blockwise instead of concatenating a copy of a
