@@ -83,10 +83,12 @@ def make_optimizer(method: str, model: torch.nn.Module, problem: str, lr: Option
     """``"kfac"`` (natural gradient, classic K-FAC recipe), ``"adam"`` or ``"sgd"`` (momentum 0.9)."""
     if method == "kfac":
         opts = KFAC_OPTIONS[problem]
+        # layers of at most 128 units: the damping added exactly to the Kronecker eigenvalues costs
+        # little here, and reaches a lower loss than the factored damping in the same iterations
         return ig.nn.NaturalGradient(model.parameters(), lr=1.0 if lr is None else lr, curvature="kfac",
                                      damping=opts["damping"], min_damping=opts["min_damping"], model=model,
                                      output_metric=PROBLEMS[problem]["output_metric"], quadratic_model=True,
-                                     adaptive_damping=True, ema_decay=0.95, kl_clip=None,
+                                     adaptive_damping=True, ema_decay=0.95, kl_clip=None, inverse="eigen",
                                      curvature_update_period=opts["period"], inverse_update_period=opts["period"])
     lr = DEFAULT_LR[problem][method] if lr is None else lr
     if method == "adam":
