@@ -32,8 +32,10 @@ def problem():
 
 def train(model, X, y, curvature, placement, ddp=False):
     net = torch.nn.parallel.DistributedDataParallel(model) if ddp else model
+    curvature, _, inverse = curvature.partition(":")   # "kfac:eigen": K-FAC with the exact eigenvalue damping
     opt = ig.nn.NaturalGradient(net, lr=0.3, curvature=curvature, damping=1e-2, fisher="exact", momentum=0.5,
-                                curvature_update_period=2, inverse_update_period=3, placement=placement)
+                                curvature_update_period=2, inverse_update_period=3, placement=placement,
+                                **({"inverse": inverse} if inverse else {}))
     for xb, yb in zip(X, y):
         opt.zero_grad()
         F.cross_entropy(net(xb), yb).backward()
@@ -41,7 +43,7 @@ def train(model, X, y, curvature, placement, ddp=False):
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
-CASES = [("kfac", "memory"), ("kfac", "comm"), ("diag", "memory")]
+CASES = [("kfac", "memory"), ("kfac", "comm"), ("kfac:eigen", "comm"), ("diag", "memory")]
 
 
 def _worker(rank, port, queue):
