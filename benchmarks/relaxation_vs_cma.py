@@ -12,9 +12,10 @@ Functions (minimum 0 at a known point):
 each at d = 10 and d = 20, plus the separable ellipsoid at d = 100 with the diagonal (separable)
 variants of both.  11 seeds each, target 1e-8.
 
-Settings.  Ours: ``StochasticRelaxation(sigma0, f_target=1e-8, seed=s, max_evals=B)`` (defaults of
-Hansen's tutorial 2016, active weights), ``restarts=9`` for Rastrigin, ``covariance="diagonal"``
-for the 100-D case.  cma: ``cma.fmin2(None, x0, sigma0, options, parallel_objective=f,
+Settings.  Ours: ``StochasticRelaxation(sigma0, f_target=1e-8, seed=s, max_evals=B)`` (constants of
+Hansen's tutorial 2016 with ``cma``'s step-size cumulation rate, active weights, orthogonal sampling
+of each population as in Wang, Emmerich & Bäck 2019), ``restarts=9`` for Rastrigin,
+``covariance="diagonal"`` for the 100-D case.  cma: ``cma.fmin2(None, x0, sigma0, options, parallel_objective=f,
 restarts=R, incpopsize=2)`` with ``options = {"seed": s + 1, "ftarget": 1e-8, "maxfevals": B,
 "verbose": -9}`` and otherwise its defaults (active CMA, CSA, its termination criteria and
 default population), ``R = 9`` for Rastrigin, ``"CMA_diagonal": True`` (its sep-CMA) for the

@@ -4,21 +4,26 @@ The constants are the published defaults of Hansen's CMA-ES tutorial (2016,
 Table 1 and Eqs. 49-58), which come from the IGO learning rates divided by the
 number of free parameters they update, plus the cumulation constants of the
 evolution paths (Hansen & Ostermeier 2001) and the separable learning rates of
-Ros & Hansen (2008).  Nothing here is tuned to a benchmark.  One bound is added
-to the tutorial: :math:`c_\sigma \le 1/2`, so that :math:`p_\sigma` averages over a
-backward horizon :math:`1/c_\sigma` of at least two iterations.  It is inactive
-for the default population (:math:`c_\sigma > 1/2` needs
-:math:`\mu_\mathrm{eff} > d + 1`) and matters for the large populations of
-IPOP/BIPOP restarts, where the tutorial's value tends to 1 and step-size control
-reacts to single-iteration noise (the ``cma`` package bounds :math:`c_\sigma` the
-same way; see its issue #231 on CSA with large populations).
+Ros & Hansen (2008).  Nothing here is tuned to a benchmark.  The step-size
+cumulation rate :math:`c_\sigma` departs from the tutorial in two ways, both as
+in the reference implementation (the ``cma`` package; the tests compare the
+values): its denominator has ``+ 3`` where the tutorial has ``+ 5`` (the path
+forgets slightly faster), and it is bounded by :math:`1/2`, so that
+:math:`p_\sigma` averages over a backward horizon :math:`1/c_\sigma` of at least
+two iterations.  The bound is inactive for the default population
+(:math:`c_\sigma > 1/2` needs :math:`\mu_\mathrm{eff} > d - 1`) and matters for
+the large populations of IPOP/BIPOP restarts, where the unbounded value tends
+to 1 and step-size control reacts to single-iteration noise (see the ``cma``
+package's issue #231 on CSA with large populations).  The damping
+:math:`d_\sigma` is the tutorial's; ``cma`` damps more for populations far
+above the default, which only the restarts use.
 
 With :math:`d` the dimension, :math:`\lambda = 4 + \lfloor 3\ln d\rfloor` and the
 quantile weights :math:`w'_i` (:func:`~infogeo.solvers.igo.quantile_weights`):
 
 * :math:`\mu_\mathrm{eff} = (\sum_{w'_i>0} w'_i)^2/\sum_{w'_i>0} w_i'^2`, the
   variance-effective selection mass;
-* :math:`c_\sigma = \min\big(\tfrac12, (\mu_\mathrm{eff} + 2)/(d + \mu_\mathrm{eff} + 5)\big)`,
+* :math:`c_\sigma = \min\big(\tfrac12, (\mu_\mathrm{eff} + 2)/(d + \mu_\mathrm{eff} + 3)\big)`,
   :math:`d_\sigma = 1 + 2\max(0, \sqrt{(\mu_\mathrm{eff} - 1)/(d + 1)} - 1) + c_\sigma`;
 * :math:`c_c = (4 + \mu_\mathrm{eff}/d)/(d + 4 + 2\mu_\mathrm{eff}/d)`;
 * :math:`c_1 = 2/((d + 1.3)^2 + \mu_\mathrm{eff})`,
@@ -91,7 +96,7 @@ class StrategyParameters:
         pos, neg = raw[:mu], raw[mu:]
         mueff = pos.sum() ** 2 / (pos ** 2).sum()
         mueff_neg = neg.sum() ** 2 / (neg ** 2).sum() if neg.size and np.any(neg != 0) else 0.0
-        c_sigma = min(0.5, (mueff + 2) / (n + mueff + 5))
+        c_sigma = min(0.5, (mueff + 2) / (n + mueff + 3))
         d_sigma = 1 + 2 * max(0.0, math.sqrt((mueff - 1) / (n + 1)) - 1) + c_sigma
         c_c = (4 + mueff / n) / (n + 4 + 2 * mueff / n)
         c_1 = 2 / ((n + 1.3) ** 2 + mueff)

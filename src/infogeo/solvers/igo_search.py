@@ -23,6 +23,12 @@ first and the weights :math:`w_i` of
   rescaled, :math:`w^\circ_i = w_i\,d/\|C^{-1/2}y_i\|^2`, so that :math:`C`
   stays positive definite (active CMA; Hansen 2016, Eq. 46-47).
 
+The :math:`z_i = C^{-1/2}y_i` of one population are drawn *orthogonal* by
+default (Wang, Emmerich & Bäck 2019; :mod:`~infogeo.solvers.igo_sampling`):
+each is exactly :math:`N(0, I)`, so the expected update is the IGO step above,
+with a less noisy Monte Carlo estimate; ``sampling="independent"`` draws them
+i.i.d. as in the tutorial.
+
 Points whose objective value is NaN or infinite rank last.  Termination
 criteria are those of Hansen's tutorial (2016, App. B.3): ``tolfun``,
 ``tolfunhist``, ``tolx``, ``noeffectaxis``, ``noeffectcoord``,
@@ -41,6 +47,7 @@ from .. import backend as B
 from .base import log_every
 from .igo import rank_mu_step, rank_order
 from .igo_parameters import StrategyParameters
+from .igo_sampling import SAMPLINGS, standard_normal_samples
 from .result import OptimizeResult
 
 logger = logging.getLogger("infogeo.solvers")
@@ -81,6 +88,9 @@ class IGOSearch:
         dimensions in the hundreds: :math:`O(d)` memory and time per sample).
     popsize : int, optional
         :math:`\lambda`, default :math:`4 + \lfloor 3\ln d\rfloor`.
+    sampling : {"orthogonal", "independent"}
+        How :meth:`ask` draws the standard normal vectors of a population: orthogonal
+        within blocks of :math:`d` (default; each still :math:`N(0, I)`), or i.i.d.
     seed : int or numpy Generator, optional
         All randomness comes from it (runs are reproducible).
     max_evals : int, optional
@@ -109,8 +119,8 @@ class IGOSearch:
     """
 
     def __init__(self, x0: Any, sigma0: float, *, covariance: str = "full", popsize: Optional[int] = None,
-                 seed: Any = None, max_evals: Optional[int] = None, f_target: Optional[float] = None,
-                 max_iter: Optional[int] = None, cov0: Any = None, c_m: float = 1.0,
+                 sampling: str = "orthogonal", seed: Any = None, max_evals: Optional[int] = None,
+                 f_target: Optional[float] = None, max_iter: Optional[int] = None, cov0: Any = None, c_m: float = 1.0,
                  c_mu: Optional[float] = None, active: bool = True, tolfun: float = 1e-11,
                  tolfunhist: float = 1e-12, tolx: float = 1e-11, tolconditioncov: float = 1e14,
                  tolstagnation: Optional[int] = None, tolupsigma: float = 1e20, tolflatfitness: int = 1,
@@ -122,12 +132,14 @@ class IGOSearch:
             raise ValueError(f"sigma0 must be a finite number > 0, got {sigma0}")
         if covariance not in ("full", "diagonal"):
             raise ValueError(f"covariance must be 'full' or 'diagonal', got {covariance!r}")
+        if sampling not in SAMPLINGS:
+            raise ValueError(f"sampling must be one of {SAMPLINGS}, got {sampling!r}")
         if popsize is not None and int(popsize) < 2:
             raise ValueError(f"popsize must be >= 2, got {popsize}")
         n = m.size
         self.dim, self.diagonal = n, covariance == "diagonal"
         self.sp = StrategyParameters.default(n, popsize, diagonal=self.diagonal, c_m=c_m, c_mu=c_mu, active=active)
-        self.popsize = self.sp.popsize
+        self.popsize, self.sampling = self.sp.popsize, sampling
         self.mean, self.sigma, self.sigma0 = m, float(sigma0), float(sigma0)
         self.C = self._initial_cov(cov0)
         self.p_sigma, self.p_c = np.zeros(n), np.zeros(n)
@@ -200,8 +212,12 @@ class IGOSearch:
 
     # ------------------------------------------------------------ ask / tell
     def ask(self) -> np.ndarray:
-        r"""Draw :math:`\lambda` candidates :math:`x_i = m + \sigma C^{1/2}z_i`, shape ``(popsize, d)``."""
-        Z = self.rng.standard_normal((self.popsize, self.dim))
+        r"""Draw :math:`\lambda` candidates :math:`x_i = m + \sigma C^{1/2}z_i`, shape ``(popsize, d)``.
+
+        The :math:`z_i` are standard normal, orthogonal within blocks of :math:`d` unless
+        ``sampling="independent"`` (:func:`~infogeo.solvers.igo_sampling.standard_normal_samples`).
+        """
+        Z = standard_normal_samples(self.rng, self.popsize, self.dim, self.sampling)
         Y = Z * self.D if self.diagonal else (Z * self.D) @ self.B.T
         return self.mean + self.sigma * Y
 

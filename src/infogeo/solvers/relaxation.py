@@ -65,7 +65,8 @@ class StochasticRelaxation(Solver):
 
     plus the rank-one update along the evolution path and cumulative step-size
     adaptation: the CMA-ES of Hansen's tutorial (2016) with its default
-    constants.  This class is the ``minimize`` face of
+    constants (the step-size cumulation rate as in the ``cma`` package), and
+    orthogonal sampling of each population (Wang, Emmerich & Bäck 2019).  This class is the ``minimize`` face of
     :class:`~infogeo.solvers.IGOSearch` (which also offers ask/tell) and of its
     restart strategies (:func:`~infogeo.solvers.igo_minimize`).
 
@@ -81,6 +82,9 @@ class StochasticRelaxation(Solver):
         Rank-:math:`\mu` learning rate :math:`c_\mu` (default: the published one).
     covariance : {"full", "diagonal"}
         Full covariance, or diagonal (separable; dimensions in the hundreds).
+    sampling : {"orthogonal", "independent"}
+        The standard normal vectors of a population: orthogonal within blocks of :math:`d`
+        (default; Wang, Emmerich & Bäck 2019) or i.i.d. (see :class:`~infogeo.solvers.IGOSearch`).
     restarts : int
         Restarts with a growing population after a run stops (default 0).
     restart_strategy : {"ipop", "bipop"}
@@ -107,7 +111,7 @@ class StochasticRelaxation(Solver):
 
     def __init__(self, sigma0: float = 1.0, *, population: Optional[int] = None,
                  lr_mean: float = 1.0, lr_cov: Optional[float] = None, covariance: str = "full",
-                 restarts: int = 0, restart_strategy: str = "ipop", max_evals: int = 100_000,
+                 sampling: str = "orthogonal", restarts: int = 0, restart_strategy: str = "ipop", max_evals: int = 100_000,
                  f_target: Optional[float] = None, seed: Any = None, min_sigma: float = 1e-11,
                  **kwargs: Any):
         kwargs.setdefault("max_iter", 10**9)
@@ -120,6 +124,7 @@ class StochasticRelaxation(Solver):
             raise ValueError(f"max_evals must be a positive integer, got {max_evals}")
         self.sigma0, self.population, self.lr_mean, self.lr_cov = float(sigma0), population, lr_mean, lr_cov
         self.covariance, self.restarts, self.restart_strategy = covariance, restarts, restart_strategy
+        self.sampling = sampling
         self.max_evals, self.f_target, self.seed, self.min_sigma = int(max_evals), f_target, seed, min_sigma
 
     def minimize(self, f: Callable[[np.ndarray], Any], x0: Any, **_: Any) -> OptimizeResult:  # type: ignore[override]
@@ -129,4 +134,4 @@ class StochasticRelaxation(Solver):
                             popsize=self.population, covariance=self.covariance, max_evals=self.max_evals,
                             f_target=self.f_target, seed=self.seed, callback=self.callback,
                             max_iter=self.max_iter, verbose=self.verbose, c_m=self.lr_mean, c_mu=self.lr_cov,
-                            tolx=self.min_sigma)
+                            tolx=self.min_sigma, sampling=self.sampling)
