@@ -44,10 +44,9 @@ def termination_criteria(es: Any) -> Dict[str, Any]:
     if es.countiter == 0:
         return out
     n, lam, sigma = es.dim, es.popsize, es.sigma
-    hist = np.asarray(es._hist_best)
     span = 10 + int(math.ceil(30 * n / lam))
-    if len(hist) >= span:
-        recent = hist[-span:]
+    if len(es._hist_best) >= span:
+        recent = np.asarray(es._hist_best[-span:])   # only the window: the whole history grows with the run
         if np.all(np.isfinite(recent)):
             hist_range = recent.max() - recent.min()
             finite = es._last_fx[np.isfinite(es._last_fx)]
@@ -60,7 +59,11 @@ def termination_criteria(es: Any) -> Dict[str, Any]:
         out["tolx"] = tol["tolx"]
     m = es.mean
     i = es.countiter % n
-    axis = es.D[i] * (np.eye(n)[i] if es.diagonal else es.B[:, i])
+    if es.diagonal:
+        axis = np.zeros(n)
+        axis[i] = es.D[i]
+    else:
+        axis = es.D[i] * es.B[:, i]
     if np.all(m == m + 0.1 * sigma * axis):
         out["noeffectaxis"] = True
     if np.any(m == m + 0.2 * sigma * np.sqrt(diag_C)):
