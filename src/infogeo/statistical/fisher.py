@@ -66,6 +66,9 @@ class FisherMetric(Metric):
     def __init__(self, family: Any):
         super().__init__(family.dim)
         self.family = family
+        # resolved once per chart (a family builds its metric when its chart is set): closed forms that
+        # batch and are written in the current chart are called directly, with no per-call dispatch
+        self._direct = family.geometry_chart == family.chart and bool(family._geo_vectorized)
 
     def matrix(self, x):
         return self.family.fisher(x)
@@ -102,6 +105,8 @@ class FisherMetric(Metric):
         return out if like is None else B.array(out, like=like)
 
     def exp(self, x, v):
+        if self._direct:
+            return self.family._geo_exp(x, v)
         if self._batched_generic(x, v):
             return per_point(self.exp, x, v)
         if not self._closed():
@@ -113,6 +118,8 @@ class FisherMetric(Metric):
         return fam._from_chart(self._hook("exp", xg, vg, like=x), g)
 
     def log(self, x, y):
+        if self._direct:
+            return self.family._geo_log(x, y)
         if self._batched_generic(x, y):
             return per_point(self.log, x, y)
         if not self._closed():
@@ -125,6 +132,8 @@ class FisherMetric(Metric):
         return B.jvp(lambda z: fam._from_chart(z, g), xg, vg)[1]
 
     def dist(self, x, y):
+        if self._direct:
+            return self.family._geo_dist(x, y)
         if self._batched_generic(x, y):
             return per_point(self.dist, x, y)
         if not self._closed():
