@@ -34,9 +34,9 @@ def test_batched_closed_forms_equal_the_loop_of_single_ones(M, chart):
            "inner": lambda p, q: M.metric.inner(M.vector(p, q - p), M.vector(p, q - p)),
            "flat": lambda p, q: M.metric.flat(M.vector(p, q - p)).components,
            "sharp": lambda p, q: M.metric.sharp(M.covector(p, q - p)).components}
+    ops["exp"] = lambda p, v: M.exp(p, M.vector(p, v))            # the full Gaussian's too: Eriksen's closed form
     if _closed_geodesics(M) and chart == "standard":
-        ops.update(dist=M.dist, log=lambda p, q: M.log(p, q).components,
-                   exp=lambda p, v: M.exp(p, M.vector(p, v)))
+        ops.update(dist=M.dist, log=lambda p, q: M.log(p, q).components)
     for name, op in ops.items():
         second = V if name == "exp" else Q
         batched = np.asarray(op(P, second))
@@ -59,6 +59,17 @@ def test_torch_batches_give_torch_results_equal_to_numpy(M):
     for got, want in pairs:
         assert isinstance(got, torch.Tensor)
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-10, atol=1e-12)
+
+
+def test_full_gaussian_exp_of_a_batch_with_long_and_short_velocities_equals_the_loop():
+    # velocities of very different lengths take different numbers of closed-form steps
+    G = ig.Gaussian(dim=2)
+    rng = np.random.default_rng(8)
+    p = np.asarray(G.random_point(rng))
+    V = rng.standard_normal((5, G.dim)) * np.array([0.01, 0.5, 2.0, 6.0, 12.0])[:, None]
+    batched = G.exp(p, G.vector(p, V))      # one point, a batch of velocities (broadcast)
+    for i in range(5):
+        np.testing.assert_allclose(batched[i], G.exp(p, G.vector(p, V[i])), rtol=1e-11, atol=1e-12)
 
 
 def test_zero_mean_and_fixed_covariance_match_their_textbook_formulas_on_batches():

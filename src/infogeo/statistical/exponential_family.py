@@ -108,6 +108,8 @@ class ExponentialFamily(Observations, ChartedManifold):
     #: whether every method broadcasts over leading axes on either backend (else batches loop)
     _vectorized: bool = False
     _geo_vectorized: bool = False
+    #: closed forms ("exp", "log", "dist") that take batches in numpy though not on either backend
+    _geo_numpy_batches: frozenset = frozenset()
     _standard_chart: Optional[Chart] = None
     _geodesics: Optional[ClosedGeodesics] = None
 

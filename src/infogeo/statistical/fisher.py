@@ -82,9 +82,11 @@ class FisherMetric(Metric):
     def _closed(self) -> bool:
         return self.family.geometry_chart is not None
 
-    def _batched_generic(self, x: Any, *others: Any) -> bool:
-        """Whether this call must be looped point by point (a batch on a family that is not vectorised)."""
-        return not self.family._geo_vectorized and any(len(a.shape) > 1 for a in (x,) + others)
+    def _batched_generic(self, x: Any, *others: Any, op: str = "") -> bool:
+        """Whether this call must be looped point by point (a batch on a closed form ``op`` that does not batch)."""
+        fam = self.family
+        batches = fam._geo_vectorized or op in fam._geo_numpy_batches
+        return not batches and any(len(a.shape) > 1 for a in (x,) + others)
 
     def _hook(self, name: str, *arrays: Any, like: Any = None):
         """Call the family's closed form ``name`` (``"exp"``, ``"log"``, ``"dist"``) on geometry-chart arrays.
@@ -107,10 +109,13 @@ class FisherMetric(Metric):
     def exp(self, x, v):
         if self._direct:
             return self.family._geo_exp(x, v)
-        if self._batched_generic(x, v):
+        if self._batched_generic(x, v, op="exp"):
             return per_point(self.exp, x, v)
         if not self._closed():
             return super().exp(x, v)
+        if x.shape != v.shape:  # a closed form that batches in numpy: one shape for the chart Jacobian
+            shape = tuple(np.broadcast_shapes(tuple(x.shape), tuple(v.shape)))
+            x, v = B.broadcast_to(x, shape), B.broadcast_to(v, shape)
         fam, g = self.family, self.family.geometry_chart
         if g == fam.chart:
             return self._hook("exp", x, v, like=x)

@@ -243,13 +243,15 @@ class FullGaussian(Gaussian):
     :mod:`infogeo.statistical.gaussian_geodesics`.
 
     Batches: the charts, ``kl`` and the metric (its matrix, ``inner``, ``sharp``,
-    ``flat``) broadcast over leading axes on either backend; ``exp``, ``log`` and
-    ``dist`` run pair by pair (a loop over the batch, in numpy), since ``log`` and
-    ``dist`` have no closed form and each pair needs its own shooting.
+    ``flat``) broadcast over leading axes on either backend; ``exp`` takes a batch
+    in one numpy call; ``log`` and ``dist`` run pair by pair (a loop over the
+    batch, in numpy), since they have no closed form and each pair needs its own
+    shooting.
     """
 
     geometry_chart = "standard"
     _vectorized = True
+    _geo_numpy_batches = frozenset({"exp"})
 
     def __init__(self, dim: int = 2, covariance: Optional[str] = "full", cov: Any = None,
                  chart: Optional[str] = None):
@@ -354,10 +356,10 @@ class FullGaussian(Gaussian):
 
     def _geo_exp(self, s, v):
         mu0, S0 = self._mu_cov_np(s)
-        dS = B.to_numpy(self.vh.sym(B.array(v[self.d:])))
-        mu1, S1 = _geodesics().exp(mu0, S0, v[:self.d], dS)
+        dS = B.to_numpy(self.vh.sym(B.array(v[..., self.d:])))
+        mu1, S1 = _geodesics().exp(mu0, S0, v[..., :self.d], dS)
         _check_spd(S1, "covariance at the end of the geodesic")
-        return np.concatenate([mu1, self.vh.vech(S1)])
+        return np.concatenate([mu1, self.vh.vech(S1)], axis=-1)
 
     def _geo_log(self, s, s2):
         dmu, dS = _geodesics().log(*self._mu_cov_np(s), *self._mu_cov_np(s2), budget=self.budget)
