@@ -13,7 +13,8 @@ from ._vech import _mT
 def _whitened(S, T):
     r"""``(L, C)``: the Cholesky factor :math:`S = LL^T` and :math:`C = L^{-1} T L^{-T}` (symmetrised)."""
     L = B.cholesky(S)
-    C = B.solve(L, _mT(B.solve(L, T)))              # L^-1 (L^-1 T)^T = L^-1 T L^-T for symmetric T
+    Li = B.inv(L)                                    # one inverse of the small factor, then two products
+    C = B.matmul(Li, B.matmul(T, _mT(Li)))
     return L, 0.5 * (C + _mT(C))
 
 
