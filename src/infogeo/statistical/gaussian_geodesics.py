@@ -82,13 +82,19 @@ def _speed(x: np.ndarray, Bm: np.ndarray) -> float:
     return float(np.sqrt(x @ x + 0.5 * np.sum(Bm * Bm)))
 
 
+# batched helpers; a single point (the shooting's many calls) takes the plain 2-D operations
 def _mT(A: np.ndarray) -> np.ndarray:
-    return np.swapaxes(A, -1, -2)
+    return A.T if A.ndim == 2 else np.swapaxes(A, -1, -2)
 
 
 def _mv(A: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Batched matrix-vector product."""
-    return (A @ x[..., None])[..., 0]
+    return A @ x if x.ndim == 1 and A.ndim == 2 else (A @ x[..., None])[..., 0]
+
+
+def _solve_v(A: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Batched solve for vectors ``b``."""
+    return np.linalg.solve(A, b) if b.ndim == 1 and A.ndim == 2 else np.linalg.solve(A, b[..., None])[..., 0]
 
 
 def _closed_step(x, Bm, t):
@@ -107,14 +113,15 @@ def _closed_step(x, Bm, t):
 
 def _flow_in_steps(x: np.ndarray, Bm: np.ndarray, n: int) -> Tuple[np.ndarray, np.ndarray]:
     """End point (mu, L) after ``n`` closed-form steps of time ``1/n``, each from the frame reached; batched."""
-    mu, L = np.zeros_like(x), np.broadcast_to(np.eye(x.shape[-1]), Bm.shape)
+    eye = np.eye(x.shape[-1])
+    mu, L = np.zeros_like(x), (eye if Bm.ndim == 2 else np.broadcast_to(eye, Bm.shape))
     for k in range(n):
         m1, S1, dm1, dS1 = _closed_step(x, Bm, 1.0 / n)
         L1 = np.linalg.cholesky(S1)
         mu, L = mu + _mv(L, m1), L @ L1
         if k < n - 1:
             # velocity in the frame of the point reached (the next step is again of time 1/n)
-            x = np.linalg.solve(L1, dm1[..., None])[..., 0]
+            x = _solve_v(L1, dm1)
             Bm = _mT(np.linalg.solve(L1, _mT(np.linalg.solve(L1, dS1))))
             Bm = 0.5 * (Bm + _mT(Bm))
     return mu, L
@@ -127,10 +134,10 @@ def _unit_flow(x: np.ndarray, Bm: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     covariances with eigenvalues far apart keep their accuracy.  A batch (leading axes) is computed in groups
     of equal step counts, so that each velocity takes exactly the steps it takes alone.
     """
+    if x.ndim == 1:
+        return _flow_in_steps(x, Bm, max(1, math.ceil(_speed(x, Bm) / _STEP)))
     speed = np.sqrt(np.sum(x * x, axis=-1) + 0.5 * np.sum(Bm * Bm, axis=(-2, -1)))
     steps = np.maximum(1, np.ceil(speed / _STEP)).astype(int)
-    if x.ndim == 1:
-        return _flow_in_steps(x, Bm, int(steps))
     d, lead = x.shape[-1], x.shape[:-1]
     x, Bm, steps = x.reshape(-1, d), Bm.reshape(-1, d, d), steps.reshape(-1)
     mu, L = np.empty_like(x), np.empty_like(Bm)
@@ -142,7 +149,7 @@ def _unit_flow(x: np.ndarray, Bm: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
 
 def _frame(S0: np.ndarray, dmu: np.ndarray, dS: np.ndarray):
     L = np.linalg.cholesky(S0)
-    x = np.linalg.solve(L, dmu[..., None])[..., 0]
+    x = _solve_v(L, dmu)
     Bm = _mT(np.linalg.solve(L, _mT(np.linalg.solve(L, dS))))
     return L, x, 0.5 * (Bm + _mT(Bm))
 
