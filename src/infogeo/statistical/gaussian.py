@@ -215,7 +215,8 @@ class Gaussian(ExponentialFamily):
         lead = tuple(dm.shape[:-1])
         Sp, Sq = (B.broadcast_to(S, lead + (self.d, self.d)) for S in (Sp, Sq))
         X = B.solve(Sq, B.concatenate([Sp, dm[..., None]], axis=-1))
-        return 0.5 * (B.sum(B.sum(X[..., :-1] * B.eye(self.d, like=X), axis=-1), axis=-1) + B.sum(dm * X[..., -1], axis=-1) - self.d
+        trace = B.sum(B.sum(X[..., :-1] * B.eye(self.d, like=X), axis=-1), axis=-1)
+        return 0.5 * (trace + B.sum(dm * X[..., -1], axis=-1) - self.d
                       + B.slogdet(Sq)[1] - B.slogdet(Sp)[1])
 
 

@@ -29,8 +29,8 @@ formula), for all directions at once.  A general start
   half-plane geodesic along the mean difference) are solved in closed form.
 * ``dist`` is the length :math:`\sqrt{|\delta|^2 + \tfrac12\|B\|_F^2}` of that geodesic.
 
-Every solve runs under a :class:`~infogeo.budget.Budget`.  Plain numpy on
-one pair of points given as :math:`(\mu, \Sigma)`; the family converts its coordinates.
+Every solve runs under a :class:`~infogeo.budget.Budget`.  Plain numpy on points given as
+:math:`(\mu, \Sigma)`: ``exp`` on batches (leading axes), the others on one pair.
 """
 from __future__ import annotations
 
@@ -87,13 +87,11 @@ def _mT(A: np.ndarray) -> np.ndarray:
     return A.T if A.ndim == 2 else np.swapaxes(A, -1, -2)
 
 
-def _mv(A: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Batched matrix-vector product."""
+def _mv(A: np.ndarray, x: np.ndarray) -> np.ndarray:  # matrix-vector products
     return A @ x if x.ndim == 1 and A.ndim == 2 else (A @ x[..., None])[..., 0]
 
 
-def _solve_v(A: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Batched solve for vectors ``b``."""
+def _solve_v(A: np.ndarray, b: np.ndarray) -> np.ndarray:  # solves for vectors b
     return np.linalg.solve(A, b) if b.ndim == 1 and A.ndim == 2 else np.linalg.solve(A, b[..., None])[..., 0]
 
 
@@ -104,9 +102,8 @@ def _closed_step(x, Bm, t):
     el = np.exp(t * lam)[..., None, :]
     E = (V * el) @ _mT(V)
     AE = (V * (lam[..., None, :] * el)) @ _mT(V)
-    S = np.linalg.inv(E[..., :d, :d])
+    S, delta = np.linalg.inv(E[..., :d, :d]), E[..., :d, d]
     S = 0.5 * (S + _mT(S))
-    delta = E[..., :d, d]
     dS = -S @ AE[..., :d, :d] @ S
     return _mv(S, delta), S, _mv(dS, delta) + _mv(S, AE[..., :d, d]), 0.5 * (dS + _mT(dS))
 
@@ -121,8 +118,7 @@ def _flow_in_steps(x: np.ndarray, Bm: np.ndarray, n: int) -> Tuple[np.ndarray, n
         mu, L = mu + _mv(L, m1), L @ L1
         if k < n - 1:
             # velocity in the frame of the point reached (the next step is again of time 1/n)
-            x = _solve_v(L1, dm1)
-            Bm = _mT(np.linalg.solve(L1, _mT(np.linalg.solve(L1, dS1))))
+            x, Bm = _solve_v(L1, dm1), _mT(np.linalg.solve(L1, _mT(np.linalg.solve(L1, dS1))))
             Bm = 0.5 * (Bm + _mT(Bm))
     return mu, L
 
