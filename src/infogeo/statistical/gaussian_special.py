@@ -105,8 +105,8 @@ class FixedCovarianceGaussian(_MeanIsStandard, Gaussian):
         return _mean_is_standard_charts(to_nat, from_nat, None, "the mean", None, "Sigma0^{-1} mu")
 
     def _fisher_closed(self, x):
-        G = B.array(self.Sigma0 if self.chart == "natural" else self.Lambda0, like=x)
-        return B.broadcast_to(G, tuple(x.shape[:-1]) + (self.d, self.d))
+        G = self.Sigma0 if self.chart == "natural" else self.Lambda0    # a constant: a fresh (writable) copy
+        return B.array(np.broadcast_to(G, tuple(x.shape[:-1]) + (self.d, self.d)), like=x)
 
     def _geo_exp(self, m, v):
         return m + v
