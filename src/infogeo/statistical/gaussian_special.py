@@ -106,7 +106,7 @@ class FixedCovarianceGaussian(_MeanIsStandard, Gaussian):
 
     def _fisher_closed(self, x):
         G = self.Sigma0 if self.chart == "natural" else self.Lambda0    # a constant: a fresh (writable) copy
-        return B.array(np.broadcast_to(G, tuple(x.shape[:-1]) + (self.d, self.d)), like=x)
+        return B.array(np.broadcast_to(G, tuple(x.shape[:-1]) + (self.d, self.d)).copy(), like=x)
 
     def _geo_exp(self, m, v):
         return m + v
