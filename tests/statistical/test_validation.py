@@ -67,7 +67,7 @@ def test_sample_size_must_be_a_positive_integer():
     with pytest.raises(TypeError):
         G1.sample(np.array([0.0, 1.0]), "3")
     with pytest.raises(ValueError, match="one distribution"):
-        G1.sample(np.array([[0.0, 1.0], [1.0, 2.0]]), 3)
+        G1.fisher_monte_carlo(np.array([[0.0, 1.0], [1.0, 2.0]]), 3)
 
 
 # ----------------------------------------------------------- NaN and dtypes

@@ -96,6 +96,21 @@ def per_point(fn: Callable, *arrays: Any, vectorized: bool = False):
     return B.reshape(B.stack(outs), lead + tuple(outs[0].shape))
 
 
+def _batch_check(chart: Chart) -> Optional[Callable[[Any], None]]:
+    """The validation of a point or batch in ``chart``: its ``check`` itself, or looped when not vectorised."""
+    check = chart.check
+    if check is None or chart.vectorized:
+        return check
+
+    def looped(x: Any) -> None:
+        if len(x.shape) == 1:
+            check(x)
+            return
+        for idx in np.ndindex(*x.shape[:-1]):
+            check(x[idx])
+    return looped
+
+
 class ChartedManifold(Manifold):
     """A manifold whose points are coordinates in one of several :class:`Chart` s.
 
@@ -110,6 +125,11 @@ class ChartedManifold(Manifold):
         if chart not in self._charts:
             raise ValueError(f"unknown chart {chart!r} for {self.name}; expected one of {sorted(self._charts)}")
         self.chart = chart
+        # the validation of points in the current chart, resolved once here rather than on every call
+        check = _batch_check(self._charts[chart])
+        declared = None if self._domain is None else self._check_declared_domain
+        self._point_check = (check or declared) if check is None or declared is None else (
+            lambda x: (declared(x), check(x)))
 
     @property
     def charts(self) -> tuple:
@@ -130,18 +150,9 @@ class ChartedManifold(Manifold):
         return self._key_in(self.chart)
 
     def _chart_check(self, chart: str, x: Any) -> None:
-        check = self._charts[chart].check
-        if check is None:
-            return
-        if self._charts[chart].vectorized or len(x.shape) == 1:
+        check = _batch_check(self._charts[chart])
+        if check is not None:
             check(x)
-        else:
-            for idx in np.ndindex(*x.shape[:-1]):
-                check(x[idx])
-
-    def _check_domain(self, x: Any) -> None:
-        super()._check_domain(x)
-        self._chart_check(self.chart, x)
 
     def _as_point_in(self, y: Any, chart: str, what: str = "point") -> Any:
         """``y`` validated as a point in chart ``chart`` (not necessarily the current one)."""

@@ -45,6 +45,8 @@ class Manifold:
     then the domain); integer coordinates are promoted to float.
     """
 
+    _point_check: Optional[Callable[[Any], None]] = None
+
     def __init__(self, dim: int, metric: Optional[Metric] = None, *,
                  domain: Optional[Callable[[Any], bool]] = None,
                  domain_description: str = "", name: Optional[str] = None,
@@ -54,6 +56,8 @@ class Manifold:
         if self.metric.dim is not None and self.metric.dim != self.dim:
             raise ValueError(f"metric of dimension {self.metric.dim} on a manifold of dimension {self.dim}")
         self._domain = domain
+        # the domain check of _as_point, resolved once (None: every finite point is a point here)
+        self._point_check = None if domain is None else self._check_declared_domain
         self._domain_description = domain_description
         self.name = name or type(self).__name__
         self.chart = chart
@@ -87,14 +91,18 @@ class Manifold:
         if came_from is not None and came_from != self.point_key:
             raise TypeError(f"the {what} is a point of {came_from}, not of {self.point_key}; convert it "
                             "explicitly (e.g. to_chart/from_chart) or pass plain coordinates")
-        x = _points.as_coordinates(_points.contiguous(x), self.dim, what, self.name)
-        self._check_domain(x)
+        x = _points.coordinates(x, self.dim, what, self.name)
+        if self._point_check is not None:
+            self._point_check(x)
         return x
 
     def _check_domain(self, x: Any) -> None:
         """Raise ``ValueError`` if a (finite, well-shaped) ``x`` lies outside the domain; batches allowed."""
-        if self._domain is None:
-            return
+        if self._point_check is not None:
+            self._point_check(x)
+
+    def _check_declared_domain(self, x: Any) -> None:
+        """The ``domain`` given to the constructor, point by point."""
         rows = [x] if len(x.shape) == 1 else [x[i] for i in np.ndindex(*x.shape[:-1])]
         if not all(bool(self._domain(r)) for r in rows):
             raise ValueError(f"point is outside the domain of {self.name}"
@@ -186,8 +194,9 @@ class Manifold:
     def _pair(self, x: Any, y: Any):
         """Two validated points (or batches) whose leading shapes broadcast."""
         x, y = self._as_point(x, "first point"), self._as_point(y, "second point")
-        if x.shape != y.shape:  # equal shapes broadcast trivially
-            _points.batch_shape(x, y, dims=(1, 1))
+        if type(x) is type(y) is np.ndarray and x.shape == y.shape:
+            return x, y  # the common case: one backend, equal shapes (which broadcast trivially)
+        _points.batch_shape(x, y, dims=(1, 1))
         return _points.same_backend(x, y)
 
     def log(self, x: Any, y: Any) -> TangentVector:

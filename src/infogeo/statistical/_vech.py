@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import backend as B
 
-__all__ = ["_Vech", "_check_spd", "_miller_cov_block", "_cov_of_t"]
+__all__ = ["_Vech", "_check_spd", "_miller_cov_block", "_cov_of_t", "_mT", "_outer"]
 
 
 class _Vech:
@@ -55,27 +55,44 @@ def _check_spd(S: np.ndarray, what: str) -> None:
                          f"expected an SPD matrix") from None
 
 
+def _mT(A):
+    """The transpose of the last two axes (a batch of matrices), either backend."""
+    return B.einsum("...ij->...ji", A)
+
+
+def _outer(a, b):
+    """Batched outer product :math:`a b^T` over the last axis."""
+    return a[..., :, None] * b[..., None, :]
+
+
 def _miller_cov_block(Si, vh: _Vech):
-    r""":math:`\tfrac12\mathrm{tr}(\Sigma^{-1}E_a\Sigma^{-1}E_b)` for the vech basis."""
-    E = B.array(vh.E, like=Si)
-    return 0.5 * B.einsum("aij,jk,bkl,li->ab", E, Si, E, Si)
+    r""":math:`\tfrac12\mathrm{tr}(\Sigma^{-1}E_a\Sigma^{-1}E_b)` for the vech basis; ``Si`` of shape ``(..., d, d)``.
+
+    With :math:`E_a = (e_ie_j^T + e_je_i^T)/w_a` (:math:`w_a = 2` on the diagonal, 1 off it) the trace is
+    :math:`2(S_{ik}S_{jl} + S_{il}S_{jk})/(w_aw_b)` for :math:`S = \Sigma^{-1}`: Isserlis' block of
+    :func:`_cov_of_t` at :math:`S`, divided by :math:`w_aw_b` (no four-operand contraction).
+    """
+    w = B.array(vh.w, like=Si)
+    return _cov_of_t(None, Si, vh, with_mean=False) / (w[:, None] * w[None, :])
 
 
 def _cov_of_t(mu, S, vh: _Vech, with_mean: bool = True):
-    r""":math:`\mathrm{Cov}[(x, \mathrm{vech}\,xx^T)]` for :math:`x \sim N(\mu, \Sigma)` (Isserlis)."""
+    r""":math:`\mathrm{Cov}[(x, \mathrm{vech}\,xx^T)]` for :math:`x \sim N(\mu, \Sigma)` (Isserlis), batched.
+
+    ``mu`` of shape ``(..., d)``, ``S`` of shape ``(..., d, d)``; the result is ``(..., d + m, d + m)``
+    (``(..., m, m)`` without the mean).
+    """
     i, j = vh.iu
-    Sik, Sjl = S[i][:, i], S[j][:, j]
-    Sil, Sjk = S[i][:, j], S[j][:, i]
+    ic, ir, jc, jr = i[:, None], i[None, :], j[:, None], j[None, :]
+    Sik, Sjl = S[..., ic, ir], S[..., jc, jr]        # [a, b] = S[i_a, i_b], S[j_a, j_b]
+    Sil, Sjk = S[..., ic, jr], S[..., jc, ir]        # S[i_a, j_b], S[j_a, i_b]
     quad = Sik * Sjl + Sil * Sjk
     if not with_mean:
         return quad
-    mi, mj = mu[i], mu[j]
-    quad = (quad + B.outer(mi, mi) * Sjl + B.outer(mi, mj) * Sjk
-            + B.outer(mj, mi) * Sil + B.outer(mj, mj) * Sik)
+    mi, mj = mu[..., i], mu[..., j]
+    quad = quad + _outer(mi, mi) * Sjl + _outer(mi, mj) * Sjk + _outer(mj, mi) * Sil + _outer(mj, mj) * Sik
     # Cov(x_r, x_k x_l) = mu_k S_rl + mu_l S_rk
-    cross = S[:, j] * mi[None, :] + S[:, i] * mj[None, :]
-    top = B.concatenate([S, cross], axis=1)
-    bottom = B.concatenate([B.transpose(cross), quad], axis=1)
-    return B.concatenate([top, bottom], axis=0)
-
-
+    cross = S[..., :, j] * mi[..., None, :] + S[..., :, i] * mj[..., None, :]
+    top = B.concatenate([S, cross], axis=-1)
+    bottom = B.concatenate([_mT(cross), quad], axis=-1)
+    return B.concatenate([top, bottom], axis=-2)

@@ -34,12 +34,13 @@ __all__ = ["FiniteFamily", "Categorical", "Bernoulli", "IndependenceModel"]
 SIMPLEX_TOL = 1e-9
 
 
-def _rowsum(x):
+def _rowsum(x, xp=B):
     """Sum over the last axis as a product with ones (a BLAS call: much faster than a reduction
-    along a short last axis); a last axis of length 1 is read directly (a matmul over it is slow)."""
+    along a short last axis); a last axis of length 1 is read directly (a matmul over it is slow).
+    ``xp``: the backend namespace when the caller has resolved it already."""
     if x.shape[-1] == 1:
         return x[..., 0]
-    return B.matmul(x, B.ones(x.shape[-1], like=x))
+    return xp.matmul(x, xp.ones(x.shape[-1], like=x))
 
 
 def _last(p):
@@ -136,7 +137,7 @@ class Categorical(FiniteFamily):
 
     def _check_probs(self, p) -> None:
         q = _points.numpy_view(p)
-        last = 1.0 - _rowsum(q)
+        last = 1.0 - _rowsum(q, np)
         if q.min() <= 0 or last.min() <= 0:
             bad = np.argmin(np.minimum(q.min(-1), last)) if q.ndim > 1 else None
             row = q if bad is None else q.reshape(-1, q.shape[-1])[bad]
@@ -211,9 +212,10 @@ class Categorical(FiniteFamily):
 
     def _geo_dist(self, eta, zeta):
         # chord |u - w| between the square roots: the angle 2 arcsin(chord / 2), accurate when near
-        diff = B.sqrt(eta) - B.sqrt(zeta)
-        d2 = _rowsum(diff * diff) + (B.sqrt(1.0 - _rowsum(eta)) - B.sqrt(1.0 - _rowsum(zeta))) ** 2
-        return 4.0 * B.arcsin(0.5 * B.sqrt(d2))
+        xp = B.ops_of(eta, zeta)  # one dispatch per call
+        diff = xp.sqrt(eta) - xp.sqrt(zeta)
+        d2 = _rowsum(diff * diff, xp) + (xp.sqrt(1.0 - _rowsum(eta, xp)) - xp.sqrt(1.0 - _rowsum(zeta, xp))) ** 2
+        return 4.0 * xp.arcsin(0.5 * xp.sqrt(d2))
 
 
 class Bernoulli(Categorical):
@@ -254,7 +256,8 @@ class Bernoulli(Categorical):
 
     def _geo_dist(self, p, q):
         # the angle between (sqrt p, sqrt(1 - p)) and (sqrt q, sqrt(1 - q)) is |arcsin sqrt p - arcsin sqrt q|
-        return 2.0 * B.abs(B.arcsin(B.sqrt(p[..., 0])) - B.arcsin(B.sqrt(q[..., 0])))
+        xp = B.ops_of(p, q)
+        return 2.0 * xp.abs(xp.arcsin(xp.sqrt(p[..., 0])) - xp.arcsin(xp.sqrt(q[..., 0])))
 
     def _sample(self, p, n, rng):
         q = float(B.to_numpy(self._to_chart(p, "mean"))[0])

@@ -38,16 +38,16 @@ import numpy as np
 
 from .. import backend as B
 from ..divergences import Bregman
-from ..geometry import points as _points
 from ..geometry.charts import Chart, ChartedManifold, per_point
-from ._inputs import check_samples, named_coordinates, numpy_only, split_parameters, statistics_of
+from ._inputs import named_coordinates, numpy_only, split_parameters
 from .fisher import ClosedGeodesics, FisherMetric
 from .legendre import legendre_primitive
+from .observations import Observations
 
 __all__ = ["Chart", "ClosedGeodesics", "ExponentialFamily", "FisherMetric"]
 
 
-class ExponentialFamily(ChartedManifold):
+class ExponentialFamily(Observations, ChartedManifold):
     r"""An exponential family :math:`p_\theta(x) = h(x)\exp(\theta^T t(x) - \psi(\theta))`.
 
     Prototype a family by giving :math:`t` and :math:`\psi`; moments, Fisher,
@@ -108,6 +108,8 @@ class ExponentialFamily(ChartedManifold):
     #: whether every method broadcasts over leading axes on either backend (else batches loop)
     _vectorized: bool = False
     _geo_vectorized: bool = False
+    #: closed forms ("exp", "log", "dist") that take batches in numpy though not on either backend
+    _geo_numpy_batches: frozenset = frozenset()
     _standard_chart: Optional[Chart] = None
     _geodesics: Optional[ClosedGeodesics] = None
 
@@ -264,8 +266,10 @@ class ExponentialFamily(ChartedManifold):
         return self._log_h_fn(x)
 
     def moments(self, theta: Any):
-        r"""Mean parameters :math:`\eta = \nabla\psi(\theta)` (autodiff unless overridden)."""
-        return B.grad(self.log_partition, theta)
+        r"""Mean parameters :math:`\eta = \nabla\psi(\theta)` (autodiff unless overridden); batches broadcast."""
+        if len(theta.shape) > 1 and self._vectorized:  # psi maps (..., dim) -> (...): grad of the sum, per point
+            return B.grad(lambda t: B.sum(self.log_partition(t)), theta)
+        return per_point(lambda t: B.grad(self.log_partition, t), theta)
 
     def fisher_natural(self, theta: Any):
         r"""Fisher information in natural coordinates, :math:`\nabla^2\psi(\theta)`."""
@@ -325,54 +329,6 @@ class ExponentialFamily(ChartedManifold):
         psi = self.log_partition  # vectorised: psi maps (..., dim) -> (...)
         g = B.grad(lambda t: B.sum(psi(t)), tp)
         return psi(tq) - psi(tp) - B.sum(g * (tq - tp), axis=-1)
-
-    def _single(self, p: Any, what: str):
-        if len((p := self._as_point(p)).shape) != 1:
-            raise ValueError(f"{what} takes one distribution (shape ({self.dim},)), got shape {tuple(p.shape)}")
-        return p
-
-    def _statistics(self, x: Any):
-        return statistics_of(self, check_samples(x, self.name))  # (t(x), log h(x)) of checked observations
-
-    def log_prob(self, p: Any, x: Any):
-        r""":math:`\log p(x) = \theta^T t(x) - \psi(\theta) + \log h(x)` for a batch ``x`` -> ``(n,)``."""
-        theta = self._natural(self._single(p, "log_prob"))
-        t, log_h = self._statistics(x)
-        return B.matmul(t, theta) - self.log_partition(theta) + log_h
-
-    def score(self, p: Any, x: Any):
-        r"""Scores :math:`\nabla_x \log p(x)` in the current chart, shape ``(n, dim)``.
-
-        In natural coordinates :math:`t(x) - \eta`; in another chart pulled
-        back by the chart Jacobian, :math:`J^T(t(x) - \eta)`.
-        """
-        p = self._single(p, "score")
-        theta = self._natural(p)
-        diff = self._statistics(x)[0] - self.moments(theta)[None, :]
-        if self.chart == "natural":
-            return diff
-        J = B.jacobian(self._natural, p)
-        return B.matmul(diff, J)
-
-    def log_likelihood(self, p: Any, x: Any):
-        """Mean log-likelihood of a batch of observations (the sum divided by n)."""
-        return B.mean(self.log_prob(p, x))
-
-    def sample(self, p: Any, n: int, rng: Optional[np.random.Generator] = None):
-        """``n`` observations drawn from the distribution ``p`` (seeded by ``rng``)."""
-        p = self._single(p, "sample")
-        n = _points.positive_int(n, "the number of samples n")
-        return self._sample(p, n, np.random.default_rng(rng))
-
-    def _sample(self, p: Any, n: int, rng: np.random.Generator):
-        if self._sampler is None:
-            raise NotImplementedError(f"{self.name} has no sampler; pass sampler= to ExponentialFamily")
-        return self._sampler(B.to_numpy(self._natural(p)), n, rng)
-
-    def fisher_monte_carlo(self, p: Any, n: int, rng: Optional[np.random.Generator] = None):
-        r"""Monte Carlo Fisher: the sample covariance of the score, current chart."""
-        s = B.to_numpy(self.score(p, self.sample(p, n, rng)))
-        return s.T @ s / len(s)
 
     # ------------------------------------------------------------ closed geometry hooks
     # built-in families override these; prototyped ones pass geodesics=ClosedGeodesics(...)

@@ -66,6 +66,9 @@ class FisherMetric(Metric):
     def __init__(self, family: Any):
         super().__init__(family.dim)
         self.family = family
+        # resolved once per chart (a family builds its metric when its chart is set): closed forms that
+        # batch and are written in the current chart are called directly, with no per-call dispatch
+        self._direct = family.geometry_chart == family.chart and bool(family._geo_vectorized)
 
     def matrix(self, x):
         return self.family.fisher(x)
@@ -79,9 +82,11 @@ class FisherMetric(Metric):
     def _closed(self) -> bool:
         return self.family.geometry_chart is not None
 
-    def _batched_generic(self, x: Any, *others: Any) -> bool:
-        """Whether this call must be looped point by point (a batch on a family that is not vectorised)."""
-        return not self.family._geo_vectorized and any(len(a.shape) > 1 for a in (x,) + others)
+    def _batched_generic(self, x: Any, *others: Any, op: str = "") -> bool:
+        """Whether this call must be looped point by point (a batch on a closed form ``op`` that does not batch)."""
+        fam = self.family
+        batches = fam._geo_vectorized or op in fam._geo_numpy_batches
+        return not batches and any(len(a.shape) > 1 for a in (x,) + others)
 
     def _hook(self, name: str, *arrays: Any, like: Any = None):
         """Call the family's closed form ``name`` (``"exp"``, ``"log"``, ``"dist"``) on geometry-chart arrays.
@@ -102,10 +107,15 @@ class FisherMetric(Metric):
         return out if like is None else B.array(out, like=like)
 
     def exp(self, x, v):
-        if self._batched_generic(x, v):
+        if self._direct:
+            return self.family._geo_exp(x, v)
+        if self._batched_generic(x, v, op="exp"):
             return per_point(self.exp, x, v)
         if not self._closed():
             return super().exp(x, v)
+        if x.shape != v.shape:  # a closed form that batches in numpy: one shape for the chart Jacobian
+            shape = tuple(np.broadcast_shapes(tuple(x.shape), tuple(v.shape)))
+            x, v = B.broadcast_to(x, shape), B.broadcast_to(v, shape)
         fam, g = self.family, self.family.geometry_chart
         if g == fam.chart:
             return self._hook("exp", x, v, like=x)
@@ -113,6 +123,8 @@ class FisherMetric(Metric):
         return fam._from_chart(self._hook("exp", xg, vg, like=x), g)
 
     def log(self, x, y):
+        if self._direct:
+            return self.family._geo_log(x, y)
         if self._batched_generic(x, y):
             return per_point(self.log, x, y)
         if not self._closed():
@@ -125,6 +137,8 @@ class FisherMetric(Metric):
         return B.jvp(lambda z: fam._from_chart(z, g), xg, vg)[1]
 
     def dist(self, x, y):
+        if self._direct:
+            return self.family._geo_dist(x, y)
         if self._batched_generic(x, y):
             return per_point(self.dist, x, y)
         if not self._closed():

@@ -47,7 +47,7 @@ import numpy as np
 from .. import backend as B
 from ..geometry import points as _points
 from ..geometry.charts import Chart
-from ._vech import _check_spd, _cov_of_t, _miller_cov_block, _Vech
+from ._vech import _check_spd, _cov_of_t, _miller_cov_block, _outer, _Vech
 from .exponential_family import ExponentialFamily
 
 logger = logging.getLogger(__name__)
@@ -61,6 +61,11 @@ def _geodesics():
     # scipy.linalg (matrix exponentials) is imported on the first full-Gaussian geodesic only
     from . import gaussian_geodesics
     return gaussian_geodesics
+
+
+def _mv(A, x):
+    """Batched matrix-vector product :math:`A x` over leading axes."""
+    return B.einsum("...ij,...j->...i", A, x)
 
 
 # ---------------------------------------------------------------------- base
@@ -203,12 +208,15 @@ class Gaussian(ExponentialFamily):
 
     def _kl(self, p, q):
         r""":math:`\tfrac12[\mathrm{tr}(\Sigma_q^{-1}\Sigma_p) + \Delta\mu^T\Sigma_q^{-1}\Delta\mu - d
-        + \log|\Sigma_q|/|\Sigma_p|]`."""
+        + \log|\Sigma_q|/|\Sigma_p|]`, batched (one solve per pair for the trace and the quadratic form)."""
         mp, Sp = self._mu_cov(self._to_chart(p, "standard"))
         mq, Sq = self._mu_cov(self._to_chart(q, "standard"))
         dm = mq - mp
-        X = B.solve(Sq, B.concatenate([Sp, B.reshape(dm, (-1, 1))], axis=1))
-        return 0.5 * (B.trace(X[:, :-1]) + B.dot(dm, X[:, -1]) - self.d
+        lead = tuple(dm.shape[:-1])
+        Sp, Sq = (B.broadcast_to(S, lead + (self.d, self.d)) for S in (Sp, Sq))
+        X = B.solve(Sq, B.concatenate([Sp, dm[..., None]], axis=-1))
+        trace = B.sum(B.sum(X[..., :-1] * B.eye(self.d, like=X), axis=-1), axis=-1)
+        return 0.5 * (trace + B.sum(dm * X[..., -1], axis=-1) - self.d
                       + B.slogdet(Sq)[1] - B.slogdet(Sp)[1])
 
 
@@ -234,9 +242,17 @@ class FullGaussian(Gaussian):
     :attr:`budget`; ``dist`` is the length of that geodesic and
     :meth:`dist_bounds` brackets it in closed form.  Details in
     :mod:`infogeo.statistical.gaussian_geodesics`.
+
+    Batches: the charts, ``kl`` and the metric (its matrix, ``inner``, ``sharp``,
+    ``flat``) broadcast over leading axes on either backend; ``exp`` takes a batch
+    in one numpy call; ``log`` and ``dist`` run pair by pair (a loop over the
+    batch, in numpy), since they have no closed form and each pair needs its own
+    shooting.
     """
 
     geometry_chart = "standard"
+    _vectorized = True
+    _geo_numpy_batches = frozenset({"exp"})
 
     def __init__(self, dim: int = 2, covariance: Optional[str] = "full", cov: Any = None,
                  chart: Optional[str] = None):
@@ -253,17 +269,17 @@ class FullGaussian(Gaussian):
         return B.concatenate([mu, self.vh.vech(S)], axis=-1)
 
     def _natural_parts(self, theta):
-        return theta[:self.d], self.vh.precision_from_natural(theta[self.d:])
+        return theta[..., :self.d], self.vh.precision_from_natural(theta[..., self.d:])
 
     def log_partition(self, theta):
         h, L = self._natural_parts(theta)
-        return 0.5 * B.dot(h, B.solve(L, h)) - 0.5 * B.slogdet(L)[1] + 0.5 * self.d * LOG2PI
+        return 0.5 * B.sum(h * B.solve(L, h), axis=-1) - 0.5 * B.slogdet(L)[1] + 0.5 * self.d * LOG2PI
 
     def moments(self, theta):
         h, L = self._natural_parts(theta)
         S = B.inv(L)
-        mu = B.matmul(S, h)
-        return B.concatenate([mu, self.vh.vech(S + B.outer(mu, mu))])
+        mu = _mv(S, h)
+        return B.concatenate([mu, self.vh.vech(S + _outer(mu, mu))], axis=-1)
 
     def sufficient_statistics(self, x):
         x = np.asarray(B.to_numpy(x), dtype=float).reshape(-1, self.d)
@@ -282,20 +298,20 @@ class FullGaussian(Gaussian):
         def std_to_nat(s):
             mu, S = self._mu_cov(s)
             L = B.inv(S)
-            return B.concatenate([B.matmul(L, mu), vh.natural_from_precision(L)])
+            return B.concatenate([_mv(L, mu), vh.natural_from_precision(L)], axis=-1)
 
         def nat_to_std(th):
             h, L = self._natural_parts(th)
             S = B.inv(L)
-            return B.concatenate([B.matmul(S, h), vh.vech(S)])
+            return B.concatenate([_mv(S, h), vh.vech(S)], axis=-1)
 
         def mean_to_std(e):
-            mu = e[:d]
-            return B.concatenate([mu, e[d:] - vh.vech(B.outer(mu, mu))])
+            mu = e[..., :d]
+            return B.concatenate([mu, e[..., d:] - vh.vech(_outer(mu, mu))], axis=-1)
 
         def std_to_mean(s):
-            mu = s[:d]
-            return B.concatenate([mu, s[d:] + vh.vech(B.outer(mu, mu))])
+            mu = s[..., :d]
+            return B.concatenate([mu, s[..., d:] + vh.vech(_outer(mu, mu))], axis=-1)
 
         self._mean_std = (mean_to_std, std_to_mean)
 
@@ -304,12 +320,13 @@ class FullGaussian(Gaussian):
 
         return {
             "standard": Chart("standard", std_to_nat, nat_to_std, lambda s: self._check_cov_of(s),
-                              "(mean, vech of an SPD covariance)"),
+                              "(mean, vech of an SPD covariance)", vectorized=True),
             "natural": Chart("natural", lambda th: th, lambda th: th, check_nat,
-                             "(Lambda mu, vech coefficients of -Lambda/2) with SPD precision Lambda"),
+                             "(Lambda mu, vech coefficients of -Lambda/2) with SPD precision Lambda",
+                             vectorized=True),
             "mean": Chart("mean", lambda e: std_to_nat(mean_to_std(e)), lambda th: std_to_mean(nat_to_std(th)),
                           lambda e: self._check_cov_of(mean_to_std(e), "covariance E[xx^T] - mu mu^T"),
-                          "(mu, vech(Sigma + mu mu^T)) with SPD Sigma"),
+                          "(mu, vech(Sigma + mu mu^T)) with SPD Sigma", vectorized=True),
         }
 
     def _direct_map(self, source, target):
@@ -317,14 +334,13 @@ class FullGaussian(Gaussian):
         return {("mean", "standard"): m2s, ("standard", "mean"): s2m}.get((source, target))
 
     def _fisher_closed(self, x):
-        s = self.to_chart(x, "standard")
-        mu, S = self._mu_cov(s)
+        mu, S = self._mu_cov(self._to_chart(x, "standard"))
         if self.chart == "standard":
             Si = B.inv(S)
-            d, m = self.d, self.vh.m
-            top = B.concatenate([Si, B.zeros((d, m), like=x)], axis=1)
-            bot = B.concatenate([B.zeros((m, d), like=x), _miller_cov_block(Si, self.vh)], axis=1)
-            return B.concatenate([top, bot], axis=0)
+            d, m, lead = self.d, self.vh.m, tuple(x.shape[:-1])
+            top = B.concatenate([Si, B.zeros(lead + (d, m), like=x)], axis=-1)
+            bot = B.concatenate([B.zeros(lead + (m, d), like=x), _miller_cov_block(Si, self.vh)], axis=-1)
+            return B.concatenate([top, bot], axis=-2)
         C = _cov_of_t(mu, S, self.vh)
         if self.chart == "natural":
             return C
@@ -341,10 +357,10 @@ class FullGaussian(Gaussian):
 
     def _geo_exp(self, s, v):
         mu0, S0 = self._mu_cov_np(s)
-        dS = B.to_numpy(self.vh.sym(B.array(v[self.d:])))
-        mu1, S1 = _geodesics().exp(mu0, S0, v[:self.d], dS)
+        dS = B.to_numpy(self.vh.sym(B.array(v[..., self.d:])))
+        mu1, S1 = _geodesics().exp(mu0, S0, v[..., :self.d], dS)
         _check_spd(S1, "covariance at the end of the geodesic")
-        return np.concatenate([mu1, self.vh.vech(S1)])
+        return np.concatenate([mu1, self.vh.vech(S1)], axis=-1)
 
     def _geo_log(self, s, s2):
         dmu, dS = _geodesics().log(*self._mu_cov_np(s), *self._mu_cov_np(s2), budget=self.budget)

@@ -202,16 +202,16 @@ class DiagonalGaussian(Gaussian):
         return B.concatenate([np.sqrt(2.0) * vx, 2 * y * vy], axis=-1)
 
     def _geo_dist(self, s, s2):
-        d = self.d
+        d, xp = self.d, B.ops_of(s, s2)  # one dispatch per call
         var1, var2 = s[..., d:], s2[..., d:]
         dm = s[..., :d] - s2[..., :d]
-        sd1, sd2 = B.sqrt(var1), B.sqrt(var2)
+        sd1, sd2 = xp.sqrt(var1), xp.sqrt(var2)
         # per factor sqrt2 arccosh(1 + a) with a = (dmu^2 / 2 + dsigma^2) / (2 s1 s2), as 2 sqrt2 arcsinh(sqrt(a / 2))
         a = (0.5 * dm * dm + (sd1 - sd2) ** 2) / (sd1 * sd2)
-        delta = B.arcsinh(0.5 * B.sqrt(a))
+        delta = xp.arcsinh(0.5 * xp.sqrt(a))
         if d == 1:
-            return 2.0 * np.sqrt(2.0) * B.abs(delta[..., 0])
-        return 2.0 * np.sqrt(2.0) * B.sqrt(B.sum(delta * delta, axis=-1))
+            return 2.0 * np.sqrt(2.0) * xp.abs(delta[..., 0])
+        return 2.0 * np.sqrt(2.0) * xp.sqrt(xp.sum(delta * delta, axis=-1))
 
 
 class UnivariateGaussian(DiagonalGaussian):

@@ -29,8 +29,8 @@ formula), for all directions at once.  A general start
   half-plane geodesic along the mean difference) are solved in closed form.
 * ``dist`` is the length :math:`\sqrt{|\delta|^2 + \tfrac12\|B\|_F^2}` of that geodesic.
 
-Every solve runs under a :class:`~infogeo.budget.Budget`.  Plain numpy on
-one pair of points given as :math:`(\mu, \Sigma)`; the family converts its coordinates.
+Every solve runs under a :class:`~infogeo.budget.Budget`.  Plain numpy on points given as
+:math:`(\mu, \Sigma)`: ``exp`` on batches (leading axes), the others on one pair.
 """
 from __future__ import annotations
 
@@ -82,54 +82,83 @@ def _speed(x: np.ndarray, Bm: np.ndarray) -> float:
     return float(np.sqrt(x @ x + 0.5 * np.sum(Bm * Bm)))
 
 
+# batched helpers; a single point (the shooting's many calls) takes the plain 2-D operations
+def _mT(A: np.ndarray) -> np.ndarray:
+    return A.T if A.ndim == 2 else np.swapaxes(A, -1, -2)
+
+
+def _mv(A: np.ndarray, x: np.ndarray) -> np.ndarray:  # matrix-vector products
+    return A @ x if x.ndim == 1 and A.ndim == 2 else (A @ x[..., None])[..., 0]
+
+
+def _solve_v(A: np.ndarray, b: np.ndarray) -> np.ndarray:  # solves for vectors b
+    return np.linalg.solve(A, b) if b.ndim == 1 and A.ndim == 2 else np.linalg.solve(A, b[..., None])[..., 0]
+
+
 def _closed_step(x, Bm, t):
-    """Point and velocity at time ``t`` of the geodesic from (0, I) with velocity (x, Bm)."""
-    d = len(x)
-    A = _eriksen(x, Bm)
-    lam, V = np.linalg.eigh(A)
-    E = (V * np.exp(t * lam)) @ V.T
-    AE = (V * (lam * np.exp(t * lam))) @ V.T
-    S = np.linalg.inv(E[:d, :d])
-    S = 0.5 * (S + S.T)
-    delta = E[:d, d]
-    dS = -S @ AE[:d, :d] @ S
-    return S @ delta, S, dS @ delta + S @ AE[:d, d], 0.5 * (dS + dS.T)
+    """Point and velocity at time ``t`` of the geodesic from (0, I) with velocity (x, Bm); batched."""
+    d = x.shape[-1]
+    lam, V = np.linalg.eigh(_eriksen(x, Bm))
+    el = np.exp(t * lam)[..., None, :]
+    E = (V * el) @ _mT(V)
+    AE = (V * (lam[..., None, :] * el)) @ _mT(V)
+    S, delta = np.linalg.inv(E[..., :d, :d]), E[..., :d, d]
+    S = 0.5 * (S + _mT(S))
+    dS = -S @ AE[..., :d, :d] @ S
+    return _mv(S, delta), S, _mv(dS, delta) + _mv(S, AE[..., :d, d]), 0.5 * (dS + _mT(dS))
+
+
+def _flow_in_steps(x: np.ndarray, Bm: np.ndarray, n: int) -> Tuple[np.ndarray, np.ndarray]:
+    """End point (mu, L) after ``n`` closed-form steps of time ``1/n``, each from the frame reached; batched."""
+    eye = np.eye(x.shape[-1])
+    mu, L = np.zeros_like(x), (eye if Bm.ndim == 2 else np.broadcast_to(eye, Bm.shape))
+    for k in range(n):
+        m1, S1, dm1, dS1 = _closed_step(x, Bm, 1.0 / n)
+        L1 = np.linalg.cholesky(S1)
+        mu, L = mu + _mv(L, m1), L @ L1
+        if k < n - 1:
+            # velocity in the frame of the point reached (the next step is again of time 1/n)
+            x, Bm = _solve_v(L1, dm1), _mT(np.linalg.solve(L1, _mT(np.linalg.solve(L1, dS1))))
+            Bm = 0.5 * (Bm + _mT(Bm))
+    return mu, L
 
 
 def _unit_flow(x: np.ndarray, Bm: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """End point (mu, L) with Sigma = L L^T of the geodesic from (0, I) with velocity (x, Bm).
 
     Steps of Fisher–Rao length <= ``_STEP``; the frame is carried as the factor L (never re-factorised), so
-    covariances with eigenvalues far apart keep their accuracy.
+    covariances with eigenvalues far apart keep their accuracy.  A batch (leading axes) is computed in groups
+    of equal step counts, so that each velocity takes exactly the steps it takes alone.
     """
-    n = max(1, math.ceil(_speed(x, Bm) / _STEP))
-    mu, L = np.zeros(len(x)), np.eye(len(x))
-    for k in range(n):
-        m1, S1, dm1, dS1 = _closed_step(x, Bm, 1.0 / n)
-        L1 = np.linalg.cholesky(S1)
-        mu, L = mu + L @ m1, L @ L1
-        if k < n - 1:
-            # velocity in the frame of the point reached (the next step is again of time 1/n)
-            x = np.linalg.solve(L1, dm1)
-            Bm = np.linalg.solve(L1, np.linalg.solve(L1, dS1).T).T
-            Bm = 0.5 * (Bm + Bm.T)
-    return mu, L
+    if x.ndim == 1:
+        return _flow_in_steps(x, Bm, max(1, math.ceil(_speed(x, Bm) / _STEP)))
+    speed = np.sqrt(np.sum(x * x, axis=-1) + 0.5 * np.sum(Bm * Bm, axis=(-2, -1)))
+    steps = np.maximum(1, np.ceil(speed / _STEP)).astype(int)
+    d, lead = x.shape[-1], x.shape[:-1]
+    x, Bm, steps = x.reshape(-1, d), Bm.reshape(-1, d, d), steps.reshape(-1)
+    mu, L = np.empty_like(x), np.empty_like(Bm)
+    for n in np.unique(steps):
+        rows = steps == n
+        mu[rows], L[rows] = _flow_in_steps(x[rows], Bm[rows], int(n))
+    return mu.reshape(lead + (d,)), L.reshape(lead + (d, d))
 
 
 def _frame(S0: np.ndarray, dmu: np.ndarray, dS: np.ndarray):
     L = np.linalg.cholesky(S0)
-    x = np.linalg.solve(L, dmu)
-    Bm = np.linalg.solve(L, np.linalg.solve(L, dS).T).T
-    return L, x, 0.5 * (Bm + Bm.T)
+    x = _solve_v(L, dmu)
+    Bm = _mT(np.linalg.solve(L, _mT(np.linalg.solve(L, dS))))
+    return L, x, 0.5 * (Bm + _mT(Bm))
 
 
 def exp(mu0: np.ndarray, S0: np.ndarray, dmu: np.ndarray, dS: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     r"""End point :math:`(\mu_1, \Sigma_1)` of the geodesic from :math:`(\mu_0, \Sigma_0)` with
-    velocity :math:`(\dot\mu, \dot\Sigma)` (``dS`` a symmetric matrix)."""
+    velocity :math:`(\dot\mu, \dot\Sigma)` (``dS`` a symmetric matrix); batched over leading axes
+    (``mu0``, ``dmu`` of shape ``(..., d)``, ``S0``, ``dS`` of shape ``(..., d, d)``, broadcasting)."""
     L, x, Bm = _frame(S0, dmu, dS)
-    mu1, L1 = _unit_flow(x, Bm)
+    lead, d = np.broadcast_shapes(x.shape[:-1], Bm.shape[:-2]), x.shape[-1]
+    mu1, L1 = _unit_flow(np.broadcast_to(x, lead + (d,)), np.broadcast_to(Bm, lead + (d, d)))
     F = L @ L1
-    return mu0 + L @ mu1, F @ F.T
+    return mu0 + _mv(L, mu1), F @ _mT(F)
 
 
 # ------------------------------------------------------------------ shooting

@@ -26,13 +26,20 @@ __all__ = ["FixedCovarianceGaussian", "ZeroMeanGaussian"]
 def _mean_is_standard_charts(to_nat, from_nat, check, description, check_nat, natural_description):
     """Charts of a family whose mean parameters are its standard coordinates (fixed covariance, zero mean)."""
     identity = lambda c: c  # noqa: E731
-    return {"standard": Chart("standard", to_nat, from_nat, check, description),
-            "mean": Chart("mean", to_nat, from_nat, check, description),
-            "natural": Chart("natural", identity, identity, check_nat, natural_description)}
+    return {"standard": Chart("standard", to_nat, from_nat, check, description, vectorized=True),
+            "mean": Chart("mean", to_nat, from_nat, check, description, vectorized=True),
+            "natural": Chart("natural", identity, identity, check_nat, natural_description, vectorized=True)}
 
 
 class _MeanIsStandard:
-    """Mixin: the mean and standard charts coincide, so maps between them are the identity."""
+    """Mixin: the mean and standard charts coincide, so maps between them are the identity.
+
+    Every operation of these families (charts, metric, ``kl``, ``exp``, ``log``,
+    ``dist``) broadcasts over leading axes on either backend.
+    """
+
+    _vectorized = True
+    _geo_vectorized = True
 
     def _direct_map(self, source, target):
         return (lambda x: x) if {source, target} == {"mean", "standard"} else None
@@ -66,7 +73,7 @@ class FixedCovarianceGaussian(_MeanIsStandard, Gaussian):
         self._init(d, d, chart, "FixedCovarianceGaussian")
 
     def _mu_cov(self, s):
-        return s, B.array(self.Sigma0, like=s)
+        return s, B.broadcast_to(B.array(self.Sigma0, like=s), tuple(s.shape[:-1]) + (self.d, self.d))
 
     def _std(self, mu, S):
         if not np.allclose(np.asarray(B.to_numpy(S)), self.Sigma0):
@@ -80,10 +87,10 @@ class FixedCovarianceGaussian(_MeanIsStandard, Gaussian):
         return self.Sigma0
 
     def log_partition(self, theta):
-        return 0.5 * B.dot(theta, B.matmul(B.array(self.Sigma0, like=theta), theta))
+        return 0.5 * B.sum(theta * self.moments(theta), axis=-1)
 
     def moments(self, theta):
-        return B.matmul(B.array(self.Sigma0, like=theta), theta)
+        return B.matmul(theta, B.array(self.Sigma0, like=theta))      # Sigma0 theta (Sigma0 symmetric)
 
     def sufficient_statistics(self, x):
         return np.asarray(B.to_numpy(x), dtype=float).reshape(-1, self.d)
@@ -93,12 +100,13 @@ class FixedCovarianceGaussian(_MeanIsStandard, Gaussian):
         return -0.5 * np.einsum("ni,ij,nj->n", x, self.Lambda0, x) - 0.5 * (self.d * LOG2PI + self._logdet0)
 
     def _make_charts(self):
-        to_nat = lambda m: B.matmul(B.array(self.Lambda0, like=m), m)  # noqa: E731
-        from_nat = lambda h: B.matmul(B.array(self.Sigma0, like=h), h)  # noqa: E731
+        to_nat = lambda m: B.matmul(m, B.array(self.Lambda0, like=m))  # noqa: E731  (Lambda0 m, symmetric)
+        from_nat = self.moments
         return _mean_is_standard_charts(to_nat, from_nat, None, "the mean", None, "Sigma0^{-1} mu")
 
     def _fisher_closed(self, x):
-        return B.array(self.Sigma0 if self.chart == "natural" else self.Lambda0, like=x)
+        G = self.Sigma0 if self.chart == "natural" else self.Lambda0    # a constant: a fresh (writable) copy
+        return B.array(np.broadcast_to(G, tuple(x.shape[:-1]) + (self.d, self.d)).copy(), like=x)
 
     def _geo_exp(self, m, v):
         return m + v
@@ -108,7 +116,7 @@ class FixedCovarianceGaussian(_MeanIsStandard, Gaussian):
 
     def _geo_dist(self, m, m2):
         dm = m2 - m
-        return float(np.sqrt(dm @ self.Lambda0 @ dm))
+        return B.sqrt(B.sum(dm * B.matmul(dm, B.array(self.Lambda0, like=dm)), axis=-1))
 
 
 # ---------------------------------------------------------------- zero mean
@@ -133,7 +141,7 @@ class ZeroMeanGaussian(_MeanIsStandard, Gaussian):
         self._init(d, d * (d + 1) // 2, chart, "ZeroMeanGaussian")
 
     def _mu_cov(self, s):
-        return B.zeros(self.d, like=s), self.vh.sym(s)
+        return B.zeros(tuple(s.shape[:-1]) + (self.d,), like=s), self.vh.sym(s)
 
     def _std(self, mu, S):
         if np.any(B.to_numpy(mu) != 0):
@@ -176,20 +184,17 @@ class ZeroMeanGaussian(_MeanIsStandard, Gaussian):
                                         check_nat, "vech coefficients of -Lambda/2")
 
     def _fisher_closed(self, x):
-        S = self.vh.sym(self.to_chart(x, "standard"))
+        S = self.vh.sym(self._to_chart(x, "standard"))
         if self.chart in ("standard", "mean"):
             return _miller_cov_block(B.inv(S), self.vh)
         return _cov_of_t(None, S, self.vh, with_mean=False)
 
+    # the metric is half the affine-invariant one: the same geodesics, distances scaled by sqrt(1/2)
     def _geo_exp(self, s, v):
-        vh = self.vh
-        S = B.to_numpy(vh.sym(B.array(s)))
-        return vh.vech(_spaces.spd_exp(S, B.to_numpy(vh.sym(B.array(v)))))
+        return self.vh.vech(_spaces.spd_exp(self.vh.sym(s), self.vh.sym(v)))
 
     def _geo_log(self, s, s2):
-        vh = self.vh
-        return vh.vech(_spaces.spd_log(B.to_numpy(vh.sym(B.array(s))), B.to_numpy(vh.sym(B.array(s2)))))
+        return self.vh.vech(_spaces.spd_log(self.vh.sym(s), self.vh.sym(s2)))
 
     def _geo_dist(self, s, s2):
-        vh = self.vh
-        return math.sqrt(0.5) * _spaces.spd_dist(B.to_numpy(vh.sym(B.array(s))), B.to_numpy(vh.sym(B.array(s2))))
+        return math.sqrt(0.5) * _spaces.spd_dist(self.vh.sym(s), self.vh.sym(s2))

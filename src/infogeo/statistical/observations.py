@@ -1,0 +1,101 @@
+r"""Observations of an exponential family: log-density, score, likelihood and sampling.
+
+For :math:`p_\theta(x) = h(x)\exp(\theta^T t(x) - \psi(\theta))` (Amari & Nagaoka 2000, Ch. 2):
+
+* :math:`\log p_\theta(x) = \theta^T t(x) - \psi(\theta) + \log h(x)`;
+* the score in natural coordinates is :math:`t(x) - \eta` with :math:`\eta = \nabla\psi(\theta)`, and in
+  any other chart :math:`J^T(t(x) - \eta)` with :math:`J = \partial\theta/\partial x`.
+
+Distributions may be batched: a point of shape ``(..., dim)`` against observations with a
+leading sample axis ``(n, ...)`` gives log-densities ``(..., n)``, scores ``(..., n, dim)`` and
+samples ``(..., n, ...)``, every distribution against every observation.  The statistics
+:math:`t(x)` and :math:`\log h(x)` are computed once per call, for all distributions.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from .. import backend as B
+from ..geometry import points as _points
+from ..geometry.charts import per_point
+from ._inputs import check_samples, statistics_of
+
+__all__ = ["Observations"]
+
+
+class Observations:
+    """Mixin of :class:`~infogeo.statistical.ExponentialFamily`: what a family says about observations.
+
+    Uses the family's ``_as_point``, ``_natural``, ``log_partition``, ``moments``,
+    ``sufficient_statistics``, ``log_base_measure`` and ``_sampler``.
+    """
+
+    def _single(self, p: Any, what: str):
+        if len((p := self._as_point(p)).shape) != 1:
+            raise ValueError(f"{what} takes one distribution (shape ({self.dim},)), got shape {tuple(p.shape)}")
+        return p
+
+    def _statistics(self, x: Any):
+        return statistics_of(self, check_samples(x, self.name))  # (t(x), log h(x)) of checked observations
+
+    def log_prob(self, p: Any, x: Any):
+        r""":math:`\log p(x) = \theta^T t(x) - \psi(\theta) + \log h(x)`.
+
+        ``x`` has a leading sample axis of length ``n``; the result has shape ``(n,)`` for one
+        distribution and ``(..., n)`` for a batch ``p`` of shape ``(..., dim)``.
+        """
+        theta = self._natural(self._as_point(p))
+        t, log_h = self._statistics(x)
+        log_h = B.array(log_h, like=theta) if B.is_torch(theta) else log_h
+        if len(theta.shape) == 1:
+            return B.matmul(t, theta) - self.log_partition(theta) + log_h
+        psi = per_point(self.log_partition, theta, vectorized=self._vectorized)
+        return B.einsum("...k,nk->...n", theta, B.array(t, like=theta)) - psi[..., None] + log_h
+
+    def score(self, p: Any, x: Any):
+        r"""Scores :math:`\nabla_x \log p(x)` in the current chart: ``(n, dim)``, or ``(..., n, dim)`` for a batch.
+
+        In natural coordinates :math:`t(x) - \eta`; in another chart pulled
+        back by the chart Jacobian, :math:`J^T(t(x) - \eta)`.
+        """
+        p = self._as_point(p)
+        theta = self._natural(p)
+        t = self._statistics(x)[0]
+        diff = B.array(t, like=theta) - per_point(self.moments, theta, vectorized=self._vectorized)[..., None, :]
+        if self.chart == "natural":
+            return diff
+        J = per_point(lambda z: B.jacobian(self._natural, z), p)
+        return B.matmul(diff, J)
+
+    def log_likelihood(self, p: Any, x: Any):
+        """Mean log-likelihood of a batch of observations (the sum divided by n); shape ``(...)`` for a batch ``p``."""
+        return B.mean(self.log_prob(p, x), axis=-1)
+
+    def sample(self, p: Any, n: int, rng: Optional[np.random.Generator] = None):
+        """``n`` observations drawn from the distribution ``p`` (seeded by ``rng``).
+
+        For a batch ``p`` of shape ``(..., dim)`` the samples have shape ``(..., n, ...)``: the
+        distributions are drawn one after the other (in C order) from the one generator, so a
+        batch gives exactly the samples of the loop over its points.
+        """
+        p = self._as_point(p)
+        n = _points.positive_int(n, "the number of samples n")
+        rng = np.random.default_rng(rng)
+        if len(p.shape) == 1:
+            return self._sample(p, n, rng)
+        lead = tuple(p.shape[:-1])
+        draws = [np.asarray(self._sample(p[idx], n, rng)) for idx in np.ndindex(*lead)]
+        return np.stack(draws).reshape(lead + draws[0].shape)
+
+    def _sample(self, p: Any, n: int, rng: np.random.Generator):
+        if self._sampler is None:
+            raise NotImplementedError(f"{self.name} has no sampler; pass sampler= to ExponentialFamily")
+        return self._sampler(B.to_numpy(self._natural(p)), n, rng)
+
+    def fisher_monte_carlo(self, p: Any, n: int, rng: Optional[np.random.Generator] = None):
+        r"""Monte Carlo Fisher at one distribution: the sample covariance of the score, current chart."""
+        p = self._single(p, "fisher_monte_carlo")
+        s = B.to_numpy(self.score(p, self.sample(p, n, rng)))
+        return s.T @ s / len(s)
