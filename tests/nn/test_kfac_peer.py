@@ -9,6 +9,7 @@ import infogeo as ig  # noqa: E402
 F = torch.nn.functional
 
 
+@pytest.mark.filterwarnings("ignore:Full backward hook")   # from kfac-pytorch's own module hooks
 def test_empirical_kfac_factors_equal_kfac_pytorch():
     """Both record A from the layer inputs and G from the output gradients of the same backward.
 
