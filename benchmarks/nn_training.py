@@ -22,14 +22,16 @@ median wall-time ratio >= 3, classifier test accuracy >= 97 %.
 
     python benchmarks/nn_training.py [--quick] [--out DIR] [--seeds 0 1 2]
 
-Measured on the shared 2-core development CPU (one thread, default run, 325 s in all, other jobs
-running beside it, so the wall times are rough): K-FAC reaches the targets in 395 / 395 / 390
-iterations (2.60 / 3.36 / 3.39 s); the best Adam rate (2e-2 / 1e-2 / 5e-3) needs 3665 / 4900 / 4970
-iterations (7.95 / 11.01 / 12.44 s): iteration ratios 9.28 / 12.41 / 12.74 (median 12.41, PASS),
-wall-time ratios 3.06 / 3.28 / 3.67 (median 3.28, PASS); SGD with momentum does not reach the
-targets in 6000 iterations; classifier test accuracy 98.33 % (PASS).  A K-FAC step costs about 3x
-an Adam step; the quadratic model's two Jacobian-vector products (forward mode) take about 2.3 ms
-of its 6.6-8.7 ms.
+Measured on the 2-core development CPU (one thread, default run, 215 s in all, no other job
+running): K-FAC (exact Kronecker-eigenvalue damping, the example's setting for its small layers)
+reaches the targets in 395 / 395 / 390 iterations (2.15 / 2.26 / 2.06 s); the best Adam rate
+(2e-2 / 1e-2 / 5e-3) needs 3665 / 4870 / 4970 iterations (7.42 / 6.86 / 6.90 s): iteration ratios
+9.28 / 12.33 / 12.74 (median 12.33, PASS), wall-time ratios 3.46 / 3.04 / 3.35 (median 3.35, PASS);
+SGD with momentum does not reach the targets in 6000 iterations; classifier test accuracy 98.33 %
+(PASS).  A K-FAC step costs about 4x an Adam step here: the quadratic model's two forward-mode
+Jacobian-vector products take about half of it.  With the factored damping instead, the same run
+reached higher losses in the 400 iterations (15.80 / 15.83 / 15.81 against 15.72 / 15.74 / 15.71),
+which Adam reaches sooner: iteration ratios 7.21 / 9.97 / 9.90.
 """
 from __future__ import annotations
 
