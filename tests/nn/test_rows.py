@@ -68,10 +68,11 @@ def run(model, pre, batches, extra=None, steps=3):
         if extra is not None:
             extra(model, None, before=False)
         pre.step()
-        out.append({n: p.grad.clone() for n, p in model.named_parameters()})
+        out.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
         with torch.no_grad():
             for p in model.parameters():
-                p.sub_(0.1 * p.grad)
+                if p.grad is not None:
+                    p.sub_(0.1 * p.grad)
     return out
 
 
@@ -150,3 +151,17 @@ def test_wide_batches_take_the_two_product_route():
     (m1, p1), _ = pair(net(width=4))
     run(m1, p1, batches_of((64,)), steps=1)
     assert p1.recorder.rows.used == []
+
+
+def test_frozen_weight_trainable_bias():
+    """A layer whose weight is frozen has a bias-only block: solved from .grad, the others from their rows."""
+    model = net()
+    model[0].weight.requires_grad_(False)
+    (m1, p1), (m2, p2) = pair(model)
+    got = run(m1, p1, batches_of((4,)))
+    ref = run(m2, p2, batches_of((4,)))
+    for g, r in zip(got, ref):
+        assert g.keys() == r.keys() and "0.weight" not in g
+        for n in g:
+            assert torch.allclose(g[n], r[n], atol=1e-12, rtol=1e-9), n
+    assert p1.recorder.rows.used == ["2"]

@@ -49,7 +49,8 @@ class RowCapture:
     """
 
     def __init__(self, layers: Sequence[tuple]):
-        self.layers = {path: (mod, w, b) for path, mod, w, b in layers if isinstance(mod, torch.nn.Linear)}
+        self.layers = {path: (mod, w, b) for path, mod, w, b in layers
+                       if isinstance(mod, torch.nn.Linear) and w is not None}   # a trainable weight
         self.limit = {path: _max_rows(mod.out_features, mod.in_features + (b is not None))
                       for path, (mod, w, b) in self.layers.items()}
         self.by_weight = {w: path for path, (_, w, _) in self.layers.items()}
