@@ -168,3 +168,25 @@ def test_torch_geodesic_distance_error_names_the_shooting():
     assert "Newton shooting" in str(info.value) and "closed-form dist" not in str(info.value)
     with pytest.raises(TypeError, match="Newton shooting"):
         G.log(p, p)
+
+
+def test_tiny_mean_differences_keep_their_accuracy():
+    G = ig.Gaussian(dim=2)
+    S = np.array([[2.0, 0.3], [0.3, 0.5]])
+    p = G.point(mean=np.zeros(2), cov=S)
+    dm = np.array([1e-9, -2e-9])
+    q = G.point(mean=dm, cov=S)
+    delta = math.sqrt(dm @ np.linalg.solve(S, dm))      # sqrt2 arccosh(1 + delta^2 / 4) = delta (1 + O(delta^2))
+    lower, upper = G.dist_bounds(p, q)
+    assert upper == pytest.approx(delta, rel=1e-9) and 0 < lower <= upper * (1 + 1e-12)
+
+
+def test_gradients_stay_finite_at_kinks():
+    G = ig.Gaussian(dim=2)
+    p = random_points(G, (), 60)
+    q_equal_means = np.concatenate([p[:2], random_points(G, (), 61)[2:]])
+    for q in (p.copy(), q_equal_means):
+        pt = torch.tensor(p, requires_grad=True)
+        lower, upper = G.dist_bounds(pt, torch.tensor(q))
+        for g in torch.autograd.grad(lower + upper, pt):
+            assert torch.all(torch.isfinite(g))

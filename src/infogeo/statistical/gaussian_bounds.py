@@ -25,12 +25,16 @@ Everything is computed from the factors :math:`\Sigma_i = L_iL_i^T`: with
           J = \tfrac12\big(\textstyle\sum_i(s_i - s_i^{-1})^2 + |m|^2 + |z|^2\big),
 
 and the two-leg length :math:`\sqrt{2\sum_i\log^2 s_i} + \sqrt2\operatorname{arccosh}
-(1 + \min(|m|^2, |z|^2)/4)`.  Singular values of factors keep small eigenvalues of the
+(1 + \delta^2/4)`, :math:`\delta^2 = \min(|m|^2, |z|^2)` (evaluated as
+:math:`2\sqrt2\operatorname{arcsinh}(\delta/2\sqrt2)`, accurate for small :math:`\delta`).  Singular values of factors keep small eigenvalues of the
 covariance ratio accurate; the sum :math:`\sum(s_i - s_i^{-1})^2` does not cancel near
 equal covariances.  One batched Cholesky per covariance, two triangular systems and two
 batched singular-value computations on the arguments' backend (:mod:`infogeo.backend`):
 batches broadcast over leading axes, torch tensors stay on their device and dtype, and
-gradients flow wherever the singular values involved are distinct.
+gradients flow wherever the singular values involved are distinct.  Where a bound has a
+cone-like kink (its square-root terms at 0: coincident points, equal means, equal
+covariances) the gradient of that term is taken as 0, an element of its subdifferential,
+rather than NaN.
 """
 from __future__ import annotations
 
@@ -45,10 +49,17 @@ from ..geometry import points as _points
 __all__ = ["dist_bounds"]
 
 
+def _sqrt0(x):
+    r""":math:`\sqrt{x}` for ``x >= 0`` whose derivative at 0 is 0 (an element of the subdifferential of the
+    norm-like bound there) instead of NaN: coincident points, equal means or equal covariances."""
+    positive = x > 0
+    return B.where(positive, B.sqrt(B.where(positive, x, 1.0)), 0.0)
+
+
 def _log_length(s):
     r""":math:`\sqrt{2\sum_i\log^2 s_i}`: Fisher–Rao distance of N(0, I) and N(0, FF^T), ``s`` the singular
     values of the factor ``F`` (over the last axis)."""
-    return B.sqrt(2.0 * B.sum(B.log(s) ** 2, axis=-1))
+    return _sqrt0(2.0 * B.sum(B.log(s) ** 2, axis=-1))
 
 
 def _factor(xp, S, what: str):
@@ -111,9 +122,10 @@ def dist_bounds(mu0: Any, S0: Any, mu1: Any, S1: Any) -> Tuple[Any, Any]:
     bottom = B.concatenate([B.zeros(lead + (1, d), like=X), B.ones(lead + (1, 1), like=X)], axis=-1)
     lower = _log_length(B.svdvals(B.concatenate([X, bottom], axis=-2)))
     m2, z2 = B.sum(m * m, axis=-1), B.sum(z * z, axis=-1)
-    legs = _log_length(s) + math.sqrt(2.0) * B.arccosh(1.0 + 0.25 * B.minimum(m2, z2))
+    # equal covariances: sqrt2 arccosh(1 + delta^2 / 4) = 2 sqrt2 arcsinh(delta / (2 sqrt2)), accurate for small delta
+    legs = _log_length(s) + 2 * math.sqrt(2.0) * B.arcsinh(_sqrt0(B.minimum(m2, z2)) / (2 * math.sqrt(2.0)))
     jeffreys = 0.5 * (B.sum((s - 1.0 / s) ** 2, axis=-1) + m2 + z2)
-    upper = B.minimum(legs, B.sqrt(jeffreys))
+    upper = B.minimum(legs, _sqrt0(jeffreys))
     if isinstance(lower, (np.ndarray, np.generic)) and lead == ():   # not a tensor, not an autograd trace
         return float(lower), float(upper)
     return lower, upper
