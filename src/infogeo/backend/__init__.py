@@ -37,7 +37,7 @@ __all__ = [
     "einsum", "where", "maximum", "minimum", "clip", "logsumexp", "softmax",
     "sigmoid", "diag", "diagonal", "trace", "transpose", "reshape", "isfinite",
     "grad", "value_and_grad", "jvp", "vjp", "hvp", "jacobian", "hessian",
-    "solve", "cholesky", "cho_solve", "inv", "slogdet", "eigh", "norm",
+    "solve", "cholesky", "cho_solve", "inv", "slogdet", "eigh", "svdvals", "norm",
 ]
 
 def _ops(*args: Any):
@@ -230,3 +230,8 @@ def slogdet(A):
 
 def eigh(A):
     return _ops(A).eigh(A)
+
+
+def svdvals(A):
+    """Singular values over the last two axes, descending (differentiable where they are distinct)."""
+    return _ops(A).svdvals(A)

@@ -155,6 +155,11 @@ def slogdet(A):
     return anp.linalg.slogdet(A)
 
 
+def svdvals(A):
+    """Singular values, descending, over the last two axes."""
+    return anp.linalg.svd(A, compute_uv=False)
+
+
 def _vectors_solve(A, b):
     # a b with one axis fewer than A is a (batch of) vector(s); numpy >= 2 reads it as matrices otherwise
     if anp.ndim(b) == anp.ndim(A) - 1 and anp.ndim(b) > 1:

@@ -224,6 +224,10 @@ def slogdet(A):
     return torch.linalg.slogdet(A)
 
 
+def svdvals(A):
+    return torch.linalg.svdvals(A)
+
+
 def cho_solve(L, b):
     b = _t(b, L)
     if b.dim() == L.dim() - 1:

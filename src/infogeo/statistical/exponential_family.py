@@ -110,6 +110,8 @@ class ExponentialFamily(Observations, ChartedManifold):
     _geo_vectorized: bool = False
     #: closed forms ("exp", "log", "dist") that take batches in numpy though not on either backend
     _geo_numpy_batches: frozenset = frozenset()
+    #: why a geodesic map ("exp", "log", "dist") runs in numpy only, for the TypeError on torch input
+    _numpy_geodesics_why: dict = {}
     _standard_chart: Optional[Chart] = None
     _geodesics: Optional[ClosedGeodesics] = None
 

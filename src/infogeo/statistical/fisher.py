@@ -98,8 +98,10 @@ class FisherMetric(Metric):
         if fam._geo_vectorized:
             return fn(*arrays)
         if any(B.is_torch(a) for a in arrays):
-            raise TypeError(f"the closed-form {name} of {fam.name} is computed in numpy only; pass numpy arrays "
-                            "(torch tensors are not converted silently)")
+            why = fam._numpy_geodesics_why.get(name, "its geodesic maps are not declared vectorized "
+                                               "(ClosedGeodesics(vectorized=False)) and take numpy arrays")
+            raise TypeError(f"the {name} of {fam.name} is computed in numpy only: {why}; pass numpy arrays "
+                            "(torch tensors are not converted silently, which would cut their gradients)")
         out = fn(*(np.asarray(B.to_numpy(a), dtype=float) for a in arrays))
         if name == "dist":
             return float(out)

@@ -47,6 +47,7 @@ import numpy as np
 from .. import backend as B
 from ..geometry import points as _points
 from ..geometry.charts import Chart
+from . import gaussian_bounds as _bounds
 from ._vech import _check_spd, _cov_of_t, _miller_cov_block, _outer, _Vech
 from .exponential_family import ExponentialFamily
 
@@ -244,15 +245,20 @@ class FullGaussian(Gaussian):
     :mod:`infogeo.statistical.gaussian_geodesics`.
 
     Batches: the charts, ``kl`` and the metric (its matrix, ``inner``, ``sharp``,
-    ``flat``) broadcast over leading axes on either backend; ``exp`` takes a batch
-    in one numpy call; ``log`` and ``dist`` run pair by pair (a loop over the
-    batch, in numpy), since they have no closed form and each pair needs its own
-    shooting.
+    ``flat``) broadcast over leading axes on either backend, and so does
+    :meth:`dist_bounds`; ``exp`` takes a batch in one numpy call; ``log`` and
+    ``dist`` run pair by pair (a loop over the batch, in numpy), since they have
+    no closed form and each pair needs its own shooting.
     """
 
     geometry_chart = "standard"
     _vectorized = True
     _geo_numpy_batches = frozenset({"exp"})
+    _numpy_geodesics_why = {
+        "exp": "Eriksen's closed form is evaluated in numpy (stepped along long geodesics)",
+        "log": "it has no closed form and solves the geodesic boundary problem by Newton shooting",
+        "dist": "it is the length of the geodesic found by Newton shooting, which has no closed form "
+                "(dist_bounds gives closed-form bounds on either backend)"}
 
     def __init__(self, dim: int = 2, covariance: Optional[str] = "full", cov: Any = None,
                  chart: Optional[str] = None):
@@ -375,12 +381,10 @@ class FullGaussian(Gaussian):
     def dist_bounds(self, p: Any, q: Any) -> tuple:
         """Certified ``(lower, upper)`` bounds on ``dist(p, q)`` in closed form (no shooting).
 
-        See :func:`infogeo.statistical.gaussian_geodesics.dist_bounds`.
+        Points or batches whose leading shapes broadcast, on either backend: the bounds have the
+        batch shape, on the points' backend (device, dtype) and differentiable; plain floats for
+        one numpy pair.  See :func:`infogeo.statistical.gaussian_bounds.dist_bounds`.
         """
-        self.check_point(p)
-        self.check_point(q)
+        p, q = self._pair(p, q)
         g = self.geometry_chart
-        return _geodesics().dist_bounds(*self._mu_cov_np(B.to_numpy(self.to_chart(p, g))),
-                                        *self._mu_cov_np(B.to_numpy(self.to_chart(q, g))))
-
-
+        return _bounds.dist_bounds(*self._mu_cov(self._to_chart(p, g)), *self._mu_cov(self._to_chart(q, g)))

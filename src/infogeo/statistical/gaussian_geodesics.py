@@ -28,6 +28,8 @@ formula), for all directions at once.  A general start
   means (the affine-invariant SPD geodesic) and equal covariances (a univariate
   half-plane geodesic along the mean difference) are solved in closed form.
 * ``dist`` is the length :math:`\sqrt{|\delta|^2 + \tfrac12\|B\|_F^2}` of that geodesic.
+* ``dist_bounds`` (closed-form certified bounds, batched on either backend) lives in
+  :mod:`~infogeo.statistical.gaussian_bounds` and is re-exported here.
 
 Every solve runs under a :class:`~infogeo.budget.Budget`.  Plain numpy on points given as
 :math:`(\mu, \Sigma)`: ``exp`` on batches (leading axes), the others on one pair.
@@ -41,6 +43,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from ..budget import Budget, as_budget
+from .gaussian_bounds import dist_bounds
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +171,7 @@ class _Unit:
     def __init__(self, mu_t: np.ndarray, S_t: np.ndarray):
         self.d = d = len(mu_t)
         # the minimal geodesic has speed dist <= upper bound: trial velocities far beyond are dropped
-        self.max_speed = 4.0 * _unit_bounds(mu_t, S_t)[1] + 1.0
+        self.max_speed = 4.0 * dist_bounds(np.zeros(d), np.eye(d), mu_t, S_t)[1] + 1.0
         self.E = _sym_basis(d)
         self.mu_t, self.S_t = mu_t, S_t
         self.Lt = np.linalg.cholesky(S_t)
@@ -317,55 +320,6 @@ def _unit_log(mu_t: np.ndarray, S_t: np.ndarray, budget: Budget, tol: float = 1e
                     f"[{np.log(w).min():.3g}, {np.log(w).max():.3g}]); continuation stalled at {s_done:.3g}; "
                     "dist_bounds gives certified bounds")
     return prob.split(v_done)
-
-
-# -------------------------------------------------------------------- bounds
-def _spd_dist(F: np.ndarray) -> float:
-    r""":math:`\sqrt{\tfrac12\sum_i\log^2\lambda_i(FF^T)}`: Fisher–Rao distance of N(0, I) and N(0, FF^T).
-
-    From the singular values of the factor :math:`F`, which keep small eigenvalues accurate.
-    """
-    return float(np.sqrt(0.5 * np.sum((2 * np.log(np.linalg.svd(F, compute_uv=False))) ** 2)))
-
-
-def _equal_cov_dist(maha2: float) -> float:
-    r""":math:`\sqrt2\,\operatorname{arccosh}(1 + \delta^2/4)`: equal covariances, Mahalanobis :math:`\delta`."""
-    return math.sqrt(2) * math.acosh(1 + 0.25 * maha2)
-
-
-def _unit_bounds(mu_t: np.ndarray, S_t: np.ndarray) -> Tuple[float, float]:
-    """Certified (lower, upper) for the distance from N(0, I) to N(mu_t, S_t); see :func:`dist_bounds`."""
-    d = len(mu_t)
-    # lower: Calvo–Oller embedding into SPD(d + 1); from (0, I) the embedded start is the identity
-    # the embedded target is F F^T with F = [[L_t, mu_t], [0, 1]]
-    Lt = np.linalg.cholesky(S_t)
-    F = np.zeros((d + 1, d + 1))
-    F[:d, :d], F[:d, d], F[d, d] = Lt, mu_t, 1.0
-    lower = _spd_dist(F)
-    # upper: two-leg paths of exactly known length, and sqrt(Jeffreys) (length of the natural-parameter segment)
-    Si = np.linalg.inv(S_t)
-    legs = _spd_dist(Lt) + min(_equal_cov_dist(float(mu_t @ mu_t)), _equal_cov_dist(float(mu_t @ Si @ mu_t)))
-    jeffreys = 0.5 * (np.trace(Si) + np.trace(S_t) - 2 * d + mu_t @ mu_t + mu_t @ Si @ mu_t)
-    return lower, float(min(legs, math.sqrt(max(jeffreys, 0.0))))
-
-
-def dist_bounds(mu0: np.ndarray, S0: np.ndarray, mu1: np.ndarray, S1: np.ndarray) -> Tuple[float, float]:
-    r"""Certified bounds ``(lower, upper)`` on the Fisher–Rao distance, in closed form.
-
-    * Lower (Calvo & Oller 1990): :math:`N(\mu, \Sigma) \mapsto \bar S = \begin{pmatrix}\Sigma + \mu\mu^T
-      & \mu\\ \mu^T & 1\end{pmatrix}` embeds the family isometrically in SPD(d + 1) with the
-      metric :math:`\tfrac12\mathrm{tr}(\bar S^{-1}d\bar S)^2`, so the ambient distance
-      :math:`\sqrt{\tfrac12\sum\log^2\lambda_i(\bar S_0^{-1}\bar S_1)}` is a lower bound
-      (exact for equal means).
-    * Upper: the smaller of :math:`\sqrt{J}`, :math:`J` the Jeffreys divergence
-      :math:`\mathrm{KL}(p\|q) + \mathrm{KL}(q\|p)`, which is the energy of the segment in
-      natural parameters and so bounds its length (Cauchy–Schwarz; Nielsen 2023), and the
-      lengths of the two-leg paths that change the covariance at fixed mean and the mean at fixed
-      covariance, each leg a closed form (Pinele et al. 2020; exact when the means or the
-      covariances are equal).
-    """
-    _, mu_t, S_t = _unit_problem(mu0, S0, mu1, S1)
-    return _unit_bounds(mu_t, S_t)
 
 
 def _unit_problem(mu0, S0, mu1, S1):
