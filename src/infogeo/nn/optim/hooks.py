@@ -24,7 +24,10 @@ from ..curvature import _backprop as bp
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ForwardRecorder", "unwrap"]
+__all__ = ["ForwardRecorder", "unwrap", "MAX_PENDING"]
+
+#: forward outputs held at once while waiting for their backward
+MAX_PENDING = 4
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
@@ -40,9 +43,12 @@ class ForwardRecorder:
 
     ``inputs`` of every forward run with autograd enabled are kept (a reference, no copy),
     for the curvatures that need the batch again (dense, CG, the quadratic model).
-    While :attr:`armed`, the next such forward also records the layer calls, and the
-    backward through its output :math:`z` calls ``on_backward`` (then disarms).
-    Forward passes under ``torch.no_grad()`` (evaluation) or inside :meth:`paused` are ignored.
+    While :attr:`armed`, every such forward also records the layer calls, and a backward
+    through its output :math:`z` calls ``on_backward`` (several forwards of one step, such as
+    micro-batches or the two branches of a siamese loss, each report their batch; a forward
+    whose output is never back-propagated reports nothing).  :meth:`release` drops what is
+    still pending (at most :data:`MAX_PENDING` outputs are held).  Forward passes under
+    ``torch.no_grad()`` (evaluation) or inside :meth:`paused` are ignored.
     """
 
     def __init__(self, module: torch.nn.Module, names: List[str],
@@ -52,13 +58,15 @@ class ForwardRecorder:
         self.on_backward = on_backward
         self.armed = False
         self._paused = False
+        self._live = False
         #: per-step recorder of Linear layers' rows (:class:`.rows.RowCapture`), or ``None``
         self.rows = None
-        #: positional inputs of the last forward with autograd enabled (``None`` with keyword inputs)
+        #: positional inputs of the last forward whose output a backward reached, or of the last forward with
+        #: autograd enabled when none was (``None`` with keyword inputs)
         self.inputs: Optional[tuple] = None
         self._calls: Optional[Dict[str, list]] = None
         self._sinks: Dict[str, Callable] = {}
-        self._box: list = []
+        self._boxes: List[list] = []
         # the model holds the hooks, the hooks only a weak reference to this recorder: an optimizer the user
         # drops is collected, and its hooks are removed with it
         me = weakref.ref(self)
@@ -84,7 +92,8 @@ class ForwardRecorder:
                 rows.paused = rows_old
 
     def _pre(self, module, args, kwargs):
-        if self._paused or not torch.is_grad_enabled():
+        self._live = not self._paused and torch.is_grad_enabled()
+        if not self._live:
             self._calls = None
             return
         self.inputs = None if kwargs else tuple(args)
@@ -102,20 +111,32 @@ class ForwardRecorder:
 
     def _post(self, module, args, output):
         calls, self._calls, self._sinks = self._calls, None, {}
-        self._box.clear()  # a previous output that was never back-propagated
-        if calls is None or not (isinstance(output, torch.Tensor) and output.requires_grad) or self.inputs is None:
+        live, self._live = self._live, False
+        if not live or not (isinstance(output, torch.Tensor) and output.requires_grad) or self.inputs is None:
             return
-        # the hook needs the output itself (its graph), which the loss may not keep: held in a box that is
-        # emptied when the hook runs or at the next forward, so no reference cycle outlives a step
-        inputs, box = self.inputs, [output]
-        self._box = box
+        inputs, box = self.inputs, []
+        if calls is not None:
+            # the capture needs the output itself (its graph), which the loss may not keep: held in a box that
+            # is emptied when the hook runs or by release(), so no reference cycle outlives a step
+            box.append(output)
+            self._boxes.append(box)
+            if len(self._boxes) > MAX_PENDING:
+                self._boxes.pop(0).clear()   # outputs never back-propagated (e.g. monitoring with grad enabled)
 
         def on_grad(grad: torch.Tensor):
+            if self._paused:
+                return
+            self.inputs = inputs   # the batch this backward belongs to (not a later monitoring forward)
             if box and self.armed:
                 z = box.pop()
-                self.armed = False
                 self.on_backward(z, calls, inputs, grad)
         output.register_hook(on_grad)
+
+    def release(self) -> None:
+        """Drop the outputs still waiting for their backward (after a step)."""
+        for box in self._boxes:
+            box.clear()
+        self._boxes = []
 
     def remove(self) -> None:
         """Remove every hook from the model."""

@@ -205,8 +205,15 @@ class Preconditioner:
         try:
             given = {"columns": grad.detach().unsqueeze(0) * z.shape[0]} if self.fisher == "empirical" else {}
             space = self._space(inputs)
+            if isinstance(self._pending, Exception):
+                return
             with bp.recorded_forward(z, calls), self.recorder.paused():
-                self._pending = self._build(space, **given)
+                new = self._build(space, **given)
+            n = space.batch_size
+            if self._pending is not None:   # another batch of this step: pooled, weighted by batch size
+                old, m = self._pending
+                new, n = old.ema(new, m / (m + n)), m + n
+            self._pending = (new, n)
         except Exception as exc:  # raised again by step(), not inside the user's backward
             self._pending = exc
 
@@ -216,7 +223,7 @@ class Preconditioner:
         if isinstance(pending, Exception):
             raise pending
         if pending is not None and generator is None:
-            return pending
+            return pending[0]
         if inputs is None:
             inputs = self.recorder.inputs
         if inputs is None:
@@ -326,6 +333,7 @@ class Preconditioner:
         if self.recorder.rows is not None:
             self.recorder.rows.clear()
         nxt = self.state["step"]
+        self.recorder.release()
         self.recorder.armed = self.captures and (nxt % self.curvature_update_period == 0
                                                           or self.curvature is None)
 
