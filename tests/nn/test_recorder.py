@@ -68,3 +68,48 @@ def test_monitoring_forward_between_forward_and_backward(kind):
     F.cross_entropy(out, y).backward()
     pre.step()
     assert_same(pre.curvature.stats(), exact_stats(model, X, kind))
+
+
+@pytest.mark.parametrize("fisher", ["empirical", "mc"])
+def test_amp_grad_scaler_leaves_the_steps_unchanged(fisher):
+    """A scaled loss (scale 2^10) with the scaler given: the same statistics and steps as without scaling."""
+    def train(scaler):
+        model = mlp()
+        sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+        pre = ig.nn.Preconditioner(model, fisher=fisher, lr=sgd, curvature_update_period=1, grad_scaler=scaler)
+        for i in range(3):
+            X, y = batch(i, 8)
+            sgd.zero_grad()
+            loss = F.cross_entropy(model(X), y)
+            if scaler is None:
+                loss.backward()
+                pre.step()
+                sgd.step()
+            else:
+                scaler.scale(loss).backward()
+                scaler.unscale_(sgd)
+                pre.step()
+                scaler.step(sgd)
+                scaler.update()
+        return torch.cat([p.detach().reshape(-1) for p in model.parameters()]), pre
+    ref, _ = train(None)
+    got, pre = train(torch.amp.GradScaler("cpu", init_scale=2.0 ** 10))
+    assert torch.allclose(got, ref, rtol=1e-9, atol=1e-12)
+
+
+def test_amp_overflow_skips_without_raising_the_damping(recwarn):
+    model = mlp()
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    pre = ig.nn.Preconditioner(model, grad_scaler=scaler)
+    X, y = batch(0, 8)
+    scaler.scale(F.cross_entropy(model(X), y)).backward()
+    model[0].weight.grad[0, 0] = float("inf")      # an overflow
+    before = [p.detach().clone() for p in model.parameters()]
+    scaler.unscale_(sgd)
+    assert pre.step() is False
+    scaler.step(sgd)                                # skipped by the scaler: it saw the inf
+    scaler.update()
+    assert pre.damping == pre.base_damping and pre.state["step"] == 0
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert not [w for w in recwarn if "Preconditioner" in str(w.message)]

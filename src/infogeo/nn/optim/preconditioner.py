@@ -14,15 +14,12 @@ scheduler, gradient clipping or AMP ``GradScaler`` then acts on :math:`\delta`.
 :math:`\tfrac12\eta^2\delta^T(C+\lambda I)\delta \le \kappa` = ``kl_clip``, with
 :math:`\eta_\ell` the learning rate of each parameter's group.
 
-Costs, with the defaults: the statistics are refreshed every ``curvature_update_period``
-(10) steps from hooks on the user's own forward and backward (:mod:`.hooks`): one extra
-backward pass for the Monte Carlo Fisher (one sample) and the factor products
-(:math:`O(N d^2)` per layer of width :math:`d`), no extra forward pass.  The
-damped factor inverses (:math:`O(d^3)` per factor) are refreshed every ``inverse_update_period``
-(100) steps, and with the statistics during the first 100 steps.  Every step applies the
-factored inverse: two :math:`d\times d` products per layer, or, when the batch has fewer rows
-than about two thirds of the width, products with the batch's own rows (:mod:`.rows`).  ``curvature="cg"`` needs
-the batch again every step: an extra forward pass and ``cg_max_iter`` CG products.
+Costs, with the defaults: statistics every ``curvature_update_period`` (10) steps from hooks on
+the user's own forward and backward (:mod:`.hooks`; one extra backward for the Monte Carlo
+Fisher, no extra forward), damped factor inverses every ``inverse_update_period`` (100) steps,
+and every step the factored inverse: two :math:`d\times d` products per layer, or products with
+the batch's own rows on small batches (:mod:`.rows`).  ``curvature="cg"`` needs the batch again
+every step: an extra forward pass and ``cg_max_iter`` CG products.
 """
 from __future__ import annotations
 
@@ -90,6 +87,10 @@ class Preconditioner:
         Work division over ranks under ``torch.distributed`` (:mod:`infogeo.nn.distributed`).
     seed : int
         Seed of the Monte Carlo generator (offset by the rank; saved in :meth:`state_dict`).
+    grad_scaler : torch.amp.GradScaler, optional
+        The AMP scaler of the loop (call ``scaler.unscale_(opt)`` before :meth:`step`): the empirical
+        Fisher's columns are divided by its scale, and a non-finite gradient (an overflow the scaler
+        will skip) skips the step without raising the damping.
     options
         ``cg_max_iter`` for ``"cg"``, and options of the representation.  K-FAC's default here is
         ``inverse="tikhonov"``, the factored damping of Martens & Grosse (2015); ``inverse="eigen"``
@@ -103,7 +104,7 @@ class Preconditioner:
                  inverse_update_period: int = 100, samples: int = 1, min_damping: float = 1e-8,
                  max_damping: float = 1e8, damping_increase: float = 10.0, damping_recovery: float = 0.9,
                  max_retries: int = 6, factor_dtype: Optional[torch.dtype] = None, placement: str = "memory",
-                 seed: int = 0, cg_max_iter: int = 20, **options: Any):
+                 seed: int = 0, cg_max_iter: int = 20, grad_scaler: Any = None, **options: Any):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"Preconditioner needs the torch.nn.Module whose gradients it preconditions, "
                             f"got {type(model).__name__}")
@@ -133,6 +134,7 @@ class Preconditioner:
         if self.kind == "kfac":
             options.setdefault("inverse", "tikhonov")
         self.placement, self.cg_max_iter, self.options = placement, int(cg_max_iter), options
+        self.grad_scaler = grad_scaler
         self._generator = torch.Generator(device=self.params[0].device).manual_seed(int(seed) + dd.rank())
         self.state: Dict[str, Any] = {"step": 0, "damping": float(damping)}
         self.curvature = None    # the averaged statistics (a curvature representation)
@@ -203,7 +205,8 @@ class Preconditioner:
         for the batch-mean loss :math:`L` being back-propagated (torch's default reduction).
         """
         try:
-            given = {"columns": grad.detach().unsqueeze(0) * z.shape[0]} if self.fisher == "empirical" else {}
+            given = ({"columns": grad.detach().unsqueeze(0) * (z.shape[0] / self._loss_scale())}
+                     if self.fisher == "empirical" else {})
             space = self._space(inputs)
             if isinstance(self._pending, Exception):
                 return
@@ -216,6 +219,10 @@ class Preconditioner:
             self._pending = (new, n)
         except Exception as exc:  # raised again by step(), not inside the user's backward
             self._pending = exc
+
+    def _loss_scale(self) -> float:
+        """The AMP scale of the loss being back-propagated (1 without a scaler)."""
+        return float(self.grad_scaler.get_scale()) if self.grad_scaler is not None else 1.0
 
     def _statistics(self, inputs, targets, generator=None):
         """New statistics: recorded during the backward if available, else computed on ``inputs`` (one forward)."""
@@ -264,7 +271,7 @@ class Preconditioner:
             return
         refresh = (self.curvature is None and self._loaded is None) or k % self.curvature_update_period == 0
         if self._loaded is not None:
-            self._restore(inputs, targets, refresh)
+            state.restore(self, inputs, targets, refresh)
         if refresh:
             new = self._cast(self._all_reduce(self._statistics(inputs, targets)))
             if not new.is_finite():
@@ -351,6 +358,11 @@ class Preconditioner:
     def _step(self, inputs, targets) -> bool:
         grads = self.grads()
         if not all_finite(grads.values()):
+            if self.grad_scaler is not None:   # an overflow of the scaled loss: the scaler skips this step
+                logger.debug("Preconditioner: overflow under AMP at step %d, step skipped", self.state["step"])
+                self._pending = None
+                self.recorder.release()
+                return False
             self.damping = self.damping * self.damping_increase
             return self._skip(f"the gradient contains NaN or inf; damping raised to {self.damping:.3g}")
         self.update_curvature(inputs, targets)
@@ -384,6 +396,3 @@ class Preconditioner:
     def load_state_dict(self, saved: Dict[str, Any]) -> None:
         """Restore :meth:`state_dict`; the curvature objects are rebuilt at the next step."""
         state.load(self, saved)
-
-    def _restore(self, inputs, targets, refresh: bool) -> None:
-        state.restore(self, inputs, targets, refresh)
