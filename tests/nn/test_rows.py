@@ -165,3 +165,18 @@ def test_frozen_weight_trainable_bias():
         for n in g:
             assert torch.allclose(g[n], r[n], atol=1e-12, rtol=1e-9), n
     assert p1.recorder.rows.used == ["2"]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_row_route_on_cuda():
+    model = net(width=64).cuda()
+    (m1, p1), (m2, p2) = pair(model)
+
+    def batches(k):
+        return [(x.cuda(), y.cuda()) for x, y in batches_of((8,))(k)]
+    got, ref = run(m1, p1, batches), run(m2, p2, batches)
+    for g, r in zip(got, ref):
+        for n in g:
+            assert g[n].is_cuda and torch.allclose(g[n], r[n], atol=1e-12, rtol=1e-9), n
+    assert "2" in p1.recorder.rows.used   # the 64-wide hidden layer at 8 rows
