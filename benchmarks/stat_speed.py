@@ -88,6 +88,15 @@ def _gs(module: str):
         return None
 
 
+def _gs_dist(module: str, space: str, a, b, *args):
+    """geomstats' batched ``metric.dist(a, b)`` on ``module.space(*args)`` as a thunk, or None without geomstats."""
+    gs = _gs(module)
+    if gs is None:
+        return None
+    metric = getattr(gs, space)(*args).metric
+    return lambda: metric.dist(a, b)
+
+
 # ------------------------------------------------------------ batched distances
 def _univariate(rng, n):
     mu, var = rng.normal(size=(2, n)), rng.uniform(0.2, 3.0, size=(2, n))
@@ -97,12 +106,8 @@ def _univariate(rng, n):
         s1, s2 = np.sqrt(var[0]), np.sqrt(var[1])
         return np.sqrt(2) * np.arccosh(1 + ((mu[0] - mu[1]) ** 2 / 2 + (s1 - s2) ** 2) / (2 * s1 * s2))
 
-    gs = _gs("normal")
-    gsf = None
-    if gs is not None:
-        space = gs.UnivariateNormalDistributions()
-        a, b = np.stack([mu[0], np.sqrt(var[0])], -1), np.stack([mu[1], np.sqrt(var[1])], -1)
-        gsf = lambda: space.metric.dist(a, b)  # noqa: E731
+    a, b = np.stack([mu[0], np.sqrt(var[0])], -1), np.stack([mu[1], np.sqrt(var[1])], -1)   # (mean, std)
+    gsf = _gs_dist("normal", "UnivariateNormalDistributions", a, b)
     return ig.Gaussian(dim=1), P, Q, formula, gsf
 
 
@@ -115,12 +120,7 @@ def _diagonal(rng, n, d=3):
         a = np.arccosh(1 + ((mu[0] - mu[1]) ** 2 / 2 + (s1 - s2) ** 2) / (2 * s1 * s2))
         return np.sqrt(2 * np.sum(a * a, -1))
 
-    gs = _gs("normal")
-    gsf = None
-    if gs is not None:
-        space = gs.DiagonalNormalDistributions(d)
-        a, b = np.concatenate([mu[0], var[0]], -1), np.concatenate([mu[1], var[1]], -1)
-        gsf = lambda: space.metric.dist(a, b)  # noqa: E731
+    gsf = _gs_dist("normal", "DiagonalNormalDistributions", P, Q, d)
     return ig.Gaussian(dim=d, covariance="diagonal"), P, Q, formula, gsf
 
 
@@ -130,11 +130,7 @@ def _categorical(rng, n, k=10):
     def formula():
         return 2 * np.arccos(np.clip(np.sum(np.sqrt(p * q), -1), -1, 1))
 
-    gs = _gs("categorical")
-    gsf = None
-    if gs is not None:
-        space = gs.CategoricalDistributions(k - 1)
-        gsf = lambda: space.metric.dist(p, q)  # noqa: E731
+    gsf = _gs_dist("categorical", "CategoricalDistributions", p, q, k - 1)
     return ig.Categorical(k), p[:, :-1], q[:, :-1], formula, gsf
 
 
@@ -153,11 +149,7 @@ def _poisson(rng, n):
     def formula():
         return 2 * np.abs(np.sqrt(a) - np.sqrt(b))
 
-    gs = _gs("poisson")
-    gsf = None
-    if gs is not None:
-        space = gs.PoissonDistributions()
-        gsf = lambda: space.metric.dist(a[:, None], b[:, None])  # noqa: E731
+    gsf = _gs_dist("poisson", "PoissonDistributions", a[:, None], b[:, None])
     return ig.load_manifold("poisson"), a[:, None], b[:, None], formula, gsf
 
 
@@ -167,11 +159,7 @@ def _exponential(rng, n):
     def formula():
         return np.abs(np.log(a / b))
 
-    gs = _gs("exponential")
-    gsf = None
-    if gs is not None:
-        space = gs.ExponentialDistributions()
-        gsf = lambda: space.metric.dist(a[:, None], b[:, None])  # noqa: E731
+    gsf = _gs_dist("exponential", "ExponentialDistributions", a[:, None], b[:, None])
     return ig.load_manifold("exponential"), a[:, None], b[:, None], formula, gsf
 
 

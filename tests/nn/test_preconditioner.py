@@ -22,6 +22,14 @@ def groups(model, lrs=(0.3, 0.1)):
     return [{"params": list(model[0].parameters()), "lr": lrs[0]}, {"params": list(model[2].parameters()), "lr": lrs[1]}]
 
 
+def preconditioned_step(model, pre, opt, X, y):
+    """The loop of a torch user with a preconditioner: zero, backward, precondition, step."""
+    opt.zero_grad()
+    F.cross_entropy(model(X), y).backward()
+    pre.step()
+    opt.step()
+
+
 OPTIONS = dict(curvature="kfac", damping=1e-2, fisher="mc", samples=2, curvature_update_period=2,
                inverse_update_period=3, kl_clip=1e-3, seed=7)
 
@@ -34,10 +42,7 @@ def test_preconditioner_then_sgd_is_natural_gradient():
     ng = ig.nn.NaturalGradient(groups(b), model=b, lr=0.3, momentum=0.9, **OPTIONS)
     for i in range(7):
         X, y = batch(i)
-        sgd.zero_grad()
-        F.cross_entropy(a(X), y).backward()
-        pre.step()
-        sgd.step()
+        preconditioned_step(a, pre, sgd, X, y)
         ng.zero_grad()
         F.cross_entropy(b(X), y).backward()
         ng.step()
@@ -94,10 +99,7 @@ def test_grad_scaler_sees_the_preconditioned_gradient():
         pre_a.step()
         scaler.step(sgd_a)
         scaler.update()
-        sgd_b.zero_grad()
-        F.cross_entropy(b(X), y).backward()
-        pre_b.step()
-        sgd_b.step()
+        preconditioned_step(b, pre_b, sgd_b, X, y)
     assert torch.allclose(flat(a), flat(b), rtol=0, atol=1e-12)
 
 
@@ -146,10 +148,7 @@ def test_preconditioner_state_dict_holds_tensors_and_numbers_only(tmp_path):
     pre = ig.nn.Preconditioner(model, lr=sgd, **OPTIONS)
     for i in range(3):
         X, y = batch(i)
-        sgd.zero_grad()
-        F.cross_entropy(model(X), y).backward()
-        pre.step()
-        sgd.step()
+        preconditioned_step(model, pre, sgd, X, y)
 
     def leaves(x):
         if isinstance(x, dict):

@@ -22,6 +22,9 @@ from ..geometry.metric import Metric
 
 __all__ = ["ClosedGeodesics", "FisherMetric"]
 
+#: :meth:`FisherMetric._route`'s answer when the closed form is reached through the geometry chart
+_BY_CHART = object()
+
 
 @dataclass
 class ClosedGeodesics:
@@ -108,13 +111,20 @@ class FisherMetric(Metric):
         out = np.asarray(out, dtype=float)
         return out if like is None else B.array(out, like=like)
 
-    def exp(self, x, v):
+    def _route(self, name: str, x: Any, y: Any) -> Any:
+        """``name`` (exp, log, dist) by the closed form when it is written in this chart and batches, point by
+        point for a batch it does not take, or generically without one; :data:`_BY_CHART` otherwise."""
         if self._direct:
-            return self.family._geo_exp(x, v)
-        if self._batched_generic(x, v, op="exp"):
-            return per_point(self.exp, x, v)
+            return getattr(self.family, f"_geo_{name}")(x, y)
+        if self._batched_generic(x, y, op=name if name == "exp" else ""):
+            return per_point(getattr(self, name), x, y)
         if not self._closed():
-            return super().exp(x, v)
+            return getattr(super(), name)(x, y)
+        return _BY_CHART
+
+    def exp(self, x, v):
+        if (out := self._route("exp", x, v)) is not _BY_CHART:
+            return out
         if x.shape != v.shape:  # a closed form that batches in numpy: one shape for the chart Jacobian
             shape = tuple(np.broadcast_shapes(tuple(x.shape), tuple(v.shape)))
             x, v = B.broadcast_to(x, shape), B.broadcast_to(v, shape)
@@ -125,12 +135,8 @@ class FisherMetric(Metric):
         return fam._from_chart(self._hook("exp", xg, vg, like=x), g)
 
     def log(self, x, y):
-        if self._direct:
-            return self.family._geo_log(x, y)
-        if self._batched_generic(x, y):
-            return per_point(self.log, x, y)
-        if not self._closed():
-            return super().log(x, y)
+        if (out := self._route("log", x, y)) is not _BY_CHART:
+            return out
         fam, g = self.family, self.family.geometry_chart
         xg, yg = fam._to_chart(x, g), fam._to_chart(y, g)
         vg = self._hook("log", xg, yg, like=x)
@@ -139,12 +145,8 @@ class FisherMetric(Metric):
         return B.jvp(lambda z: fam._from_chart(z, g), xg, vg)[1]
 
     def dist(self, x, y):
-        if self._direct:
-            return self.family._geo_dist(x, y)
-        if self._batched_generic(x, y):
-            return per_point(self.dist, x, y)
-        if not self._closed():
-            return super().dist(x, y)
+        if (out := self._route("dist", x, y)) is not _BY_CHART:
+            return out
         fam, g = self.family, self.family.geometry_chart
         return self._hook("dist", fam._to_chart(x, g), fam._to_chart(y, g))
 

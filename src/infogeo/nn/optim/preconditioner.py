@@ -205,11 +205,11 @@ class Preconditioner:
         for the batch-mean loss :math:`L` being back-propagated (torch's default reduction).
         """
         try:
+            if isinstance(self._pending, Exception):   # an earlier batch of this step failed: step() raises it
+                return
             given = ({"columns": grad.detach().unsqueeze(0) * (z.shape[0] / self._loss_scale())}
                      if self.fisher == "empirical" else {})
             space = self._space(inputs)
-            if isinstance(self._pending, Exception):
-                return
             with bp.recorded_forward(z, calls), self.recorder.paused():
                 new = self._build(space, **given)
             n = space.batch_size
