@@ -111,5 +111,7 @@ def test_amp_overflow_skips_without_raising_the_damping(recwarn):
     scaler.step(sgd)                                # skipped by the scaler: it saw the inf
     scaler.update()
     assert pre.damping == pre.base_damping and pre.state["step"] == 0
+    rows = pre.recorder.rows
+    assert not rows.calls and not rows.count and not rows.refused   # the skipped batch is forgotten
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert not [w for w in recwarn if "Preconditioner" in str(w.message)]

@@ -207,8 +207,8 @@ class Preconditioner:
         try:
             if isinstance(self._pending, Exception):   # an earlier batch of this step failed: step() raises it
                 return
-            given = ({"columns": grad.detach().unsqueeze(0) * (z.shape[0] / self._loss_scale())}
-                     if self.fisher == "empirical" else {})
+            scale = float(self.grad_scaler.get_scale()) if self.grad_scaler is not None else 1.0   # AMP's
+            given = {"columns": grad.detach().unsqueeze(0) * (z.shape[0] / scale)} if self.fisher == "empirical" else {}
             space = self._space(inputs)
             with bp.recorded_forward(z, calls), self.recorder.paused():
                 new = self._build(space, **given)
@@ -219,10 +219,6 @@ class Preconditioner:
             self._pending = (new, n)
         except Exception as exc:  # raised again by step(), not inside the user's backward
             self._pending = exc
-
-    def _loss_scale(self) -> float:
-        """The AMP scale of the loss being back-propagated (1 without a scaler)."""
-        return float(self.grad_scaler.get_scale()) if self.grad_scaler is not None else 1.0
 
     def _statistics(self, inputs, targets, generator=None):
         """New statistics: recorded during the backward if available, else computed on ``inputs`` (one forward)."""
@@ -337,12 +333,16 @@ class Preconditioner:
         if ok and self.damping > self.base_damping:
             self.damping = max(self.base_damping, self.damping * self.damping_recovery)
         self.state["step"] += 1
-        if self.recorder.rows is not None:
-            self.recorder.rows.clear()
+        self._forget_batch()
         nxt = self.state["step"]
-        self.recorder.release()
         self.recorder.armed = self.captures and (nxt % self.curvature_update_period == 0
                                                           or self.curvature is None)
+
+    def _forget_batch(self) -> None:
+        """Drop what the hooks hold of this step's batch (outputs awaiting a backward, Linear rows)."""
+        self.recorder.release()
+        if self.recorder.rows is not None:
+            self.recorder.rows.clear()
 
     @torch.no_grad()
     def step(self, inputs: Any = None, targets: Optional[torch.Tensor] = None) -> bool:
@@ -361,7 +361,7 @@ class Preconditioner:
             if self.grad_scaler is not None:   # an overflow of the scaled loss: the scaler skips this step
                 logger.debug("Preconditioner: overflow under AMP at step %d, step skipped", self.state["step"])
                 self._pending = None
-                self.recorder.release()
+                self._forget_batch()
                 return False
             self.damping = self.damping * self.damping_increase
             return self._skip(f"the gradient contains NaN or inf; damping raised to {self.damping:.3g}")
