@@ -71,9 +71,16 @@ def squared_stat(layer: Layer) -> torch.Tensor:
     return layer.stat.square() if layer.stat_unsquared else layer.stat
 
 
-def channels_last(layer: Layer, g: torch.Tensor) -> torch.Tensor:
-    """Output gradient ``(N, ..., out)`` with the channel axis last (a convolution has it at axis 1)."""
-    return g.flatten(2).transpose(1, 2) if layer.kind == "conv" else g
+def position_rows(layer: Layer, g: torch.Tensor) -> torch.Tensor:
+    """Output gradient ``(N, ..., out)`` (a convolution: ``(N, out, ...)``) as rows ``(N T, out)``.
+
+    A convolution's rows are the transpose of a ``(out, N T)`` copy, which moves whole runs
+    of positions instead of transposing every example (the product takes either layout).
+    """
+    if layer.kind == "conv":
+        g = g.flatten(2)
+        return g.transpose(0, 1).reshape(g.shape[1], -1).T
+    return g.reshape(-1, g.shape[-1])
 
 
 def gram_sum(layer: Layer, cols: Columns, reduce_positions: bool = False) -> Callable[[int, torch.Tensor], None]:
@@ -85,8 +92,9 @@ def gram_sum(layer: Layer, cols: Columns, reduce_positions: bool = False) -> Cal
     layer's positions before the outer product (K-FAC-reduce).
     """
     def sink(j, g):
-        b = channels_last(layer, g)
-        b = b.reshape(b.shape[0], -1, b.shape[-1])
-        b = b.sum(1) if reduce_positions else b.reshape(-1, b.shape[-1])
+        if reduce_positions:
+            b = g.flatten(2).sum(2) if layer.kind == "conv" else g.reshape(g.shape[0], -1, g.shape[-1]).sum(1)
+        else:
+            b = position_rows(layer, g)
         layer.stat = gram(b) if layer.stat is None else layer.stat.add_(gram(b))
     return sink

@@ -35,7 +35,7 @@ curvature (mixed representation).
 """
 from __future__ import annotations
 
-from typing import Callable, List
+from typing import Callable, List, Optional, Tuple
 
 import torch
 
@@ -48,21 +48,27 @@ from .diagonal import diag_blocks
 APPROXIMATIONS = ("expand", "reduce")
 
 
-def kron_inputs(layer: bp.Layer, approx: str = "expand") -> torch.Tensor:
-    """The rows whose second moment is :math:`A` (before the bias column): ``(N T, in)`` or ``(N, in)``."""
+def kron_inputs(layer: bp.Layer, approx: str = "expand") -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """The rows whose second moment is :math:`A` (before the bias column), ``(N T, in)`` or ``(N, in)``, and
+    the permutation to the weight's column order (``None`` when they are in it already).
+
+    A convolution's patches come kernel-offset major (:func:`~._rows.kernel_major_patches`, the fast copy);
+    the small factor is permuted instead of the large patch matrix.
+    """
     if layer.kind == "linear":
-        a = layer.inputs[0]
+        a, order = layer.inputs[0], None
         a = a.reshape(a.shape[0], -1, a.shape[-1])          # (N, T, in), a view
     else:
-        a = rows.conv_patches(layer)                        # (N, L, C_in prod(kernel))
+        a = rows.kernel_major_patches(layer)                # (N, L, prod(kernel) C_in)
+        order = rows.weight_order(layer.module, a.device)
     if approx == "reduce":
-        return a.mean(1)
-    return a.reshape(-1, a.shape[-1])
+        return a.mean(1), order
+    return a.reshape(-1, a.shape[-1]), order
 
 
 def input_factor(layer: bp.Layer, approx: str = "expand") -> torch.Tensor:
     r""":math:`A`, the second moment of the bias-augmented inputs (see the module docstring)."""
-    a = kron_inputs(layer, approx)
+    a, order = kron_inputs(layer, approx)
     a = a.to(red.accumulation_dtype(a))
     R, n_in = a.shape
     if "weight" in layer.params and "bias" in layer.params:
@@ -73,10 +79,15 @@ def input_factor(layer: bp.Layer, approx: str = "expand") -> torch.Tensor:
         A[:n_in, n_in] = s
         A[n_in, :n_in] = s
         A[n_in, n_in] = R
-        return A.div_(R)
-    if "weight" in layer.params:
-        return red.gram(a).div_(R)
-    return torch.ones(1, 1, dtype=a.dtype, device=a.device)
+        if order is not None:
+            order = torch.cat([order, order.new_tensor([n_in])])
+    elif "weight" in layer.params:
+        A = red.gram(a)
+    else:
+        return torch.ones(1, 1, dtype=a.dtype, device=a.device)
+    if order is not None:
+        A = A[order][:, order]
+    return A.div_(R)
 
 
 def kron_block(space, layer: bp.Layer, inverse: str = "eigen", approx: str = "expand") -> KronBlock:
