@@ -4,6 +4,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import infogeo as ig  # noqa: E402
 from infogeo.nn.optim.hooks import MAX_PENDING  # noqa: E402
+from infogeo.nn.optim.pool import Deferred  # noqa: E402
 from .conftest import mlp  # noqa: E402
 
 F = torch.nn.functional
@@ -115,3 +116,78 @@ def test_amp_overflow_skips_without_raising_the_damping(recwarn):
     assert not rows.calls and not rows.count and not rows.refused   # the skipped batch is forgotten
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert not [w for w in recwarn if "Preconditioner" in str(w.message)]
+
+
+class _CountBackward(torch.autograd.Function):
+    calls = 0
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        _CountBackward.calls += 1
+        return g
+
+
+class CountingTanh(torch.nn.Module):
+    """tanh, counting the backward passes through it."""
+
+    def forward(self, x):
+        return _CountBackward.apply(torch.tanh(x))
+
+
+def empirical_diagonal(model, batches):
+    """Independent reference: the mean over examples of squared per-example loss gradients (one backward each)."""
+    sq, n = None, 0
+    for X, y in batches:
+        for i in range(len(X)):
+            model.zero_grad()
+            F.cross_entropy(model(X[i:i + 1]), y[i:i + 1]).backward()
+            g = torch.cat([p.grad.reshape(-1) for p in model.parameters()]) ** 2
+            sq, n = (g if sq is None else sq + g), n + 1
+    model.zero_grad()
+    return sq / n
+
+
+@pytest.mark.parametrize("fisher, passes", [("empirical", 1), ("mc", 2)])
+def test_the_empirical_fisher_costs_no_backward_of_its_own(fisher, passes):
+    """Its single column is the user's own backward; the Monte Carlo Fisher's sample needs a second one."""
+    X, y = batch(0, 8)
+
+    def build():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(4, 5), CountingTanh(), torch.nn.Linear(5, 3)).double()
+    reference = empirical_diagonal(build(), [(X, y)])
+    model = build()
+    pre = ig.nn.Preconditioner(model, curvature="diag", fisher=fisher)
+    _CountBackward.calls = 0
+    F.cross_entropy(model(X), y).backward()
+    pre.step()
+    assert _CountBackward.calls == passes
+    if fisher == "empirical":
+        got = torch.cat([pre.curvature.diagonal()[n].reshape(-1) for n, _ in model.named_parameters()])
+        assert torch.allclose(got, reference, rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("kind", ["kfac", "diag", "block"])
+def test_empirical_statistics_of_micro_batches_and_of_a_siamese_loss_pool(kind):
+    """Each forward's share comes from the backward that reaches it; pooled, they are the union batch's."""
+    (X1, y1), (X2, y2) = batch(0, 8), batch(1, 12)
+    reference = ig.nn.ParameterSpace(mlp(), "categorical", data=torch.cat([X1, X2]), targets=torch.cat([y1, y2]))
+    reference = reference.curvature(kind, "empirical").stats()
+    model = mlp()
+    pre = ig.nn.Preconditioner(model, curvature=kind, fisher="empirical")
+    for X, y in ((X1, y1), (X2, y2)):
+        out = model(X)   # the earlier micro-batch's statistics are built by now, its gradients released
+        assert not any(isinstance(item, Deferred) for item, _ in pre.pending._items)
+        F.cross_entropy(out, y).backward()
+    pre.step()
+    assert_same(pre.curvature.stats(), reference)
+
+    model = mlp()
+    pre = ig.nn.Preconditioner(model, curvature=kind, fisher="empirical")
+    (F.cross_entropy(model(X1), y1) + F.cross_entropy(model(X2), y2)).backward()
+    pre.step()
+    assert_same(pre.curvature.stats(), reference)

@@ -40,15 +40,20 @@ from torch.autograd.graph import get_gradient_edge
 logger = logging.getLogger(__name__)
 
 #: a forward pass the caller already ran with :func:`recording_hook` (the optimizer's hooks on the
-#: user's own forward): ``(z, calls)``; :func:`capture` then runs no forward and keeps the graph
+#: user's own forward): ``(z, calls, output_grads)``; :func:`capture` then runs no forward and keeps the graph
 _RECORDED: contextvars.ContextVar = contextvars.ContextVar("recorded_forward", default=None)
 
 
 @contextlib.contextmanager
-def recorded_forward(z: torch.Tensor, calls: Dict[str, list]):
+def recorded_forward(z: torch.Tensor, calls: Dict[str, list],
+                     output_grads: Optional[Callable[[str], Optional[torch.Tensor]]] = None):
     """Within this block, :func:`capture` uses the outputs ``z`` and layer ``calls`` of a forward
-    already run (its graph still alive) instead of a forward pass of its own."""
-    token = _RECORDED.set((z, calls))
+    already run (its graph still alive) instead of a forward pass of its own.
+
+    ``output_grads(path)``, when given, is each layer's output gradient for the single column
+    (what the caller's own backward of that column delivered): no backward pass is run then.
+    """
+    token = _RECORDED.set((z, calls, output_grads))
     try:
         yield
     finally:
@@ -217,8 +222,9 @@ def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor],
     space.check_per_example()
     layers = find_layers(space)
     recorded = _RECORDED.get()
+    given = None
     if recorded is not None:
-        z, calls = recorded
+        z, calls, given = recorded
         calls = {l.path: calls.get(l.path, []) for l in layers}
     else:
         calls = {l.path: [] for l in layers}
@@ -251,14 +257,8 @@ def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor],
     cols = Columns(factor_fn(z.detach()), bool(per_position))
     if live:
         sinks = [reducer(l, cols) if reducer is not None else None for l in live]
-        outs = [l.output for l in live]
-        # one column at a time: a batched backward (is_grads_batched) measured slower on CPU
-        J = cols.count
-        for j in range(J):
-            with torch.enable_grad():  # the last pass frees the graph (saved activations) as it goes,
-                # unless the graph is the user's own (recorded forward), still needed by their backward
-                grads = torch.autograd.grad(z, outs, cols[j], retain_graph=recorded is not None or j < J - 1,
-                                            allow_unused=True)
+
+        def deliver(j: int, grads) -> None:
             for l, sink, g in zip(live, sinks, grads):
                 if g is None:
                     g = torch.zeros(l.output_shape, dtype=z.dtype, device=z.device)
@@ -268,8 +268,23 @@ def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor],
                 if l.grad_out is None:
                     l.grad_out = torch.empty((cols.count,) + tuple(g.shape), dtype=g.dtype, device=g.device)
                 l.grad_out[j] = g
-            del grads
-        del outs
+
+        if given is not None:
+            if cols.count != 1:
+                raise ValueError(f"output gradients of one backward serve one column, not {cols.count}")
+            deliver(0, [given(l.path) for l in live])
+        else:
+            outs = [l.output for l in live]
+            # one column at a time: a batched backward (is_grads_batched) measured slower on CPU
+            J = cols.count
+            for j in range(J):
+                with torch.enable_grad():  # the last pass frees the graph (saved activations) as it goes,
+                    # unless the graph is the user's own (recorded forward), still needed by their backward
+                    grads = torch.autograd.grad(z, outs, cols[j], retain_graph=recorded is not None or j < J - 1,
+                                                allow_unused=True)
+                deliver(j, grads)
+                del grads
+            del outs
         for l in live:
             l.output = None  # drop the graph
     return z.detach(), cols, layers

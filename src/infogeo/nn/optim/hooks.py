@@ -24,7 +24,7 @@ from ..curvature import _backprop as bp
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ForwardRecorder", "unwrap", "MAX_PENDING"]
+__all__ = ["ForwardRecorder", "OutputGradients", "unwrap", "MAX_PENDING"]
 
 #: forward outputs held at once while waiting for their backward
 MAX_PENDING = 4
@@ -46,14 +46,17 @@ class ForwardRecorder:
     While :attr:`armed`, every such forward also records the layer calls, and a backward
     through its output :math:`z` calls ``on_backward`` (several forwards of one step, such as
     micro-batches or the two branches of a siamese loss, each report their batch; a forward
-    whose output is never back-propagated reports nothing).  :meth:`release` drops what is
+    whose output is never back-propagated reports nothing).  ``on_forward()`` runs at the start of every
+    forward not :meth:`paused` (any earlier backward is over then).  :meth:`release` drops what is
     still pending (at most :data:`MAX_PENDING` outputs are held).  Forward passes under
     ``torch.no_grad()`` (evaluation) or inside :meth:`paused` are ignored.
     """
 
     def __init__(self, module: torch.nn.Module, names: List[str],
-                 on_backward: Callable[[torch.Tensor, Dict[str, list], tuple, torch.Tensor], None]):
+                 on_backward: Callable[[torch.Tensor, Dict[str, list], tuple, torch.Tensor], None],
+                 on_forward: Optional[Callable[[], None]] = None):
         self.module = module
+        self.on_forward = on_forward
         self.layers = bp.find_layers(types.SimpleNamespace(model=module, names=list(names)))
         self.on_backward = on_backward
         self.armed = False
@@ -92,6 +95,8 @@ class ForwardRecorder:
                 rows.paused = rows_old
 
     def _pre(self, module, args, kwargs):
+        if self.on_forward is not None and not self._paused:
+            self.on_forward()
         self._live = not self._paused and torch.is_grad_enabled()
         if not self._live:
             self._calls = None
@@ -155,3 +160,38 @@ def _remove(handles: list) -> None:
     for h in handles:
         h.remove()
     handles.clear()
+
+
+class OutputGradients:
+    r"""The gradients the user's own backward delivers at each recorded layer output, times ``scale``.
+
+    A pre-hook on the autograd node of each layer output sees the gradient with respect to that
+    output as the backward reaches it (accumulated over all its uses), so the empirical Fisher's
+    single column costs no backward pass of its own.  A reference to each gradient is kept until
+    it is read; a layer the backward never reaches reads ``None``.  Call as ``grads(path)``.
+    """
+
+    def __init__(self, calls: Dict[str, list], scale: float):
+        self.scale = scale
+        self.grads: Dict[str, torch.Tensor] = {}
+        self._handles = []
+        for path, cs in calls.items():
+            if len(cs) == 1 and cs[0].edge is not None:
+                edge = cs[0].edge
+                self._handles.append(edge.node.register_prehook(self._hook(path, edge.output_nr)))
+
+    def _hook(self, path: str, nr: int) -> Callable:
+        def hook(grad_outputs):
+            g = grad_outputs[nr]
+            if g is not None:
+                self.grads[path] = g.detach()
+        return hook
+
+    def __call__(self, path: str) -> Optional[torch.Tensor]:
+        g = self.grads.get(path)
+        return None if g is None else g * self.scale
+
+    def remove(self) -> None:
+        """Take the hooks off the graph's nodes and drop the gradients."""
+        _remove(self._handles)
+        self.grads = {}

@@ -138,7 +138,8 @@ class NaturalGradient(torch.optim.Optimizer):
             raise ValueError("adaptive_damping=True needs a closure that re-evaluates the loss")
         pre = self.preconditioner
         if inputs is not None:  # the batch is named: no need to record the closure's forward
-            pre.recorder.armed, pre._pending = False, None
+            pre.recorder.armed = False
+            pre.pending.clear()
         loss = None
         if closure is not None:
             with torch.enable_grad():

@@ -37,7 +37,8 @@ from ..curvature import _backprop as bp
 from ..output_metrics import output_metric as _resolve_output_metric
 from ..space import ParameterSpace, _as_args
 from . import state
-from .hooks import ForwardRecorder, unwrap
+from .hooks import ForwardRecorder, OutputGradients, unwrap
+from .pool import Deferred, StatisticsPool
 from .rows import RowCapture
 from .settings import CAPTURED, CURVATURES, FISHER, check_settings, positive_int, trainable
 
@@ -139,11 +140,11 @@ class Preconditioner:
         self.state: Dict[str, Any] = {"step": 0, "damping": float(damping)}
         self.curvature = None    # the averaged statistics (a curvature representation)
         self.solver = None       # the factorised curvature the directions come from
-        self._pending = None     # statistics recorded during the last backward (or its error)
+        self.pending = StatisticsPool()   # statistics recorded by this step's backward passes
         self._loaded: Optional[Dict[str, Any]] = None
         self._owners = None
         self._spaces: Dict[tuple, ParameterSpace] = {}
-        self.recorder = ForwardRecorder(self.module, self.names, self._on_backward)
+        self.recorder = ForwardRecorder(self.module, self.names, self._on_backward, self.pending.settle)
         self.recorder.armed = self.captures
         if self.kind == "kfac" and options["inverse"] == "tikhonov" and dd.world_size() == 1:
             self.recorder.rows = RowCapture([(l.path, l.module, l.params.get("weight"), l.params.get("bias"))
@@ -202,31 +203,32 @@ class Preconditioner:
         r"""Called from the user's backward at the model output: the statistics of that batch, no forward pass.
 
         The empirical Fisher's columns are the loss gradients per example, :math:`N\,\partial L/\partial z_n`
-        for the batch-mean loss :math:`L` being back-propagated (torch's default reduction).
+        for the batch-mean loss :math:`L` (torch's default reduction).  With one column (no middle axes)
+        the user's backward delivers each layer's share itself (:class:`.hooks.OutputGradients`), and
+        :meth:`step` builds the statistics; else the columns are back-propagated here.
         """
+        if self.pending.failed:   # an earlier batch of this step failed: step() raises it
+            return
         try:
-            if isinstance(self._pending, Exception):   # an earlier batch of this step failed: step() raises it
-                return
-            scale = float(self.grad_scaler.get_scale()) if self.grad_scaler is not None else 1.0   # AMP's
-            given = {"columns": grad.detach().unsqueeze(0) * (z.shape[0] / scale)} if self.fisher == "empirical" else {}
-            space = self._space(inputs)
-            with bp.recorded_forward(z, calls), self.recorder.paused():
-                new = self._build(space, **given)
-            n = space.batch_size
-            if self._pending is not None:   # another batch of this step: pooled, weighted by batch size
-                old, m = self._pending
-                new, n = old.ema(new, m / (m + n)), m + n
-            self._pending = (new, n)
+            n, scale = z.shape[0], float(self.grad_scaler.get_scale()) if self.grad_scaler is not None else 1.0
+            given = {"columns": grad.detach().unsqueeze(0) * (n / scale)} if self.fisher == "empirical" else {}
+
+            def build(output_grads=None):
+                with bp.recorded_forward(z, calls, output_grads), self.recorder.paused():
+                    return self._build(self._space(inputs), **given)
+            if given and z.dim() == 2:
+                grads = OutputGradients(calls, n / scale)
+                self.pending.add(Deferred(lambda: build(grads), grads.remove), n)
+            else:
+                self.pending.add(build(), n)
         except Exception as exc:  # raised again by step(), not inside the user's backward
-            self._pending = exc
+            self.pending.fail(exc)
 
     def _statistics(self, inputs, targets, generator=None):
         """New statistics: recorded during the backward if available, else computed on ``inputs`` (one forward)."""
-        pending, self._pending = self._pending, None
-        if isinstance(pending, Exception):
-            raise pending
-        if pending is not None and generator is None:
-            return pending[0]
+        pending = self.pending.take(build=generator is None)
+        if pending is not None:
+            return pending
         if inputs is None:
             inputs = self.recorder.inputs
         if inputs is None:
@@ -341,6 +343,7 @@ class Preconditioner:
     def _forget_batch(self) -> None:
         """Drop what the hooks hold of this step's batch (outputs awaiting a backward, Linear rows)."""
         self.recorder.release()
+        self.pending.clear()
         if self.recorder.rows is not None:
             self.recorder.rows.clear()
 
@@ -360,7 +363,6 @@ class Preconditioner:
         if not all_finite(grads.values()):
             if self.grad_scaler is not None:   # an overflow of the scaled loss: the scaler skips this step
                 logger.debug("Preconditioner: overflow under AMP at step %d, step skipped", self.state["step"])
-                self._pending = None
                 self._forget_batch()
                 return False
             self.damping = self.damping * self.damping_increase

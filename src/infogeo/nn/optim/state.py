@@ -51,7 +51,7 @@ def restore(pre, inputs, targets, refresh: bool) -> None:
     loaded, pre._loaded = pre._loaded, None
     if refresh:
         template = pre._statistics(inputs, targets)
-        pre._pending = (template, None)  # used again as this step's new statistics
+        pre.pending.add(template, 1)  # used again as this step's new statistics
     else:
         template = pre._statistics(inputs, targets, generator=torch.Generator(pre._generator.device))
     device = pre.params[0].device
