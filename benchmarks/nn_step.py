@@ -14,7 +14,10 @@ at the same periods, damping 1e-3, KL clip 1e-3 and learning rate, with its defa
 ``compute_method="eigen"`` (damping added to the Kronecker eigenvalues, four products a step)
 and with ``"inverse"`` (damped factor inverses, two products: the same form as ours); its
 step counter is set the same way.  It is not on the package index: the columns appear when
-it is installed from its repository (``pip install --no-deps .`` in a checkout).
+it is installed from its repository (``pip install --no-deps .`` in a checkout).  kfac-pytorch
+takes its gradient factor from the gradients of the user's own loss (backward hooks), that is,
+the empirical Fisher; ours defaults to the Monte Carlo Fisher (an extra backward per refresh),
+so a second line times ours with ``fisher="empirical"`` too, the peer's statistic.
 
 All timings of one configuration are interleaved (every optimizer and kind in each round, in
 rotating order) and the medians over the rounds are reported, in one process with one torch
@@ -23,13 +26,14 @@ the MLP 784-1024-1024-10; ours / kfac-pytorch <= 0.8.
 
     python benchmarks/nn_step.py [--rounds 7] [--quick]
 
-Measured on the shared 2-core development CPU (5 rounds, medians, one thread, other jobs running):
+Measured on the 2-core development CPU, otherwise idle (7 rounds, medians, one thread):
 
-* MLP, batch 128: SGD 15.7 ms, K-FAC plain / statistics / inverse 39.3 / 59.4 / 193.2 ms,
-  amortised 42.7 ms: 2.72x SGD (PASS); 0.23x kfac-pytorch[eigen], 0.40x kfac-pytorch[inverse].
-* MLP, batch 1024: SGD 107.7 ms, K-FAC 195.5 / 303.7 / 427.4 ms, amortised 207.6 ms: 1.93x SGD
-  (FAIL); 0.72x kfac-pytorch[eigen], 0.98x kfac-pytorch[inverse].
-* small CNN, batch 128: SGD 17.6 ms, K-FAC amortised 22.2 ms: 1.26x SGD; 0.95x / 0.94x kfac-pytorch.
+* MLP, batch 128: SGD 16.0 ms, K-FAC plain / statistics / inverse 38.9 / 59.9 / 182.4 ms,
+  amortised 42.2 ms: 2.63x SGD (PASS); 0.20x kfac-pytorch[eigen], 0.38x kfac-pytorch[inverse].
+* MLP, batch 1024: SGD 110.3 ms, K-FAC 200.1 / 315.1 / 438.8 ms, amortised 212.9 ms: 1.93x SGD
+  (FAIL); 0.68x kfac-pytorch[eigen], 0.96x kfac-pytorch[inverse] (empirical: 0.68x / 0.97x).
+* small CNN, batch 128: SGD 18.9 ms, K-FAC 19.5 / 54.0 / 59.0 ms, amortised 23.0 ms: 1.22x SGD;
+  0.86x / 0.85x kfac-pytorch (empirical, statistics step 46.1 ms: 0.84x / 0.84x).
 
 Why batch 1024 misses: an SGD step of this MLP is about 4.9 G multiply-adds (forward, and the
 backward's weight and input gradients), and applying a Kronecker-factored inverse to the
@@ -37,7 +41,11 @@ gradient costs out*in*(out+in) per layer, 3.6 G in all; the row route (three pro
 batch's rows) pays only below about two thirds of the width.  So the plain step alone is at
 least 1.73x SGD at equal speed per multiply-add, before the statistics.  At batch 128 the row
 route brings the preconditioning to 1.4 G multiply-adds instead of 3.6 G.  The CNN's plain step
-costs what SGD's does for both libraries; what is left is the statistics step, about the same in both.
+costs what SGD's does for both libraries, so the ratio is bounded below by about 0.72 however
+cheap the statistics.  Ours cost 0.63x the peer's (0.47x with the empirical Fisher: the patch
+matrix is copied from a channels-last view, and the empirical Fisher needs no second backward),
+but at a refresh every 10 steps they still add 3.5 ms to an amortised step: the second moment of
+the second layer's 25088 x 144 patch matrix alone is 0.5 G multiply-adds.
 """
 from __future__ import annotations
 
@@ -119,14 +127,15 @@ def bench(name: str, build: Callable[[], torch.nn.Module], shape, batch: int, ro
     torch.manual_seed(0)
     X, y = torch.randn((batch,) + tuple(shape)), torch.randint(0, 10, (batch,))
     peers = list(PEER_METHODS) if kfac is not None else []
-    models = {k: build() for k in ["sgd", "adam", "kfac"] + peers}
+    models = {k: build() for k in ["sgd", "adam", "kfac", "kfac-emp"] + peers}
     opts = {"sgd": torch.optim.SGD(models["sgd"].parameters(), lr=1e-3),
             "adam": torch.optim.Adam(models["adam"].parameters(), lr=1e-4),
-            "kfac": ig.nn.NaturalGradient(models["kfac"], lr=1e-3)}
+            "kfac": ig.nn.NaturalGradient(models["kfac"], lr=1e-3),
+            "kfac-emp": ig.nn.NaturalGradient(models["kfac-emp"], lr=1e-3, fisher="empirical")}
     assert (opts["kfac"].preconditioner.curvature_update_period,
             opts["kfac"].preconditioner.inverse_update_period) == PERIODS
     steps = {k: make_step(models[k], opts[k], X, y) for k in opts}
-    setters = {k: (lambda kind: kfac_kind(opts["kfac"], kind)) for k in ("kfac",)}
+    setters = {k: (lambda o: (lambda kind: kfac_kind(o, kind)))(opts[k]) for k in ("kfac", "kfac-emp")}
     for method in peers:
         m = models[method]
         opt = torch.optim.SGD(m.parameters(), lr=1e-3)
@@ -182,11 +191,17 @@ def main(argv=None):
               f"{1e3 * m['kfac:stats']:>9.1f}{1e3 * m['kfac:inverse']:>10.1f}{1e3 * m['kfac']:>10.1f}{ratio:>7.2f}"
               f"{m['kfac'] / m['adam']:>7.2f}" + "".join(f"{peer_ratios[p]:>14.2f}" for p in peers)
               + "  " + "; ".join(verdicts))
+        emp = {p: m["kfac-emp"] / m[p] for p in peers}
+        print(f"{'':<12}K-FAC, fisher='empirical' (the peer's statistic): plain / stats / inverse "
+              f"{1e3 * m['kfac-emp:plain']:.1f} / {1e3 * m['kfac-emp:stats']:.1f} / {1e3 * m['kfac-emp:inverse']:.1f} ms, "
+              f"amortised {1e3 * m['kfac-emp']:.1f} ms, {m['kfac-emp'] / m['sgd']:.2f}x SGD"
+              + "".join(f", {r:.2f}x {p}" for p, r in emp.items()))
         for p in peers:
             print(f"{'':<12}{p}: plain / stats / inverse {1e3 * m[p + ':plain']:.1f} / {1e3 * m[p + ':stats']:.1f}"
                   f" / {1e3 * m[p + ':inverse']:.1f} ms, amortised {1e3 * m[p]:.1f} ms")
         rows.append(dict(model=name, batch=batch, ratio_sgd=ratio, ratio_adam=m["kfac"] / m["adam"],
-                         **{f"ratio_{p}": r for p, r in peer_ratios.items()}, **m))
+                         **{f"ratio_{p}": r for p, r in peer_ratios.items()},
+                         **{f"ratio_empirical_{p}": r for p, r in emp.items()}, **m))
     return rows
 
 
