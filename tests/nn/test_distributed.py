@@ -30,10 +30,10 @@ def problem():
     return model, X, y
 
 
-def train(model, X, y, curvature, placement, ddp=False):
+def train(model, X, y, curvature, placement, fisher="exact", ddp=False):
     net = torch.nn.parallel.DistributedDataParallel(model) if ddp else model
     curvature, _, inverse = curvature.partition(":")   # "kfac:eigen": K-FAC with the exact eigenvalue damping
-    opt = ig.nn.NaturalGradient(net, lr=0.3, curvature=curvature, damping=1e-2, fisher="exact", momentum=0.5,
+    opt = ig.nn.NaturalGradient(net, lr=0.3, curvature=curvature, damping=1e-2, fisher=fisher, momentum=0.5,
                                 curvature_update_period=2, inverse_update_period=3, placement=placement,
                                 **({"inverse": inverse} if inverse else {}))
     for xb, yb in zip(X, y):
@@ -43,7 +43,9 @@ def train(model, X, y, curvature, placement, ddp=False):
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
-CASES = [("kfac", "memory"), ("kfac", "comm"), ("kfac:eigen", "comm"), ("diag", "memory")]
+# the empirical Fisher: each rank's statistics from its own backward (per-example loss gradients)
+CASES = [("kfac", "memory"), ("kfac", "comm"), ("kfac:eigen", "comm"), ("diag", "memory"),
+         ("kfac", "memory", "empirical")]
 
 
 def _worker(rank, port, queue):
@@ -52,10 +54,10 @@ def _worker(rank, port, queue):
         torch.set_num_threads(1)
         half = slice(rank * N // 2, (rank + 1) * N // 2)
         out = {}
-        for curvature, placement in CASES:
+        for case in CASES:
             model, X, y = problem()
             # plain floats: a tensor would be shared through a file descriptor that dies with the process
-            out[curvature, placement] = train(model, X[:, half], y[:, half], curvature, placement, ddp=True).tolist()
+            out[case] = train(model, X[:, half], y[:, half], *case, ddp=True).tolist()
         queue.put((rank, out))
     finally:
         dist.destroy_process_group()
