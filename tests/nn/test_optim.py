@@ -197,7 +197,7 @@ def test_adaptive_damping_moves():
         opt.step(inputs=X)
 
 
-@pytest.mark.parametrize("curvature", ["diag", "kfac", "block"])
+@pytest.mark.parametrize("curvature", ["diag", "kfac", "ekfac", "block"])
 def test_empirical_fisher_from_the_users_backward_equals_the_explicit_form(curvature):
     """Plain loop: columns N dL/dz from the user's backward; explicit form: the targets' loss gradient."""
     X, y = data(8)
@@ -212,6 +212,23 @@ def test_empirical_fisher_from_the_users_backward_equals_the_explicit_form(curva
     assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], rtol=1e-10, atol=1e-14) for k in a)
     for p, q in zip(model.parameters(), twin.parameters()):
         assert torch.allclose(p, q, rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("curvature", ["kfac", "diag"])
+def test_empirical_fisher_of_sequence_outputs_from_the_users_backward(curvature):
+    """(N, T, C) outputs: one column per position, back-propagated at the output; the loss summed over
+    positions and averaged over examples (the documented convention) gives the explicit form's statistics."""
+    g = torch.Generator().manual_seed(3)
+    X, y = torch.randn(6, 5, 4, generator=g, dtype=torch.float64), torch.randint(0, 3, (6, 5), generator=g)
+    model = mlp()
+    twin = copy.deepcopy(model)
+    plain = ig.nn.Preconditioner(model, curvature=curvature, fisher="empirical")
+    named = ig.nn.Preconditioner(twin, curvature=curvature, fisher="empirical")
+    (F.cross_entropy(model(X).transpose(1, 2), y, reduction="sum") / len(X)).backward()
+    plain.step()
+    named.step(inputs=X, targets=y)
+    a, b = plain.curvature.stats(), named.curvature.stats()
+    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], rtol=1e-10, atol=1e-14) for k in a)
 
 
 @pytest.mark.parametrize("curvature", ["cg", "kfac"])
