@@ -24,7 +24,7 @@ rotating order) and the medians over the rounds are reported, in one process wit
 thread.  Targets (issue 14): amortised K-FAC / SGD <= 1.5 at batch 1024 and <= 3 at batch 128 on
 the MLP 784-1024-1024-10; ours / kfac-pytorch <= 0.8.
 
-    python benchmarks/nn_step.py [--rounds 7] [--quick]
+    python benchmarks/nn_step.py [--rounds 7] [--quick] [--device cuda]
 
 Measured on the 2-core development CPU, otherwise idle (7 rounds, medians, one thread):
 
@@ -123,11 +123,14 @@ def amortised(med: Dict[str, float], prefix: str) -> float:
     return p + (s - p) / ps + (i - s) / pi
 
 
-def bench(name: str, build: Callable[[], torch.nn.Module], shape, batch: int, rounds: int) -> Dict[str, float]:
+def bench(name: str, build: Callable[[], torch.nn.Module], shape, batch: int, rounds: int,
+          device: str = "cpu") -> Dict[str, float]:
     torch.manual_seed(0)
-    X, y = torch.randn((batch,) + tuple(shape)), torch.randint(0, 10, (batch,))
+    X = torch.randn((batch,) + tuple(shape), device=device)
+    y = torch.randint(0, 10, (batch,), device=device)
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     peers = list(PEER_METHODS) if kfac is not None else []
-    models = {k: build() for k in ["sgd", "adam", "kfac", "kfac-emp"] + peers}
+    models = {k: build().to(device) for k in ["sgd", "adam", "kfac", "kfac-emp"] + peers}
     opts = {"sgd": torch.optim.SGD(models["sgd"].parameters(), lr=1e-3),
             "adam": torch.optim.Adam(models["adam"].parameters(), lr=1e-4),
             "kfac": ig.nn.NaturalGradient(models["kfac"], lr=1e-3),
@@ -145,7 +148,8 @@ def bench(name: str, build: Callable[[], torch.nn.Module], shape, batch: int, ro
         steps[method] = make_step(m, opt, X, y, pre)
         setters[method] = (lambda p: (lambda kind: peer_kind(p, kind)))(pre)
     for k in steps:    # warm-up; the K-FACs get their curvature and factorisation
-        steps[k]()
+        for _ in range(2 if torch.device(device).type == "cuda" else 1):   # and CUDA its kernels
+            steps[k]()
     labels = ["sgd", "adam"] + [f"{k}:{kind}" for k in setters for kind in KINDS]
     times: Dict[str, list] = {k: [] for k in labels}
     for r in range(rounds):
@@ -154,8 +158,10 @@ def bench(name: str, build: Callable[[], torch.nn.Module], shape, batch: int, ro
             key, _, kind = label.partition(":")
             if kind:
                 setters[key](kind)
+            sync()
             t0 = time.perf_counter()
             steps[key]()
+            sync()    # a GPU's queued kernels belong to the step that launched them
             times[label].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
     for k in setters:
@@ -167,6 +173,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="small models (a smoke test)")
+    ap.add_argument("--device", default="cpu", help="torch device, e.g. cuda (steps timed to completion)")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     width = 64 if a.quick else 1024
@@ -179,7 +186,7 @@ def main(argv=None):
     print(f"{'model':<6}{'batch':>6}{'SGD ms':>9}{'Adam ms':>9}{'plain':>9}{'stats':>9}{'inverse':>10}"
           f"{'K-FAC ms':>10}{'/SGD':>7}{'/Adam':>7}{head}  targets")
     for name, build, shape, batch in configs:
-        m = bench(name, build, shape, batch, a.rounds)
+        m = bench(name, build, shape, batch, a.rounds, a.device)
         ratio = m["kfac"] / m["sgd"]
         target = TARGETS.get((name, batch)) if not a.quick else None
         verdicts = [] if target is None else [f"/SGD <= {target}: {'PASS' if ratio <= target else 'FAIL'}"]
