@@ -136,6 +136,8 @@ def test_training_decreases_loss(curvature):
 
 def test_bad_arguments():
     model = mlp()
+    with pytest.raises(ValueError, match="parameter group after construction"):
+        ig.nn.NaturalGradient(model).add_param_group({"params": [torch.nn.Parameter(torch.zeros(2))]})
     with pytest.raises(ValueError, match="damping must be > 0"):
         ig.nn.NaturalGradient(model, damping=0.0)
     with pytest.raises(ValueError, match="damping must be > 0"):

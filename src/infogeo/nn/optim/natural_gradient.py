@@ -124,6 +124,14 @@ class NaturalGradient(torch.optim.Optimizer):
         self.damping_factor, self.max_retries = float(damping_factor), int(max_retries)
         self.state[_KEY] = {"previous_step": None}
 
+    def add_param_group(self, param_group: Dict[str, Any]) -> None:
+        """Groups are fixed once built: the curvature covers the parameters given at construction, and a
+        group added later would be stepped along its raw gradient at a natural-gradient learning rate."""
+        if hasattr(self, "preconditioner"):
+            raise ValueError("NaturalGradient cannot take a parameter group after construction (its curvature "
+                             "covers the parameters it was built with); build a new NaturalGradient with all groups")
+        super().add_param_group(param_group)
+
     @property
     def damping(self) -> float:
         r"""Current Tikhonov damping :math:`\lambda`."""
