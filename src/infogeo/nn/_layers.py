@@ -6,18 +6,21 @@ from typing import Dict
 
 import torch
 
-__all__ = ["batch_statistics_layers", "random_layers", "warn_random_layers"]
+__all__ = ["batch_statistics_layers", "random_layers", "uses_batch_statistics", "warn_random_layers"]
 
 _DROPOUT = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d, torch.nn.AlphaDropout,
             torch.nn.FeatureAlphaDropout)
 
 
+def uses_batch_statistics(m: torch.nn.Module) -> bool:
+    """Whether ``m`` normalises with statistics of the current batch (BatchNorm in training mode, or
+    without running statistics): it couples the examples of a batch."""
+    return isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and (m.training or not m.track_running_stats)
+
+
 def batch_statistics_layers(model: torch.nn.Module) -> Dict[str, torch.nn.Module]:
-    """Modules that normalise with statistics of the current batch (BatchNorm in training mode,
-    or without running statistics), by path: they couple the examples of a batch."""
-    return {path: m for path, m in model.named_modules()
-            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
-            and (m.training or not m.track_running_stats)}
+    """The modules of ``model`` that :func:`uses_batch_statistics`, by path."""
+    return {path: m for path, m in model.named_modules() if uses_batch_statistics(m)}
 
 
 def random_layers(model: torch.nn.Module) -> Dict[str, torch.nn.Module]:

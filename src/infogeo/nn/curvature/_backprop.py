@@ -37,6 +37,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 import torch
 from torch.autograd.graph import get_gradient_edge
 
+from .._layers import uses_batch_statistics
+
 logger = logging.getLogger(__name__)
 
 #: a forward pass the caller already ran with :func:`recording_hook` (the optimizer's hooks on the
@@ -60,6 +62,22 @@ def recorded_forward(z: torch.Tensor, calls: Dict[str, list],
         _RECORDED.reset(token)
 
 
+#: set by :func:`constant_batch_statistics`
+_CONSTANT_STATISTICS: contextvars.ContextVar = contextvars.ContextVar("constant_batch_statistics", default=False)
+
+
+@contextlib.contextmanager
+def constant_batch_statistics():
+    """Within this block, :func:`capture` accepts normalisation layers that use the batch's statistics
+    (BatchNorm in training mode): those statistics count as constants, so each example has its own
+    pseudo-gradients (the practice of K-FAC optimizers) instead of the per-example curvature being refused."""
+    token = _CONSTANT_STATISTICS.set(True)
+    try:
+        yield
+    finally:
+        _CONSTANT_STATISTICS.reset(token)
+
+
 def recording_hook(calls: Dict[str, list], path: str) -> Callable:
     """A forward hook (``with_kwargs=True``) appending the call of layer ``path`` to ``calls[path]``."""
     def hook(module, args, kwargs, output):
@@ -74,7 +92,7 @@ class Layer:
     path: str
     module: torch.nn.Module
     params: Dict[str, str]                 # attribute name -> full parameter name
-    kind: str = "global"                   # 'linear' | 'conv' | 'module' | 'global'
+    kind: str = "global"                   # 'linear' | 'conv' | 'batchnorm' | 'module' | 'global'
     inputs: Tuple[torch.Tensor, ...] = ()  # detached positional inputs (batch axis first)
     kwargs: Dict[str, Any] = field(default_factory=dict)
     grad_out: Optional[torch.Tensor] = None  # (K, N, ...) output gradients
@@ -143,6 +161,8 @@ def _classify(layer: Layer, calls: List[_Call], N: int) -> str:
     m = layer.module
     if isinstance(m, torch.nn.Linear) and len(args) == 1 and not kwargs and args[0].is_floating_point():
         return "linear"
+    if uses_batch_statistics(m) and len(args) == 1 and not kwargs and args[0].dim() >= 2:
+        return "batchnorm"   # only reached under constant_batch_statistics()
     conv = next((c for c in _CONVS if isinstance(m, c)), None)
     if (conv is not None and type(m).forward is conv.forward and m.groups == 1 and len(args) == 1 and not kwargs
             and args[0].dim() == 2 + len(m.kernel_size)):
@@ -219,7 +239,8 @@ def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor],
     ``per_position`` may be a function of the classified layers (see :class:`Columns`).
     Returns ``(z, columns, layers)``.
     """
-    space.check_per_example()
+    if not _CONSTANT_STATISTICS.get():
+        space.check_per_example()
     layers = find_layers(space)
     recorded = _RECORDED.get()
     given = None

@@ -131,6 +131,8 @@ def row_grads(layer: Layer, space, cols: Columns, chunk_elements: int = CHUNK_EL
             if "bias" in layer.params:
                 out[layer.params["bias"]] = bf[sl].sum(1)
             yield out
+    elif layer.kind == "batchnorm":
+        yield from batchnorm_rows(layer, cols, chunk_elements)
     elif layer.kind == "module":
         rows = layer.grad_out.reshape((R,) + tuple(layer.grad_out.shape[2:]))
         p = {a: space.point[full].detach() for a, full in layer.params.items()}
@@ -139,6 +141,33 @@ def row_grads(layer: Layer, space, cols: Columns, chunk_elements: int = CHUNK_EL
             yield {layer.params[a]: g for a, g in res.items()}
     else:
         yield from global_row_grads(space, layer.names, cols, chunk_elements)
+
+
+def batchnorm_rows(layer: Layer, cols: Columns, chunk_elements: int = CHUNK_ELEMENTS
+                   ) -> Iterator[Dict[str, torch.Tensor]]:
+    r"""Per-row pseudo-gradients of a BatchNorm layer normalising with the batch's statistics, taken as constants.
+
+    With :math:`\hat x = (x - \mu)/\sqrt{\sigma^2 + \epsilon}` (mean and biased variance over the
+    batch and positions, as the layer computes them) the output is :math:`\gamma\hat x + \beta` per
+    channel, so row :math:`r` has :math:`\sum_t b_{rt}\hat x_{nt}` for :math:`\gamma` and
+    :math:`\sum_t b_{rt}` for :math:`\beta` (:math:`t` the positions).
+    """
+    m = layer.module
+    x = layer.inputs[0]
+    N, C = x.shape[0], x.shape[1]
+    x = x.reshape(N, C, -1)
+    dims = (0, 2)
+    xhat = (x - x.mean(dims, keepdim=True)) * torch.rsqrt(x.var(dims, unbiased=False, keepdim=True) + m.eps)
+    R = cols.rows
+    b = layer.grad_out.reshape(R, C, -1)
+    for sl in _chunks(R, C * x.shape[2], chunk_elements):
+        n_idx = torch.arange(sl.start, sl.stop, device=x.device) % N
+        out = {}
+        if "weight" in layer.params:
+            out[layer.params["weight"]] = (b[sl] * xhat[n_idx]).sum(2)
+        if "bias" in layer.params:
+            out[layer.params["bias"]] = b[sl].sum(2)
+        yield out
 
 
 def _per_row_vjps(module: torch.nn.Module, p: Dict[str, torch.Tensor], inputs: Tuple[torch.Tensor, ...],

@@ -195,9 +195,9 @@ class Preconditioner:
         return space
 
     def _build(self, space: ParameterSpace, generator: Optional[torch.Generator] = None, **given: Any):
-        return space.curvature(self.kind, self.fisher, samples=self.samples,
-                               generator=self._generator if generator is None else generator,
-                               **self.options, **given)
+        with bp.constant_batch_statistics():   # BatchNorm in training mode: as K-FAC optimizers treat it
+            return space.curvature(self.kind, self.fisher, samples=self.samples, **self.options, **given,
+                                   generator=self._generator if generator is None else generator)
 
     def _on_backward(self, z: torch.Tensor, calls: Dict[str, list], inputs: tuple, grad: torch.Tensor) -> None:
         r"""Called from the user's backward at the model output: the statistics of that batch, no forward pass.
