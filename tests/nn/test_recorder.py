@@ -191,3 +191,20 @@ def test_empirical_statistics_of_micro_batches_and_of_a_siamese_loss_pool(kind):
     (F.cross_entropy(model(X1), y1) + F.cross_entropy(model(X2), y2)).backward()
     pre.step()
     assert_same(pre.curvature.stats(), reference)
+
+
+def test_empirical_statistics_come_from_the_first_backward_of_a_retained_graph():
+    """Two losses back-propagated separately through one forward: the output's hook reports the first, and
+    so do the layers (the statistics are those of the first loss's gradient, as the explicit form gives)."""
+    X, y = batch(0, 8)
+    model = mlp()
+    pre = ig.nn.Preconditioner(model, curvature="kfac", fisher="empirical")
+    out = model(X)
+    F.cross_entropy(out, y).backward(retain_graph=True)
+    (0.1 * out.square().sum()).backward()
+    pre.step()
+    twin = mlp()
+    named = ig.nn.Preconditioner(twin, curvature="kfac", fisher="empirical")
+    F.cross_entropy(twin(X), y).backward()
+    named.step(inputs=X, targets=y)
+    assert_same(pre.curvature.stats(), named.curvature.stats())

@@ -183,7 +183,7 @@ class OutputGradients:
     def _hook(self, path: str, nr: int) -> Callable:
         def hook(grad_outputs):
             g = grad_outputs[nr]
-            if g is not None:
+            if g is not None and path not in self.grads:   # a later backward of a retained graph is another loss
                 self.grads[path] = g.detach()
         return hook
 
