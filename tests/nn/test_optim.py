@@ -251,42 +251,50 @@ def test_tiny_transformer_trains(curvature):
         assert kinds == {"kfac", "diag"}
 
 
-@pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+#: every device test runs on the CPU too (CI has no GPU), and on CUDA when there is one
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device")])]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("curvature,quadratic", [("kfac", False), ("diag", False), ("cg", False), ("kfac", True)])
-def test_cuda(curvature, quadratic, tmp_path):
+def test_device(device, curvature, quadratic, tmp_path):
     torch.manual_seed(0)
-    model = mlp(sizes=(4, 16, 3)).float().cuda()
+    model = mlp(sizes=(4, 16, 3)).float().to(device)
     X, y = data(64, dtype=torch.float32)
-    X, y = X.cuda(), y.cuda()
+    X, y = X.to(device), y.to(device)
     opt = ig.nn.NaturalGradient(model, lr=1.0 if quadratic else 0.1, curvature=curvature, damping=1e-2,
                                 quadratic_model=quadratic, adaptive_damping=quadratic, damping_adaptation_period=1,
                                 curvature_update_period=2)
     for _ in range(3):
         opt.step(closure_for(opt, model, X, y), inputs=X if quadratic else None)
-    assert all(p.is_cuda and bool(torch.isfinite(p).all()) for p in model.parameters())
+    assert all(p.device.type == device and bool(torch.isfinite(p).all()) for p in model.parameters())
     torch.save(opt.state_dict(), tmp_path / "opt.pt")
     opt.load_state_dict(torch.load(tmp_path / "opt.pt", weights_only=True))
     opt.step(closure_for(opt, model, X, y), inputs=X if quadratic else None)
 
 
-@pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_autocast_float32_factors():
-    """Under bf16 autocast the statistics and factorisations stay float32."""
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fisher", ["mc", "empirical"])
+def test_autocast_cnn_with_batchnorm_keeps_float32_factors(device, fisher):
+    """Under bf16 autocast: a CNN with BatchNorm in training mode trains, statistics and factorisations float32."""
     torch.manual_seed(0)
-    model = mlp(sizes=(4, 16, 3)).float().cuda()
-    X, y = data(64, dtype=torch.float32)
-    X, y = X.cuda(), y.cuda()
-    opt = ig.nn.NaturalGradient(model, lr=0.1, curvature="kfac", factor_dtype=torch.float32)
-    for _ in range(3):
+    model = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                                torch.nn.Conv2d(4, 8, 3, stride=2, padding=1), torch.nn.ReLU(),
+                                torch.nn.Flatten(), torch.nn.Linear(8 * 4 * 4, 3)).to(device)
+    X, y = torch.randn(32, 1, 8, 8, device=device), torch.randint(0, 3, (32,), device=device)
+    opt = ig.nn.NaturalGradient(model, lr=0.1, curvature="kfac", fisher=fisher, curvature_update_period=1)
+    losses = []
+    for _ in range(4):
         opt.zero_grad()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(device, dtype=torch.bfloat16):
             loss = F.cross_entropy(model(X), y)
         loss.backward()
         opt.step()
+        losses.append(loss.item())
     assert all(t.dtype == torch.float32 for t in opt.preconditioner.curvature.stats().values())
     assert all(bool(torch.isfinite(p).all()) for p in model.parameters())
+    assert losses[-1] < losses[0]
 
 
 def test_quadratic_model_step_minimises_the_exact_model_over_the_span():
