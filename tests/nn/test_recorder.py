@@ -208,3 +208,24 @@ def test_empirical_statistics_come_from_the_first_backward_of_a_retained_graph()
     F.cross_entropy(twin(X), y).backward()
     named.step(inputs=X, targets=y)
     assert_same(pre.curvature.stats(), named.curvature.stats())
+
+
+class KeywordNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = mlp()
+
+    def forward(self, x=None):
+        return self.net(x)
+
+
+def test_a_keyword_call_says_what_to_do_and_inputs_still_work():
+    X, y = batch(0, 8)
+    model = KeywordNet()
+    pre = ig.nn.Preconditioner(model, curvature="kfac")
+    F.cross_entropy(model(x=X), y).backward()
+    with pytest.raises(ValueError, match="keyword arguments.*step\\(inputs=x\\)"):
+        pre.step()
+    model.zero_grad()
+    F.cross_entropy(model(x=X), y).backward()
+    assert pre.step(inputs=X) is True

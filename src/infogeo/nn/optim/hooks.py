@@ -62,6 +62,7 @@ class ForwardRecorder:
         self.armed = False
         self._paused = False
         self._live = False
+        self._keyword_call = False
         #: per-step recorder of Linear layers' rows (:class:`.rows.RowCapture`), or ``None``
         self.rows = None
         #: positional inputs of the last forward whose output a backward reached, or of the last forward with
@@ -102,6 +103,7 @@ class ForwardRecorder:
             self._calls = None
             return
         self.inputs = None if kwargs else tuple(args)
+        self._keyword_call = bool(kwargs)
         if self.armed:
             self._calls = {l.path: [] for l in self.layers}
             self._sinks = {p: bp.recording_hook(self._calls, p) for p in self._calls}
@@ -136,6 +138,15 @@ class ForwardRecorder:
                 z = box.pop()
                 self.on_backward(z, calls, inputs, grad)
         output.register_hook(on_grad)
+
+    def why_no_batch(self) -> str:
+        """The error message when a step needs the batch and no forward recorded one."""
+        if self._keyword_call:
+            return ("the model was called with keyword arguments, which the preconditioner does not record (it "
+                    "calls the model again with the batch): call it with positional inputs, model(x), or name "
+                    "the batch with step(inputs=x)")
+        return ("the preconditioner has seen no batch: run the model's forward (with autograd) and backward "
+                "before step(), or pass inputs=x")
 
     def release(self) -> None:
         """Drop the outputs still waiting for their backward (after a step)."""

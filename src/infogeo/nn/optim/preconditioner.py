@@ -232,8 +232,7 @@ class Preconditioner:
         if inputs is None:
             inputs = self.recorder.inputs
         if inputs is None:
-            raise ValueError("the preconditioner has seen no batch: run the model's forward (with autograd) "
-                             "and backward before step(), or pass inputs=x")
+            raise ValueError(self.recorder.why_no_batch())
         return self._build(self._space(inputs, targets), generator)
 
     def _cast(self, curvature):
