@@ -211,21 +211,39 @@ def test_empirical_statistics_come_from_the_first_backward_of_a_retained_graph()
 
 
 class KeywordNet(torch.nn.Module):
+    """Called with keywords: a batched mask, a constant scale, and a layer used twice (per-example fallback)."""
+
     def __init__(self):
         super().__init__()
-        self.net = mlp()
+        torch.manual_seed(0)
+        self.a, self.out = torch.nn.Linear(4, 4).double(), torch.nn.Linear(4, 3).double()
 
-    def forward(self, x=None):
-        return self.net(x)
+    def forward(self, x=None, mask=None, scale=1.0):
+        h = torch.tanh(self.a(x)) * mask
+        return self.out(torch.tanh(self.a(h)) * scale)
 
 
-def test_a_keyword_call_says_what_to_do_and_inputs_still_work():
+def test_keyword_inputs_are_recorded_and_cut_per_example():
+    """Exact Fisher diagonal from a keyword call equals a dense per-example Jacobian reference."""
     X, y = batch(0, 8)
+    M = (torch.arange(32).reshape(8, 4) % 3 != 0).double()
     model = KeywordNet()
-    pre = ig.nn.Preconditioner(model, curvature="kfac")
-    F.cross_entropy(model(x=X), y).backward()
-    with pytest.raises(ValueError, match="keyword arguments.*step\\(inputs=x\\)"):
-        pre.step()
-    model.zero_grad()
-    F.cross_entropy(model(x=X), y).backward()
-    assert pre.step(inputs=X) is True
+    pre = ig.nn.Preconditioner(model, curvature="diag", fisher="exact")
+    out = model(x=X, mask=M, scale=2.0)
+    F.cross_entropy(out, y).backward()
+    assert pre.step() is True
+    names = [n for n, _ in model.named_parameters()]
+    params = {n: p.detach() for n, p in model.named_parameters()}
+
+    def logits(q, x, m):
+        return torch.func.functional_call(model, q, (), {"x": x[None], "mask": m[None], "scale": 2.0})[0]
+    p = F.softmax(out.detach(), 1)
+    ref = 0
+    for n in range(len(X)):
+        J = torch.func.jacrev(logits)(params, X[n], M[n])
+        J = torch.cat([J[k].reshape(3, -1) for k in names], 1)
+        ref = ref + torch.einsum("ci,cd,di->i", J, torch.diag(p[n]) - torch.outer(p[n], p[n]), J)
+    got = torch.cat([pre.curvature.diagonal()[k].reshape(-1) for k in names])
+    assert torch.allclose(got, ref / len(X), rtol=1e-10, atol=1e-14)
+    space = ig.nn.ParameterSpace(model, "categorical", data={"x": X, "mask": M, "scale": 2.0})
+    assert torch.allclose(space.outputs, out)

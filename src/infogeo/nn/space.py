@@ -31,12 +31,12 @@ import math
 from typing import Any, Callable, Iterable, Optional, Tuple, Union
 
 import torch
-from torch.func import functional_call
 
 from ..geometry.linearization import Linearization, same_state, versions
 from ..geometry.manifold import Manifold
 from ..geometry.vectors import Covector, TangentVector
 from ._layers import batch_statistics_layers, warn_random_layers
+from .batch import Batch
 from ._params import CurrentPoint, ParamLayout, Params
 from .curvature import Curvature, build as _build_curvature
 from .network_metric import NetworkMetric
@@ -49,10 +49,6 @@ __all__ = ["ParameterSpace", "NetworkMetric"]
 _METHODS = ("exact", "mc", "empirical")
 
 Cost = Callable[[Params], torch.Tensor]
-
-
-def _as_args(data: Any) -> Tuple:
-    return tuple(data) if isinstance(data, (tuple, list)) else (data,)
 
 
 class ParameterSpace(Manifold):
@@ -69,9 +65,10 @@ class ParameterSpace(Manifold):
         (``nn.CrossEntropyLoss()``, ``nn.NLLLoss()``, ``nn.BCEWithLogitsLoss()``,
         ``nn.MSELoss()``, ``nn.GaussianNLLLoss()``, with their reduction, ignored positions
         and class weights; see :mod:`infogeo.nn.output_metrics.losses`).
-    data : tensor or tuple of tensors
-        The batch :math:`x_1..x_N` (first axis = examples); ``model(*data)`` must return
-        outputs of shape ``(N, *middle, m)``, the class/feature axis last.
+    data : tensor, tuple of tensors, dict or Batch
+        The batch :math:`x_1..x_N` (first axis = examples): positional inputs, or a dict of keyword
+        inputs (:class:`~infogeo.nn.batch.Batch`); the model must return outputs of shape
+        ``(N, *middle, m)``, the class/feature axis last.
     targets : tensor, optional
         Training targets: needed for the loss, the differential, the empirical Fisher,
         and for torch losses with ``ignore_index`` or class weights.
@@ -118,14 +115,14 @@ class ParameterSpace(Manifold):
         # a view of the model's current values (no copy); the model is never written to
         self.point = CurrentPoint(self, {n: p.detach() for n, p in named})
         self.layout = ParamLayout.of(self.point)
-        self.args = _as_args(data)
+        self.batch = Batch.of(data)
         self.targets = targets
         metric = _resolve_metric(output_metric)
         self.cg_max_iter, self.cg_rtol = int(cg_max_iter), float(cg_rtol)
         p0 = next(iter(self.point.values()))
         self.device, self.dtype = p0.device, p0.dtype
-        for a in self.args:
-            if isinstance(a, torch.Tensor) and a.device != self.device:
+        for a in self.batch.tensors():
+            if a.device != self.device:
                 raise ValueError(f"data on {a.device} but the model's parameters on {self.device}; "
                                  f"move them to one device")
         self._outputs = None
@@ -133,8 +130,8 @@ class ParameterSpace(Manifold):
         z = self._output_shape()
         metric.check(z)
         self.batch_size = int(z.shape[0])
-        for a in self.args:
-            if isinstance(a, torch.Tensor) and a.dim() and a.shape[0] != self.batch_size:
+        for a in self.batch.tensors():
+            if a.dim() and a.shape[0] != self.batch_size:
                 raise ValueError(f"data tensors must share the batch axis: outputs have {self.batch_size} "
                                  f"examples but an input has shape {tuple(a.shape)}")
         if targets is not None:
@@ -150,9 +147,7 @@ class ParameterSpace(Manifold):
                 for n, t in list(self.model.named_parameters()) + list(self.model.named_buffers())}
         try:
             with torch.no_grad():
-                z = functional_call(self.model, meta,
-                                    tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in self.args),
-                                    strict=False)
+                z = self.batch.map(lambda a: a.to("meta")).call(self.model, meta)
             if isinstance(z, torch.Tensor) and z.is_meta:
                 return z
         except Exception:  # data-dependent code, tensors held outside parameters and buffers, ...
@@ -168,16 +163,14 @@ class ParameterSpace(Manifold):
                 try:
                     z = self.function(self.point)
                 except Exception as exc:  # the model's own error, with the shapes that caused it
-                    shapes = [tuple(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__
-                              for a in self.args]
-                    raise ValueError(f"model(*data) failed for data of shape(s) {shapes}: {exc}") from exc
+                    raise ValueError(f"model(*data) failed for data of shape(s) {self.batch.shapes()}: {exc}"
+                                     ) from exc
             self._outputs = (state, z)
         return self._outputs[1]
 
     def _state(self) -> Tuple[list, Tuple]:
         """The tensors the map depends on (point, data, buffers) and their version counters."""
-        tensors = [self.point[n] for n in self.names] + [a for a in self.args if isinstance(a, torch.Tensor)] + \
-            list(self.model.buffers())
+        tensors = [self.point[n] for n in self.names] + self.batch.tensors() + list(self.model.buffers())
         return tensors, versions(tensors)
 
     def function(self, params: Params) -> torch.Tensor:
@@ -190,7 +183,7 @@ class ParameterSpace(Manifold):
                     for b, t in m.named_buffers(recurse=False) if t is not None}
         if stateful:
             params = {**params, **stateful}
-        return functional_call(self.model, params, self.args, strict=False)
+        return self.batch.call(self.model, params)
 
     def check_per_example(self) -> None:
         """Raise ``ValueError`` if a layer couples the examples of the batch (per-example curvature undefined)."""

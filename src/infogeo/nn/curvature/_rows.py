@@ -14,10 +14,10 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
-from torch.func import functional_call
 
 from ...geometry.linearization import composite_attention as math_attention
 
+from ..batch import Batch
 from ._backprop import Columns, Layer
 
 logger = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ def row_grads(layer: Layer, space, cols: Columns, chunk_elements: int = CHUNK_EL
     elif layer.kind == "module":
         rows = layer.grad_out.reshape((R,) + tuple(layer.grad_out.shape[2:]))
         p = {a: space.point[full].detach() for a, full in layer.params.items()}
-        for res in _per_row_vjps(layer.module, p, layer.inputs, layer.kwargs, lambda sl: rows[sl], R, N,
+        for res in _per_row_vjps(layer.module, p, Batch(layer.inputs, layer.kwargs), lambda sl: rows[sl], R, N,
                                  per_row, chunk_elements):
             yield {layer.params[a]: g for a, g in res.items()}
     else:
@@ -170,8 +170,8 @@ def batchnorm_rows(layer: Layer, cols: Columns, chunk_elements: int = CHUNK_ELEM
         yield out
 
 
-def _per_row_vjps(module: torch.nn.Module, p: Dict[str, torch.Tensor], inputs: Tuple[torch.Tensor, ...],
-                  kwargs: Dict[str, Any], rows: Callable[[slice], torch.Tensor], R: int, N: int, per_row: int,
+def _per_row_vjps(module: torch.nn.Module, p: Dict[str, torch.Tensor], inputs: Batch,
+                  rows: Callable[[slice], torch.Tensor], R: int, N: int, per_row: int,
                   chunk_elements: int) -> Iterator[Dict[str, torch.Tensor]]:
     r"""Chunks of :math:`J_n^T g_r` for rows ``r = j N + n`` (``rows(slice)`` gives their cotangents).
 
@@ -179,13 +179,17 @@ def _per_row_vjps(module: torch.nn.Module, p: Dict[str, torch.Tensor], inputs: T
     kernels of ``nn.RNN``/``LSTM``/``GRU``, data-dependent control flow) get the
     same rows by a loop over examples (one forward and one vjp per row).
     ``p`` replaces some of ``module``'s parameters (the others stay the module's
-    own, which require grad: the results are detached from that graph).
+    own, which require grad: the results are detached from that graph).  Inputs with
+    a batch axis are cut per example; the others are passed whole.
     """
-    def f_of(args_row):
-        return lambda q: functional_call(module, q, tuple(x.unsqueeze(0) for x in args_row), kwargs, strict=False)
+    per, constant = inputs.batched(N)
 
-    def one(pp, args_row, g_row):
-        return torch.func.vjp(f_of(args_row), pp)[1](g_row.unsqueeze(0))[0]
+    def f_of(example):
+        one_batch = inputs.join({k: x.unsqueeze(0) for k, x in example.items()}, constant)
+        return lambda q: one_batch.call(module, q)
+
+    def one(pp, example, g_row):
+        return torch.func.vjp(f_of(example), pp)[1](g_row.unsqueeze(0))[0]
 
     batched = True
     for sl in _chunks(R, per_row, chunk_elements):
@@ -194,23 +198,23 @@ def _per_row_vjps(module: torch.nn.Module, p: Dict[str, torch.Tensor], inputs: T
         if batched:
             try:
                 with math_attention():
-                    res = torch.func.vmap(one, in_dims=(None, 0, 0))(p, tuple(x[n_idx] for x in inputs), g)
+                    res = torch.func.vmap(one, in_dims=(None, 0, 0))(p, {k: x[n_idx] for k, x in per.items()}, g)
                 yield {n: t.detach() for n, t in res.items()}
                 continue
             except (RuntimeError, NotImplementedError, ValueError) as err:
                 logger.debug("per-example gradients of %s by a loop (vmap failed: %s)", type(module).__name__, err)
                 batched = False
-        yield _row_loop(f_of, p, inputs, n_idx, g)
+        yield _row_loop(f_of, p, per, n_idx, g)
 
 
-def _row_loop(f_of, p: Dict[str, torch.Tensor], inputs: Tuple[torch.Tensor, ...], n_idx: torch.Tensor,
+def _row_loop(f_of, p: Dict[str, torch.Tensor], per: Dict[Any, torch.Tensor], n_idx: torch.Tensor,
               g: torch.Tensor) -> Dict[str, torch.Tensor]:
     """Per-row vjps without vmap: one forward per example in the chunk, one vjp per row."""
     out = {n: torch.empty((len(n_idx),) + tuple(t.shape), dtype=t.dtype, device=t.device) for n, t in p.items()}
     for n in torch.unique(n_idx).tolist():
         idx = (n_idx == n).nonzero().flatten()
         with torch.enable_grad():
-            _, vjp = torch.func.vjp(f_of(tuple(x[n] for x in inputs)), p)
+            _, vjp = torch.func.vjp(f_of({k: x[n] for k, x in per.items()}), p)
             for i in idx.tolist():
                 res = vjp(g[i].unsqueeze(0))[0]
                 for name, t in res.items():
@@ -222,5 +226,5 @@ def global_row_grads(space, names: List[str], cols: Columns, chunk_elements: int
                      ) -> Iterator[Dict[str, torch.Tensor]]:
     """Per-row pseudo-gradients of ``names`` by per-example vjps of the whole network (fallback)."""
     p = {n: space.point[n].detach() for n in names}
-    yield from _per_row_vjps(space.model, p, space.args, {}, cols.row_block, cols.rows, space.batch_size,
+    yield from _per_row_vjps(space.model, p, space.batch, cols.row_block, cols.rows, space.batch_size,
                              sum(t.numel() for t in p.values()), chunk_elements)

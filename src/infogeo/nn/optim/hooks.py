@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
+from ..batch import Batch
 from ..curvature import _backprop as bp
 
 logger = logging.getLogger(__name__)
@@ -62,12 +63,11 @@ class ForwardRecorder:
         self.armed = False
         self._paused = False
         self._live = False
-        self._keyword_call = False
         #: per-step recorder of Linear layers' rows (:class:`.rows.RowCapture`), or ``None``
         self.rows = None
-        #: positional inputs of the last forward whose output a backward reached, or of the last forward with
-        #: autograd enabled when none was (``None`` with keyword inputs)
-        self.inputs: Optional[tuple] = None
+        #: inputs (:class:`~infogeo.nn.batch.Batch`) of the last forward whose output a backward reached, or
+        #: of the last forward with autograd enabled when none was
+        self.inputs: Optional[Batch] = None
         self._calls: Optional[Dict[str, list]] = None
         self._sinks: Dict[str, Callable] = {}
         self._boxes: List[list] = []
@@ -102,8 +102,7 @@ class ForwardRecorder:
         if not self._live:
             self._calls = None
             return
-        self.inputs = None if kwargs else tuple(args)
-        self._keyword_call = bool(kwargs)
+        self.inputs = Batch(tuple(args), dict(kwargs))
         if self.armed:
             self._calls = {l.path: [] for l in self.layers}
             self._sinks = {p: bp.recording_hook(self._calls, p) for p in self._calls}
@@ -138,15 +137,6 @@ class ForwardRecorder:
                 z = box.pop()
                 self.on_backward(z, calls, inputs, grad)
         output.register_hook(on_grad)
-
-    def why_no_batch(self) -> str:
-        """The error message when a step needs the batch and no forward recorded one."""
-        if self._keyword_call:
-            return ("the model was called with keyword arguments, which the preconditioner does not record (it "
-                    "calls the model again with the batch): call it with positional inputs, model(x), or name "
-                    "the batch with step(inputs=x)")
-        return ("the preconditioner has seen no batch: run the model's forward (with autograd) and backward "
-                "before step(), or pass inputs=x")
 
     def release(self) -> None:
         """Drop the outputs still waiting for their backward (after a step)."""

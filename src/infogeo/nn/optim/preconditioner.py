@@ -35,7 +35,8 @@ from .. import distributed as dd
 from .._params import all_finite
 from ..curvature import _backprop as bp
 from ..output_metrics import output_metric as _resolve_output_metric
-from ..space import ParameterSpace, _as_args
+from ..batch import Batch
+from ..space import ParameterSpace
 from . import state
 from .hooks import ForwardRecorder, OutputGradients, unwrap
 from .pool import Deferred, StatisticsPool
@@ -147,8 +148,7 @@ class Preconditioner:
         self.recorder = ForwardRecorder(self.module, self.names, self._on_backward, self.pending.settle)
         self.recorder.armed = self.captures
         if self.kind == "kfac" and options["inverse"] == "tikhonov" and dd.world_size() == 1:
-            self.recorder.rows = RowCapture([(l.path, l.module, l.params.get("weight"), l.params.get("bias"))
-                                             for l in self.recorder.layers if set(l.params) <= {"weight", "bias"}])
+            self.recorder.rows = RowCapture.of(self.recorder.layers)
 
     # ------------------------------------------------------------ properties
     @property
@@ -181,21 +181,21 @@ class Preconditioner:
     def _space(self, inputs: Any, targets: Optional[torch.Tensor] = None) -> ParameterSpace:
         """The parameter space on this batch; kept per batch signature and re-pointed at new data of the
         same shapes, so the output-shape probe and the checks run once per signature, not every step."""
-        args = _as_args(inputs)
-        key = tuple((tuple(a.shape), a.dtype, a.device) if isinstance(a, torch.Tensor) else type(a) for a in args)
+        batch = Batch.of(inputs)
+        key = batch.signature()
         space = self._spaces.get(key)
         if space is None or targets is not None:
-            space = ParameterSpace(self.module, self.output_metric, data=args, targets=targets, params=self.names,
+            space = ParameterSpace(self.module, self.output_metric, data=batch, targets=targets, params=self.names,
                                    cg_max_iter=self.cg_max_iter)
             if targets is None:
                 self._spaces = {key: space}
             return space
-        space.args, space._outputs = args, None
+        space.batch, space._outputs = batch, None
         space.metric.clear_cache()
         return space
 
     def _build(self, space: ParameterSpace, generator: Optional[torch.Generator] = None, **given: Any):
-        with bp.constant_batch_statistics():   # BatchNorm in training mode: as K-FAC optimizers treat it
+        with bp.constant_batch_statistics():   # BatchNorm in training mode, as K-FAC optimizers treat it
             return space.curvature(self.kind, self.fisher, samples=self.samples, **self.options, **given,
                                    generator=self._generator if generator is None else generator)
 
@@ -232,7 +232,8 @@ class Preconditioner:
         if inputs is None:
             inputs = self.recorder.inputs
         if inputs is None:
-            raise ValueError(self.recorder.why_no_batch())
+            raise ValueError("the preconditioner has seen no batch: run the model's forward (with autograd) "
+                             "and backward before step(), or pass inputs=x")
         return self._build(self._space(inputs, targets), generator)
 
     def _cast(self, curvature):

@@ -63,6 +63,12 @@ class RowCapture:
         #: layers whose last solve came from their rows
         self.used: List[str] = []
 
+    @classmethod
+    def of(cls, layers: Sequence) -> "RowCapture":
+        """For the recorder's layers (:class:`~infogeo.nn.curvature._backprop.Layer`) with only a weight and bias."""
+        return cls([(l.path, l.module, l.params.get("weight"), l.params.get("bias"))
+                    for l in layers if set(l.params) <= {"weight", "bias"}])
+
     def record(self, path: str, args: tuple, kwargs: dict, output) -> None:
         """Keep the input of this call of layer ``path`` and a box its output gradient will fill."""
         if path not in self.layers or path in self.refused:

@@ -1,0 +1,69 @@
+"""The inputs a network is called with: positional and keyword arguments, batch axis first."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Tuple
+
+import torch
+from torch.func import functional_call
+
+__all__ = ["Batch"]
+
+
+@dataclass
+class Batch:
+    """``model(*args, **kwargs)``: tensors with a leading batch axis, or values passed as they are.
+
+    :meth:`of` reads the ``data`` of a :class:`~infogeo.nn.ParameterSpace` or the ``inputs`` of an
+    optimizer step: a tensor, a tuple or list of positional inputs, a dict of keyword inputs
+    (e.g. ``{"input_ids": ..., "attention_mask": ...}``), or a :class:`Batch`.
+    """
+
+    args: Tuple[Any, ...] = ()
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, data: Any) -> "Batch":
+        if isinstance(data, Batch):
+            return data
+        if isinstance(data, dict):
+            return cls((), dict(data))
+        return cls(tuple(data) if isinstance(data, (tuple, list)) else (data,))
+
+    def tensors(self) -> List[torch.Tensor]:
+        return [a for a in list(self.args) + list(self.kwargs.values()) if isinstance(a, torch.Tensor)]
+
+    def map(self, fn: Callable[[torch.Tensor], Any]) -> "Batch":
+        """``fn`` applied to every tensor input."""
+        def f(a):
+            return fn(a) if isinstance(a, torch.Tensor) else a
+        return Batch(tuple(f(a) for a in self.args), {k: f(v) for k, v in self.kwargs.items()})
+
+    def call(self, model: torch.nn.Module, params: Dict[str, torch.Tensor]) -> Any:
+        """``model(*args, **kwargs)`` with ``params`` (and buffers) substituted, the model untouched."""
+        return functional_call(model, params, self.args, self.kwargs, strict=False)
+
+    def signature(self) -> tuple:
+        """Shapes, dtypes and devices of the inputs (equal signatures: the same network shapes)."""
+        def sig(a):
+            return (tuple(a.shape), a.dtype, a.device) if isinstance(a, torch.Tensor) else type(a)
+        return tuple(sig(a) for a in self.args) + tuple((k, sig(v)) for k, v in sorted(self.kwargs.items()))
+
+    def shapes(self) -> list:
+        """For messages: each input's shape, or its type."""
+        return [tuple(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__
+                for a in list(self.args) + list(self.kwargs.values())]
+
+    def batched(self, n: int) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+        """``(batched, constant)``: the inputs with a leading axis of length ``n`` (keyed by position or name),
+        and the others; :meth:`join` puts them back together."""
+        items = {i: a for i, a in enumerate(self.args)}
+        items.update(self.kwargs)
+        per = {k: a for k, a in items.items() if isinstance(a, torch.Tensor) and a.dim() and a.shape[0] == n}
+        return per, {k: a for k, a in items.items() if k not in per}
+
+    def join(self, per: Dict[Any, Any], constant: Dict[Any, Any]) -> "Batch":
+        """The batch of :meth:`batched`'s two parts (``per`` e.g. sliced to one example)."""
+        merged = {**constant, **per}
+        return Batch(tuple(merged[i] for i in range(len(self.args))),
+                     {k: merged[k] for k in self.kwargs})
