@@ -247,3 +247,28 @@ def test_keyword_inputs_are_recorded_and_cut_per_example():
     assert torch.allclose(got, ref / len(X), rtol=1e-10, atol=1e-14)
     space = ig.nn.ParameterSpace(model, "categorical", data={"x": X, "mask": M, "scale": 2.0})
     assert torch.allclose(space.outputs, out)
+
+
+class DictNet(torch.nn.Module):
+    """Returns a dict, as many library models do."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = mlp()
+
+    def forward(self, x):
+        z = self.net(x)
+        return {"logits": z, "norm": z.norm()}
+
+
+@pytest.mark.parametrize("kind", ["kfac", "diag", "dense"])
+def test_output_fn_picks_the_outputs_from_what_the_model_returns(kind):
+    X, y = batch(0, 8)
+    model = DictNet()
+    pre = ig.nn.Preconditioner(model, curvature=kind, fisher="exact", output_fn=lambda out: out["logits"])
+    F.cross_entropy(model(X)["logits"], y).backward()
+    assert pre.step() is True
+    got = {k.replace("net.", ""): t for k, t in pre.curvature.stats().items()}   # the same network, one level down
+    assert_same(got, exact_stats(model.net, X, kind))
+    with pytest.raises(TypeError, match="output_fn="):
+        ig.nn.ParameterSpace(DictNet(), "categorical", data=X)

@@ -76,6 +76,9 @@ class ParameterSpace(Manifold):
         Restrict the coordinates to these parameters (default: all trainable ones).
     cg_max_iter, cg_rtol : int, float
         Truncation of conjugate gradient in ``metric.sharp`` / ``metric.solve``.
+    output_fn : callable, optional
+        Picks the outputs :math:`z` from what the model returns (e.g. ``lambda out: out.logits``
+        for a model returning a dict or a tuple).
 
     Notes
     -----
@@ -95,7 +98,8 @@ class ParameterSpace(Manifold):
 
     def __init__(self, model: torch.nn.Module, output_metric: Union[str, OutputMetric, Any] = "categorical",
                  data: Any = None, *, targets: Optional[torch.Tensor] = None,
-                 params: Optional[Iterable[Any]] = None, cg_max_iter: int = 100, cg_rtol: float = 1e-10):
+                 params: Optional[Iterable[Any]] = None, cg_max_iter: int = 100, cg_rtol: float = 1e-10,
+                 output_fn: Optional[Callable[[Any], torch.Tensor]] = None):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"ParameterSpace needs a torch.nn.Module, got {type(model).__name__}")
         if data is None:
@@ -115,7 +119,7 @@ class ParameterSpace(Manifold):
         # a view of the model's current values (no copy); the model is never written to
         self.point = CurrentPoint(self, {n: p.detach() for n, p in named})
         self.layout = ParamLayout.of(self.point)
-        self.batch = Batch.of(data)
+        self.batch, self.output_fn = Batch.of(data), output_fn
         self.targets = targets
         metric = _resolve_metric(output_metric)
         self.cg_max_iter, self.cg_rtol = int(cg_max_iter), float(cg_rtol)
@@ -147,7 +151,7 @@ class ParameterSpace(Manifold):
                 for n, t in list(self.model.named_parameters()) + list(self.model.named_buffers())}
         try:
             with torch.no_grad():
-                z = self.batch.map(lambda a: a.to("meta")).call(self.model, meta)
+                z = self._evaluate(self.batch.map(lambda a: a.to("meta")), meta)
             if isinstance(z, torch.Tensor) and z.is_meta:
                 return z
         except Exception:  # data-dependent code, tensors held outside parameters and buffers, ...
@@ -183,7 +187,11 @@ class ParameterSpace(Manifold):
                     for b, t in m.named_buffers(recurse=False) if t is not None}
         if stateful:
             params = {**params, **stateful}
-        return self.batch.call(self.model, params)
+        return self._evaluate(self.batch, params)
+
+    def _evaluate(self, batch: Batch, params: Params) -> Any:
+        out = batch.call(self.model, params)
+        return out if self.output_fn is None else self.output_fn(out)
 
     def check_per_example(self) -> None:
         """Raise ``ValueError`` if a layer couples the examples of the batch (per-example curvature undefined)."""

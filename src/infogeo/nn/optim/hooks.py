@@ -47,7 +47,8 @@ class ForwardRecorder:
     While :attr:`armed`, every such forward also records the layer calls, and a backward
     through its output :math:`z` calls ``on_backward`` (several forwards of one step, such as
     micro-batches or the two branches of a siamese loss, each report their batch; a forward
-    whose output is never back-propagated reports nothing).  ``on_forward()`` runs at the start of every
+    whose output is never back-propagated reports nothing; ``output_fn`` picks :math:`z` from what the model
+    returns).  ``on_forward()`` runs at the start of every
     forward not :meth:`paused` (any earlier backward is over then).  :meth:`release` drops what is
     still pending (at most :data:`MAX_PENDING` outputs are held).  Forward passes under
     ``torch.no_grad()`` (evaluation) or inside :meth:`paused` are ignored.
@@ -55,9 +56,9 @@ class ForwardRecorder:
 
     def __init__(self, module: torch.nn.Module, names: List[str],
                  on_backward: Callable[[torch.Tensor, Dict[str, list], tuple, torch.Tensor], None],
-                 on_forward: Optional[Callable[[], None]] = None):
+                 on_forward: Optional[Callable[[], None]] = None, output_fn: Optional[Callable] = None):
         self.module = module
-        self.on_forward = on_forward
+        self.on_forward, self.output_fn = on_forward, output_fn
         self.layers = bp.find_layers(types.SimpleNamespace(model=module, names=list(names)))
         self.on_backward = on_backward
         self.armed = False
@@ -118,6 +119,8 @@ class ForwardRecorder:
     def _post(self, module, args, output):
         calls, self._calls, self._sinks = self._calls, None, {}
         live, self._live = self._live, False
+        if live and self.output_fn is not None:
+            output = self.output_fn(output)   # the outputs z in what the model returns
         if not live or not (isinstance(output, torch.Tensor) and output.requires_grad) or self.inputs is None:
             return
         inputs, box = self.inputs, []

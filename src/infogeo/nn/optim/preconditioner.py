@@ -14,12 +14,11 @@ scheduler, gradient clipping or AMP ``GradScaler`` then acts on :math:`\delta`.
 :math:`\tfrac12\eta^2\delta^T(C+\lambda I)\delta \le \kappa` = ``kl_clip``, with
 :math:`\eta_\ell` the learning rate of each parameter's group.
 
-Costs, with the defaults: statistics every ``curvature_update_period`` (10) steps from hooks on
-the user's own forward and backward (:mod:`.hooks`; one extra backward for the Monte Carlo
-Fisher, no extra forward), damped factor inverses every ``inverse_update_period`` (100) steps,
-and every step the factored inverse: two :math:`d\times d` products per layer, or products with
-the batch's own rows on small batches (:mod:`.rows`).  ``curvature="cg"`` needs the batch again
-every step: an extra forward pass and ``cg_max_iter`` CG products.
+Costs, with the defaults: statistics every ``curvature_update_period`` (10) steps from hooks on the
+user's own forward and backward (:mod:`.hooks`; one extra backward for the Monte Carlo Fisher, no
+extra forward), damped factor inverses every ``inverse_update_period`` (100) steps, and every step
+two :math:`d\times d` products per layer, or products with the batch's rows on small batches
+(:mod:`.rows`).  ``curvature="cg"``: an extra forward pass and ``cg_max_iter`` CG products a step.
 """
 from __future__ import annotations
 
@@ -67,6 +66,8 @@ class Preconditioner:
         ``step(inputs=x, targets=y)`` from the targets and the output metric's loss.
     output_metric : str or OutputMetric
         Metric on the outputs (``"categorical"`` for logits, ``"bernoulli"``, ``"euclidean"``, ...).
+    output_fn : callable, optional
+        Picks the outputs from what the model returns (e.g. ``lambda out: out.logits``).
     params : iterable of tensors, optional
         Precondition only these parameters of ``model`` (default: all trainable ones).
     lr : float, callable, torch.optim.Optimizer or None
@@ -106,7 +107,8 @@ class Preconditioner:
                  inverse_update_period: int = 100, samples: int = 1, min_damping: float = 1e-8,
                  max_damping: float = 1e8, damping_increase: float = 10.0, damping_recovery: float = 0.9,
                  max_retries: int = 6, factor_dtype: Optional[torch.dtype] = None, placement: str = "memory",
-                 seed: int = 0, cg_max_iter: int = 20, grad_scaler: Any = None, **options: Any):
+                 seed: int = 0, cg_max_iter: int = 20, grad_scaler: Any = None,
+                 output_fn: Optional[Callable[[Any], torch.Tensor]] = None, **options: Any):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"Preconditioner needs the torch.nn.Module whose gradients it preconditions, "
                             f"got {type(model).__name__}")
@@ -136,16 +138,15 @@ class Preconditioner:
         if self.kind == "kfac":
             options.setdefault("inverse", "tikhonov")
         self.placement, self.cg_max_iter, self.options = placement, int(cg_max_iter), options
-        self.grad_scaler = grad_scaler
+        self.grad_scaler, self.output_fn = grad_scaler, output_fn
         self._generator = torch.Generator(device=self.params[0].device).manual_seed(int(seed) + dd.rank())
         self.state: Dict[str, Any] = {"step": 0, "damping": float(damping)}
         self.curvature = None    # the averaged statistics (a curvature representation)
         self.solver = None       # the factorised curvature the directions come from
         self.pending = StatisticsPool()   # statistics recorded by this step's backward passes
         self._loaded: Optional[Dict[str, Any]] = None
-        self._owners = None
-        self._spaces: Dict[tuple, ParameterSpace] = {}
-        self.recorder = ForwardRecorder(self.module, self.names, self._on_backward, self.pending.settle)
+        self._owners, self._spaces = None, {}   # block owners under torch.distributed; spaces per batch signature
+        self.recorder = ForwardRecorder(self.module, self.names, self._on_backward, self.pending.settle, output_fn)
         self.recorder.armed = self.captures
         if self.kind == "kfac" and options["inverse"] == "tikhonov" and dd.world_size() == 1:
             self.recorder.rows = RowCapture.of(self.recorder.layers)
@@ -186,7 +187,7 @@ class Preconditioner:
         space = self._spaces.get(key)
         if space is None or targets is not None:
             space = ParameterSpace(self.module, self.output_metric, data=batch, targets=targets, params=self.names,
-                                   cg_max_iter=self.cg_max_iter)
+                                   cg_max_iter=self.cg_max_iter, output_fn=self.output_fn)
             if targets is None:
                 self._spaces = {key: space}
             return space
@@ -246,8 +247,7 @@ class Preconditioner:
         if dd.world_size() == 1:
             return curvature
         stats = curvature.stats()
-        keys = list(stats)
-        return curvature.with_stats(dict(zip(keys, dd.all_reduce_mean([stats[k] for k in keys]))))
+        return curvature.with_stats(dict(zip(stats, dd.all_reduce_mean(list(stats.values())))))
 
     def _factorise(self, curvature):
         """The solver: factorised here, on the owners (``"comm"``), or lazily by the owners (``"memory"``)."""
@@ -255,8 +255,8 @@ class Preconditioner:
         if dd.world_size() == 1 or blocks is None:
             return curvature.precompute(self.damping)
         if self._owners is None or len(self._owners) != len(blocks):
-            costs = [float(sum(t.numel() for t in b.stats().values())) ** 1.5 for b in blocks]
-            self._owners = dd.assign_owners(costs)
+            self._owners = dd.assign_owners([float(sum(t.numel() for t in b.stats().values())) ** 1.5
+                                             for b in blocks])   # ~ the cost of factorising each block
         if self.placement == "comm":
             dd.share_factorisations(blocks, self._owners, self.damping)
         return curvature

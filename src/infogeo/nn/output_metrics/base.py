@@ -42,7 +42,8 @@ class OutputMetric(Metric):
     def check(self, z: torch.Tensor) -> None:
         """Raise ``ValueError`` if outputs ``z`` (shape ``(N, ..., m)``) do not fit this metric."""
         if not isinstance(z, torch.Tensor):
-            raise TypeError(f"the model must return a tensor for the {self.name}, got {type(z).__name__}")
+            raise TypeError(f"the model must return a tensor for the {self.name}, got {type(z).__name__}; "
+                            f"output_fn= picks it (e.g. output_fn=lambda out: out.logits)")
         if z.dim() < 2:
             raise ValueError(f"the {self.name} needs outputs of shape (N, ..., m) with a batch axis, "
                              f"got shape {tuple(z.shape)}")
