@@ -47,11 +47,11 @@ class ForwardRecorder:
     While :attr:`armed`, every such forward also records the layer calls, and a backward
     through its output :math:`z` calls ``on_backward`` (several forwards of one step, such as
     micro-batches or the two branches of a siamese loss, each report their batch; a forward
-    whose output is never back-propagated reports nothing; ``output_fn`` picks :math:`z` from what the model
-    returns).  ``on_forward()`` runs at the start of every
-    forward not :meth:`paused` (any earlier backward is over then).  :meth:`release` drops what is
-    still pending (at most :data:`MAX_PENDING` outputs are held).  Forward passes under
-    ``torch.no_grad()`` (evaluation) or inside :meth:`paused` are ignored.
+    whose output is never back-propagated reports nothing; ``output_fn`` picks :math:`z` from what
+    the model returns).  ``on_forward()`` runs at the start of every forward not :meth:`paused`
+    (any earlier backward is over then).  :meth:`release` drops what is still pending (at most
+    :data:`MAX_PENDING` outputs are held).  Forward passes under ``torch.no_grad()`` (evaluation)
+    or inside :meth:`paused` are ignored.
     """
 
     def __init__(self, module: torch.nn.Module, names: List[str],
