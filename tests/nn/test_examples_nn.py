@@ -40,3 +40,15 @@ def test_training_benchmark_smoke(tmp_path):
         assert row["iteration_ratio"] == pytest.approx(60 / row["kfac_iterations"])
     assert 0 <= res["classifier_test_accuracy"] <= 1
     assert len(list(tmp_path.glob("*.png"))) == 2
+
+
+def test_nn_cnn_batchnorm_quick(tmp_path):
+    pytest.importorskip("sklearn")
+    res = _load_example("nn_cnn_batchnorm").main(["--quick", "--out", str(tmp_path)])
+    (png,) = res["figures"]
+    assert Path(png).stat().st_size > 10_000
+    for label, r in res.items():
+        if label == "figures":
+            continue
+        assert r["loss"] < 0.6 * r["initial_loss"], label     # one epoch with BatchNorm in training mode
+        assert r["test_accuracy"] > 0.8, label
