@@ -19,6 +19,7 @@ from torch.func import functional_call
 from ...geometry.linearization import composite_attention as math_attention
 
 from ._backprop import Columns, Layer
+from ._reducers import accumulation_dtype, common_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +122,9 @@ def row_grads(layer: Layer, space, cols: Columns, chunk_elements: int = CHUNK_EL
     if layer.kind in ("linear", "conv"):
         a, b, _ = layer_ab(layer)
         m = layer.module
-        bf = b.reshape(R, b.shape[2], b.shape[3])
+        # mixed precision (autocast: half output gradients, inputs of either precision): float32 rows
+        dt = accumulation_dtype(a, b)
+        a, bf = a.to(dt), b.reshape(R, b.shape[2], b.shape[3]).to(dt)
         for sl in _chunks(R, per_row, chunk_elements):
             n_idx = torch.arange(sl.start, sl.stop, device=a.device) % N
             out = {}
@@ -151,12 +154,17 @@ def _per_row_vjps(module: torch.nn.Module, p: Dict[str, torch.Tensor], inputs: T
     same rows by a loop over examples (one forward and one vjp per row).
     ``p`` replaces some of ``module``'s parameters (the others stay the module's
     own, which require grad: the results are detached from that graph).
+    The module is run again outside autocast: half-precision inputs recorded under
+    autocast are promoted to the parameters' precision, the cotangents to the outputs'.
     """
+    inputs = _promoted(inputs, p)
+
     def f_of(args_row):
         return lambda q: functional_call(module, q, tuple(x.unsqueeze(0) for x in args_row), kwargs, strict=False)
 
     def one(pp, args_row, g_row):
-        return torch.func.vjp(f_of(args_row), pp)[1](g_row.unsqueeze(0))[0]
+        z, vjp = torch.func.vjp(f_of(args_row), pp)
+        return vjp(g_row.unsqueeze(0).to(z.dtype))[0]
 
     batched = True
     for sl in _chunks(R, per_row, chunk_elements):
@@ -174,6 +182,12 @@ def _per_row_vjps(module: torch.nn.Module, p: Dict[str, torch.Tensor], inputs: T
         yield _row_loop(f_of, p, inputs, n_idx, g)
 
 
+def _promoted(inputs: Tuple[torch.Tensor, ...], p: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, ...]:
+    """Floating-point ``inputs`` in the dtype they and the parameters ``p`` promote to (integers untouched)."""
+    dt = common_dtype(*p.values(), *inputs)
+    return tuple(x.to(dt) if x.is_floating_point() else x for x in inputs)
+
+
 def _row_loop(f_of, p: Dict[str, torch.Tensor], inputs: Tuple[torch.Tensor, ...], n_idx: torch.Tensor,
               g: torch.Tensor) -> Dict[str, torch.Tensor]:
     """Per-row vjps without vmap: one forward per example in the chunk, one vjp per row."""
@@ -181,9 +195,9 @@ def _row_loop(f_of, p: Dict[str, torch.Tensor], inputs: Tuple[torch.Tensor, ...]
     for n in torch.unique(n_idx).tolist():
         idx = (n_idx == n).nonzero().flatten()
         with torch.enable_grad():
-            _, vjp = torch.func.vjp(f_of(tuple(x[n] for x in inputs)), p)
+            z, vjp = torch.func.vjp(f_of(tuple(x[n] for x in inputs)), p)
             for i in idx.tolist():
-                res = vjp(g[i].unsqueeze(0))[0]
+                res = vjp(g[i].unsqueeze(0).to(z.dtype))[0]
                 for name, t in res.items():
                     out[name][i] = t.detach()
     return out
