@@ -4,8 +4,12 @@
   every per-example representation sums its statistics in float32 and matches the float64 curvature up to
   the rounding of the half-precision forward;
 * non-contiguous inputs (channels-last tensors and models, permuted and transposed views) give the same
-  statistics as contiguous ones.
+  statistics as contiguous ones;
+* dropout active in training mode: a warning (documented), and every representation is the curvature of the
+  one network sampled by its forward pass.
 """
+import warnings
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -158,3 +162,55 @@ def test_transposed_linear_inputs(shape):
     want = _all_kinds(ig.nn.ParameterSpace(model, "categorical", data=Xv.contiguous()))
     for k in want:
         assert rel(got[k], want[k]) < 1e-12, k
+
+
+# ----------------------------------------------------------------- dropout in training mode
+class RecordedDropout(torch.nn.Module):
+    """Inverted dropout that records the masks it draws, or replays a fixed one."""
+
+    def __init__(self, p=0.5):
+        super().__init__()
+        self.p, self.fixed, self.drawn = p, None, []
+
+    def forward(self, h):
+        mask = self.fixed
+        if mask is None:
+            mask = (torch.rand(h.shape, dtype=h.dtype) > self.p).to(h.dtype) / (1 - self.p)
+            self.drawn.append(mask)
+        return h * mask
+
+
+@pytest.mark.parametrize("kind", ["dense", "implicit", "diag", "block"])
+def test_a_random_forward_gives_the_curvature_of_the_sampled_network(kind):
+    """Outputs and Jacobian from the same forward pass: the metric of the network with that mask."""
+    torch.manual_seed(0)
+    drop = RecordedDropout()
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), drop, torch.nn.Linear(6, 3)).double()
+    X = torch.randn(5, 4, dtype=torch.float64)
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)    # its shape probe draws a mask
+    drop.drawn.clear()
+    C = space.curvature(kind)
+    M = C.to_dense() if kind != "implicit" else C @ torch.eye(space.dim, dtype=X.dtype)
+    assert len(drop.drawn) == 1
+    drop.fixed = drop.drawn[0]
+    G = ref.ggn(model, (X,), "categorical")
+    want = {"dense": G, "implicit": G, "diag": torch.diag(torch.diagonal(G)),
+            "block": ref.block_diagonal(G, model)}[kind]
+    assert rel(M, want) < 1e-10
+
+
+def test_active_dropout_warns_and_every_representation_builds():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(2, 3, 3), torch.nn.Dropout(0.3), torch.nn.Flatten(),
+                                torch.nn.Linear(12, 3)).double()
+    X = torch.randn(3, 2, 4, 4, dtype=torch.float64)
+    with pytest.warns(UserWarning, match="Dropout.*training mode"):
+        space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    for kind in KINDS + ["dense", "implicit"]:
+        C = space.curvature(kind)
+        assert bool(torch.isfinite(C @ torch.ones(space.dim, dtype=X.dtype)).all())
+    for quiet in (lambda: model.eval(), lambda: setattr(model.train()[1], "p", 0.0)):
+        quiet()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            ig.nn.ParameterSpace(model, "categorical", data=X)
