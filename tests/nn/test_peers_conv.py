@@ -9,7 +9,8 @@
   asymmetric ``"same"`` padding, and supports no Conv1d/Conv3d);
 * the exact diagonal against BackPACK's ``DiagGGNExact`` (conv nets, outputs with a middle axis), the
   Monte Carlo diagonal's mean against it;
-* GGN products against curvlinops' ``GGNLinearOperator`` on a CNN, batch size 1, float32 and float64.
+* GGN products against curvlinops' ``GGNLinearOperator`` on a CNN, batch size 1, float32 and float64; the
+  empirical Fisher of per-position logits against its ``EFLinearOperator``.
 
 Conventions: infogeo's curvature is :math:`\\frac1N\\sum_n J_n^T H_n J_n` (losses summed over positions,
 averaged over examples), so a peer run with ``reduction="sum"`` is divided by ``N``.
@@ -296,3 +297,26 @@ def test_ggn_products_equal_curvlinops_on_a_cnn(batch, dtype, tol):
                                       fisher_type="type-2", separate_weight_and_bias=False,
                                       check_deterministic=False)
     assert rel(space.curvature("kfac").to_dense(), _peer_dense(K, params, dtype) / batch) < tol
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+def test_empirical_fisher_equals_curvlinops_with_a_middle_axis(reduction):
+    """The empirical Fisher of ``CrossEntropyLoss`` on per-position logits: curvlinops' ``EFLinearOperator``
+    sums the outer products of the gradients of the torch loss's terms, rescaled by its reduction, ours too.
+    (``model.net`` gives the (N, C, T) logits torch's loss takes.  With ``ignore_index`` curvlinops still
+    divides by all N T positions, torch by the counted ones.)"""
+    curvlinops = pytest.importorskip("curvlinops")
+    torch.manual_seed(0)
+    model = PerPosition().double()
+    X = torch.randn(4, 2, 5, dtype=torch.float64)
+    y = torch.randint(0, C, (4, 5), generator=torch.Generator().manual_seed(1))
+    loss = torch.nn.CrossEntropyLoss(reduction=reduction)
+    params = list(model.parameters())
+    theirs = _peer_dense(curvlinops.EFLinearOperator(model.net, loss, params, [(X, y)],
+                                                     check_deterministic=False), params, X.dtype)
+    space = ig.nn.ParameterSpace(model, loss, data=X, targets=y)
+    for kind in ("dense", "diag", "block"):
+        ours = space.curvature(kind, "empirical").to_dense()
+        want = theirs if kind == "dense" else (torch.diag(torch.diagonal(theirs)) if kind == "diag"
+                                               else ref.block_diagonal(theirs, model))
+        assert rel(ours, want) < EXACT, kind
