@@ -120,10 +120,14 @@ class NetworkMetric(PullbackMetric):
         sp = self.space
         x = sp.point if x is None else x
         prim = {n: x[n].detach() for n in sp.names}
+
+        def outputs(p):
+            z = sp.function(p)
+            return z, z.detach()
+        # z from the very forward pass J is taken in: a random forward (active dropout) then gives the
+        # metric of one sampled network, as every other representation does
         with composite_attention():  # the fused attention kernels have no vmap rule
-            J = torch.func.jacrev(sp.function)(prim)
-        with torch.no_grad():
-            z = sp.outputs if x is sp.point else sp.function(prim)
+            J, z = torch.func.jacrev(outputs, has_aux=True)(prim)
         Jm = torch.cat([J[n].reshape(tuple(z.shape) + (-1,)) for n in sp.names], dim=-1)  # (N, ..., m, P)
         GJ = self.output_metric.mv(z.unsqueeze(0), Jm.movedim(-1, 0)).movedim(0, -1)
         m, P = z.shape[-1], Jm.shape[-1]

@@ -78,6 +78,19 @@ def constant_batch_statistics():
         _CONSTANT_STATISTICS.reset(token)
 
 
+@contextlib.contextmanager
+def without_autocast():
+    """Autocast off for the statistics' own arithmetic (the caller's forward pass keeps it).
+
+    Inside an autocast region a product of float32 tensors would run in half precision:
+    the Gram matrices and squared sums are formed in the dtype their inputs promote to instead.
+    """
+    with contextlib.ExitStack() as stack:
+        for device in ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",):
+            stack.enter_context(torch.autocast(device, enabled=False))
+        yield
+
+
 def recording_hook(calls: Dict[str, list], path: str) -> Callable:
     """A forward hook (``with_kwargs=True``) appending the call of layer ``path`` to ``calls[path]``."""
     def hook(module, args, kwargs, output):
@@ -258,6 +271,14 @@ def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor],
         finally:
             for h in handles:
                 h.remove()
+    with without_autocast():
+        return _backpropagate(space, z, layers, calls, factor_fn, reducer, per_position, given, recorded is not None)
+
+
+def _backpropagate(space, z: torch.Tensor, layers: List[Layer], calls: Dict[str, list], factor_fn: Callable,
+                   reducer: Optional[Callable], per_position: Union[bool, Callable], given: Optional[Callable],
+                   keep_graph: bool) -> Tuple[torch.Tensor, "Columns", List[Layer]]:
+    """:func:`capture` after its forward pass: classify the layers, back-propagate the columns."""
     space.output_metric.check(z)
     N = space.batch_size
     live = []
@@ -301,7 +322,7 @@ def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor],
             for j in range(J):
                 with torch.enable_grad():  # the last pass frees the graph (saved activations) as it goes,
                     # unless the graph is the user's own (recorded forward), still needed by their backward
-                    grads = torch.autograd.grad(z, outs, cols[j], retain_graph=recorded is not None or j < J - 1,
+                    grads = torch.autograd.grad(z, outs, cols[j], retain_graph=keep_graph or j < J - 1,
                                                 allow_unused=True)
                 deliver(j, grads)
                 del grads

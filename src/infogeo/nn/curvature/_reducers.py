@@ -16,9 +16,22 @@ from ._backprop import Columns, Layer
 GRAM_BLOCK = 256
 
 
-def accumulation_dtype(t: torch.Tensor) -> torch.dtype:
-    """float32 for half-precision tensors, else their own dtype: the precision statistics are summed in."""
-    return torch.promote_types(t.dtype, torch.float32)
+def common_dtype(*tensors: torch.Tensor) -> Optional[torch.dtype]:
+    """The dtype the floating-point ``tensors`` promote to (``None`` if there are none)."""
+    dt = None
+    for t in tensors:
+        if t.is_floating_point():
+            dt = t.dtype if dt is None else torch.promote_types(dt, t.dtype)
+    return dt
+
+
+def accumulation_dtype(*tensors: torch.Tensor) -> torch.dtype:
+    """The precision statistics of ``tensors`` are summed in: their common dtype, at least float32.
+
+    Under autocast a layer's output gradients are half precision while its inputs may be
+    either; products of the two are formed in this dtype (float32, or float64 if any is).
+    """
+    return torch.promote_types(common_dtype(*tensors) or torch.float32, torch.float32)
 
 
 def gram(a: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:

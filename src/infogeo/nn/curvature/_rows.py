@@ -19,6 +19,7 @@ from ...geometry.linearization import composite_attention as math_attention
 
 from ..batch import Batch
 from ._backprop import Columns, Layer
+from ._reducers import accumulation_dtype, common_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +122,9 @@ def row_grads(layer: Layer, space, cols: Columns, chunk_elements: int = CHUNK_EL
     if layer.kind in ("linear", "conv"):
         a, b, _ = layer_ab(layer)
         m = layer.module
-        bf = b.reshape(R, b.shape[2], b.shape[3])
+        # mixed precision (autocast: half output gradients, inputs of either precision): float32 rows
+        dt = accumulation_dtype(a, b)
+        a, bf = a.to(dt), b.reshape(R, b.shape[2], b.shape[3]).to(dt)
         for sl in _chunks(R, per_row, chunk_elements):
             n_idx = torch.arange(sl.start, sl.stop, device=a.device) % N
             out = {}
@@ -153,13 +156,14 @@ def batchnorm_rows(layer: Layer, cols: Columns, chunk_elements: int = CHUNK_ELEM
     :math:`\sum_t b_{rt}` for :math:`\beta` (:math:`t` the positions).
     """
     m = layer.module
-    x = layer.inputs[0]
+    x, b = layer.inputs[0], layer.grad_out
+    dt = accumulation_dtype(x, b)   # half-precision rows under autocast: the sums in float32
     N, C = x.shape[0], x.shape[1]
-    x = x.reshape(N, C, -1)
+    x = x.reshape(N, C, -1).to(dt)
     dims = (0, 2)
     xhat = (x - x.mean(dims, keepdim=True)) * torch.rsqrt(x.var(dims, unbiased=False, keepdim=True) + m.eps)
     R = cols.rows
-    b = layer.grad_out.reshape(R, C, -1)
+    b = b.reshape(R, C, -1).to(dt)
     for sl in _chunks(R, C * x.shape[2], chunk_elements):
         n_idx = torch.arange(sl.start, sl.stop, device=x.device) % N
         out = {}
@@ -180,8 +184,11 @@ def _per_row_vjps(module: torch.nn.Module, p: Dict[str, torch.Tensor], inputs: B
     same rows by a loop over examples (one forward and one vjp per row).
     ``p`` replaces some of ``module``'s parameters (the others stay the module's
     own, which require grad: the results are detached from that graph).  Inputs with
-    a batch axis are cut per example; the others are passed whole.
+    a batch axis are cut per example; the others are passed whole.  The module is run
+    again outside autocast: half-precision inputs recorded under autocast are promoted
+    to the parameters' precision, the cotangents to the outputs'.
     """
+    inputs = _promoted(inputs, p)
     per, constant = inputs.batched(N)
 
     def f_of(example):
@@ -189,7 +196,8 @@ def _per_row_vjps(module: torch.nn.Module, p: Dict[str, torch.Tensor], inputs: B
         return lambda q: one_batch.call(module, q)
 
     def one(pp, example, g_row):
-        return torch.func.vjp(f_of(example), pp)[1](g_row.unsqueeze(0))[0]
+        z, vjp = torch.func.vjp(f_of(example), pp)
+        return vjp(g_row.unsqueeze(0).to(z.dtype))[0]
 
     batched = True
     for sl in _chunks(R, per_row, chunk_elements):
@@ -207,6 +215,12 @@ def _per_row_vjps(module: torch.nn.Module, p: Dict[str, torch.Tensor], inputs: B
         yield _row_loop(f_of, p, per, n_idx, g)
 
 
+def _promoted(inputs: Batch, p: Dict[str, torch.Tensor]) -> Batch:
+    """Floating-point ``inputs`` in the dtype they and the parameters ``p`` promote to (integers untouched)."""
+    dt = common_dtype(*p.values(), *inputs.tensors())
+    return inputs.map(lambda x: x.to(dt) if x.is_floating_point() else x)
+
+
 def _row_loop(f_of, p: Dict[str, torch.Tensor], per: Dict[Any, torch.Tensor], n_idx: torch.Tensor,
               g: torch.Tensor) -> Dict[str, torch.Tensor]:
     """Per-row vjps without vmap: one forward per example in the chunk, one vjp per row."""
@@ -214,9 +228,9 @@ def _row_loop(f_of, p: Dict[str, torch.Tensor], per: Dict[Any, torch.Tensor], n_
     for n in torch.unique(n_idx).tolist():
         idx = (n_idx == n).nonzero().flatten()
         with torch.enable_grad():
-            _, vjp = torch.func.vjp(f_of({k: x[n] for k, x in per.items()}), p)
+            z, vjp = torch.func.vjp(f_of({k: x[n] for k, x in per.items()}), p)
             for i in idx.tolist():
-                res = vjp(g[i].unsqueeze(0))[0]
+                res = vjp(g[i].unsqueeze(0).to(z.dtype))[0]
                 for name, t in res.items():
                     out[name][i] = t.detach()
     return out

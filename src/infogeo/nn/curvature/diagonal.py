@@ -38,9 +38,12 @@ def squared_product(b2: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     """
     limit = max(SQUARE_CHUNK_ELEMENTS, b2.shape[1] * a.shape[1] // 4)
     step = max(1, limit // max(a.shape[1], 1))
+    # autocast: a layer's input may be half precision while b2 was summed in float32
+    dt = red.accumulation_dtype(b2, a)
+    b2 = b2.to(dt)
     out = None
     for s in range(0, a.shape[0], step):
-        a2 = a[s:s + step].square()
+        a2 = a[s:s + step].to(dt).square()
         if out is None:
             out = torch.mm(b2[s:s + step].T, a2)
         else:
@@ -116,4 +119,5 @@ class Diagonal(BlockCurvature):
     def build(cls, space, factor_fn, chunk_elements: int = rows.CHUNK_ELEMENTS, per_position: bool = True
               ) -> "Diagonal":
         _, cols, layers = bp.capture(space, factor_fn, diag_reducer, per_position)
-        return cls(space.layout, diag_blocks(space, layers, cols, chunk_elements), space.point)
+        with bp.without_autocast():
+            return cls(space.layout, diag_blocks(space, layers, cols, chunk_elements), space.point)

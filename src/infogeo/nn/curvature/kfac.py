@@ -143,9 +143,10 @@ def factored_blocks(space, factor_fn, reducer, per_position: bool, chunk_element
     _, cols, layers = bp.capture(space, factor_fn, reducer, per_position)
     blocks: List[Block] = []
     other: List[bp.Layer] = []
-    for layer in layers:
-        if is_factored(layer):
-            blocks.append(make_block(layer, cols))
-        else:
-            other.append(layer)
-    return blocks + diag_blocks(space, other, cols, chunk_elements)
+    with bp.without_autocast():
+        for layer in layers:
+            if is_factored(layer):
+                blocks.append(make_block(layer, cols))
+            else:
+                other.append(layer)
+        return blocks + diag_blocks(space, other, cols, chunk_elements)
