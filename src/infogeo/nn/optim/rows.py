@@ -102,7 +102,8 @@ class RowCapture:
 
     # ------------------------------------------------------------ solves
     def rows(self, block: KronBlock, grads: Dict[str, torch.Tensor]) -> Optional[tuple]:
-        """``(b, a)`` of ``block``'s layer if they give the gradient in ``grads``, else ``None``."""
+        """``(b, a, agrees)``: ``block``'s layer's rows and whether they give the gradient in ``grads``
+        (a boolean tensor); ``None`` for a layer without rows."""
         if not isinstance(block, KronBlock) or block.inverse != "tikhonov" or block.weight is None:
             return None
         path = self.by_weight.get(block.weight)
@@ -120,10 +121,11 @@ class RowCapture:
             return None
         b = bs[0] if len(bs) == 1 else torch.cat(bs)
         a = as_[0] if len(as_) == 1 else torch.cat(as_)
-        return (b, a) if self._agrees(path, block, grads, b, a) else None
+        return b, a, self._agrees(path, block, grads, b, a)
 
-    def _agrees(self, path: str, block: KronBlock, grads, b: torch.Tensor, a: torch.Tensor) -> bool:
-        r"""Whether :math:`\bar V v = b^T(\bar a v)` for a random :math:`v`, within rounding."""
+    def _agrees(self, path: str, block: KronBlock, grads, b: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        r"""Whether :math:`\bar V v = b^T(\bar a v)` for a random :math:`v`, within rounding (a boolean tensor:
+        the layers' checks are read together, one device synchronisation a step)."""
         W = grads[block.weight].reshape(b.shape[1], -1)
         bias = grads[block.bias] if block.bias is not None else None
         K = W.shape[1] + (bias is not None)
@@ -145,17 +147,19 @@ class RowCapture:
         u = torch.finfo(W.dtype).eps / 2
         # rounding of sums of n terms grows like sqrt(n) u times the root sum of squares of the terms
         tol = _ROUNDING_SAFETY * u * (b.shape[0] + K) ** 0.5 * (torch.sqrt((b * b).T @ a2v2) + Wv_bound)
-        return bool(((lhs - rhs).abs() <= tol).all())
+        return ((lhs - rhs).abs() <= tol).all()
 
     def solve(self, blocks, grads: Dict[str, torch.Tensor], damping: float) -> Dict[str, torch.Tensor]:
         """Every block's solve, from the rows where they give the gradient, else from ``grads``."""
         out: Dict[str, torch.Tensor] = {}
         self.used = []
-        for block in blocks:
-            rows = self.rows(block, grads)
-            if rows is None:
-                out.update(block.solve(grads, damping))
-            else:
-                out.update(block.solve_rows(*rows, damping))
+        rows = [self.rows(block, grads) for block in blocks]
+        checks = [r[2] for r in rows if r is not None]
+        agrees = iter(torch.stack([c.to(checks[0].device) for c in checks]).tolist() if checks else [])
+        for block, r in zip(blocks, rows):
+            if r is not None and next(agrees):
+                out.update(block.solve_rows(r[0], r[1], damping))
                 self.used.append(self.by_weight[block.weight])
+            else:
+                out.update(block.solve(grads, damping))
         return out
