@@ -21,16 +21,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def problem():
+def problem(hidden=(6,)):
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 3)).double()
+    sizes, layers = (4,) + tuple(hidden) + (3,), []
+    for i in range(len(sizes) - 1):
+        layers += [torch.nn.Linear(sizes[i], sizes[i + 1]), torch.nn.Tanh()]
+    model = torch.nn.Sequential(*layers[:-1]).double()
     g = torch.Generator().manual_seed(1)
     X = torch.randn(STEPS, N, 4, generator=g, dtype=torch.float64)
     y = torch.randint(0, 3, (STEPS, N), generator=g)
     return model, X, y
 
 
-def train(model, X, y, curvature, placement, fisher="exact", ddp=False):
+def train(model, X, y, curvature, placement, fisher="exact", hidden=(6,), ddp=False):
+    """Parameters after the steps, and the layers whose last solve came from the batch's rows."""
     net = torch.nn.parallel.DistributedDataParallel(model) if ddp else model
     curvature, _, inverse = curvature.partition(":")   # "kfac:eigen": K-FAC with the exact eigenvalue damping
     opt = ig.nn.NaturalGradient(net, lr=0.3, curvature=curvature, damping=1e-2, fisher=fisher, momentum=0.5,
@@ -40,12 +44,14 @@ def train(model, X, y, curvature, placement, fisher="exact", ddp=False):
         opt.zero_grad()
         F.cross_entropy(net(xb), yb).backward()
         opt.step()
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    rows = opt.preconditioner.recorder.rows
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]), list(rows.used) if rows else []
 
 
 # the empirical Fisher: each rank's statistics from its own backward (per-example loss gradients)
+# a 32 x 32 layer on 2 x 8 rows: K-FAC solves it from the gathered rows of both ranks (both placements)
 CASES = [("kfac", "memory"), ("kfac", "comm"), ("kfac:eigen", "comm"), ("diag", "memory"),
-         ("kfac", "memory", "empirical")]
+         ("kfac", "memory", "empirical"), ("kfac", "memory", "exact", (32, 32)), ("kfac", "comm", "exact", (32, 32))]
 
 
 def _worker(rank, port, queue):
@@ -55,9 +61,10 @@ def _worker(rank, port, queue):
         half = slice(rank * N // 2, (rank + 1) * N // 2)
         out = {}
         for case in CASES:
-            model, X, y = problem()
+            model, X, y = problem(*case[3:])
             # plain floats: a tensor would be shared through a file descriptor that dies with the process
-            out[case] = train(model, X[:, half], y[:, half], *case, ddp=True).tolist()
+            params, used = train(model, X[:, half], y[:, half], *case, ddp=True)
+            out[case] = (params.tolist(), used)
         queue.put((rank, out))
     finally:
         dist.destroy_process_group()
@@ -82,13 +89,15 @@ def test_two_ranks_on_half_batches_equal_one_process_on_the_whole():
         p.join(timeout=60)
         assert p.exitcode == 0
     for case in CASES:
-        model, X, y = problem()
+        model, X, y = problem(*case[3:])
         start = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-        expected = train(model, X, y, *case)
+        expected, used = train(model, X, y, *case)
         assert (expected - start).abs().max() > 1e-2   # the parameters moved
         for r in range(2):
-            got = torch.tensor(results[r][case], dtype=torch.float64)
+            got = torch.tensor(results[r][case][0], dtype=torch.float64)
             assert torch.allclose(got, expected, rtol=0, atol=1e-8), (case, (got - expected).abs().max())
+            assert results[r][case][1] == used, (case, results[r][case][1], used)   # the same route
+        assert bool(used) == (case[3:] == ((32, 32),)), (case, used)
 
 
 def test_helpers_without_a_process_group():

@@ -31,7 +31,8 @@ from typing import Dict, List, Optional, Sequence
 import torch
 import torch.distributed as dist
 
-__all__ = ["world_size", "rank", "all_reduce_mean", "assign_owners", "broadcast_from", "PLACEMENTS"]
+__all__ = ["world_size", "rank", "all_reduce_mean", "all_reduce_min", "all_gather", "assign_owners", "broadcast_from",
+           "PLACEMENTS"]
 
 PLACEMENTS = ("memory", "comm")
 
@@ -98,26 +99,60 @@ def broadcast_from(src: int, tensors: Sequence[torch.Tensor]) -> List[torch.Tens
     return _bucketed(tensors, lambda flat: dist.broadcast(flat, src) if world_size() > 1 else None)
 
 
-def _solve_own(block, g, damping):
-    """``block.solve`` on its owner; a failure becomes NaN so that every rank sees it after the broadcast."""
+def all_reduce_min(t: torch.Tensor) -> torch.Tensor:
+    """The elementwise minimum over ranks of ``t`` (a new tensor)."""
+    out = t.clone()
+    if world_size() > 1:
+        dist.all_reduce(out, op=dist.ReduceOp.MIN)
+    return out
+
+
+def all_gather(tensors: Sequence[torch.Tensor]) -> List[List[torch.Tensor]]:
+    """Every rank's ``tensors`` (same shapes and dtypes on all ranks), by rank: one all-gather per dtype and device."""
+    n = world_size()
+    out: List[List[Optional[torch.Tensor]]] = [[None] * len(tensors) for _ in range(n)]
+    for idx in _buckets(tensors).values():
+        flat = torch.cat([tensors[i].reshape(-1) for i in idx])
+        parts = [torch.empty_like(flat) for _ in range(n)]
+        if n > 1:
+            dist.all_gather(parts, flat)
+        else:
+            parts = [flat]
+        for r, part in enumerate(parts):
+            off = 0
+            for i in idx:
+                k = tensors[i].numel()
+                out[r][i] = part[off:off + k].view_as(tensors[i])
+                off += k
+    return out  # type: ignore[return-value]
+
+
+def _solve_own(block, g, damping, rows=None):
+    """``block.solve`` on its owner (from the batch's ``rows`` when given); a failure becomes NaN so that every
+    rank sees it after the broadcast."""
     from ..linalg import NotPositiveDefiniteError
     try:
-        return block.solve(g, damping)
+        return block.solve(g, damping) if rows is None else block.solve_rows(*rows, damping)
     except NotPositiveDefiniteError:
         return {n: torch.full_like(g[n], float("nan")) for n in block.names}
 
 
-def solve_on_owners(blocks, owners: Sequence[int], g: Dict[str, torch.Tensor], damping: float
-                    ) -> Dict[str, torch.Tensor]:
-    r"""Memory-optimised placement: each rank applies :math:`(C_b + \lambda I)^{-1}` for its blocks; broadcast."""
+def solve_on_owners(blocks, owners: Sequence[int], g: Dict[str, torch.Tensor], damping: float,
+                    rows: Optional[Sequence[Optional[tuple]]] = None) -> Dict[str, torch.Tensor]:
+    r"""Memory-optimised placement: each rank applies :math:`(C_b + \lambda I)^{-1}` for its blocks; broadcast.
+
+    ``rows[i]``, when not ``None``, are rows ``(b, a)`` of the whole batch that give block ``i``'s gradient
+    (:class:`~infogeo.nn.optim.rows.RowCapture`): its owner solves from them.
+    """
     me = rank()
+    rows = [None] * len(blocks) if rows is None else rows
     out: Dict[str, torch.Tensor] = {}
     for r in sorted(set(owners)):
-        mine = [b for b, o in zip(blocks, owners) if o == r]
-        names = [n for b in mine for n in b.names]
+        mine = [(b, rw) for b, o, rw in zip(blocks, owners, rows) if o == r]
+        names = [n for b, _ in mine for n in b.names]
         if r == me:
-            for b in mine:
-                out.update(_solve_own(b, g, damping))
+            for b, rw in mine:
+                out.update(_solve_own(b, g, damping, rw))
             local = [out[n] for n in names]
         else:
             local = [torch.empty_like(g[n]) for n in names]

@@ -148,7 +148,7 @@ class Preconditioner:
         self._owners, self._spaces = None, {}   # block owners under torch.distributed; spaces per batch signature
         self.recorder = ForwardRecorder(self.module, self.names, self._on_backward, self.pending.settle, output_fn)
         self.recorder.armed = self.captures
-        if self.kind == "kfac" and options["inverse"] == "tikhonov" and dd.world_size() == 1:
+        if self.kind == "kfac" and options["inverse"] == "tikhonov":
             self.recorder.rows = RowCapture.of(self.recorder.layers)
 
     # ------------------------------------------------------------ properties
@@ -288,11 +288,11 @@ class Preconditioner:
     def _solve(self, grads: Dict[str, torch.Tensor], damping: float) -> Dict[str, torch.Tensor]:
         g = {n: t.to(self.factor_dtype) for n, t in grads.items()}
         blocks = getattr(self.solver, "blocks", None)
+        rows = self.recorder.rows if blocks is not None else None
+        plan = rows.plan(blocks, g) if rows is not None else None   # the rows that give each block's gradient
         if dd.world_size() > 1 and blocks is not None and self.placement == "memory":
-            return dd.solve_on_owners(blocks, self._owners, g, damping)
-        if self.recorder.rows is not None and blocks is not None and dd.world_size() == 1:
-            return self.recorder.rows.solve(blocks, g, damping)
-        return self.solver.solve(g, damping=damping)
+            return dd.solve_on_owners(blocks, self._owners, g, damping, plan)
+        return self.solver.solve(g, damping=damping) if plan is None else rows.solve(blocks, g, damping, plan)
 
     def direction(self, grads: Dict[str, torch.Tensor]) -> Optional[Dict[str, torch.Tensor]]:
         r""":math:`(C + \lambda I)^{-1} g`, raising the damping (same curvature) until it is finite.

@@ -18,8 +18,10 @@ The route is taken only when the gradient in ``.grad`` is the one those rows giv
 random sketch :math:`\bar V v` is compared with :math:`b^T(\bar a v)`, within the rounding
 error of computing either (a probabilistic bound in the spirit of Higham & Mary 2019).
 Anything else added to or done to ``.grad`` after the backward (a penalty in the loss,
-clipping, unscaling, gradient accumulation across steps, an all-reduce) fails the check,
-and that layer is solved from ``.grad`` as before.
+clipping, unscaling, gradient accumulation across steps) fails the check, and that layer
+is solved from ``.grad`` as before.  Under ``torch.distributed`` the gradient is the mean
+over the ranks, so every rank's rows are gathered first (while the whole batch's rows stay
+below the limit) and the checks are agreed over the ranks: all take the same route.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
+from .. import distributed as dd
 from ..curvature.blocks import KronBlock
 
 __all__ = ["RowCapture"]
@@ -101,16 +104,14 @@ class RowCapture:
         self.refused.clear()
 
     # ------------------------------------------------------------ solves
-    def rows(self, block: KronBlock, grads: Dict[str, torch.Tensor]) -> Optional[tuple]:
-        """``(b, a, agrees)``: ``block``'s layer's rows and whether they give the gradient in ``grads``
-        (a boolean tensor); ``None`` for a layer without rows."""
+    def _local(self, block: KronBlock, dtype: torch.dtype) -> Optional[tuple]:
+        """``(b, a)``: this process's rows of ``block``'s layer, or ``None`` (no rows, or not a factored block)."""
         if not isinstance(block, KronBlock) or block.inverse != "tikhonov" or block.weight is None:
             return None
         path = self.by_weight.get(block.weight)
         calls = self.calls.get(path) if path is not None else None
         if not calls:
             return None
-        dtype = grads[block.weight].dtype
         bs, as_ = [], []
         for a, box in calls:
             if box:   # a call the backward did not pass contributed nothing to the gradient
@@ -119,9 +120,53 @@ class RowCapture:
                 as_.append(a.reshape(-1, a.shape[-1]).to(dtype))
         if not bs:
             return None
-        b = bs[0] if len(bs) == 1 else torch.cat(bs)
-        a = as_[0] if len(as_) == 1 else torch.cat(as_)
-        return b, a, self._agrees(path, block, grads, b, a)
+        return (bs[0] if len(bs) == 1 else torch.cat(bs)), (as_[0] if len(as_) == 1 else torch.cat(as_))
+
+    def _gathered(self, blocks, local: List[Optional[tuple]], device: torch.device) -> List[Optional[tuple]]:
+        r"""Under ``torch.distributed``: every rank's rows of the layers all ranks have rows of, within the limit.
+
+        Data-parallel gradients are the mean over the ranks, :math:`\bar V = \frac1W\sum_w b_w^T \bar a_w`,
+        so the gathered output gradients are divided by :math:`W`.  The rows are padded to the
+        largest count and exchanged in one all-gather per dtype (after one of the counts).
+        """
+        W = dd.world_size()
+        counts = torch.tensor([0 if r is None else r[0].shape[0] for r in local], device=device)
+        counts = [c[0].tolist() for c in dd.all_gather([counts])]   # by rank, then block
+        out: List[Optional[tuple]] = [None] * len(blocks)
+        send, where = [], []
+        for i, (block, r) in enumerate(zip(blocks, local)):
+            per_rank = [c[i] for c in counts]
+            path = self.by_weight.get(block.weight) if isinstance(block, KronBlock) else None
+            if r is None or min(per_rank) == 0 or sum(per_rank) > self.limit.get(path, 0):
+                continue
+            m = max(per_rank)
+            send += [torch.nn.functional.pad(t, (0, 0, 0, m - t.shape[0])) for t in r]
+            where.append((i, per_rank))
+        if not where:
+            return out
+        parts = dd.all_gather(send)
+        for j, (i, per_rank) in enumerate(where):
+            b = torch.cat([parts[w][2 * j][:per_rank[w]] for w in range(W)]) / W
+            a = torch.cat([parts[w][2 * j + 1][:per_rank[w]] for w in range(W)])
+            out[i] = (b, a)
+        return out
+
+    def plan(self, blocks, grads: Dict[str, torch.Tensor]) -> List[Optional[tuple]]:
+        """Per block, the rows ``(b, a)`` that give its gradient in ``grads`` (gathered over the ranks under
+        ``torch.distributed``), else ``None``; the layers' checks are read together (one synchronisation)."""
+        local = [self._local(block, grads[block.weight].dtype) if isinstance(block, KronBlock)
+                 and block.weight is not None else None for block in blocks]
+        rows = self._gathered(blocks, local, next(iter(grads.values())).device) if dd.world_size() > 1 else local
+        checks = [self._agrees(self.by_weight[blk.weight], blk, grads, *r) for blk, r in zip(blocks, rows)
+                  if r is not None]
+        if checks:
+            flags = torch.stack([c.to(checks[0].device) for c in checks]).to(torch.int32)
+            if dd.world_size() > 1:   # the same decision on every rank, whatever the rounding
+                flags = dd.all_reduce_min(flags)
+            agree = iter(flags.tolist())
+            rows = [r if r is not None and next(agree) else None for r in rows]
+        self.used = [self.by_weight[b.weight] for b, r in zip(blocks, rows) if r is not None]
+        return rows
 
     def _agrees(self, path: str, block: KronBlock, grads, b: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         r"""Whether :math:`\bar V v = b^T(\bar a v)` for a random :math:`v`, within rounding (a boolean tensor:
@@ -149,17 +194,11 @@ class RowCapture:
         tol = _ROUNDING_SAFETY * u * (b.shape[0] + K) ** 0.5 * (torch.sqrt((b * b).T @ a2v2) + Wv_bound)
         return ((lhs - rhs).abs() <= tol).all()
 
-    def solve(self, blocks, grads: Dict[str, torch.Tensor], damping: float) -> Dict[str, torch.Tensor]:
-        """Every block's solve, from the rows where they give the gradient, else from ``grads``."""
+    def solve(self, blocks, grads: Dict[str, torch.Tensor], damping: float,
+              plan: Optional[List[Optional[tuple]]] = None) -> Dict[str, torch.Tensor]:
+        """Every block's solve, from the rows where they give the gradient (:meth:`plan`), else from ``grads``."""
+        plan = self.plan(blocks, grads) if plan is None else plan
         out: Dict[str, torch.Tensor] = {}
-        self.used = []
-        rows = [self.rows(block, grads) for block in blocks]
-        checks = [r[2] for r in rows if r is not None]
-        agrees = iter(torch.stack([c.to(checks[0].device) for c in checks]).tolist() if checks else [])
-        for block, r in zip(blocks, rows):
-            if r is not None and next(agrees):
-                out.update(block.solve_rows(r[0], r[1], damping))
-                self.used.append(self.by_weight[block.weight])
-            else:
-                out.update(block.solve(grads, damping))
+        for block, r in zip(blocks, plan):
+            out.update(block.solve(grads, damping) if r is None else block.solve_rows(*r, damping))
         return out
