@@ -20,6 +20,7 @@ shape ``(..., dim)``, on either backend.
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any, Callable, Dict, Optional
 
 import numpy as np
@@ -96,6 +97,9 @@ class Categorical(FiniteFamily):
         if int(k) != k or k < 2:
             raise ValueError(f"a categorical distribution needs k >= 2 classes, got {k!r}")
         self.k = int(k)
+        # (k, k-1) sums of the other probabilities, and the (k-1, k-1) off-diagonal mask (natural Fisher)
+        self._others = 1.0 - np.eye(self.k)[:, :-1]
+        self._off = 1.0 - np.eye(self.k - 1)
         super().__init__(dim=self.k - 1, chart=chart, name=name or f"Categorical({self.k})")
 
     # ------------------------------------------------------------ family
@@ -173,17 +177,33 @@ class Categorical(FiniteFamily):
 
     # ------------------------------------------------------------ closed forms
     def _fisher_closed(self, x):
-        p = self._to_chart(x, "mean")
         if self.chart == "natural":
-            return B.diag_embed(p) - p[..., :, None] * p[..., None, :]
+            # diag(p) - p p^T with each diagonal entry p_i (1 - p_i), 1 - p_i summed from the other k - 1
+            # probabilities: p_i - p_i^2 rounds to 0 as p_i nears 1 (from logits ~ 37), a singular metric
+            probs = B.softmax(self._with_reference(x), axis=-1)
+            p = probs[..., :-1]
+            others = B.matmul(probs, B.array(self._others, like=x))
+            return B.diag_embed(p * others) - p[..., :, None] * p[..., None, :] * B.array(self._off, like=x)
+        p = self._to_chart(x, "mean")
         if self.chart in ("mean", "standard"):
             return B.diag_embed(1.0 / p) + (1.0 / _last(p))[..., None] * B.ones((self.dim, self.dim), like=x)
         return None
 
     def _kl(self, p, q):
         r""":math:`\sum_i p_i \log(p_i / q_i)`."""
-        a, b = self.probs(p), self.probs(q)
-        return B.sum(a * (B.log(a) - B.log(b)), axis=-1)
+        (a, log_a), log_b = self._log_probs(p), self._log_probs(q)[1]
+        return B.sum(a * (log_a - log_b), axis=-1)
+
+    def _log_probs(self, x):
+        """``(p, log p)`` of all ``k`` classes at points of the current chart; from logits by the log-softmax,
+        so that a probability that underflows to 0 keeps a finite logarithm (no 0 * log 0 = NaN in KL)."""
+        if self.chart == "natural":
+            z = self._with_reference(x)
+            log_p = z - B.logsumexp(z, axis=-1, keepdims=True)
+            return B.exp(log_p), log_p
+        eta = self._to_chart(x, "mean")
+        p = B.concatenate([eta, _last(eta)], axis=-1)
+        return p, B.log(p)
 
     # ------------------------------------------------------------ sphere geometry (mean chart)
     # u = sqrt(p) lies on the unit sphere; the Fisher metric is 4 times its round metric
@@ -348,8 +368,18 @@ class IndependenceModel(FiniteFamily):
         return B.diag_embed(1.0 / (m * (1.0 - m)))
 
     def _kl(self, p, q):
-        a, b = self._to_chart(p, "standard"), self._to_chart(q, "standard")
-        return B.sum(a * (B.log(a) - B.log(b)) + (1 - a) * (B.log1p(-a) - B.log1p(-b)), axis=-1)
+        (lp, ln_p), (lq, ln_q) = self._log_marginals(p), self._log_marginals(q)
+        return B.sum(B.exp(lp) * (lp - lq) + B.exp(ln_p) * (ln_p - ln_q), axis=-1)
+
+    def _log_marginals(self, x):
+        """``(log P(x_i = +1), log P(x_i = -1))`` at points of the current chart, computed in that chart so
+        that neither rounds to ``log 0`` near the deterministic ends (natural: a log-softmax)."""
+        if self.chart == "natural":
+            lse = B.logsumexp(B.stack([x, -x]), axis=0)
+            return x - lse, -x - lse
+        if self.chart == "mean":
+            return B.log1p(x) - math.log(2.0), B.log1p(-x) - math.log(2.0)
+        return B.log(x), B.log1p(-x)
 
     # flat coordinates phi = 2 arcsin sqrt(mu)
     @staticmethod

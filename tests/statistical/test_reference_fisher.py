@@ -1,0 +1,98 @@
+"""The Fisher metric of every family, in every chart, against references that share no code with infogeo:
+the chart maps and the KL divergence written from the textbook densities (``_references``), the Hessian of
+``y -> KL(p_x || p_y)`` at ``y = x`` by finite differences, and ``E[score score^T]`` by exact sums or quadrature."""
+import numpy as np
+import pytest
+from scipy import integrate
+
+import infogeo as ig
+from infogeo import backend as B
+
+from ._references import REFERENCES, coordinates_in, fisher_reference
+from .conftest import make
+
+CORE = ["gauss1", "diag2", "gauss2", "gauss3", "fixed2", "zeromean2", "bernoulli", "categorical3", "independence2"]
+CONTRIBUTED = ["poisson", "exponential", "beta", "gamma", "dirichlet", "von_mises", "wishart", "multinomial"]
+
+
+def family(name):
+    if name in CONTRIBUTED:
+        return ig.load_manifold(name)
+    return ig.Gaussian(dim=3) if name == "gauss3" else make(name)
+
+
+def _np(a):
+    return np.asarray(B.to_numpy(a), dtype=float)
+
+
+def _cases():
+    for name in CORE + CONTRIBUTED:
+        for chart in REFERENCES[name]().charts:
+            yield name, chart
+
+
+@pytest.mark.parametrize("name, chart", list(_cases()))
+def test_fisher_is_the_hessian_of_an_independent_kl_in_every_chart(name, chart):
+    M, ref = family(name), REFERENCES[name]()
+    for seed in range(2):
+        x_std = _np(M.random_point(np.random.default_rng(40 + seed)))
+        theta = ref.charts["standard"][1](x_std)
+        # the family's own chart maps agree with the textbook ones
+        np.testing.assert_allclose(_np(M.to_chart(x_std, "natural")), theta, rtol=1e-9, atol=1e-10)
+        x = _np(M.to_chart(x_std, chart))
+        expected_x = coordinates_in(ref, chart, theta)
+        if expected_x is None:
+            np.testing.assert_allclose(ref.charts[chart][1](x), theta, rtol=1e-8, atol=1e-10)
+        else:
+            np.testing.assert_allclose(x, expected_x, rtol=1e-8, atol=1e-10)
+        G = _np(M.in_chart(chart).fisher(x))
+        G_ref = fisher_reference(ref, chart, x, theta)
+        scale = np.sqrt(np.outer(np.diag(G_ref), np.diag(G_ref)))
+        np.testing.assert_allclose(G, G_ref, rtol=0, atol=2e-5 * scale.max() + 1e-9,
+                                   err_msg=f"{name} in the {chart} chart")
+
+
+@pytest.mark.parametrize("name, chart", list(_cases()))
+def test_kl_equals_the_independent_closed_form(name, chart):
+    """KL in every chart (closed forms and the generic Bregman divergence alike) against the textbook KL."""
+    M, ref = family(name), REFERENCES[name]()
+    rng = np.random.default_rng(3)
+    p, q = (_np(M.random_point(rng)) for _ in range(2))
+    tp, tq = (ref.charts["standard"][1](a) for a in (p, q))
+    expected = ref.kl(ref.params(tp), ref.params(tq))
+    C = M.in_chart(chart)
+    assert float(C.kl(M.to_chart(p, chart), M.to_chart(q, chart))) == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+# ------------------------------------------------------------------------------ E[score score^T]
+def _finite_fisher_by_exact_sums(M, x):
+    """Sum over the finite support of p(x) s s^T, with the scores as gradients of log p (autodiff) in the chart."""
+    X = M.support()
+    probs = _np(M.probabilities(x))
+    S = np.stack([_np(B.grad(lambda z, i=i: M.log_prob(z, X[i:i + 1])[0], x)) for i in range(len(X))])
+    assert probs.sum() == pytest.approx(1.0, abs=1e-12)
+    return (S * probs[:, None]).T @ S
+
+
+@pytest.mark.parametrize("name", ["bernoulli", "categorical3", "independence2"])
+@pytest.mark.parametrize("chart", ["natural", "mean", "standard"])
+def test_finite_family_fisher_is_the_exact_second_moment_of_the_score(name, chart):
+    M = make(name).in_chart(chart)
+    x = M.random_point(np.random.default_rng(11))
+    np.testing.assert_allclose(_np(M.fisher(x)), _finite_fisher_by_exact_sums(M, x), rtol=1e-10, atol=1e-12)
+
+
+def test_univariate_gaussian_fisher_is_the_second_moment_of_the_score_by_quadrature():
+    """scipy quadrature of s s^T N(x; mu, var) with the score of the textbook density in (mu, var)."""
+    M = ig.Gaussian(dim=1)
+    mu, var = 0.7, 1.9
+
+    def score(x):
+        return np.array([(x - mu) / var, -0.5 / var + 0.5 * (x - mu) ** 2 / var ** 2])
+
+    def density(x):
+        return np.exp(-0.5 * (x - mu) ** 2 / var) / np.sqrt(2 * np.pi * var)
+
+    G = np.array([[integrate.quad(lambda x: score(x)[i] * score(x)[j] * density(x), -np.inf, np.inf,
+                                  epsabs=1e-13, epsrel=1e-12)[0] for j in range(2)] for i in range(2)])
+    np.testing.assert_allclose(_np(M.fisher(np.array([mu, var]))), G, rtol=1e-9, atol=1e-12)

@@ -1,0 +1,76 @@
+"""Closed-form geodesics in every chart against an integration that shares no code with infogeo's geodesics:
+Christoffel symbols by central differences of the metric matrix (itself checked against the textbook KL in
+``test_reference_fisher``), the geodesic equation integrated by scipy's DOP853; and the metric-space axioms
+on random triples."""
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+
+from infogeo import backend as B
+
+from .test_reference_fisher import family
+
+CLOSED = ["gauss1", "diag2", "gauss2", "gauss3", "fixed2", "zeromean2", "bernoulli", "categorical3",
+          "independence2", "poisson", "exponential", "multinomial"]
+
+
+def _np(a):
+    return np.asarray(B.to_numpy(a), dtype=float)
+
+
+def _christoffel_fd(G_of, x, h=1e-5):
+    """Gamma[k, i, j] = 1/2 G^{kl} (d_i G_lj + d_j G_li - d_l G_ij), derivatives by central differences."""
+    n = len(x)
+    dG = np.zeros((n, n, n))                         # dG[i] = d_i G
+    for i in range(n):
+        e = np.zeros(n)
+        e[i] = h * max(1.0, abs(x[i]))
+        dG[i] = (G_of(x + e) - G_of(x - e)) / (2 * e[i])
+    first = 0.5 * (np.einsum("ilj->lij", dG) + np.einsum("jli->lij", dG) - dG)
+    return np.einsum("kl,lij->kij", np.linalg.inv(G_of(x)), first)
+
+
+def _exp_by_ode(G_of, x, v):
+    n = len(x)
+
+    def rhs(_, y):
+        pos, vel = y[:n], y[n:]
+        return np.concatenate([vel, -np.einsum("kij,i,j->k", _christoffel_fd(G_of, pos), vel, vel)])
+    sol = solve_ivp(rhs, (0.0, 1.0), np.concatenate([x, v]), method="DOP853", rtol=1e-11, atol=1e-12)
+    assert sol.success
+    return sol.y[:n, -1], sol.y[n:, -1]
+
+
+def _cases():
+    for name in CLOSED:
+        for chart in family(name).charts:
+            yield name, chart
+
+
+@pytest.mark.parametrize("name, chart", list(_cases()))
+def test_closed_form_exp_solves_the_geodesic_equation_in_every_chart(name, chart):
+    M = family(name).in_chart(chart)
+    rng = np.random.default_rng(5)
+    x, y = _np(M.random_point(rng)), _np(M.random_point(rng))
+    v = _np(M.log(x, y).components)
+    v *= min(1.0, 0.8 / float(M.metric.norm(M.vector(x, v))))        # Fisher length <= 0.8
+    G_of = lambda z: _np(M.metric.matrix(z))  # noqa: E731
+    end, velocity = _exp_by_ode(G_of, x, v)
+    np.testing.assert_allclose(_np(M.exp(x, M.vector(x, v))), end, rtol=1e-7, atol=1e-9, err_msg=f"{name}, {chart}")
+    # the geodesic has constant speed, and the distance to its end is its length (short: minimising)
+    speed2 = float(v @ G_of(x) @ v)
+    assert float(velocity @ G_of(end) @ velocity) == pytest.approx(speed2, rel=1e-7)
+    assert float(M.dist(x, end)) == pytest.approx(np.sqrt(speed2), rel=1e-7)
+    np.testing.assert_allclose(_np(M.log(x, end).components), v, rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", CLOSED)
+def test_distance_is_a_metric_on_random_triples(name):
+    M = family(name)
+    rng = np.random.default_rng(17)
+    for _ in range(4):
+        a, b, c = (_np(M.random_point(rng)) for _ in range(3))
+        dab, dbc, dac = (float(M.dist(p, q)) for p, q in ((a, b), (b, c), (a, c)))
+        assert dab > 0 and float(M.dist(b, a)) == pytest.approx(dab, rel=1e-9)
+        assert dac <= dab + dbc + 1e-9 and dab <= dac + dbc + 1e-9 and dbc <= dab + dac + 1e-9
+        assert float(M.dist(a, a)) == pytest.approx(0.0, abs=1e-7)
