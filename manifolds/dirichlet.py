@@ -31,7 +31,15 @@ class Dirichlet(ig.ExponentialFamily):
             raise ValueError(f"a Dirichlet family needs k >= 2 outcomes, got {k!r}")
         self.k = k = int(k)
         ident = lambda a: a  # noqa: E731  (the concentration is the natural parameter)
-        log_x = lambda x: np.log(np.asarray(x, dtype=float)).reshape(-1, k)  # noqa: E731
+
+        def log_x(x):
+            x = np.asarray(x, dtype=float).reshape(-1, k)
+            # the support is the open simplex: t(x) = log x alone would take any positive rows
+            if np.any(x <= 0) or np.any(np.abs(x.sum(1) - 1.0) > 1e-9):
+                raise ValueError(f"Dirichlet observations must lie on the open simplex: rows of {k} positive "
+                                 "entries summing to 1")
+            return np.log(x)
+
         super().__init__(
             sufficient_statistics=log_x,
             log_partition=lambda a: B.sum(B.gammaln(a)) - B.gammaln(B.sum(a)),

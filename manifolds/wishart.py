@@ -77,7 +77,8 @@ class Wishart(ig.ExponentialFamily):
         def stats(X):
             X = np.asarray(X, dtype=float).reshape(-1, p, p)
             sign, logdet = np.linalg.slogdet(X)
-            if np.any(sign <= 0):
+            # t(X) reads the upper triangle only: a non-symmetric X would be taken for another matrix
+            if np.any(sign <= 0) or not np.allclose(X, np.swapaxes(X, -1, -2), rtol=1e-10, atol=1e-12):
                 raise ValueError("Wishart observations must be symmetric positive definite matrices")
             off = np.where(iu[0] == iu[1], 1.0, 2.0)
             return np.concatenate([logdet[:, None], X[:, iu[0], iu[1]] * off], axis=1)

@@ -92,6 +92,7 @@ class Categorical(FiniteFamily):
     """
 
     geometry_chart = "mean"
+    event_shape = ()
 
     def __init__(self, k: int, chart: Optional[str] = None, name: Optional[str] = None):
         if int(k) != k or k < 2:
@@ -303,6 +304,7 @@ class IndependenceModel(FiniteFamily):
     def __init__(self, n: int, chart: Optional[str] = None):
         if int(n) != n or n < 1:
             raise ValueError(f"the independence model needs n >= 1 variables, got {n!r}")
+        self.event_shape = (int(n),)
         super().__init__(dim=int(n), chart=chart, name=f"IndependenceModel({int(n)})")
 
     def log_partition(self, theta):
