@@ -44,7 +44,9 @@ def _exp_by_ode(G_of, x, v):
 def _cases():
     for name in CLOSED:
         for chart in family(name).charts:
-            yield name, chart
+            # a contributed family's mean chart inverts the moment map by Newton's method at every metric call
+            newton = chart == "mean" and name in ("poisson", "exponential", "multinomial")
+            yield pytest.param(name, chart, marks=pytest.mark.slow) if newton else (name, chart)
 
 
 @pytest.mark.parametrize("name, chart", list(_cases()))

@@ -57,6 +57,14 @@ class ClosedGeodesics:
     vectorized: bool = False
 
 
+def _same_shape(a: Any, b: Any):
+    """``a`` and ``b`` broadcast to their common shape ``(..., dim)`` (unchanged when equal)."""
+    if tuple(a.shape) == tuple(b.shape):
+        return a, b
+    shape = tuple(np.broadcast_shapes(tuple(a.shape), tuple(b.shape)))
+    return B.broadcast_to(a, shape), B.broadcast_to(b, shape)
+
+
 class FisherMetric(Metric):
     r"""The Fisher–Rao metric of an exponential family in the family's current chart.
 
@@ -125,9 +133,7 @@ class FisherMetric(Metric):
     def exp(self, x, v):
         if (out := self._route("exp", x, v)) is not _BY_CHART:
             return out
-        if x.shape != v.shape:  # a closed form that batches in numpy: one shape for the chart Jacobian
-            shape = tuple(np.broadcast_shapes(tuple(x.shape), tuple(v.shape)))
-            x, v = B.broadcast_to(x, shape), B.broadcast_to(v, shape)
+        x, v = _same_shape(x, v)  # one shape for the chart Jacobian (a closed form that batches in numpy)
         fam, g = self.family, self.family.geometry_chart
         if g == fam.chart:
             return self._hook("exp", x, v, like=x)
@@ -138,6 +144,10 @@ class FisherMetric(Metric):
         if (out := self._route("log", x, y)) is not _BY_CHART:
             return out
         fam, g = self.family, self.family.geometry_chart
+        if g != fam.chart:
+            # the velocity is pushed back at each base point: one base point per pair (a jvp at one point
+            # with a batch of tangents mixed the batch up)
+            x, y = _same_shape(x, y)
         xg, yg = fam._to_chart(x, g), fam._to_chart(y, g)
         vg = self._hook("log", xg, yg, like=x)
         if g == fam.chart:
