@@ -44,7 +44,6 @@ class Reference:
 
 # --------------------------------------------------------------------------- Gaussians
 def _full(d):
-    m = d * (d + 1) // 2
     w = np.where(np.triu_indices(d)[0] == np.triu_indices(d)[1], 2.0, 1.0)
 
     def params(th):        # theta = (Lambda mu, c), c_ii = -Lambda_ii / 2, c_ij = -Lambda_ij
@@ -62,7 +61,6 @@ def _full(d):
     def mean(th):
         mu, S = params(th)
         return np.concatenate([mu, vech(S + np.outer(mu, mu))])
-    assert m + d > 0
     return Reference(params, lambda P, Q: gauss_kl(*P, *Q),
                      {"standard": ("to_natural", std), "natural": ("to_natural", lambda x: x),
                       "mean": ("from_natural", mean)})

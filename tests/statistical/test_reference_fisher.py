@@ -96,3 +96,38 @@ def test_univariate_gaussian_fisher_is_the_second_moment_of_the_score_by_quadrat
     G = np.array([[integrate.quad(lambda x: score(x)[i] * score(x)[j] * density(x), -np.inf, np.inf,
                                   epsabs=1e-13, epsrel=1e-12)[0] for j in range(2)] for i in range(2)])
     np.testing.assert_allclose(_np(M.fisher(np.array([mu, var]))), G, rtol=1e-9, atol=1e-12)
+
+
+def _scipy_density(name, s):
+    """The scipy.stats distribution of standard-chart coordinates ``s`` (no infogeo code)."""
+    import scipy.stats as st
+    return {"exponential": lambda: st.expon(scale=1 / s[0]), "gamma": lambda: st.gamma(s[0], scale=1 / s[1]),
+            "beta": lambda: st.beta(s[0], s[1]), "von_mises": lambda: st.vonmises(s[1], loc=s[0]),
+            "poisson": lambda: st.poisson(s[0])}[name]()
+
+
+@pytest.mark.parametrize("name", ["exponential", "gamma", "beta", "von_mises", "poisson"])
+def test_contributed_fisher_is_the_second_moment_of_the_scipy_score(name):
+    """E[s s^T] with s the central-difference gradient of scipy's log-density in the standard coordinates,
+    the expectation by adaptive quadrature (a sum over counts for Poisson)."""
+    M = family(name)
+    s0 = _np(M.random_point(np.random.default_rng(2)))
+    n = len(s0)
+    h = 1e-5 * np.maximum(1.0, np.abs(s0))
+    plus = [_scipy_density(name, s0 + h[i] * np.eye(n)[i]) for i in range(n)]
+    minus = [_scipy_density(name, s0 - h[i] * np.eye(n)[i]) for i in range(n)]
+    ref = _scipy_density(name, s0)
+    log_p = "logpmf" if name == "poisson" else "logpdf"
+
+    def score(x):
+        return np.array([(getattr(plus[i], log_p)(x) - getattr(minus[i], log_p)(x)) / (2 * h[i]) for i in range(n)])
+
+    if name == "poisson":
+        ks = np.arange(0, 200)
+        S = score(ks)                                          # (n, counts)
+        G = (S * ref.pmf(ks)) @ S.T
+    else:
+        lo, hi = ref.support() if name != "von_mises" else (s0[0] - np.pi, s0[0] + np.pi)
+        G = integrate.quad_vec(lambda x: np.outer(score(x), score(x)) * ref.pdf(x), lo, hi,
+                               epsabs=1e-12, epsrel=1e-10)[0]
+    np.testing.assert_allclose(_np(M.metric.matrix(s0)), G, rtol=1e-6, atol=1e-9)
