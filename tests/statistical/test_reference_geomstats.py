@@ -16,19 +16,11 @@ from infogeo import backend as B
 pytest.importorskip("geomstats")
 from geomstats.information_geometry import categorical, exponential, multinomial, normal, poisson  # noqa: E402
 
+from ._references import unvech, vech  # noqa: E402
+
 
 def _np(a):
     return np.asarray(B.to_numpy(a.components if hasattr(a, "components") else a), dtype=float)
-
-
-def _vech(S):
-    return S[np.triu_indices(S.shape[-1])]
-
-
-def _sym(v, d):
-    S = np.zeros((d, d))
-    S[np.triu_indices(d)] = v
-    return S + np.triu(S, 1).T
 
 
 # name -> (infogeo manifold, geomstats space, point ours -> theirs, point theirs -> ours,
@@ -45,7 +37,7 @@ def _cases():
                      lambda x, v: np.concatenate([v[:d], v[d:] / (2 * np.sqrt(x[d:]))]),
                      lambda x, w: np.concatenate([w[:d], w[d:] * 2 * np.sqrt(x[d:])])),
         "centered": (ig.Gaussian(dim=d, covariance="zero_mean"), normal.CenteredNormalDistributions(d),
-                     lambda x: _sym(x, d), _vech, lambda x, v: _sym(v, d), lambda x, w: _vech(w)),
+                     lambda x: unvech(x, d), vech, lambda x, v: unvech(v, d), lambda x, w: vech(w)),
         "categorical": (ig.Categorical(k), categorical.CategoricalDistributions(k - 1), full, lambda y: y[:-1],
                         lambda x, v: np.append(v, -v.sum()), lambda x, w: w[:-1]),
         "multinomial": (ig.load_manifold("multinomial", k=k, n=5), multinomial.MultinomialDistributions(k - 1, 5),
