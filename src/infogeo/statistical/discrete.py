@@ -49,6 +49,11 @@ def _last(p):
     return 1.0 - _rowsum(p)[..., None]
 
 
+def _all_classes(eta):
+    """All ``k`` probabilities from the first ``k - 1``."""
+    return B.concatenate([eta, _last(eta)], axis=-1)
+
+
 def _safe_ratio(num, n):
     """``num / n`` with ``0 / 0 = 0`` (a zero tangent vector), broadcast over the last axis."""
     xp = B.ops_of(num, n)
@@ -98,9 +103,7 @@ class Categorical(FiniteFamily):
         if int(k) != k or k < 2:
             raise ValueError(f"a categorical distribution needs k >= 2 classes, got {k!r}")
         self.k = int(k)
-        # (k, k-1) sums of the other probabilities, and the (k-1, k-1) off-diagonal mask (natural Fisher)
-        self._others = 1.0 - np.eye(self.k)[:, :-1]
-        self._off = 1.0 - np.eye(self.k - 1)
+        self._others, self._off = 1.0 - np.eye(self.k)[:, :-1], 1.0 - np.eye(self.k - 1)
         super().__init__(dim=self.k - 1, chart=chart, name=name or f"Categorical({self.k})")
 
     # ------------------------------------------------------------ family
@@ -152,8 +155,7 @@ class Categorical(FiniteFamily):
 
     def probs(self, p: Any):
         """All ``k`` class probabilities of the point ``p`` (shape ``(..., k)``)."""
-        eta = self.to_chart(p, "mean")
-        return B.concatenate([eta, _last(eta)], axis=-1)
+        return _all_classes(self.to_chart(p, "mean"))
 
     def point(self, coords: Any = None, *, probs: Any = None):
         """A point from coordinates in the current chart, or from all ``k`` probabilities (``probs=``, ``(..., k)``)."""
@@ -179,11 +181,9 @@ class Categorical(FiniteFamily):
     # ------------------------------------------------------------ closed forms
     def _fisher_closed(self, x):
         if self.chart == "natural":
-            # diag(p) - p p^T with each diagonal entry p_i (1 - p_i), 1 - p_i summed from the other k - 1
-            # probabilities: p_i - p_i^2 rounds to 0 as p_i nears 1 (from logits ~ 37), a singular metric
+            # diag(p) - pp^T, its diagonal p_i (1 - p_i) with 1 - p_i summed from the others (p_i - p_i^2 rounds to 0)
             probs = B.softmax(self._with_reference(x), axis=-1)
-            p = probs[..., :-1]
-            others = B.matmul(probs, B.array(self._others, like=x))
+            p, others = probs[..., :-1], B.matmul(probs, B.array(self._others, like=x))
             return B.diag_embed(p * others) - p[..., :, None] * p[..., None, :] * B.array(self._off, like=x)
         p = self._to_chart(x, "mean")
         if self.chart in ("mean", "standard"):
@@ -196,20 +196,18 @@ class Categorical(FiniteFamily):
         return B.sum(a * (log_a - log_b), axis=-1)
 
     def _log_probs(self, x):
-        """``(p, log p)`` of all ``k`` classes at points of the current chart; from logits by the log-softmax,
-        so that a probability that underflows to 0 keeps a finite logarithm (no 0 * log 0 = NaN in KL)."""
+        """``(p, log p)`` of all classes; from logits by the log-softmax (a p that underflows keeps a finite log)."""
         if self.chart == "natural":
             z = self._with_reference(x)
             log_p = z - B.logsumexp(z, axis=-1, keepdims=True)
             return B.exp(log_p), log_p
-        eta = self._to_chart(x, "mean")
-        p = B.concatenate([eta, _last(eta)], axis=-1)
+        p = _all_classes(self._to_chart(x, "mean"))
         return p, B.log(p)
 
     # ------------------------------------------------------------ sphere geometry (mean chart)
     # u = sqrt(p) lies on the unit sphere; the Fisher metric is 4 times its round metric
     def _sphere(self, eta):
-        return B.sqrt(B.concatenate([eta, _last(eta)], axis=-1))
+        return B.sqrt(_all_classes(eta))
 
     def _geo_exp(self, eta, v):
         u = self._sphere(eta)
@@ -374,8 +372,7 @@ class IndependenceModel(FiniteFamily):
         return B.sum(B.exp(lp) * (lp - lq) + B.exp(ln_p) * (ln_p - ln_q), axis=-1)
 
     def _log_marginals(self, x):
-        """``(log P(x_i = +1), log P(x_i = -1))`` at points of the current chart, computed in that chart so
-        that neither rounds to ``log 0`` near the deterministic ends (natural: a log-softmax)."""
+        """``(log P(x_i = +1), log P(x_i = -1))``, computed in the current chart (neither rounds to log 0)."""
         if self.chart == "natural":
             lse = B.logsumexp(B.stack([x, -x]), axis=0)
             return x - lse, -x - lse
