@@ -42,3 +42,17 @@ def test_a_batch_with_one_step_too_long_is_refused_as_a_whole():
     V = np.array([[0.1, 0.1], [1e6, -1e6]])
     with pytest.raises(ValueError, match="shorter step"):
         G.exp(X, G.vector(X, V))
+
+
+@pytest.mark.parametrize("make", [ig.Bernoulli, lambda: ig.Categorical(3)])
+def test_log_of_logits_that_round_onto_the_simplex_boundary_is_refused(make):
+    """Logits of 40 are valid points, but their probability rounds to 1 in the mean chart where the sphere
+    geodesics are computed: a clear error instead of a NaN velocity."""
+    M = make().in_chart("natural")
+    far, near = np.full(M.dim, 40.0), np.zeros(M.dim)
+    far[1:] = 0.0
+    for a, b in ((far, near), (near, far)):
+        with pytest.raises(ValueError, match="rounds onto the boundary"):
+            M.log(a, b)
+    v = M.log(np.full(M.dim, 5.0), near).components          # far from the boundary: unchanged
+    assert np.all(np.isfinite(v)) and float(M.dist(np.full(M.dim, 5.0), near)) > 0

@@ -179,6 +179,14 @@ class FisherMetric(Metric):
             # with a batch of tangents mixed the batch up)
             x, y = _same_shape(x, y)
         xg, yg = fam._to_chart(x, g), fam._to_chart(y, g)
+        if g != fam.chart:  # a valid point may round onto the boundary there (logits of 40: p = 1): NaN velocities
+            for z in (xg, yg):
+                try:
+                    fam._chart_check(g, z)
+                except ValueError as exc:
+                    raise ValueError(f"log on {fam.name}: its geodesics are computed in the {g} chart, where a point "
+                                     f"of the {fam.chart} chart rounds onto the boundary ({exc}); expected points "
+                                     "farther from the boundary") from None
         vg = self._hook("log", xg, yg, like=x)
         if g == fam.chart:
             return vg
