@@ -131,3 +131,19 @@ def test_contributed_fisher_is_the_second_moment_of_the_scipy_score(name):
         G = integrate.quad_vec(lambda x: np.outer(score(x), score(x)) * ref.pdf(x), lo, hi,
                                epsabs=1e-12, epsrel=1e-10)[0]
     np.testing.assert_allclose(_np(M.metric.matrix(s0)), G, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", CORE + CONTRIBUTED)
+def test_samplers_draw_the_family(name):
+    """The mean of t(x) over 20000 draws lies within 5 standard errors of eta = grad psi, the standard errors
+    from Cov[t(x)] = the natural-chart Fisher matrix; the second moment of t matches that covariance to 10 %."""
+    M = family(name)
+    x = M.random_point(np.random.default_rng(8))
+    n = 20000
+    t = np.asarray(M.sufficient_statistics(np.asarray(M.sample(x, n, rng=9))), dtype=float)
+    theta = M.to_chart(x, "natural")
+    eta, F = _np(M.moments(theta)), _np(M.in_chart("natural").fisher(theta))
+    se = np.sqrt(np.diag(F) / n)
+    assert np.all(np.abs(t.mean(0) - eta) <= 5 * se), (t.mean(0), eta, se)
+    C = np.cov(t, rowvar=False).reshape(F.shape)
+    assert np.all(np.abs(C - F) <= 0.1 * np.sqrt(np.outer(np.diag(F), np.diag(F))))
