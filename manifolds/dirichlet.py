@@ -4,6 +4,7 @@ Sufficient statistics :math:`t(x) = \log x`, natural parameters the concentratio
 :math:`\theta = \alpha` (base measure :math:`\prod_i 1/x_i`), log-partition
 :math:`\psi(\alpha) = \sum_i \log\Gamma(\alpha_i) - \log\Gamma(\sum_i\alpha_i)`; the
 Fisher metric :math:`\nabla^2\psi = \mathrm{diag}(\psi_1(\alpha_i)) - \psi_1(\sum\alpha)\,\mathbf 1\mathbf 1^T`.
+Observations are rows on the open simplex (positive, summing to 1).
 ``load_manifold("dirichlet", k=4)`` picks the number of outcomes (default 3).
 """
 import numpy as np

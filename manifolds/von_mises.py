@@ -8,7 +8,8 @@ statistics :math:`t(x) = (\cos x, \sin x)`, natural parameters
 :math:`(\mu, \kappa)` is polar coordinates around the uniform distribution :math:`\theta = 0`
 (excluded here); there the Fisher metric is :math:`\mathrm{diag}(\kappa A(\kappa), A'(\kappa))`,
 :math:`A' = 1 - A/\kappa - A^2`.  :math:`\mu` is an angle: the chart is the universal cover,
-and points whose locations differ by :math:`2\pi` are the same distribution.
+and points whose locations differ by :math:`2\pi` are the same distribution.  Computed in numpy only
+(scipy's Bessel functions): torch tensors are refused with a ``TypeError``.
 """
 import numpy as np
 from autograd.numpy import arctan2
