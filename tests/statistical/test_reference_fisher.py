@@ -147,3 +147,13 @@ def test_samplers_draw_the_family(name):
     assert np.all(np.abs(t.mean(0) - eta) <= 5 * se), (t.mean(0), eta, se)
     C = np.cov(t, rowvar=False).reshape(F.shape)
     assert np.all(np.abs(C - F) <= 0.1 * np.sqrt(np.outer(np.diag(F), np.diag(F))))
+
+
+@pytest.mark.parametrize("name", CORE + CONTRIBUTED)
+def test_kl_is_the_monte_carlo_log_ratio_within_five_standard_errors(name):
+    M = family(name)
+    rng = np.random.default_rng(12)
+    p, q = M.random_point(rng), M.random_point(rng)
+    x = M.sample(p, 20000, rng=13)
+    r = _np(M.log_prob(p, x)) - _np(M.log_prob(q, x))
+    assert abs(r.mean() - float(M.kl(p, q))) <= 5 * r.std() / np.sqrt(len(r)) + 1e-12
