@@ -4,6 +4,7 @@ Sufficient statistics :math:`t(x) = \log x`, natural parameters the concentratio
 :math:`\theta = \alpha` (base measure :math:`\prod_i 1/x_i`), log-partition
 :math:`\psi(\alpha) = \sum_i \log\Gamma(\alpha_i) - \log\Gamma(\sum_i\alpha_i)`; the
 Fisher metric :math:`\nabla^2\psi = \mathrm{diag}(\psi_1(\alpha_i)) - \psi_1(\sum\alpha)\,\mathbf 1\mathbf 1^T`.
+Observations are rows on the open simplex (positive, summing to 1).
 ``load_manifold("dirichlet", k=4)`` picks the number of outcomes (default 3).
 """
 import numpy as np
@@ -31,7 +32,15 @@ class Dirichlet(ig.ExponentialFamily):
             raise ValueError(f"a Dirichlet family needs k >= 2 outcomes, got {k!r}")
         self.k = k = int(k)
         ident = lambda a: a  # noqa: E731  (the concentration is the natural parameter)
-        log_x = lambda x: np.log(np.asarray(x, dtype=float)).reshape(-1, k)  # noqa: E731
+
+        def log_x(x):
+            x = np.asarray(x, dtype=float).reshape(-1, k)
+            # the support is the open simplex: t(x) = log x alone would take any positive rows
+            if np.any(x <= 0) or np.any(np.abs(x.sum(1) - 1.0) > 1e-9):
+                raise ValueError(f"Dirichlet observations must lie on the open simplex: rows of {k} positive "
+                                 "entries summing to 1")
+            return np.log(x)
+
         super().__init__(
             sufficient_statistics=log_x,
             log_partition=lambda a: B.sum(B.gammaln(a)) - B.gammaln(B.sum(a)),

@@ -41,7 +41,10 @@ class Multinomial(ig.ExponentialFamily):
             log_base_measure=lambda x: gammaln(self.n + 1.0) - gammaln(counts(x) + 1.0).sum(1),
             sampler=lambda th, m, rng: rng.multinomial(self.n, B.to_numpy(self.probs_of_natural(th)), size=m),
             # a multinomial point in the standard chart is read as categorical probabilities (plain)
-            standard_chart=Chart("standard", lambda p: cat.to_natural(plain(p)), cat.in_chart("natural").moments,
+            # the logits log(p_i / p_k) written out: the chart maps run inside autodiff (torch's forward mode
+            # too), where the validating cat.to_natural cannot read its argument's values
+            standard_chart=Chart("standard", lambda p: B.log(p) - B.log(1.0 - B.sum(p, axis=-1, keepdims=True)),
+                                 cat.in_chart("natural").moments,
                                  lambda p: cat.check_point(plain(p)),
                                  f"the first {self.k - 1} of {self.k} class probabilities (positive, sum < 1)",
                                  fisher=lambda p: scale * cat.fisher(plain(p)), vectorized=True),

@@ -8,7 +8,8 @@ statistics :math:`t(x) = (\cos x, \sin x)`, natural parameters
 :math:`(\mu, \kappa)` is polar coordinates around the uniform distribution :math:`\theta = 0`
 (excluded here); there the Fisher metric is :math:`\mathrm{diag}(\kappa A(\kappa), A'(\kappa))`,
 :math:`A' = 1 - A/\kappa - A^2`.  :math:`\mu` is an angle: the chart is the universal cover,
-and points whose locations differ by :math:`2\pi` are the same distribution.
+and points whose locations differ by :math:`2\pi` are the same distribution.  Computed in numpy only
+(scipy's Bessel functions): torch tensors are refused with a ``TypeError``.
 """
 import numpy as np
 from autograd.numpy import arctan2
@@ -29,7 +30,19 @@ def bessel_ratio(kappa):
     return ive(1, kappa) / ive(0, kappa)
 
 
+def _numpy_only(x):
+    if B.is_torch(x):
+        raise TypeError("VonMises is computed in numpy only (scipy's Bessel functions take no torch tensors); "
+                        "pass numpy arrays")
+
+
+def _in_domain(th):
+    _numpy_only(th)
+    return bool(np.all(np.isfinite(B.to_numpy(th))) and np.any(B.to_numpy(th) != 0))
+
+
 def _check(s):
+    _numpy_only(s)
     if not float(B.to_numpy(s)[1]) > 0:
         raise ValueError(f"the concentration must be positive, got (loc, concentration) = {B.to_numpy(s).tolist()}")
 
@@ -48,7 +61,7 @@ class VonMises(ig.ExponentialFamily):
         super().__init__(
             sufficient_statistics=lambda x: np.stack([np.cos(x), np.sin(x)], -1).reshape(-1, 2),
             log_partition=lambda th: np.log(2 * np.pi) + log_i0(B.sqrt(B.sum(th * th))), dim=2,
-            natural_domain=lambda th: bool(np.all(np.isfinite(B.to_numpy(th))) and np.any(B.to_numpy(th) != 0)),
+            natural_domain=_in_domain,
             natural_domain_description="theta != 0 (the uniform distribution is the chart's pole)",
             sampler=lambda th, n, rng: rng.vonmises(np.arctan2(th[1], th[0]), np.hypot(*th), n),
             standard_chart=Chart(

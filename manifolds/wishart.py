@@ -18,12 +18,16 @@ Geodesics have no closed form (the generic ODE solvers apply).
 ``load_manifold("wishart", p=3)`` picks the matrix size (default 2).
 """
 import numpy as np
-from autograd.scipy.special import multigammaln, polygamma
 from scipy.stats import wishart
 
 import infogeo as ig
 from infogeo import backend as B
 from infogeo.statistical import Chart
+
+
+def _multigammaln(a, p):
+    r""":math:`\log\Gamma_p(a) = \tfrac{p(p-1)}{4}\log\pi + \sum_{j<p}\log\Gamma(a - j/2)`, on either backend."""
+    return p * (p - 1) / 4.0 * np.log(np.pi) + sum(B.gammaln(a - j / 2.0) for j in range(p))
 
 
 def _vech_basis(p):
@@ -47,7 +51,7 @@ class Wishart(ig.ExponentialFamily):
 
         def psi(th):
             a = th[0] + (p + 1) / 2.0
-            return multigammaln(a, p) - a * B.slogdet(-mat(th[1:]))[1]
+            return _multigammaln(a, p) - a * B.slogdet(-mat(th[1:]))[1]
 
         def in_domain(th):
             th = B.to_numpy(th)
@@ -68,7 +72,7 @@ class Wishart(ig.ExponentialFamily):
 
         def fisher(s):
             nu, Vi = s[0], B.inv(mat(s[1:]))
-            g_nn = 0.25 * B.sum(polygamma(1, (nu - np.arange(p)) / 2.0))
+            g_nn = 0.25 * sum(B.polygamma(1, (nu - j) / 2.0) for j in range(p))
             g_nv = 0.5 * B.einsum("ab,jba->j", Vi, E)
             g_vv = 0.5 * nu * B.einsum("ab,ibc,cd,jda->ij", Vi, E, Vi, E)
             return B.concatenate([B.reshape(B.concatenate([B.reshape(g_nn, (1,)), g_nv]), (1, m + 1)),
@@ -77,7 +81,8 @@ class Wishart(ig.ExponentialFamily):
         def stats(X):
             X = np.asarray(X, dtype=float).reshape(-1, p, p)
             sign, logdet = np.linalg.slogdet(X)
-            if np.any(sign <= 0):
+            # t(X) reads the upper triangle only: a non-symmetric X would be taken for another matrix
+            if np.any(sign <= 0) or not np.allclose(X, np.swapaxes(X, -1, -2), rtol=1e-10, atol=1e-12):
                 raise ValueError("Wishart observations must be symmetric positive definite matrices")
             off = np.where(iu[0] == iu[1], 1.0, 2.0)
             return np.concatenate([logdet[:, None], X[:, iu[0], iu[1]] * off], axis=1)

@@ -159,3 +159,33 @@ def test_invalid_observations_are_refused(name):
         OUTCOMES["observations: refused with ValueError"] += 1
 
     check()
+
+
+@pytest.mark.parametrize("M", [ig.Bernoulli(chart="natural"), ig.Categorical(3, chart="natural"),
+                               ig.IndependenceModel(2, chart="natural")], ids=lambda M: M.name)
+def test_natural_parameters_far_out_keep_kl_and_fisher_finite(M):
+    """Any real logits are points: KL stays finite and >= 0 and the Fisher matrix keeps a positive diagonal
+    where probabilities round to 0 or 1; log refuses or stays finite, never NaN."""
+    logits = st.lists(st.floats(-60.0, 60.0), min_size=M.dim, max_size=M.dim).map(np.array)
+
+    @FAST
+    @given(logits, logits)
+    def check(a, b):
+        kl = float(M.kl(a, b))
+        assert np.isfinite(kl) and kl >= -1e-12
+        F = ig.backend.to_numpy(M.fisher(a))
+        s = np.sqrt(np.diag(F))
+        assert np.all(s > 0) and np.allclose(F, F.T, rtol=0, atol=0)
+        # positive semi-definite to rounding: two logits far out and close together leave a direction of
+        # curvature ~ p_k (the reference's probability) against ~1 on the diagonal, below double precision
+        assert np.linalg.eigvalsh(F / np.outer(s, s)).min() >= -1e-14
+        try:
+            v = M.log(a, b).components
+        except ValueError as exc:
+            assert "boundary" in str(exc)
+            OUTCOMES["far logits: log refused (rounds onto the boundary)"] += 1
+        else:
+            assert _finite(v)
+        OUTCOMES["far logits: kl and Fisher finite"] += 1
+
+    check()

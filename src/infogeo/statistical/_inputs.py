@@ -1,14 +1,15 @@
 """Validation of the inputs of statistical operations: named parameters and observations."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 import numpy as np
 
 from .. import backend as B
 from ..geometry import points as _points
 
-__all__ = ["numpy_only", "named_coordinates", "split_parameters", "check_samples", "statistics_of"]
+__all__ = ["numpy_only", "named_coordinates", "split_parameters", "check_samples", "check_event_shape",
+           "statistics_of"]
 
 
 def named_coordinates(parameters: Mapping[str, Any], shapes: Mapping[str, tuple]):
@@ -63,10 +64,36 @@ def split_parameters(s: Any, shapes: Mapping[str, tuple]) -> dict:
     return out
 
 
+def check_event_shape(a: np.ndarray, event: Optional[tuple], owner: str) -> None:
+    """ValueError unless the observations ``a`` have shape ``(n,) + event`` or are one observation, ``event``.
+
+    A scalar event (``()`` or ``(1,)``) also takes ``(n,)``. ``event=None``: not declared, not checked.
+    """
+    if event is None:
+        return
+    event = tuple(event)
+    shape = tuple(a.shape)
+    scalar = event in ((), (1,))
+    if shape[1:] == event or shape == event or (scalar and len(shape) <= 1):
+        return
+    expected = "(n,)" + (" or (n, 1)" if event == (1,) else "") if scalar else f"(n, {', '.join(map(str, event))})"
+    raise ValueError(f"observations of {owner} must have shape {expected} (one observation per row, n >= 1), "
+                     f"got shape {shape}")
+
+
 def statistics_of(family: Any, x: np.ndarray):
-    """``(t(x), log h(x))`` of checked observations; ValueError when they lie outside the support."""
+    """``(t(x), log h(x))`` of checked observations, one row each; ValueError when they lie outside the support
+    or the statistics and the base measure disagree on the number of observations."""
     with np.errstate(all="ignore"):
-        t, log_h = family.sufficient_statistics(x), family.log_base_measure(x)
+        t = family.sufficient_statistics(x)
+        log_h = family.log_base_measure(x) if family.has_base_measure else np.zeros(len(t))
+    if getattr(t, "ndim", 0) != 2 or t.shape[1] != family.dim:
+        raise ValueError(f"the sufficient statistics of {family.name} on observations of shape {np.shape(x)} have "
+                         f"shape {np.shape(t)}; expected (n, {family.dim}), one row per observation")
+    if np.shape(log_h) != (len(t),):
+        raise ValueError(f"observations of shape {np.shape(x)}: {family.name} reads {len(t)} of them from the "
+                         f"sufficient statistics but {np.shape(log_h)} values from the log base measure; expected "
+                         f"one value each (shape ({len(t)},))")
     if not (_points.all_finite(t) and _points.all_finite(log_h)):
         raise ValueError(f"observations outside the support of {family.name} "
                          "(their sufficient statistics or base measure are not finite)")

@@ -20,6 +20,7 @@ shape ``(..., dim)``, on either backend.
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any, Callable, Dict, Optional
 
 import numpy as np
@@ -46,6 +47,11 @@ def _rowsum(x, xp=B):
 def _last(p):
     """The remaining mass ``1 - sum(p)`` over the last axis, keeping it."""
     return 1.0 - _rowsum(p)[..., None]
+
+
+def _all_classes(eta):
+    """All ``k`` probabilities from the first ``k - 1``."""
+    return B.concatenate([eta, _last(eta)], axis=-1)
 
 
 def _safe_ratio(num, n):
@@ -91,11 +97,13 @@ class Categorical(FiniteFamily):
     """
 
     geometry_chart = "mean"
+    event_shape = ()
 
     def __init__(self, k: int, chart: Optional[str] = None, name: Optional[str] = None):
         if int(k) != k or k < 2:
             raise ValueError(f"a categorical distribution needs k >= 2 classes, got {k!r}")
         self.k = int(k)
+        self._others, self._off = 1.0 - np.eye(self.k)[:, :-1], 1.0 - np.eye(self.k - 1)
         super().__init__(dim=self.k - 1, chart=chart, name=name or f"Categorical({self.k})")
 
     # ------------------------------------------------------------ family
@@ -147,8 +155,7 @@ class Categorical(FiniteFamily):
 
     def probs(self, p: Any):
         """All ``k`` class probabilities of the point ``p`` (shape ``(..., k)``)."""
-        eta = self.to_chart(p, "mean")
-        return B.concatenate([eta, _last(eta)], axis=-1)
+        return _all_classes(self.to_chart(p, "mean"))
 
     def point(self, coords: Any = None, *, probs: Any = None):
         """A point from coordinates in the current chart, or from all ``k`` probabilities (``probs=``, ``(..., k)``)."""
@@ -173,22 +180,34 @@ class Categorical(FiniteFamily):
 
     # ------------------------------------------------------------ closed forms
     def _fisher_closed(self, x):
-        p = self._to_chart(x, "mean")
         if self.chart == "natural":
-            return B.diag_embed(p) - p[..., :, None] * p[..., None, :]
+            # diag(p) - pp^T, its diagonal p_i (1 - p_i) with 1 - p_i summed from the others (p_i - p_i^2 rounds to 0)
+            probs = B.softmax(self._with_reference(x), axis=-1)
+            p, others = probs[..., :-1], B.matmul(probs, B.array(self._others, like=x))
+            return B.diag_embed(p * others) - p[..., :, None] * p[..., None, :] * B.array(self._off, like=x)
+        p = self._to_chart(x, "mean")
         if self.chart in ("mean", "standard"):
             return B.diag_embed(1.0 / p) + (1.0 / _last(p))[..., None] * B.ones((self.dim, self.dim), like=x)
         return None
 
     def _kl(self, p, q):
         r""":math:`\sum_i p_i \log(p_i / q_i)`."""
-        a, b = self.probs(p), self.probs(q)
-        return B.sum(a * (B.log(a) - B.log(b)), axis=-1)
+        (a, log_a), log_b = self._log_probs(p), self._log_probs(q)[1]
+        return B.sum(a * (log_a - log_b), axis=-1)
+
+    def _log_probs(self, x):
+        """``(p, log p)`` of all classes; from logits by the log-softmax (a p that underflows keeps a finite log)."""
+        if self.chart == "natural":
+            z = self._with_reference(x)
+            log_p = z - B.logsumexp(z, axis=-1, keepdims=True)
+            return B.exp(log_p), log_p
+        p = _all_classes(self._to_chart(x, "mean"))
+        return p, B.log(p)
 
     # ------------------------------------------------------------ sphere geometry (mean chart)
     # u = sqrt(p) lies on the unit sphere; the Fisher metric is 4 times its round metric
     def _sphere(self, eta):
-        return B.sqrt(B.concatenate([eta, _last(eta)], axis=-1))
+        return B.sqrt(_all_classes(eta))
 
     def _geo_exp(self, eta, v):
         u = self._sphere(eta)
@@ -283,6 +302,7 @@ class IndependenceModel(FiniteFamily):
     def __init__(self, n: int, chart: Optional[str] = None):
         if int(n) != n or n < 1:
             raise ValueError(f"the independence model needs n >= 1 variables, got {n!r}")
+        self.event_shape = (int(n),)
         super().__init__(dim=int(n), chart=chart, name=f"IndependenceModel({int(n)})")
 
     def log_partition(self, theta):
@@ -348,8 +368,17 @@ class IndependenceModel(FiniteFamily):
         return B.diag_embed(1.0 / (m * (1.0 - m)))
 
     def _kl(self, p, q):
-        a, b = self._to_chart(p, "standard"), self._to_chart(q, "standard")
-        return B.sum(a * (B.log(a) - B.log(b)) + (1 - a) * (B.log1p(-a) - B.log1p(-b)), axis=-1)
+        (lp, ln_p), (lq, ln_q) = self._log_marginals(p), self._log_marginals(q)
+        return B.sum(B.exp(lp) * (lp - lq) + B.exp(ln_p) * (ln_p - ln_q), axis=-1)
+
+    def _log_marginals(self, x):
+        """``(log P(x_i = +1), log P(x_i = -1))``, computed in the current chart (neither rounds to log 0)."""
+        if self.chart == "natural":
+            lse = B.logsumexp(B.stack([x, -x]), axis=0)
+            return x - lse, -x - lse
+        if self.chart == "mean":
+            return B.log1p(x) - math.log(2.0), B.log1p(-x) - math.log(2.0)
+        return B.log(x), B.log1p(-x)
 
     # flat coordinates phi = 2 arcsin sqrt(mu)
     @staticmethod

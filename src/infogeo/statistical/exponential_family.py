@@ -262,10 +262,15 @@ class ExponentialFamily(Observations, ChartedManifold):
         return t
 
     def log_base_measure(self, x: Any):
-        r""":math:`\log h(x)` for a batch of observations -> ``(n,)``."""
+        r""":math:`\log h(x)` for a batch of observations -> ``(n,)``, one value per row of :math:`t(x)`."""
         if self._log_h_fn is None:
-            return np.zeros(len(x))
+            return np.zeros(len(self.sufficient_statistics(x)))
         return self._log_h_fn(x)
+
+    @property
+    def has_base_measure(self) -> bool:
+        """Whether :math:`h` is declared (else :math:`h = 1` and :math:`\log h` is not evaluated)."""
+        return self._log_h_fn is not None or type(self).log_base_measure is not ExponentialFamily.log_base_measure
 
     def moments(self, theta: Any):
         r"""Mean parameters :math:`\eta = \nabla\psi(\theta)` (autodiff unless overridden); batches broadcast."""

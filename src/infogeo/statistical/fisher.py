@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from .. import backend as B
+from ..geometry import points as _points
 from ..geometry.charts import per_point
 from ..geometry.metric import Metric
 
@@ -55,6 +56,14 @@ class ClosedGeodesics:
     log: Callable[[Any, Any], Any]
     dist: Optional[Callable[[Any, Any], Any]] = None
     vectorized: bool = False
+
+
+def _same_shape(a: Any, b: Any):
+    """``a`` and ``b`` broadcast to their common shape ``(..., dim)`` (unchanged when equal)."""
+    if tuple(a.shape) == tuple(b.shape):
+        return a, b
+    shape = tuple(np.broadcast_shapes(tuple(a.shape), tuple(b.shape)))
+    return B.broadcast_to(a, shape), B.broadcast_to(b, shape)
 
 
 class FisherMetric(Metric):
@@ -123,22 +132,61 @@ class FisherMetric(Metric):
         return _BY_CHART
 
     def exp(self, x, v):
+        """The end point of the geodesic, refused (``ValueError``) when it is not a valid point in floating point:
+        a long step overflows (``cosh``, ``exp``) or rounds onto the boundary (a variance of 0)."""
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # the end point is checked instead
+            return self._valid_end(self._exp(x, v))
+
+    def _exp(self, x, v):
         if (out := self._route("exp", x, v)) is not _BY_CHART:
             return out
-        if x.shape != v.shape:  # a closed form that batches in numpy: one shape for the chart Jacobian
-            shape = tuple(np.broadcast_shapes(tuple(x.shape), tuple(v.shape)))
-            x, v = B.broadcast_to(x, shape), B.broadcast_to(v, shape)
+        x, v = _same_shape(x, v)  # one shape for the chart Jacobian (a closed form that batches in numpy)
         fam, g = self.family, self.family.geometry_chart
         if g == fam.chart:
             return self._hook("exp", x, v, like=x)
         xg, vg = B.jvp(lambda z: fam._to_chart(z, g), x, v)
-        return fam._from_chart(self._hook("exp", xg, vg, like=x), g)
+        # checked in the geometry chart too: the map back would fail on an invalid point with a bare LinAlgError
+        yg = self._valid_end(self._hook("exp", xg, vg, like=x), g)
+        try:
+            return fam._from_chart(yg, g)
+        except np.linalg.LinAlgError as exc:  # representable in the geometry chart, singular in this one
+            raise self._invalid_end(fam.chart, exc) from None
+
+    def _valid_end(self, y, chart: Optional[str] = None):
+        fam = self.family
+        chart = chart or fam.chart
+        try:
+            if not _points.all_finite(y):
+                raise ValueError("it is not finite")
+            if chart != fam.chart:
+                fam._chart_check(chart, y)
+            elif fam._point_check is not None:
+                fam._point_check(y)
+        except ValueError as exc:
+            raise self._invalid_end(chart, exc) from None
+        return y
+
+    def _invalid_end(self, chart: str, why: Any) -> ValueError:
+        return ValueError(f"exp on {self.family.name} ({chart} chart): the end point of the geodesic is not a valid "
+                          f"point in floating point ({why}); expected a shorter step")
 
     def log(self, x, y):
         if (out := self._route("log", x, y)) is not _BY_CHART:
             return out
         fam, g = self.family, self.family.geometry_chart
+        if g != fam.chart:
+            # the velocity is pushed back at each base point: one base point per pair (a jvp at one point
+            # with a batch of tangents mixed the batch up)
+            x, y = _same_shape(x, y)
         xg, yg = fam._to_chart(x, g), fam._to_chart(y, g)
+        if g != fam.chart:  # a valid point may round onto the boundary there (logits of 40: p = 1): NaN velocities
+            for z in (xg, yg):
+                try:
+                    fam._chart_check(g, z)
+                except ValueError as exc:
+                    raise ValueError(f"log on {fam.name}: its geodesics are computed in the {g} chart, where a point "
+                                     f"of the {fam.chart} chart rounds onto the boundary ({exc}); expected points "
+                                     "farther from the boundary") from None
         vg = self._hook("log", xg, yg, like=x)
         if g == fam.chart:
             return vg

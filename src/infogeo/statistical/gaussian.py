@@ -108,6 +108,7 @@ class Gaussian(ExponentialFamily):
         d = _points.positive_int(d, "dim (the sample dimension)")
         #: dimension of the sample space, :math:`x \in \mathbb{R}^{d}` (``.dim`` is the manifold's dimension)
         self.sample_dim = self.d = d
+        self.event_shape = (d,)
         self.vh = _Vech(d)
         super().__init__(dim=dim, chart=chart, name=f"{kind}(sample_dim={d})")
 

@@ -20,7 +20,7 @@ import numpy as np
 from .. import backend as B
 from ..geometry import points as _points
 from ..geometry.charts import per_point
-from ._inputs import check_samples, statistics_of
+from ._inputs import check_event_shape, check_samples, statistics_of
 
 __all__ = ["Observations"]
 
@@ -37,8 +37,13 @@ class Observations:
             raise ValueError(f"{what} takes one distribution (shape ({self.dim},)), got shape {tuple(p.shape)}")
         return p
 
+    #: shape of one observation (``None``: not declared; the family's ``t(x)`` reads the rows)
+    event_shape: Optional[tuple] = None
+
     def _statistics(self, x: Any):
-        return statistics_of(self, check_samples(x, self.name))  # (t(x), log h(x)) of checked observations
+        a = check_samples(x, self.name)
+        check_event_shape(a, self.event_shape, self.name)
+        return statistics_of(self, a)  # (t(x), log h(x)) of checked observations, one row each
 
     def log_prob(self, p: Any, x: Any):
         r""":math:`\log p(x) = \theta^T t(x) - \psi(\theta) + \log h(x)`.

@@ -1,0 +1,72 @@
+"""Finite families at logits far from zero (valid points of the natural chart: any real vector): KL and the
+Fisher matrix stay finite and accurate where a probability rounds to 0 or 1, against references written with
+scipy's stable log-softmax."""
+import numpy as np
+import pytest
+from scipy.special import log_softmax
+
+import infogeo as ig
+from infogeo import backend as B
+
+LOGITS = [(40.0, 0.0), (0.0, 40.0), (-800.0, 0.0), (0.0, -800.0), (25.0, 35.0), (-30.0, 30.0), (1.0, -1.5)]
+
+
+# KL between near-deterministic distributions is a difference of terms ~1e-11 (logits 25 and 35): both the
+# reference and the family round log(1 + e^-25) alike, to about 1e-16 absolute
+TOL = dict(rel=1e-12, abs=1e-15)
+
+
+def _kl_of_log_probs(la, lb):
+    return float(np.sum(np.exp(la) * (la - lb)))
+
+
+def _categorical_log_probs(theta):
+    return log_softmax(np.append(theta, 0.0))          # the last class is the reference
+
+
+@pytest.mark.parametrize("tp, tq", LOGITS)
+def test_bernoulli_and_categorical_kl_in_logits(tp, tq):
+    ref = _kl_of_log_probs(_categorical_log_probs([tp]), _categorical_log_probs([tq]))
+    for M in (ig.Bernoulli(chart="natural"), ig.Categorical(2, chart="natural")):
+        assert float(M.kl(np.array([tp]), np.array([tq]))) == pytest.approx(ref, **TOL)
+    C = ig.Categorical(3, chart="natural")
+    p, q = np.array([tp, 0.5 * tq]), np.array([tq, -tp])
+    ref3 = _kl_of_log_probs(_categorical_log_probs(p), _categorical_log_probs(q))
+    assert float(C.kl(p, q)) == pytest.approx(ref3, **TOL)
+
+
+@pytest.mark.parametrize("tp, tq", LOGITS)
+def test_independence_model_kl_in_natural_parameters(tp, tq):
+    """P(x_i = +1) = e^theta / (e^theta + e^-theta): each factor a Bernoulli with logit 2 theta."""
+    M = ig.IndependenceModel(2, chart="natural")
+    p, q = np.array([tp, -0.5 * tq]), np.array([tq, 0.25 * tp])
+    ref = sum(_kl_of_log_probs(log_softmax([a, -a]), log_softmax([b, -b])) for a, b in zip(p, q))
+    assert float(M.kl(p, q)) == pytest.approx(ref, **TOL)
+
+
+@pytest.mark.parametrize("theta", [[40.0], [36.0], [-40.0], [20.0]])
+def test_bernoulli_fisher_in_logits_is_accurate_near_the_deterministic_ends(theta):
+    """sigma(t) sigma(-t), not p - p^2 (which rounds to 0 from t ~ 37 on: a singular metric)."""
+    t = theta[0]
+    expected = np.exp(-abs(t)) / (1.0 + np.exp(-abs(t))) ** 2
+    for M in (ig.Bernoulli(chart="natural"), ig.Categorical(2, chart="natural")):
+        F = B.to_numpy(M.fisher(np.array(theta)))
+        assert F[0, 0] == pytest.approx(expected, rel=1e-12, abs=0)
+
+
+def test_categorical_fisher_in_logits_far_out():
+    """diag(p) - p p^T with each diagonal entry p_i (1 - p_i), 1 - p_i as the sum of the other probabilities."""
+    C = ig.Categorical(4, chart="natural")
+    theta = np.array([45.0, 3.0, -20.0])
+    p = np.exp(_categorical_log_probs(theta))
+    rest = np.array([p.sum() - p[i] if i else p[1:].sum() for i in range(3)])   # sums without p_0 ~ 1
+    expected = -np.outer(p[:3], p[:3])
+    expected[np.diag_indices(3)] = p[:3] * rest
+    F = B.to_numpy(C.fisher(theta))
+    np.testing.assert_allclose(F, expected, rtol=1e-12, atol=0)
+    assert np.linalg.eigvalsh(F / np.sqrt(np.outer(np.diag(F), np.diag(F)))).min() > 0
+    # a batch gives the loop, and torch the same numbers
+    batch = np.stack([theta, -theta])
+    np.testing.assert_allclose(B.to_numpy(C.fisher(batch))[0], F, rtol=1e-15)
+    torch = pytest.importorskip("torch")
+    np.testing.assert_allclose(C.fisher(torch.tensor(theta)).numpy(), F, rtol=1e-14)

@@ -1,0 +1,58 @@
+"""exp with a step too long for floating point (cosh/exp overflow, a variance rounding to 0, an SPD matrix
+rounding to a singular one) raises a ValueError that says so, instead of returning NaN, inf or a point off the
+manifold; steps that fit keep working."""
+import numpy as np
+import pytest
+
+import infogeo as ig
+from infogeo import backend as B
+
+CASES = [  # (family, standard-chart point, chart, Fisher length of the step)
+    (lambda: ig.Gaussian(1), [0.0, 1.0], "standard", 1e5),        # was [nan, nan]
+    (lambda: ig.Gaussian(1), [0.0, 1.0], "natural", 800.0),       # was [inf, -inf]
+    (lambda: ig.Gaussian(1), [0.0, 1.0], "mean", 50.0),           # was a variance of 0
+    (lambda: ig.Gaussian(2, "diagonal"), [0, 0, 1, 1.0], "mean_std", 800.0),
+    (lambda: ig.Gaussian(2, "zero_mean"), [1.0, 0.2, 1.0], "standard", 50.0),   # was a non-SPD covariance
+    (lambda: ig.Gaussian(2, "zero_mean"), [1.0, 0.2, 1.0], "natural", 50.0),    # was LinAlgError: Singular matrix
+    (lambda: ig.load_manifold("exponential"), [1.0], "standard", 800.0),        # was [inf]
+]
+
+
+def _step(C, x, length):
+    u = np.arange(1.0, C.dim + 1)
+    return C.vector(x, u * (length / float(C.metric.norm(C.vector(x, u)))))
+
+
+@pytest.mark.parametrize("make, point, chart, length", CASES)
+def test_exp_refuses_end_points_that_floating_point_cannot_hold(make, point, chart, length):
+    M = make()
+    C = M.in_chart(chart)
+    x = np.asarray(B.to_numpy(M.to_chart(np.array(point), chart)))
+    with pytest.raises(ValueError, match="shorter step"):
+        C.exp(x, _step(C, x, length))
+    # a step that fits: a valid point at the right distance
+    y = C.exp(x, _step(C, x, 2.0))
+    C.check_point(y)
+    assert float(C.dist(x, y)) == pytest.approx(2.0, rel=1e-8)
+
+
+def test_a_batch_with_one_step_too_long_is_refused_as_a_whole():
+    G = ig.Gaussian(1)
+    X = np.array([[0.0, 1.0], [1.0, 2.0]])
+    V = np.array([[0.1, 0.1], [1e6, -1e6]])
+    with pytest.raises(ValueError, match="shorter step"):
+        G.exp(X, G.vector(X, V))
+
+
+@pytest.mark.parametrize("make", [ig.Bernoulli, lambda: ig.Categorical(3)])
+def test_log_of_logits_that_round_onto_the_simplex_boundary_is_refused(make):
+    """Logits of 40 are valid points, but their probability rounds to 1 in the mean chart where the sphere
+    geodesics are computed: a clear error instead of a NaN velocity."""
+    M = make().in_chart("natural")
+    far, near = np.full(M.dim, 40.0), np.zeros(M.dim)
+    far[1:] = 0.0
+    for a, b in ((far, near), (near, far)):
+        with pytest.raises(ValueError, match="rounds onto the boundary"):
+            M.log(a, b)
+    v = M.log(np.full(M.dim, 5.0), near).components          # far from the boundary: unchanged
+    assert np.all(np.isfinite(v)) and float(M.dist(np.full(M.dim, 5.0), near)) > 0
