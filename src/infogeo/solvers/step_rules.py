@@ -29,7 +29,12 @@ StepSize = Union[float, Callable[[int], float]]
 
 def step_at(step_size: StepSize, k: int) -> float:
     """The step size of iteration ``k`` (1-based) for a constant or a schedule."""
-    alpha = float(step_size(k)) if callable(step_size) else float(step_size)
+    value = step_size(k) if callable(step_size) else step_size
+    try:
+        alpha = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"step size must be a positive number or a schedule k -> number, got "
+                        f"{type(value).__name__} {value!r}") from None
     if not (alpha > 0 and math.isfinite(alpha)):
         raise ValueError(f"step size must be positive and finite, got {alpha} at iteration {k}")
     return alpha
