@@ -243,14 +243,37 @@ class MatrixMetric(Metric):
 
     Example: the Poincaré half-plane ``MatrixMetric(lambda x: eye(2) / x[1]**2, dim=2)``.
     Geodesics, Christoffel symbols and distances come from autodiff of ``matrix_fn``.
+
+    Parameters
+    ----------
+    matrix_fn : callable
+        ``x -> G(x)`` for one point of shape ``(dim,)``.
+    dim : int, optional
+    vectorized : bool
+        Whether ``matrix_fn`` also maps a batch ``(..., dim)`` to ``(..., dim, dim)``.  When
+        ``False`` (default) batches are evaluated point by point: a function written with
+        ``x[0], x[1]`` would read rows of a batch as coordinates and return a wrong matrix.
     """
 
-    def __init__(self, matrix_fn: Callable[[Any], Any], dim: Optional[int] = None):
+    def __init__(self, matrix_fn: Callable[[Any], Any], dim: Optional[int] = None, *, vectorized: bool = False):
         super().__init__(dim)
+        if not callable(matrix_fn):
+            raise TypeError(f"MatrixMetric needs a function x -> G(x), got {type(matrix_fn).__name__}")
         self._matrix_fn = matrix_fn
+        self.vectorized = bool(vectorized)
+
+    @property
+    def batches_points(self) -> bool:
+        """Whether the function evaluates a batch of points itself (see :mod:`~infogeo.geometry.geodesics_bvp`)."""
+        return self.vectorized
+
+    @property
+    def point_function(self) -> Callable[[Any], Any]:
+        """``matrix_fn`` itself: called on single points, or by collocation on coordinates as rows."""
+        return self._matrix_fn
 
     def matrix(self, x):
-        return self._matrix_fn(x)
+        return per_point(self._matrix_fn, x, vectorized=self.vectorized)
 
 
 class DampedMetric(Metric):
