@@ -204,6 +204,8 @@ def test_mirror_descent_on_a_categorical_matches_the_closed_form(chart):
     (lambda: DampedNewton(damping_newton=math.inf), "damping_newton", ValueError),
     (lambda: ProximalPoint(lam=math.inf), "lam", ValueError),
     (lambda: ProximalPoint(inner="TrustRegion"), "inner", TypeError),
+    (lambda: GradientDescent(fun_tol=-1.0), "fun_tol", ValueError),
+    (lambda: ig.solvers.InverseTime(k0=-1.0), "k0", ValueError),
 ])
 def test_bad_solver_arguments_are_refused_by_name(make, match, exc):
     with pytest.raises(exc, match=match):

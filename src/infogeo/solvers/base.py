@@ -128,7 +128,8 @@ class Solver:
                  progress: Optional[bool] = None, callback: Optional[Callable[[dict], Any]] = None):
         if int(max_iter) != max_iter or max_iter < 0:
             raise ValueError(f"max_iter must be a non-negative integer, got {max_iter!r}")
-        for label, val in (("grad_tol", grad_tol), ("step_tol", step_tol), ("damping", damping)):
+        for label, val in (("grad_tol", grad_tol), ("step_tol", step_tol), ("damping", damping),
+                           ("fun_tol", 0.0 if fun_tol is None else fun_tol)):
             if not (val >= 0):
                 raise ValueError(f"{label} must be >= 0, got {val}")
         self.max_iter, self.grad_tol, self.step_tol, self.fun_tol = int(max_iter), grad_tol, step_tol, fun_tol
