@@ -199,3 +199,20 @@ def test_a_cost_that_is_not_one_real_number_is_refused_by_name(backend_name):
         ig.solvers.GradientDescent(0.1).minimize(ig.Euclidean(2), lambda x: x ** 2, x0)
     with pytest.raises(TypeError, match="cost must return a real number"):
         ig.Euclidean(2).differential(lambda x: "cost", x0)
+
+
+@pytest.mark.parametrize("make", [lambda: ig.Gaussian(dim=2), lambda: ig.Gaussian(dim=2, chart="natural"),
+                                  lambda: ig.Categorical(3), lambda: ig.Categorical(3, chart="natural"),
+                                  lambda: ig.Bernoulli()],
+                         ids=["gaussian", "gaussian-natural", "categorical", "categorical-natural", "bernoulli"])
+def test_statistical_manifolds_move_to_first_order_and_invert_exp(make):
+    M = make()
+    x = M.random_point(np.random.default_rng(1))
+    v = 0.1 * np.random.default_rng(0).standard_normal(M.dim)
+    h = 1e-6
+    for move in (M.retract, M.exp):
+        d = (B.to_numpy(move(x, M.vector(x, h * v))) - B.to_numpy(move(x, M.vector(x, -h * v)))) / (2 * h)
+        np.testing.assert_allclose(d, v, atol=1e-8)
+    y = M.exp(x, M.vector(x, v))
+    np.testing.assert_allclose(B.to_numpy(M.log(x, y).components), v, atol=1e-10)
+    assert float(M.dist(x, y)) == pytest.approx(float(M.metric.norm(M.vector(x, v))), rel=1e-10)

@@ -221,3 +221,11 @@ def test_the_callers_start_is_never_modified(solver, backend_name):
     res = solver.minimize(ig.Euclidean(3), quad, x0)
     np.testing.assert_array_equal(B.to_numpy(x0), before)
     assert res.x is not x0 and type(res.x) is type(x0)
+
+
+def test_igo_results_carry_status_codes_too():
+    sphere = lambda X: np.sum(X ** 2, axis=1)  # noqa: E731
+    short = ig.solvers.igo_minimize(sphere, np.ones(4), 0.5, max_evals=200, seed=0)
+    assert not short.success and short.status == 1 and "budget" in short.message
+    done = ig.solvers.igo_minimize(sphere, np.ones(4), 0.5, max_evals=20000, seed=0, f_target=1e-10)
+    assert done.success and done.status == 0 and done.fun <= 1e-10
