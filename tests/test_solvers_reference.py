@@ -229,3 +229,11 @@ def test_igo_results_carry_status_codes_too():
     assert not short.success and short.status == 1 and "budget" in short.message
     done = ig.solvers.igo_minimize(sphere, np.ones(4), 0.5, max_evals=20000, seed=0, f_target=1e-10)
     assert done.success and done.status == 0 and done.fun <= 1e-10
+
+
+def test_a_metric_that_stops_being_positive_definite_is_reported_as_such_not_as_divergence():
+    G = ig.MatrixMetric(lambda x: B.diag(B.stack([1.0 + 0 * x[0], 1.0 - x[0] ** 2])), dim=2)
+    res = GradientDescent(0.5).minimize(ig.Euclidean(2).with_metric(G), lambda x: (x[0] - 3) ** 2 + x[1] ** 2,
+                                        np.zeros(2))
+    assert res.status == 3 and "not positive definite" in res.message and "diverged" not in res.message
+    np.testing.assert_array_equal(res.x, [0.0, 0.0])     # the last point where the metric was an inner product

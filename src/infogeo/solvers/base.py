@@ -20,6 +20,7 @@ import numpy as np
 from .. import backend as B
 from ..geometry.manifold import Manifold
 from ..geometry.vectors import Covector, TangentVector
+from ..linalg import NotPositiveDefiniteError
 from .result import CONVERGED, FAILED, LIMIT_REACHED, STOPPED_BY_CALLBACK, OptimizeResult
 
 logger = logging.getLogger("infogeo.solvers")
@@ -206,6 +207,9 @@ class Solver:
                         break
                     try:
                         new = self._evaluate(manifold, cost, step.x)
+                    except NotPositiveDefiniteError as exc:  # the metric, not the iteration, failed there
+                        status, message, k = FAILED, f"stopped at the new point: {exc}", k - 1
+                        break
                     except ValueError as exc:
                         status, message, k = FAILED, f"stopped: {exc} (the iteration diverged)", k - 1
                         break
