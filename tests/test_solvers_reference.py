@@ -9,6 +9,7 @@ from scipy.optimize._trustregion_ncg import CGSteihaugSubproblem
 
 import infogeo as ig
 from infogeo.solvers import DampedNewton, GradientDescent, MirrorDescent, ProximalPoint, TrustRegion
+from infogeo.geometry.geodesics import GeodesicError
 from infogeo.solvers.trust_region import truncated_cg
 
 B = ig.backend
@@ -237,3 +238,18 @@ def test_a_metric_that_stops_being_positive_definite_is_reported_as_such_not_as_
                                         np.zeros(2))
     assert res.status == 3 and "not positive definite" in res.message and "diverged" not in res.message
     np.testing.assert_array_equal(res.x, [0.0, 0.0])     # the last point where the metric was an inner product
+
+
+def test_a_geodesic_step_that_cannot_be_followed_is_backtracked_or_reported():
+    """G = I / x_1 has geodesics that reach x_1 = 0 in finite time: a long exp step cannot be integrated.
+    Armijo treats that trial like one outside the domain; a fixed step reports it (both used to raise)."""
+    M = ig.Manifold(2, ig.MatrixMetric(lambda x: B.eye(2, like=x) / x[1], dim=2), domain=lambda x: x[1] > 0)
+    cost = lambda x: (x[0] - 1) ** 2 + 100 * (x[1] - 0.01) ** 2  # noqa: E731
+    x0 = np.array([0.0, 1.0])
+    with pytest.raises(GeodesicError):        # the first trial's geodesic runs into x_1 = 0
+        M.exp(x0, -0.02 * M.gradient(cost, x0))
+    res = GradientDescent(0.02, update="exp", line_search="armijo", max_iter=1).minimize(M, cost, x0)
+    assert res.status == 1 and res.history[1]["alpha"] == 0.01 and res.fun < 0.02 * float(cost(x0))
+    res = GradientDescent(0.02, update="exp", max_iter=1).minimize(M, cost, x0)
+    assert res.status == 3 and "geodesic step could not be followed" in res.message
+    np.testing.assert_array_equal(res.x, x0)

@@ -78,19 +78,31 @@ class GradientDescent(Solver):
             manifold = manifold.with_metric(self.metric)
         return super().minimize(manifold, cost, x0, **kwargs)
 
+    def _geodesic_errors(self) -> tuple:
+        """The error of an ``exp`` step whose geodesic cannot be followed (none for retractions)."""
+        if self.update != "exp":
+            return ()
+        from ..geometry.geodesics import GeodesicError  # on demand: it loads scipy.integrate
+        return (GeodesicError,)
+
     def _move(self, manifold: Manifold, x: Any, v):
         return manifold.exp(x, v) if self.update == "exp" else manifold.retract(x, v)
 
     def _step(self, manifold: Manifold, cost: Callable, it: Iterate, k: int) -> Step:
         alpha = step_at(self.step_size, k)
         direction = -it.gradient
+        geodesic_errors = self._geodesic_errors()
         if self.line_search is None:
-            return Step(self._move(manifold, it.x, alpha * direction), step_size=alpha * it.grad_norm)
+            try:
+                return Step(self._move(manifold, it.x, alpha * direction), step_size=alpha * it.grad_norm)
+            except geodesic_errors as exc:
+                return Step(it.x, failed=f"the geodesic step could not be followed ({exc}); use a smaller "
+                                         "step size or line_search='armijo'")
 
         def phi(a: float) -> float:
             try:
                 return self._safe_cost(manifold, cost, self._move(manifold, it.x, a * direction))
-            except (ValueError, ArithmeticError):
+            except (ValueError, ArithmeticError) + geodesic_errors:  # a trial point that cannot be reached
                 return float("inf")
 
         alpha, _, evals = armijo(phi, it.fun, -it.grad_norm ** 2, alpha,
