@@ -145,3 +145,29 @@ def test_pymanopt_trust_regions_on_infogeo_gaussian_reaches_the_mle():
         problem(G, lambda p: -G.log_likelihood(p, data)), initial_point=np.asarray(G.point(mean=np.zeros(5), cov=np.eye(5))))
     np.testing.assert_allclose(res.point, mle, atol=1e-8)
     assert float(G.dist(B.array(res.point), mle)) < 1e-8
+
+
+def test_infogeo_solvers_on_a_wrapped_sphere_agree_with_pymanopts_trust_regions():
+    """The same Rayleigh-quotient problem on the same manifold: pymanopt's own solver is the reference."""
+    rng = np.random.default_rng(0)
+    n = 10
+    Q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    A = (Q * np.concatenate([np.linspace(0.0, 1.0, n - 1), [2.0]])) @ Q.T
+    sphere = pymanopt.manifolds.Sphere(n)
+    S = from_pymanopt(sphere)
+    x0 = S.random_point(rng=1)
+
+    @pymanopt.function.autograd(sphere)
+    def rayleigh(x):
+        return -x @ A @ x
+
+    np.random.seed(0)
+    ref = pymanopt.optimizers.TrustRegions(verbosity=0, min_gradient_norm=1e-10).run(
+        pymanopt.Problem(sphere, rayleigh), initial_point=np.asarray(x0))
+    for solver in (ig.solvers.TrustRegion(max_iter=200), ig.solvers.ProximalPoint(max_iter=100),
+                   ig.solvers.GradientDescent(0.25, line_search="armijo", max_iter=500)):
+        res = solver.minimize(S, lambda x: -B.dot(x, B.matmul(A, x)), x0)
+        assert res.success, (solver.name, res.message)
+        assert res.fun == pytest.approx(ref.cost, abs=1e-10)
+        assert abs(np.dot(res.x, ref.point)) == pytest.approx(1.0, abs=1e-9)
+        assert np.linalg.norm(res.x) == pytest.approx(1.0, abs=1e-12)

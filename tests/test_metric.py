@@ -148,3 +148,27 @@ def test_metric_nan_matrix_is_reported():
     metric = ig.MatrixMetric(lambda x: B.array([[np.nan, 0.0], [0.0, 1.0]]), dim=2)
     with pytest.raises(ValueError, match="NaN"):
         metric.sharp(ig.Covector(np.zeros(2), np.ones(2)))
+
+
+def test_matrix_metric_of_a_point_function_evaluates_batches_point_by_point(backend_name):
+    """The half-plane function reads x[1] as a coordinate; on a batch of two points it used to read the
+    second point instead and return a wrong (but well-shaped) matrix: flat gave [[4, 0], [0, 4]]."""
+    from .conftest import half_plane_dist, half_plane_metric
+    G = half_plane_metric()
+    X = as_backend([[0.0, 1.0], [0.5, 2.0]], backend_name)
+    V = as_backend([[1.0, 0.0], [1.0, 0.5]], backend_name)
+    flat = B.to_numpy(G.flat(ig.TangentVector(X, V)).components)
+    np.testing.assert_allclose(flat, [[1.0, 0.0], [0.25, 0.125]], rtol=1e-14)
+    np.testing.assert_allclose(B.to_numpy(G.sharp(ig.Covector(X, V)).components), [[1.0, 0.0], [4.0, 2.0]],
+                               rtol=1e-14)
+    assert tuple(G.matrix(X).shape) == (2, 2, 2)
+    # a function that handles batches itself may say so, and gives the same
+    Gv = ig.MatrixMetric(lambda x: B.einsum("...,ij->...ij", 1 / x[..., 1] ** 2, B.eye(2, like=x)), dim=2,
+                         vectorized=True)
+    np.testing.assert_allclose(B.to_numpy(Gv.flat(ig.TangentVector(X, V)).components), flat, rtol=1e-14)
+    if backend_name == "numpy":   # and its geodesics (collocation over batches of nodes) are the half-plane's
+        x, y = np.array([0.3, 1.0]), np.array([1.5, 0.4])
+        v = Gv.log(x, y)
+        assert float(np.sqrt(v @ Gv.matrix(x) @ v)) == pytest.approx(half_plane_dist(x, y), rel=1e-9)
+    with pytest.raises(TypeError, match="function"):
+        ig.MatrixMetric(np.eye(2), dim=2)

@@ -87,3 +87,10 @@ def test_dict_components_for_parameter_spaces():
     assert float(w(v + v)) == pytest.approx(2 * (8 + 2))
     with pytest.raises(ValueError, match="structure"):
         v + ig.TangentVector(base, {"w": np.ones((2, 2))})
+
+
+def test_division_by_zero_is_refused_instead_of_giving_inf():
+    v = ig.TangentVector(np.zeros(2), np.array([1.0, -2.0]))
+    with pytest.raises(ZeroDivisionError, match="TangentVector"):
+        v / 0
+    np.testing.assert_array_equal((v / 2.0).components, [0.5, -1.0])

@@ -55,15 +55,20 @@ def conjugate_gradient(mv: Callable[[Any], Any], b: Any, *, damping: float = 0.0
         Stop when :math:`\|r\| \le \max(\text{rtol}\,\|b\|, \text{atol})`.
     max_iter : int, optional
         Defaults to the number of unknowns (exact arithmetic would converge by then),
-        at most 10,000.
+        at most 10,000.  In floating point an ill-conditioned system may need several
+        times more; pass ``return_info=True`` to see whether it converged.
 
     Raises
     ------
     NotPositiveDefiniteError
         If a search direction has non-positive curvature :math:`p^T(A+\lambda I)p \le 0`.
+    ValueError
+        If ``b`` or a product of the operator contains NaN or inf.
     """
-    if damping < 0:
+    if not damping >= 0:
         raise ValueError(f"damping must be >= 0, got {damping}")
+    if not _tree.tree_all_finite(b):
+        raise ValueError("conjugate_gradient: the right-hand side b contains NaN or inf")
     n = sum(int(math.prod(getattr(leaf, "shape", ()))) for leaf in _tree.leaves(b))
     max_iter = max_iter if max_iter is not None else min(max(n, 1), 10_000)
 
@@ -81,6 +86,8 @@ def conjugate_gradient(mv: Callable[[Any], Any], b: Any, *, damping: float = 0.0
     while math.sqrt(rr) > tol and it < max_iter:
         Ap = op(p)
         pAp = _float(_tree.tree_vdot(p, Ap))
+        if not math.isfinite(pAp):
+            raise ValueError(f"conjugate gradient: the operator returned NaN or inf after {it} iterations")
         if not pAp > 0:
             raise NotPositiveDefiniteError(
                 f"conjugate gradient met a direction of non-positive curvature (p^T A p = {pAp:.3g}): "

@@ -24,6 +24,7 @@ import numpy as np
 
 from .. import backend as B
 from . import points as _points
+from .points import per_point  # noqa: F401  (its home until points.py; statistical imports it here)
 from .manifold import Manifold
 from .vectors import Covector, TangentVector
 
@@ -75,25 +76,6 @@ class Chart:
     def parameter_sizes(self) -> Dict[str, int]:
         """Number of coordinates taken by each named parameter (``{}`` if none are declared)."""
         return {k: int(np.prod(shape, dtype=int)) for k, shape in (self.parameters or {}).items()}
-
-
-def per_point(fn: Callable, *arrays: Any, vectorized: bool = False):
-    """``fn`` on points of shape ``(dim,)``, looped over the broadcast leading axes of ``arrays``.
-
-    With ``vectorized=True`` (or single points) ``fn`` is called once on the whole arrays.
-    """
-    if vectorized or all(len(a.shape) == 1 for a in arrays):
-        return fn(*arrays)
-    lead = _points.batch_shape(*arrays, dims=(1,) * len(arrays))
-    arrays = tuple(B.broadcast_to(a, lead + tuple(a.shape[-1:])) for a in arrays)
-    outs = [fn(*(a[idx] for a in arrays)) for idx in np.ndindex(*lead)]
-    if not outs:
-        raise ValueError("empty batch of points")
-    first = outs[0]
-    if isinstance(first, (float, int)) or not hasattr(first, "shape"):
-        outs = [B.array(o, like=arrays[0]) if B.is_torch(arrays[0]) else np.asarray(o, dtype=float)
-                for o in outs]
-    return B.reshape(B.stack(outs), lead + tuple(outs[0].shape))
 
 
 def _batch_check(chart: Chart) -> Optional[Callable[[Any], None]]:

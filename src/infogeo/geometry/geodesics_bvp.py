@@ -99,8 +99,8 @@ def batched_matrix(metric, like) -> Optional[Callable[[np.ndarray], np.ndarray]]
     if getattr(metric, "batches_points", False):
         def form(XT):
             return B.transpose(metric.matrix(B.transpose(XT)), (1, 2, 0))
-    else:
-        form = metric.matrix
+    else:  # a function written for one point, called with the coordinates as rows
+        form = getattr(metric, "point_function", metric.matrix)
     try:
         with np.errstate(all="ignore"):
             out = np.asarray(B.to_numpy(form(probe)), dtype=float)

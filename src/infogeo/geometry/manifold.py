@@ -11,6 +11,8 @@ gradient or Gauss-Newton.
 from __future__ import annotations
 
 import copy
+import math
+import numbers
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -156,7 +158,7 @@ class Manifold:
     def value_and_differential(self, f: Callable[[Any], Any], x: Any):
         """``(f(x), df_x)`` from one forward and one backward pass."""
         x = self._as_point(x)
-        value, g = B.value_and_grad(f, x)
+        value, g = B.value_and_grad(_scalar_valued(f), x)
         if not np.isfinite(B.to_numpy(value)).all():
             raise ValueError(f"the cost is {float(B.to_numpy(value))} at this point (NaN/inf)")
         if not _tree.tree_all_finite(g):
@@ -224,6 +226,20 @@ class Manifold:
         else:
             components = self._check_vector(x, v, "geodesic")
         return self.metric.geodesic(x, components)
+
+
+def _scalar_valued(f: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``f`` with its value checked to be one real number (autodiff's own errors do not name the cost)."""
+    def checked(z):
+        value = f(z)
+        shape = tuple(getattr(value, "shape", ()))
+        if isinstance(value, (str, bytes, bool)) or not (hasattr(value, "shape") or isinstance(value, numbers.Real)):
+            raise TypeError(f"the cost must return a real number, got {type(value).__name__}")
+        if math.prod(shape) != 1:
+            raise ValueError(f"the cost must return a scalar, got an array of shape {shape}; reduce it "
+                             "(e.g. with backend.sum) or use backend.jacobian for vector-valued maps")
+        return value
+    return checked
 
 
 class Euclidean(Manifold):

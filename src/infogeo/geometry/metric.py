@@ -19,6 +19,7 @@ override where known.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -26,10 +27,13 @@ import numpy as np
 from .. import backend as B
 from ..backend import tree as _tree
 from ..linalg import NotPositiveDefiniteError, conjugate_gradient
+from .points import batch_shape, per_point
 from .vectors import Covector, TangentVector
 
 # dense solves up to this dimension, conjugate gradient beyond
 DENSE_MAX_DIM = 2000
+# most conjugate-gradient iterations of a matrix-free solve
+CG_MAX_ITER = 100_000
 
 
 def _linalg_errors() -> tuple:
@@ -83,7 +87,7 @@ class Metric:
         on :meth:`mv` otherwise.  Raises :class:`~infogeo.linalg.NotPositiveDefiniteError`
         if :math:`G(x) + \lambda I` is not positive definite.
         """
-        if damping < 0:
+        if not damping >= 0:
             raise ValueError(f"damping must be >= 0, got {damping}")
         if self.has_matrix and not isinstance(b, dict) and (self.dim or 0) <= DENSE_MAX_DIM:
             G = self.matrix(x)
@@ -101,7 +105,15 @@ class Metric:
             if not _tree.tree_all_finite(L):
                 raise NotPositiveDefiniteError(f"{type(self).__name__} is not positive definite at this point")
             return B.cho_solve(L, b)
-        return conjugate_gradient(lambda v: self.mv(x, v), b, damping=damping)
+        # CG's n iterations suffice in exact arithmetic only; an ill-conditioned G needs several times more
+        n = sum(int(np.prod(getattr(leaf, "shape", ()))) for leaf in _tree.leaves(b))
+        out, info = conjugate_gradient(lambda v: self.mv(x, v), b, damping=damping,
+                                       max_iter=min(10 * max(n, 1), CG_MAX_ITER), return_info=True)
+        if not info.converged:
+            warnings.warn(f"{type(self).__name__}.solve: conjugate gradient stopped after {info.iterations} "
+                          f"iterations at relative residual {info.residual:.3g} (the metric is ill-conditioned "
+                          "here); the result is inaccurate: pass damping > 0", RuntimeWarning, stacklevel=2)
+        return out
 
     def flat(self, v: TangentVector) -> Covector:
         r"""Vector to covector: :math:`v^\flat = \langle v, \cdot\rangle = G v`."""
@@ -155,19 +167,36 @@ class Metric:
         return geodesics.exp(self, x, v)
 
     def log(self, x: Any, y: Any):
-        """Riemannian logarithm on components (generic: geodesic shooting)."""
+        """Riemannian logarithm on components (generic: geodesic shooting, pair by pair for batches)."""
         from . import geodesics
-        return geodesics.log(self, x, y)
+        return per_point(lambda a, b: geodesics.log(self, a, b), x, y)
 
     def geodesic(self, x: Any, v: Any):
-        """The geodesic ``t -> exp_x(t v)`` for t (scalar or array) in [0, 1]."""
+        """The geodesic ``t -> exp_x(t v)`` for t (scalar or array) in [0, 1].
+
+        For batches, ``path(t)`` has shape ``(..., dim)`` at a scalar ``t`` and
+        ``(len(t), ..., dim)`` for an array of times.
+        """
         from . import geodesics
-        return geodesics.geodesic(self, x, v)
+        if len(x.shape) == 1 and len(v.shape) == 1:
+            return geodesics.geodesic(self, x, v)
+        lead = batch_shape(x, v, dims=(1, 1))
+        xb, vb = (B.broadcast_to(a, lead + tuple(a.shape[-1:])) for a in (x, v))
+        paths = [geodesics.geodesic(self, xb[i], vb[i]) for i in np.ndindex(*lead)]
+
+        def path(t):
+            def at(ti):
+                return B.reshape(B.stack([p(ti) for p in paths]), tuple(xb.shape))
+            t_arr = np.asarray(t, dtype=float)
+            return at(float(t_arr)) if t_arr.ndim == 0 else B.stack([at(float(ti)) for ti in t_arr])
+        return path
 
     def dist(self, x: Any, y: Any):
-        """Geodesic distance (generic: the metric norm of ``log(x, y)``)."""
-        v = self.log(x, y)
-        return B.sqrt(B.sum(v * self.mv(x, v), axis=-1))
+        """Geodesic distance (generic: the metric norm of ``log(x, y)``, pair by pair for batches)."""
+        def single(a, b):
+            v = self.log(a, b)
+            return B.sqrt(B.sum(v * self.mv(a, v), axis=-1))
+        return per_point(single, x, y)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(dim={self.dim})"
@@ -183,7 +212,7 @@ class EuclideanMetric(Metric):
         return v
 
     def solve(self, x, b, damping: float = 0.0):
-        if damping < 0:
+        if not damping >= 0:
             raise ValueError(f"damping must be >= 0, got {damping}")
         return _tree.tree_map(lambda t: t / (1.0 + damping), b)
 
@@ -214,14 +243,37 @@ class MatrixMetric(Metric):
 
     Example: the Poincaré half-plane ``MatrixMetric(lambda x: eye(2) / x[1]**2, dim=2)``.
     Geodesics, Christoffel symbols and distances come from autodiff of ``matrix_fn``.
+
+    Parameters
+    ----------
+    matrix_fn : callable
+        ``x -> G(x)`` for one point of shape ``(dim,)``.
+    dim : int, optional
+    vectorized : bool
+        Whether ``matrix_fn`` also maps a batch ``(..., dim)`` to ``(..., dim, dim)``.  When
+        ``False`` (default) batches are evaluated point by point: a function written with
+        ``x[0], x[1]`` would read rows of a batch as coordinates and return a wrong matrix.
     """
 
-    def __init__(self, matrix_fn: Callable[[Any], Any], dim: Optional[int] = None):
+    def __init__(self, matrix_fn: Callable[[Any], Any], dim: Optional[int] = None, *, vectorized: bool = False):
         super().__init__(dim)
+        if not callable(matrix_fn):
+            raise TypeError(f"MatrixMetric needs a function x -> G(x), got {type(matrix_fn).__name__}")
         self._matrix_fn = matrix_fn
+        self.vectorized = bool(vectorized)
+
+    @property
+    def batches_points(self) -> bool:
+        """Whether the function evaluates a batch of points itself (see :mod:`~infogeo.geometry.geodesics_bvp`)."""
+        return self.vectorized
+
+    @property
+    def point_function(self) -> Callable[[Any], Any]:
+        """``matrix_fn`` itself: called on single points, or by collocation on coordinates as rows."""
+        return self._matrix_fn
 
     def matrix(self, x):
-        return self._matrix_fn(x)
+        return per_point(self._matrix_fn, x, vectorized=self.vectorized)
 
 
 class DampedMetric(Metric):

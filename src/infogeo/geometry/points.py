@@ -29,13 +29,14 @@ from __future__ import annotations
 import math
 import numbers
 import weakref
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
+from .. import backend as B
 from ..backend import _dispatch
 
-__all__ = ["numpy_view", "plain", "contiguous", "positive_int", "coordinates", "as_coordinates", "all_finite", "mark", "origin", "raw_value", "batch_shape"]
+__all__ = ["numpy_view", "plain", "contiguous", "positive_int", "coordinates", "as_coordinates", "all_finite", "mark", "origin", "raw_value", "batch_shape", "per_point"]
 
 
 def raw_value(x: Any) -> Any:
@@ -250,3 +251,22 @@ def origin(x: Any) -> Optional[str]:
     if entry is None or entry[0]() is not x:
         return None
     return entry[1]
+
+
+def per_point(fn: Callable, *arrays: Any, vectorized: bool = False):
+    """``fn`` on points of shape ``(dim,)``, looped over the broadcast leading axes of ``arrays``.
+
+    With ``vectorized=True`` (or single points) ``fn`` is called once on the whole arrays.
+    """
+    if vectorized or all(len(a.shape) == 1 for a in arrays):
+        return fn(*arrays)
+    lead = batch_shape(*arrays, dims=(1,) * len(arrays))
+    arrays = tuple(B.broadcast_to(a, lead + tuple(a.shape[-1:])) for a in arrays)
+    outs = [fn(*(a[idx] for a in arrays)) for idx in np.ndindex(*lead)]
+    if not outs:
+        raise ValueError("empty batch of points")
+    first = outs[0]
+    if isinstance(first, (float, int)) or not hasattr(first, "shape"):
+        outs = [B.array(o, like=arrays[0]) if B.is_torch(arrays[0]) else np.asarray(o, dtype=float)
+                for o in outs]
+    return B.reshape(B.stack(outs), lead + tuple(outs[0].shape))

@@ -104,6 +104,8 @@ class _AtPoint:
     def __truediv__(self, scalar: Any):
         if not _is_scalar(scalar):
             raise TypeError(f"a {type(self).__name__} can only be divided by a scalar")
+        if isinstance(scalar, numbers.Number) and scalar == 0:
+            raise ZeroDivisionError(f"cannot divide a {type(self).__name__} by zero")
         return self._new(_tree.tree_map(lambda a: a / scalar, self.components))
 
     def __repr__(self) -> str:

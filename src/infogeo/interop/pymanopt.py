@@ -324,6 +324,8 @@ class PymanoptAsInfogeo(Manifold):
         self.intrinsic_dim = int(pm.dim)
         self.atol = float(atol)
         super().__init__(self.layout.size, _PymanoptMetric(pm, self.layout), name=f"pymanopt:{pm}")
+        # every validation of a point (point, check_point, belongs, the solvers' checks) asks pymanopt
+        self._point_check = self._check_on_manifold
 
     # ------------------------------------------------------------ points
     def flatten(self, point: Any):
@@ -334,8 +336,8 @@ class PymanoptAsInfogeo(Manifold):
         """An infogeo point (or tangent components) as a pymanopt point."""
         return self.layout.unflatten(_np(x))
 
-    def check_point(self, x: Any) -> None:
-        super().check_point(x)
+    def _check_on_manifold(self, x: Any) -> None:
+        """Raise ``ValueError`` if the (finite, well-shaped) ``x`` is not a point of the pymanopt manifold."""
         p = self.unflatten(x)
         back = self.layout.flatten(self.pm.retraction(p, self.pm.zero_vector(p)))
         err = float(np.max(np.abs(back - _np(x))))

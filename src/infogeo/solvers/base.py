@@ -20,7 +20,8 @@ import numpy as np
 from .. import backend as B
 from ..geometry.manifold import Manifold
 from ..geometry.vectors import Covector, TangentVector
-from .result import OptimizeResult
+from ..linalg import NotPositiveDefiniteError
+from .result import CONVERGED, FAILED, LIMIT_REACHED, STOPPED_BY_CALLBACK, OptimizeResult
 
 logger = logging.getLogger("infogeo.solvers")
 
@@ -128,7 +129,8 @@ class Solver:
                  progress: Optional[bool] = None, callback: Optional[Callable[[dict], Any]] = None):
         if int(max_iter) != max_iter or max_iter < 0:
             raise ValueError(f"max_iter must be a non-negative integer, got {max_iter!r}")
-        for label, val in (("grad_tol", grad_tol), ("step_tol", step_tol), ("damping", damping)):
+        for label, val in (("grad_tol", grad_tol), ("step_tol", step_tol), ("damping", damping),
+                           ("fun_tol", 0.0 if fun_tol is None else fun_tol)):
             if not (val >= 0):
                 raise ValueError(f"{label} must be >= 0, got {val}")
         self.max_iter, self.grad_tol, self.step_tol, self.fun_tol = int(max_iter), grad_tol, step_tol, fun_tol
@@ -187,26 +189,29 @@ class Solver:
         bar = progress_bar(progress=self.progress, total=self.max_iter, desc=self.name, leave=False)
         logged = 0
 
-        success, message, k = False, "maximum number of iterations reached", 0
+        status, message, k = LIMIT_REACHED, "maximum number of iterations reached", 0
         try:
             for k in range(1, self.max_iter + 1):
                 if it.grad_norm <= self.grad_tol:
-                    success, message, k = True, f"gradient norm {it.grad_norm:.3g} <= grad_tol", k - 1
+                    status, message, k = CONVERGED, f"gradient norm {it.grad_norm:.3g} <= grad_tol", k - 1
                     break
                 step = self._step(manifold, cost, it, k)
                 nfev += step.nfev
                 if step.failed:
-                    message, k = step.failed, k - 1
+                    status, message, k = FAILED, step.failed, k - 1
                     break
                 if step.accepted:
                     if not manifold.belongs(step.x):
-                        message, k = ("the step left the domain of the manifold; use a smaller step "
-                                      "size, line_search='armijo', or update='exp'"), k - 1
+                        status, message, k = FAILED, ("the step left the domain of the manifold; use a smaller "
+                                                      "step size, line_search='armijo', or update='exp'"), k - 1
                         break
                     try:
                         new = self._evaluate(manifold, cost, step.x)
+                    except NotPositiveDefiniteError as exc:  # the metric, not the iteration, failed there
+                        status, message, k = FAILED, f"stopped at the new point: {exc}", k - 1
+                        break
                     except ValueError as exc:
-                        message, k = f"stopped: {exc} (the iteration diverged)", k - 1
+                        status, message, k = FAILED, f"stopped: {exc} (the iteration diverged)", k - 1
                         break
                     nfev += 1
                     change = abs(new.fun - it.fun)
@@ -220,18 +225,18 @@ class Solver:
                 if not bar.disable:
                     bar.set_postfix(cost=f"{it.fun:.3e}", refresh=False)
                 if callback is not None and callback(history[-1]):
-                    message = "stopped by the callback"
+                    status, message = STOPPED_BY_CALLBACK, "stopped by the callback"
                     break
                 if step.accepted and step.step_size <= self.step_tol:
-                    success, message = True, f"step size {step.step_size:.3g} <= step_tol"
+                    status, message = CONVERGED, f"step size {step.step_size:.3g} <= step_tol"
                     break
                 if step.accepted and self.fun_tol is not None and change <= self.fun_tol:
-                    success, message = True, f"cost change {change:.3g} <= fun_tol"
+                    status, message = CONVERGED, f"cost change {change:.3g} <= fun_tol"
                     break
             else:
                 k = self.max_iter
                 if it.grad_norm <= self.grad_tol:
-                    success, message = True, f"gradient norm {it.grad_norm:.3g} <= grad_tol"
+                    status, message = CONVERGED, f"gradient norm {it.grad_norm:.3g} <= grad_tol"
         finally:
             bar.close()
         if every:
@@ -239,7 +244,8 @@ class Solver:
                 logger.info("%6d  %+.15e  %.5e  %11s", k, it.fun, it.grad_norm, "")
             logger.info("%s: %s after %d iterations", self.name, message, k)
         return OptimizeResult(x=it.x, fun=it.fun, grad_norm=it.grad_norm, jac=it.differential,
-                              nit=k, nfev=nfev, success=success, message=message, history=history)
+                              nit=k, nfev=nfev, success=status == CONVERGED, status=status, message=message,
+                              history=history)
 
     @staticmethod
     def _entry(k: int, it: Iterate, step_size: float, extra: dict) -> dict:

@@ -10,6 +10,7 @@ Martens 2020).
 """
 from __future__ import annotations
 
+import numbers
 import warnings
 from typing import Any, Callable, Optional
 
@@ -24,17 +25,21 @@ class GradientDescent(Solver):
 
     Parameters
     ----------
-    step_size : float or callable
+    step_size : float or callable, optional
         A constant :math:`\\alpha`, or a schedule ``k -> alpha_k`` (k from 1), e.g.
         :class:`~infogeo.solvers.InverseTime`.  With ``line_search='armijo'`` it is the
-        first trial step of each iteration.
+        first trial step of each iteration.  Left out, the step is found by Armijo
+        backtracking from :math:`\\alpha = 1` (a fixed unit step diverges on any cost whose
+        Hessian, in the metric, has an eigenvalue above 2).
     update : {"retraction", "exp"}
         Move along the manifold's retraction or along geodesics.
-    line_search : {None, "armijo"}
-        Backtracking on the manifold until sufficient decrease
-        :math:`f(R_x(-\\alpha g)) \\le f(x) - c_1 \\alpha \\|g\\|_x^2`.
+    line_search : {"auto", None, "armijo"}
+        ``"armijo"``: backtracking on the manifold until sufficient decrease
+        :math:`f(R_x(-\\alpha g)) \\le f(x) - c_1 \\alpha \\|g\\|_x^2`; ``None``: the step
+        size as given.  ``"auto"`` (default) is ``"armijo"`` when no ``step_size`` is given
+        and ``None`` when one is.
     armijo_c1, armijo_shrink : float
-        Sufficient-decrease constant and backtracking factor.
+        Sufficient-decrease constant and backtracking factor, both in (0, 1).
     metric : Metric, optional
         Descend under this metric instead of the manifold's own:
         ``GradientDescent(step_size, metric=G).minimize(M, f, x0)`` is
@@ -47,15 +52,22 @@ class GradientDescent(Solver):
 
     name = "GradientDescent"
 
-    def __init__(self, step_size: StepSize = 1.0, *, update: str = "retraction",
-                 line_search: Optional[str] = None, armijo_c1: float = 1e-4, armijo_shrink: float = 0.5,
+    def __init__(self, step_size: Optional[StepSize] = None, *, update: str = "retraction",
+                 line_search: Optional[str] = "auto", armijo_c1: float = 1e-4, armijo_shrink: float = 0.5,
                  metric: Optional[Metric] = None, **kwargs: Any):
         super().__init__(**kwargs)
         if update not in ("retraction", "exp"):
             raise ValueError(f"update must be 'retraction' or 'exp', got {update!r}")
-        if line_search not in (None, "armijo"):
-            raise ValueError(f"line_search must be None or 'armijo', got {line_search!r}")
-        if not callable(step_size):
+        if line_search not in ("auto", None, "armijo"):
+            raise ValueError(f"line_search must be 'auto', None or 'armijo', got {line_search!r}")
+        for label, val in (("armijo_c1", armijo_c1), ("armijo_shrink", armijo_shrink)):
+            if not isinstance(val, numbers.Real) or not 0 < val < 1:
+                raise ValueError(f"{label} must be a number in (0, 1), got {val!r}")
+        if line_search == "auto":
+            line_search = "armijo" if step_size is None else None
+        if step_size is None:
+            step_size = 1.0
+        elif not callable(step_size):
             step_at(step_size, 1)  # validate early
         self.step_size, self.update, self.line_search = step_size, update, line_search
         self.armijo_c1, self.armijo_shrink = armijo_c1, armijo_shrink
@@ -66,19 +78,31 @@ class GradientDescent(Solver):
             manifold = manifold.with_metric(self.metric)
         return super().minimize(manifold, cost, x0, **kwargs)
 
+    def _geodesic_errors(self) -> tuple:
+        """The error of an ``exp`` step whose geodesic cannot be followed (none for retractions)."""
+        if self.update != "exp":
+            return ()
+        from ..geometry.geodesics import GeodesicError  # on demand: it loads scipy.integrate
+        return (GeodesicError,)
+
     def _move(self, manifold: Manifold, x: Any, v):
         return manifold.exp(x, v) if self.update == "exp" else manifold.retract(x, v)
 
     def _step(self, manifold: Manifold, cost: Callable, it: Iterate, k: int) -> Step:
         alpha = step_at(self.step_size, k)
         direction = -it.gradient
+        geodesic_errors = self._geodesic_errors()
         if self.line_search is None:
-            return Step(self._move(manifold, it.x, alpha * direction), step_size=alpha * it.grad_norm)
+            try:
+                return Step(self._move(manifold, it.x, alpha * direction), step_size=alpha * it.grad_norm)
+            except geodesic_errors as exc:
+                return Step(it.x, failed=f"the geodesic step could not be followed ({exc}); use a smaller "
+                                         "step size or line_search='armijo'")
 
         def phi(a: float) -> float:
             try:
                 return self._safe_cost(manifold, cost, self._move(manifold, it.x, a * direction))
-            except (ValueError, ArithmeticError):
+            except (ValueError, ArithmeticError) + geodesic_errors:  # a trial point that cannot be reached
                 return float("inf")
 
         alpha, _, evals = armijo(phi, it.fun, -it.grad_norm ** 2, alpha,
@@ -97,7 +121,7 @@ class NaturalGradient(GradientDescent):
     own; the name now belongs to the torch optimizer :class:`infogeo.nn.NaturalGradient`.
     """
 
-    def __init__(self, metric: Optional[Metric] = None, step_size: StepSize = 1.0, **kwargs: Any):
+    def __init__(self, metric: Optional[Metric] = None, step_size: Optional[StepSize] = None, **kwargs: Any):
         warnings.warn("infogeo.solvers.NaturalGradient is deprecated: use infogeo.solvers.GradientDescent("
                       "step_size, metric=...) (natural gradient is gradient descent under the Fisher metric; "
                       "infogeo.nn.NaturalGradient is the torch optimizer)", DeprecationWarning, stacklevel=2)

@@ -140,6 +140,7 @@ def igo_minimize(f: Callable[[np.ndarray], Any], x0: Any, sigma0: float, *, rest
         why += f"; no restarts left ({restarts} used)"
     hit = f_target is not None and best.fun <= f_target
     return OptimizeResult(x=best.x, fun=best.fun, nit=nit, nfev=nfev, success=bool(hit or last.success),
+                          status=0 if hit or last.success else last.status,
                           message=why, restarts=len(runs) - 1, popsizes=[r["popsize"] for r in runs],
                           runs=runs, history=history, mean=last.mean, sigma=last.sigma, cov=last.cov,
                           stop=last.stop, grad_norm=float("nan"))

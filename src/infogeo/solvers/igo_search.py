@@ -48,7 +48,7 @@ from .base import log_every
 from .igo import rank_mu_step, rank_order
 from .igo_parameters import StrategyParameters
 from .igo_sampling import SAMPLINGS, standard_normal_samples
-from .result import OptimizeResult
+from .result import CONVERGED, FAILED, LIMIT_REACHED, STOPPED_BY_CALLBACK, OptimizeResult
 
 logger = logging.getLogger("infogeo.solvers")
 
@@ -316,8 +316,11 @@ class IGOSearch:
                                                   "maxfevals": self.max_evals, "maxiter": self.max_iter})
                    for k in stop]
         found = math.isfinite(self.best_f)
+        success = any(k in _CONVERGED for k in stop) and found
+        status = (CONVERGED if success else STOPPED_BY_CALLBACK if "callback" in stop
+                  else LIMIT_REACHED if ("maxiter" in stop or "maxfevals" in stop) else FAILED)
         return OptimizeResult(x=self.best_x.copy(), fun=self.best_f, nit=self.countiter, nfev=self.countevals,
-                              success=any(k in _CONVERGED for k in stop) and found,
+                              success=success, status=status,
                               message="; ".join(reasons) if reasons else "running",
                               stop=dict(stop), history=self.history, mean=self.mean.copy(),
                               sigma=self.sigma, cov=self.cov, popsize=self.popsize, grad_norm=float("nan"))

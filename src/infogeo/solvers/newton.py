@@ -9,6 +9,7 @@ in the manifold's chart, from autodiff.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -41,10 +42,10 @@ class DampedNewton(Solver):
     def __init__(self, damping_newton: float = 1.0, step_size: float = 1.0, *, matrix_free: bool = False,
                  **kwargs: Any):
         super().__init__(**kwargs)
-        if not damping_newton >= 0:
-            raise ValueError(f"damping_newton must be >= 0, got {damping_newton}")
-        if not step_size > 0:
-            raise ValueError(f"step_size must be > 0, got {step_size}")
+        if not 0 <= damping_newton < math.inf:
+            raise ValueError(f"damping_newton must be >= 0 and finite, got {damping_newton}")
+        if not 0 < step_size < math.inf:
+            raise ValueError(f"step_size must be positive and finite, got {step_size}")
         self.lam, self.step_size, self.matrix_free = float(damping_newton), float(step_size), matrix_free
 
     def _step(self, manifold: Manifold, cost: Callable, it: Iterate, k: int) -> Step:

@@ -9,11 +9,13 @@ gradient descent on the outputs.  Each inner problem is solved by any solver.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Optional, Union
 
 from .. import backend as B
 from ..divergences import Divergence, SquaredEuclidean
 from ..geometry.manifold import Manifold
+from ..geometry.vectors import TangentVector
 from .base import Iterate, Solver, Step
 
 
@@ -28,7 +30,10 @@ class ProximalPoint(Solver):
         :math:`\\rho(u, w)`; defaults to :class:`~infogeo.divergences.SquaredEuclidean`.
     inner : Solver, optional
         Solves each proximal subproblem; defaults to a :class:`TrustRegion` with the exact
-        Hessian and tight tolerances.
+        Hessian, stopped when the subproblem's gradient norm is below
+        :math:`10^{-12}\\max(1, \\|\\operatorname{grad} J(x_0)\\|)`: relative to the scale of the
+        cost (an absolute tolerance could not be met by a cost in the millions, whose gradient
+        rounding errors alone exceed it).
     """
 
     name = "ProximalPoint"
@@ -36,14 +41,21 @@ class ProximalPoint(Solver):
     def __init__(self, lam: float = 1.0, divergence: Optional[Union[Divergence, Callable]] = None,
                  inner: Optional[Solver] = None, **kwargs: Any):
         super().__init__(**kwargs)
-        if not lam > 0:
-            raise ValueError(f"lam must be > 0, got {lam}")
+        if not 0 < lam < math.inf:
+            raise ValueError(f"lam must be positive and finite, got {lam}")
+        if inner is not None and not isinstance(inner, Solver):
+            raise TypeError(f"inner must be a Solver, got {type(inner).__name__}")
         self.lam = float(lam)
         self.divergence = Divergence.from_function(divergence) if divergence is not None else SquaredEuclidean()
-        if inner is None:
-            from .trust_region import TrustRegion
-            inner = TrustRegion(grad_tol=1e-12, max_iter=200)
         self.inner = inner
+
+    def _inner_solver(self, it: Iterate, k: int) -> Solver:
+        if self.inner is not None:
+            return self.inner
+        from .trust_region import TrustRegion
+        if k == 1:  # the scale of the gradients of this run: the first one
+            self._gradient_scale = max(1.0, it.grad_norm)
+        return TrustRegion(grad_tol=1e-12 * self._gradient_scale, max_iter=200)
 
     def _step(self, manifold: Manifold, cost: Callable, it: Iterate, k: int) -> Step:
         anchor = it.x
@@ -51,10 +63,10 @@ class ProximalPoint(Solver):
         def prox_objective(u):
             return cost(u) + self.lam * self.divergence(u, anchor)
 
-        # the subproblem lives on the same points with the Euclidean chart geometry
-        res = self.inner.minimize(manifold, prox_objective, anchor)
+        # the subproblem's minimiser does not depend on the metric; the inner solver works in the manifold's
+        res = self._inner_solver(it, k).minimize(manifold, prox_objective, anchor)
         if not res.success:
             return Step(anchor, nfev=res.nfev, failed=f"proximal subproblem not solved: {res.message}")
-        moved = res.x - anchor
-        return Step(res.x, step_size=float(B.to_numpy(B.norm(moved))), nfev=res.nfev,
+        moved = TangentVector(anchor, res.x - anchor, it.gradient.chart)
+        return Step(res.x, step_size=float(B.to_numpy(manifold.metric.norm(moved))), nfev=res.nfev,
                     extra={"inner_iterations": res.nit})

@@ -13,8 +13,10 @@ class InverseTime:
     """
 
     def __init__(self, c: float = 1.0, k0: float = 0.0):
-        if not c > 0:
-            raise ValueError(f"c must be > 0, got {c}")
+        if not 0 < c < math.inf:
+            raise ValueError(f"c must be positive and finite, got {c}")
+        if not -1 < k0 < math.inf:  # alpha_k = c / (k + k0) must stay positive and finite from k = 1 on
+            raise ValueError(f"k0 must be > -1 and finite, got {k0}")
         self.c, self.k0 = float(c), float(k0)
 
     def __call__(self, k: int) -> float:
@@ -29,7 +31,12 @@ StepSize = Union[float, Callable[[int], float]]
 
 def step_at(step_size: StepSize, k: int) -> float:
     """The step size of iteration ``k`` (1-based) for a constant or a schedule."""
-    alpha = float(step_size(k)) if callable(step_size) else float(step_size)
+    value = step_size(k) if callable(step_size) else step_size
+    try:
+        alpha = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"step size must be a positive number or a schedule k -> number, got "
+                        f"{type(value).__name__} {value!r}") from None
     if not (alpha > 0 and math.isfinite(alpha)):
         raise ValueError(f"step size must be positive and finite, got {alpha} at iteration {k}")
     return alpha

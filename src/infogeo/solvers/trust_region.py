@@ -46,20 +46,20 @@ def truncated_cg(hess: Callable, metric_mv: Callable, metric_solve: Callable, df
     s_Gs, s_Gd, d_Gd = 0.0, 0.0, rz
     model = 0.0  # m(s) - m(0)
 
-    def to_boundary(s_, d_, sGs, sGd, dGd):
-        tau = (-sGd + math.sqrt(max(sGd * sGd + dGd * (radius ** 2 - sGs), 0.0))) / dGd
-        return _tree.tree_map(lambda a, b: a + tau * b, s_, d_), tau
-
     for j in range(1, max_iter + 1):
         Hd = hess(d)
         dHd = _f(_tree.tree_vdot(d, Hd))
         alpha = rz / dHd if dHd > 0 else math.inf
         new_sGs = s_Gs + 2 * alpha * s_Gd + alpha * alpha * d_Gd if math.isfinite(alpha) else math.inf
         if dHd <= 0 or new_sGs >= radius ** 2:
-            s_new, tau = to_boundary(s, d, s_Gs, s_Gd, d_Gd)
-            # model change along d: tau * (r.d) + tau^2/2 dHd, r.d = -rz in CG
+            # the line s + tau d meets the boundary at tau_- <= 0 <= tau_+; the model changes along it by
+            # -tau rz + tau^2/2 dHd (r.d = -rz in CG).  Past the boundary with positive curvature tau_+ is the
+            # better end; with negative curvature either may be (Nocedal & Wright 2006, Alg. 7.2: the lower)
+            root = math.sqrt(max(s_Gd * s_Gd + d_Gd * (radius ** 2 - s_Gs), 0.0))
+            taus = [(-s_Gd + root) / d_Gd] + ([(-s_Gd - root) / d_Gd] if dHd <= 0 else [])
+            tau = min(taus, key=lambda t: -t * rz + 0.5 * t * t * dHd)
             model += -tau * rz + 0.5 * tau * tau * dHd
-            return s_new, -model, True, j
+            return _tree.tree_map(lambda a, b: a + tau * b, s, d), -model, True, j
         s = _tree.tree_map(lambda a, b: a + alpha * b, s, d)
         model += -alpha * rz + 0.5 * alpha * alpha * dHd
         r = _tree.tree_map(lambda a, b: a + alpha * b, r, Hd)
