@@ -26,14 +26,15 @@ the MLP 784-1024-1024-10; ours / kfac-pytorch <= 0.8.
 
     python benchmarks/nn_step.py [--rounds 7] [--quick] [--device cuda]
 
-Measured on the 2-core development CPU, otherwise idle (7 rounds, medians, one thread):
+Measured on the 2-core development CPU, otherwise idle (one thread; three runs of 7 rounds:
+times from the second run, ratios the medians of the three runs' ratios):
 
-* MLP, batch 128: SGD 16.0 ms, K-FAC plain / statistics / inverse 38.9 / 59.9 / 182.4 ms,
-  amortised 42.2 ms: 2.63x SGD (PASS); 0.20x kfac-pytorch[eigen], 0.38x kfac-pytorch[inverse].
-* MLP, batch 1024: SGD 110.3 ms, K-FAC 200.1 / 315.1 / 438.8 ms, amortised 212.9 ms: 1.93x SGD
-  (FAIL); 0.68x kfac-pytorch[eigen], 0.96x kfac-pytorch[inverse] (empirical: 0.68x / 0.97x).
-* small CNN, batch 128: SGD 18.9 ms, K-FAC 19.5 / 54.0 / 59.0 ms, amortised 23.0 ms: 1.22x SGD;
-  0.86x / 0.85x kfac-pytorch (empirical, statistics step 46.1 ms: 0.84x / 0.84x).
+* MLP, batch 128: SGD 16.0 ms, K-FAC plain / statistics / inverse 38.5 / 61.7 / 184.0 ms,
+  amortised 42.0 ms: 2.62x SGD (PASS); 0.21x kfac-pytorch[eigen], 0.38x [inverse].
+* MLP, batch 1024: SGD 108.1 ms, K-FAC 191.5 / 299.1 / 426.4 ms, amortised 203.5 ms: 1.96x SGD
+  (FAIL); 0.71x kfac-pytorch[eigen], 0.97x [inverse] (empirical Fisher: 0.96x).
+* small CNN, batch 128: SGD 17.9 ms, K-FAC 18.6 / 51.7 / 55.3 ms, amortised 22.0 ms: 1.22x SGD;
+  0.92x / 0.92x kfac-pytorch (empirical Fisher, statistics step 42.6 ms: 0.91x [inverse]).
 
 Why batch 1024 misses: an SGD step of this MLP is about 4.9 G multiply-adds (forward, and the
 backward's weight and input gradients), and applying a Kronecker-factored inverse to the
@@ -41,10 +42,10 @@ gradient costs out*in*(out+in) per layer, 3.6 G in all; the row route (three pro
 batch's rows) pays only below about two thirds of the width.  So the plain step alone is at
 least 1.73x SGD at equal speed per multiply-add, before the statistics.  At batch 128 the row
 route brings the preconditioning to 1.4 G multiply-adds instead of 3.6 G.  The CNN's plain step
-costs what SGD's does for both libraries, so the ratio is bounded below by about 0.72 however
-cheap the statistics.  Ours cost 0.63x the peer's (0.47x with the empirical Fisher: the patch
+costs what SGD's does for both libraries, so the ratio is bounded below by about 0.77 however
+cheap the statistics.  Ours cost 0.80x the peer's (0.57x with the empirical Fisher: the patch
 matrix is copied from a channels-last view, and the empirical Fisher needs no second backward),
-but at a refresh every 10 steps they still add 3.5 ms to an amortised step: the second moment of
+but at a refresh every 10 steps they still add 3.3 ms to an amortised step: the second moment of
 the second layer's 25088 x 144 patch matrix alone is 0.5 G multiply-adds.
 """
 from __future__ import annotations
