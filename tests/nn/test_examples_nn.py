@@ -50,5 +50,5 @@ def test_nn_cnn_batchnorm_quick(tmp_path):
     for label, r in res.items():
         if label == "figures":
             continue
-        assert r["loss"] < 0.6 * r["initial_loss"], label     # one epoch with BatchNorm in training mode
-        assert r["test_accuracy"] > 0.8, label
+        assert r["loss"] < 0.1 * r["initial_loss"], label     # three epochs with BatchNorm in training mode
+        assert r["test_accuracy"] > 0.9, label
