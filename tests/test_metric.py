@@ -3,7 +3,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from hypothesis.extra.numpy import arrays
 
 import infogeo as ig
 from .conftest import as_backend, fd_jacobian, rosen

@@ -1,6 +1,5 @@
 """NaturalGradient: the update it takes, the plain training loop, robustness, and training of small networks."""
 import copy
-import warnings
 
 import pytest
 

@@ -4,10 +4,10 @@ import pytest
 
 import infogeo as ig
 from infogeo import backend as B
-from infogeo.geometry.vectors import Covector, TangentVector
+from infogeo.geometry.vectors import Covector
 from infogeo.statistical import ExponentialFamily
 
-from .conftest import CHARTS, points
+from .conftest import points
 
 
 def _np(a):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional
 
 import numpy as np
 
