@@ -16,7 +16,9 @@ class Batch:
 
     :meth:`of` reads the ``data`` of a :class:`~infogeo.nn.ParameterSpace` or the ``inputs`` of an
     optimizer step: a tensor, a tuple or list of positional inputs, a dict of keyword inputs
-    (e.g. ``{"input_ids": ..., "attention_mask": ...}``), or a :class:`Batch`.
+    (e.g. ``{"input_ids": ..., "attention_mask": ...}``; a dict that is the model's one positional
+    argument goes in a tuple, ``(d,)``), or a :class:`Batch`.  Only the per-example fallbacks cut
+    the inputs: a tensor whose first axis has the batch's length counts as one row per example.
     """
 
     args: Tuple[Any, ...] = ()

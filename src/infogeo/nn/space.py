@@ -67,7 +67,8 @@ class ParameterSpace(Manifold):
         and class weights; see :mod:`infogeo.nn.output_metrics.losses`).
     data : tensor, tuple of tensors, dict or Batch
         The batch :math:`x_1..x_N` (first axis = examples): positional inputs, or a dict of keyword
-        inputs (:class:`~infogeo.nn.batch.Batch`); the model must return outputs of shape
+        inputs (:class:`~infogeo.nn.batch.Batch`; a model whose one argument is a dict takes
+        ``data=(d,)``); the model must return outputs of shape
         ``(N, *middle, m)``, the class/feature axis last.
     targets : tensor, optional
         Training targets: needed for the loss, the differential, the empirical Fisher,
