@@ -54,17 +54,22 @@ def _buckets(tensors: Sequence[torch.Tensor]) -> Dict[tuple, List[int]]:
     return groups
 
 
+def _unpack(flat: torch.Tensor, tensors: Sequence[torch.Tensor], idx: List[int], out: list) -> None:
+    """Views of ``flat`` shaped like ``tensors[i]`` for ``i`` in ``idx``, into ``out[i]``."""
+    off = 0
+    for i in idx:
+        k = tensors[i].numel()
+        out[i] = flat[off:off + k].view_as(tensors[i])
+        off += k
+
+
 def _bucketed(tensors: Sequence[torch.Tensor], op) -> List[torch.Tensor]:
     """Pack the tensors into one flat buffer per dtype and device, apply ``op`` to it in place, unpack."""
     out: List[Optional[torch.Tensor]] = [None] * len(tensors)
     for idx in _buckets(tensors).values():
         flat = torch.cat([tensors[i].reshape(-1) for i in idx])
         op(flat)
-        off = 0
-        for i in idx:
-            k = tensors[i].numel()
-            out[i] = flat[off:off + k].view_as(tensors[i])
-            off += k
+        _unpack(flat, tensors, idx, out)
     return out  # type: ignore[return-value]
 
 
@@ -113,17 +118,12 @@ def all_gather(tensors: Sequence[torch.Tensor]) -> List[List[torch.Tensor]]:
     out: List[List[Optional[torch.Tensor]]] = [[None] * len(tensors) for _ in range(n)]
     for idx in _buckets(tensors).values():
         flat = torch.cat([tensors[i].reshape(-1) for i in idx])
-        parts = [torch.empty_like(flat) for _ in range(n)]
+        parts = [flat]
         if n > 1:
+            parts = [torch.empty_like(flat) for _ in range(n)]
             dist.all_gather(parts, flat)
-        else:
-            parts = [flat]
         for r, part in enumerate(parts):
-            off = 0
-            for i in idx:
-                k = tensors[i].numel()
-                out[r][i] = part[off:off + k].view_as(tensors[i])
-                off += k
+            _unpack(part, tensors, idx, out[r])
     return out  # type: ignore[return-value]
 
 

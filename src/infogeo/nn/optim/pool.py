@@ -27,9 +27,6 @@ class StatisticsPool:
         self._items: List[Tuple[Any, int]] = []
         self._error: Optional[BaseException] = None
 
-    def __bool__(self) -> bool:
-        return bool(self._items) or self._error is not None
-
     @property
     def failed(self) -> bool:
         return self._error is not None
@@ -55,6 +52,8 @@ class StatisticsPool:
     def settle(self) -> None:
         """Build the deferred entries now, when their backward is known to be over (a new forward began):
         memory then holds one batch's layer gradients, however many micro-batches a step has."""
+        if self._error is not None or not any(isinstance(item, Deferred) for item, _ in self._items):
+            return   # (called at every forward)
         items, self._items = self._items, []   # a build that runs the model's forward finds nothing to do
         try:
             self._items = [(item.build() if isinstance(item, Deferred) else item, n) for item, n in items]
@@ -64,6 +63,8 @@ class StatisticsPool:
 
     def take(self, build: bool = True) -> Optional[Any]:
         """The pooled statistics, then empty; ``None`` if none were recorded or with ``build=False``."""
+        if build:
+            self.settle()
         items, error = self._items, self._error
         self._items, self._error = [], None
         if error is not None or not build:
@@ -72,8 +73,7 @@ class StatisticsPool:
                 raise error
             return None
         pooled, total = None, 0
-        for item, n in items:
-            new = item.build() if isinstance(item, Deferred) else item
+        for new, n in items:
             # C over m + n examples = m/(m+n) C(first m) + n/(m+n) C(last n)
             pooled, total = (new, n) if pooled is None else (pooled.ema(new, total / (total + n)), total + n)
         return pooled

@@ -104,7 +104,7 @@ class RowCapture:
         self.refused.clear()
 
     # ------------------------------------------------------------ solves
-    def _local(self, block: KronBlock, dtype: torch.dtype) -> Optional[tuple]:
+    def _local(self, block: KronBlock, grads: Dict[str, torch.Tensor]) -> Optional[tuple]:
         """``(b, a)``: this process's rows of ``block``'s layer, or ``None`` (no rows, or not a factored block)."""
         if not isinstance(block, KronBlock) or block.inverse != "tikhonov" or block.weight is None:
             return None
@@ -112,6 +112,7 @@ class RowCapture:
         calls = self.calls.get(path) if path is not None else None
         if not calls:
             return None
+        dtype = grads[block.weight].dtype
         bs, as_ = [], []
         for a, box in calls:
             if box:   # a call the backward did not pass contributed nothing to the gradient
@@ -136,8 +137,7 @@ class RowCapture:
         send, where = [], []
         for i, (block, r) in enumerate(zip(blocks, local)):
             per_rank = [c[i] for c in counts]
-            path = self.by_weight.get(block.weight) if isinstance(block, KronBlock) else None
-            if r is None or min(per_rank) == 0 or sum(per_rank) > self.limit.get(path, 0):
+            if r is None or min(per_rank) == 0 or sum(per_rank) > self.limit[self.by_weight[block.weight]]:
                 continue
             m = max(per_rank)
             send += [torch.nn.functional.pad(t, (0, 0, 0, m - t.shape[0])) for t in r]
@@ -154,8 +154,7 @@ class RowCapture:
     def plan(self, blocks, grads: Dict[str, torch.Tensor]) -> List[Optional[tuple]]:
         """Per block, the rows ``(b, a)`` that give its gradient in ``grads`` (gathered over the ranks under
         ``torch.distributed``), else ``None``; the layers' checks are read together (one synchronisation)."""
-        local = [self._local(block, grads[block.weight].dtype) if isinstance(block, KronBlock)
-                 and block.weight is not None else None for block in blocks]
+        local = [self._local(block, grads) for block in blocks]
         rows = self._gathered(blocks, local, next(iter(grads.values())).device) if dd.world_size() > 1 else local
         checks = [self._agrees(self.by_weight[blk.weight], blk, grads, *r) for blk, r in zip(blocks, rows)
                   if r is not None]
