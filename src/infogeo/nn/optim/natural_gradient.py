@@ -164,7 +164,7 @@ class NaturalGradient(torch.optim.Optimizer):
             return loss
         keep = self.quadratic_model or self.adaptive_damping
         raw = {n: g.clone() for n, g in raw.items()} if keep else raw
-        if not pre.step(inputs, targets):
+        if not pre._step(inputs, targets, raw):   # (within the step's paused recorder; raw found finite above)
             return loss
         k = pre.state["step"] - 1
         space = pre._space(inputs if inputs is not None else pre.recorder.inputs, targets) \

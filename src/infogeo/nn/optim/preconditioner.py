@@ -358,15 +358,17 @@ class Preconditioner:
         with self.recorder.paused():
             return self._step(inputs, targets)
 
-    def _step(self, inputs, targets) -> bool:
-        grads = self.grads()
-        if not all_finite(grads.values()):
-            if self.grad_scaler is not None:   # an overflow of the scaled loss: the scaler skips this step
-                logger.debug("Preconditioner: overflow under AMP at step %d, step skipped", self.state["step"])
-                self._forget_batch()
-                return False
-            self.damping = self.damping * self.damping_increase
-            return self._skip(f"the gradient contains NaN or inf; damping raised to {self.damping:.3g}")
+    def _step(self, inputs, targets, grads: Optional[Dict[str, torch.Tensor]] = None) -> bool:
+        """``grads``: the gradients, already found finite by the caller (else read and checked here)."""
+        if grads is None:
+            grads = self.grads()
+            if not all_finite(grads.values()):
+                if self.grad_scaler is not None:   # an overflow of the scaled loss: the scaler skips this step
+                    logger.debug("Preconditioner: overflow under AMP at step %d, step skipped", self.state["step"])
+                    self._forget_batch()
+                    return False
+                self.damping = self.damping * self.damping_increase
+                return self._skip(f"the gradient contains NaN or inf; damping raised to {self.damping:.3g}")
         self.update_curvature(inputs, targets)
         delta = self.direction(grads)
         if delta is None:
@@ -374,10 +376,7 @@ class Preconditioner:
         scale = self.clip_scale(grads, delta)
         for n, p in zip(self.names, self.params):
             d = delta[n] * scale if scale != 1.0 else delta[n]
-            if p.grad is None:
-                p.grad = d
-            else:
-                p.grad.copy_(d)
+            p.grad = d if p.grad is None else p.grad.copy_(d)
         self.finish_step(True)
         return True
 
