@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Union
@@ -24,6 +25,29 @@ from ..linalg import NotPositiveDefiniteError
 from .result import CONVERGED, FAILED, LIMIT_REACHED, STOPPED_BY_CALLBACK, OptimizeResult
 
 logger = logging.getLogger("infogeo.solvers")
+
+
+def check_real(label: str, value: Any, *, positive: bool = False) -> float:
+    """``value`` as a finite float ``>= 0`` (``> 0`` with ``positive``), or a clear error naming ``label``.
+
+    Infinity is refused too: an infinite damping makes every gradient zero (a "converged" run at a
+    non-stationary point), an infinite tolerance stops at once, an infinite step destroys the point.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{label} must be a real number, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise ValueError(f"{label} must be finite and {'> 0' if positive else '>= 0'}, got {value!r}")
+    return value
+
+
+def check_count(label: str, value: Any) -> int:
+    """``value`` as an ``int >= 0`` (an integral float is accepted), or a clear error naming ``label``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{label} must be a non-negative integer, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value) or int(value) != value or value < 0:
+        raise ValueError(f"{label} must be a non-negative integer, got {value!r}")
+    return int(value)
 
 
 def _ensure_console_handler() -> None:
@@ -102,13 +126,21 @@ class Solver:
     max_iter : int
         Iteration limit (``result.success`` is False if it is reached).
     grad_tol : float
-        Stop when the Riemannian gradient norm :math:`\\|\\operatorname{grad} f\\|_x \\le` ``grad_tol``.
+        Stop when the Riemannian gradient norm falls below ``grad_tol`` relative to the scale of
+        the problem's gradients: :math:`\\|\\operatorname{grad} f(x_k)\\|_{x_k} \\le`
+        ``grad_tol`` :math:`\\cdot s` with :math:`s` = ``grad_scale``.  A tolerance relative to
+        the scale (as scipy's ``ftol`` and pymanopt's relative criteria are) is met alike on every
+        machine: an absolute one near the rounding level of the gradient is met or missed by luck.
+    grad_scale : float, optional
+        The gradient norm ``grad_tol`` is relative to; by default
+        :math:`\\max(1, \\|\\operatorname{grad} f(x_0)\\|_{x_0})` (so the tolerance is absolute
+        for gradients below 1 and relative for large costs).  ``grad_scale=1`` makes it absolute.
     step_tol : float
         Stop when an accepted step has metric norm below ``step_tol``.
     fun_tol : float, optional
         Stop when an accepted step changes the cost by less than ``fun_tol``.
     damping : float
-        Tikhonov damping used by ``sharp`` (:math:`(G + \\lambda I)^{-1}`).
+        Tikhonov damping used by ``sharp`` (:math:`(G + \\lambda I)^{-1}`), finite and :math:`\\ge 0`.
     verbose : bool or int
         Log a compact iteration table (logger ``infogeo.solvers``, shown on stdout
         unless logging is configured): ``verbose=k`` logs every k-th iteration (and the
@@ -124,16 +156,17 @@ class Solver:
 
     name = "Solver"
 
-    def __init__(self, *, max_iter: int = 1000, grad_tol: float = 1e-10, step_tol: float = 0.0,
-                 fun_tol: Optional[float] = None, damping: float = 0.0, verbose: Union[bool, int] = False,
-                 progress: Optional[bool] = None, callback: Optional[Callable[[dict], Any]] = None):
-        if int(max_iter) != max_iter or max_iter < 0:
-            raise ValueError(f"max_iter must be a non-negative integer, got {max_iter!r}")
-        for label, val in (("grad_tol", grad_tol), ("step_tol", step_tol), ("damping", damping),
-                           ("fun_tol", 0.0 if fun_tol is None else fun_tol)):
-            if not (val >= 0):
-                raise ValueError(f"{label} must be >= 0, got {val}")
-        self.max_iter, self.grad_tol, self.step_tol, self.fun_tol = int(max_iter), grad_tol, step_tol, fun_tol
+    def __init__(self, *, max_iter: int = 1000, grad_tol: float = 1e-10, grad_scale: Optional[float] = None,
+                 step_tol: float = 0.0, fun_tol: Optional[float] = None, damping: float = 0.0,
+                 verbose: Union[bool, int] = False, progress: Optional[bool] = None,
+                 callback: Optional[Callable[[dict], Any]] = None):
+        self.max_iter = check_count("max_iter", max_iter)
+        self.grad_tol, self.step_tol = check_real("grad_tol", grad_tol), check_real("step_tol", step_tol)
+        self.fun_tol = None if fun_tol is None else check_real("fun_tol", fun_tol)
+        self.grad_scale = None if grad_scale is None else check_real("grad_scale", grad_scale, positive=True)
+        damping = check_real("damping", damping)
+        if not callable(callback) and callback is not None:
+            raise TypeError(f"callback must be callable or None, got {type(callback).__name__}")
         self.damping, self.verbose, self.progress, self.callback = damping, verbose, progress, callback
         log_every(verbose, self.max_iter)  # a bad value fails here, not at the first run
 
@@ -179,6 +212,7 @@ class Solver:
         self._setup(manifold, cost, x)
         it = self._evaluate(manifold, cost, x)
         nfev = 1
+        tol = self.grad_tol * (self.grad_scale if self.grad_scale is not None else max(1.0, it.grad_norm))
         history = [self._entry(0, it, 0.0, {})]
         every = log_every(self.verbose, self.max_iter)
         if every:
@@ -192,8 +226,8 @@ class Solver:
         status, message, k = LIMIT_REACHED, "maximum number of iterations reached", 0
         try:
             for k in range(1, self.max_iter + 1):
-                if it.grad_norm <= self.grad_tol:
-                    status, message, k = CONVERGED, f"gradient norm {it.grad_norm:.3g} <= grad_tol", k - 1
+                if it.grad_norm <= tol:
+                    status, message, k = CONVERGED, f"gradient norm {it.grad_norm:.3g} <= {tol:.3g} (grad_tol)", k - 1
                     break
                 step = self._step(manifold, cost, it, k)
                 nfev += step.nfev
@@ -235,8 +269,8 @@ class Solver:
                     break
             else:
                 k = self.max_iter
-                if it.grad_norm <= self.grad_tol:
-                    status, message = CONVERGED, f"gradient norm {it.grad_norm:.3g} <= grad_tol"
+                if it.grad_norm <= tol:
+                    status, message = CONVERGED, f"gradient norm {it.grad_norm:.3g} <= {tol:.3g} (grad_tol)"
         finally:
             bar.close()
         if every:

@@ -7,16 +7,27 @@ with :math:`R` the retraction or the exponential map.  Under the Euclidean
 metric this is plain gradient descent; under a Fisher metric it is natural
 gradient; under a pulled-back Euclidean metric it is Gauss-Newton (Nocedal & Wright 2006;
 Martens 2020).
+
+Without a given step size the step is the Barzilai–Borwein one (Barzilai & Borwein 1988),
+:math:`\alpha_k = \|s\|^2_x / (df_k - df_{k-1})(s)` with :math:`s` the previous step, an
+inverse Rayleigh quotient of the Hessian along :math:`s` taken in the metric, safeguarded by a
+nonmonotone Armijo search (Grippo, Lampariello & Lucidi 1986; Raydan 1997): a trial is
+accepted when it decreases enough below the *largest* of the last few costs, so the long steps
+that make the method fast on ill-conditioned problems are not cut back at every iteration.
 """
 from __future__ import annotations
 
+import math
 import numbers
 import warnings
+from collections import deque
 from typing import Any, Callable, Optional
 
+from .. import backend as B
+from ..backend import tree as _tree
 from ..geometry.manifold import Manifold
 from ..geometry.metric import Metric
-from .base import Iterate, Solver, Step
+from .base import Iterate, Solver, Step, check_count
 from .step_rules import StepSize, armijo, step_at
 
 
@@ -27,19 +38,24 @@ class GradientDescent(Solver):
     ----------
     step_size : float or callable, optional
         A constant :math:`\\alpha`, or a schedule ``k -> alpha_k`` (k from 1), e.g.
-        :class:`~infogeo.solvers.InverseTime`.  With ``line_search='armijo'`` it is the
-        first trial step of each iteration.  Left out, the step is found by Armijo
-        backtracking from :math:`\\alpha = 1` (a fixed unit step diverges on any cost whose
-        Hessian, in the metric, has an eigenvalue above 2).
+        :class:`~infogeo.solvers.InverseTime`.  With a line search it is the first trial step
+        of each iteration.  Left out, the first trial is the Barzilai–Borwein step
+        :math:`\\langle s, s\\rangle_x / (df_k - df_{k-1})(s)` (:math:`s` the previous step;
+        :math:`\\alpha = 1` at the first iteration and wherever the curvature along
+        :math:`s` is not positive), safeguarded by the nonmonotone search.
     update : {"retraction", "exp"}
         Move along the manifold's retraction or along geodesics.
-    line_search : {"auto", None, "armijo"}
+    line_search : {"auto", None, "armijo", "nonmonotone"}
         ``"armijo"``: backtracking on the manifold until sufficient decrease
-        :math:`f(R_x(-\\alpha g)) \\le f(x) - c_1 \\alpha \\|g\\|_x^2`; ``None``: the step
-        size as given.  ``"auto"`` (default) is ``"armijo"`` when no ``step_size`` is given
-        and ``None`` when one is.
+        :math:`f(R_x(-\\alpha g)) \\le f(x) - c_1 \\alpha \\|g\\|_x^2`;
+        ``"nonmonotone"``: the same with :math:`f(x)` replaced by the largest of the last
+        ``memory`` costs (Grippo, Lampariello & Lucidi 1986); ``None``: the step size as given.
+        ``"auto"`` (default) is ``"nonmonotone"`` when no ``step_size`` is given and ``None``
+        when one is.
     armijo_c1, armijo_shrink : float
         Sufficient-decrease constant and backtracking factor, both in (0, 1).
+    memory : int
+        How many recent costs the nonmonotone search compares with (10; 1 is plain Armijo).
     metric : Metric, optional
         Descend under this metric instead of the manifold's own:
         ``GradientDescent(step_size, metric=G).minimize(M, f, x0)`` is
@@ -54,23 +70,25 @@ class GradientDescent(Solver):
 
     def __init__(self, step_size: Optional[StepSize] = None, *, update: str = "retraction",
                  line_search: Optional[str] = "auto", armijo_c1: float = 1e-4, armijo_shrink: float = 0.5,
-                 metric: Optional[Metric] = None, **kwargs: Any):
+                 memory: int = 10, metric: Optional[Metric] = None, **kwargs: Any):
         super().__init__(**kwargs)
         if update not in ("retraction", "exp"):
             raise ValueError(f"update must be 'retraction' or 'exp', got {update!r}")
-        if line_search not in ("auto", None, "armijo"):
-            raise ValueError(f"line_search must be 'auto', None or 'armijo', got {line_search!r}")
+        if line_search not in ("auto", None, "armijo", "nonmonotone"):
+            raise ValueError(f"line_search must be 'auto', None, 'armijo' or 'nonmonotone', got {line_search!r}")
         for label, val in (("armijo_c1", armijo_c1), ("armijo_shrink", armijo_shrink)):
-            if not isinstance(val, numbers.Real) or not 0 < val < 1:
+            if isinstance(val, bool) or not isinstance(val, numbers.Real) or not 0 < val < 1:
                 raise ValueError(f"{label} must be a number in (0, 1), got {val!r}")
+        if check_count("memory", memory) < 1:
+            raise ValueError(f"memory must be a positive integer, got {memory!r}")
+        if metric is not None and not isinstance(metric, Metric):
+            raise TypeError(f"metric must be a Metric, got {type(metric).__name__}")
         if line_search == "auto":
-            line_search = "armijo" if step_size is None else None
-        if step_size is None:
-            step_size = 1.0
-        elif not callable(step_size):
+            line_search = "nonmonotone" if step_size is None else None
+        if step_size is not None and not callable(step_size):
             step_at(step_size, 1)  # validate early
         self.step_size, self.update, self.line_search = step_size, update, line_search
-        self.armijo_c1, self.armijo_shrink = armijo_c1, armijo_shrink
+        self.armijo_c1, self.armijo_shrink, self.memory = armijo_c1, armijo_shrink, int(memory)
         self.metric = metric
 
     def minimize(self, manifold: Manifold, cost, x0, **kwargs):
@@ -88,8 +106,23 @@ class GradientDescent(Solver):
     def _move(self, manifold: Manifold, x: Any, v):
         return manifold.exp(x, v) if self.update == "exp" else manifold.retract(x, v)
 
+    def _setup(self, manifold: Manifold, cost: Callable, x: Any) -> None:
+        self._recent = deque(maxlen=self.memory if self.line_search == "nonmonotone" else 1)
+        self._previous = None  # (differential components, step components, <s, s>) of the last step
+
+    def _barzilai_borwein(self, it: Iterate) -> float:
+        """:math:`\\langle s, s\\rangle / (df_k - df_{k-1})(s)`, or 1 without a previous step or positive curvature."""
+        if self._previous is None:
+            return 1.0
+        df_old, s, ss = self._previous
+        curvature = float(B.to_numpy(_tree.tree_vdot(it.differential.components, s))) - \
+            float(B.to_numpy(_tree.tree_vdot(df_old, s)))
+        if not (curvature > 0 and math.isfinite(curvature)):
+            return 1.0
+        return min(max(ss / curvature, 1e-20), 1e20)
+
     def _step(self, manifold: Manifold, cost: Callable, it: Iterate, k: int) -> Step:
-        alpha = step_at(self.step_size, k)
+        alpha = self._barzilai_borwein(it) if self.step_size is None else step_at(self.step_size, k)
         direction = -it.gradient
         geodesic_errors = self._geodesic_errors()
         if self.line_search is None:
@@ -105,11 +138,14 @@ class GradientDescent(Solver):
             except (ValueError, ArithmeticError) + geodesic_errors:  # a trial point that cannot be reached
                 return float("inf")
 
-        alpha, _, evals = armijo(phi, it.fun, -it.grad_norm ** 2, alpha,
+        self._recent.append(it.fun)
+        alpha, _, evals = armijo(phi, max(self._recent), -it.grad_norm ** 2, alpha,
                                  shrink=self.armijo_shrink, c1=self.armijo_c1)
         if alpha == 0.0:
             return Step(it.x, nfev=evals, failed="line search found no decrease (the gradient may be "
                                                   "inaccurate or the point is already optimal to precision)")
+        s = _tree.tree_map(lambda t: alpha * t, direction.components)
+        self._previous = (it.differential.components, s, (alpha * it.grad_norm) ** 2)
         return Step(self._move(manifold, it.x, alpha * direction), step_size=alpha * it.grad_norm,
                     nfev=evals, extra={"alpha": alpha})
 

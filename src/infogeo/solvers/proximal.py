@@ -55,7 +55,7 @@ class ProximalPoint(Solver):
         from .trust_region import TrustRegion
         if k == 1:  # the scale of the gradients of this run: the first one
             self._gradient_scale = max(1.0, it.grad_norm)
-        return TrustRegion(grad_tol=1e-12 * self._gradient_scale, max_iter=200)
+        return TrustRegion(grad_tol=1e-12, grad_scale=self._gradient_scale, max_iter=200)
 
     def _step(self, manifold: Manifold, cost: Callable, it: Iterate, k: int) -> Step:
         anchor = it.x
