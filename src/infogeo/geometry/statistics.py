@@ -20,9 +20,10 @@ forms are used where they exist: one point, two points (the geodesic at
 (do Carmo 1992, Ch. 2): the field :math:`V(t)` with
 :math:`\dot V^k + \Gamma^k_{ij}(\gamma)\dot\gamma^iV^j = 0`.  It preserves
 inner products.  Generic: the geodesic and the field are integrated together
-(DOP853) from :math:`\dot\gamma(0) = \log_p q`, with the Christoffel symbols of
-:func:`infogeo.geometry.geodesics.christoffel` (autodiff of the metric);
-closed forms registered with :func:`register_transport` replace it.
+(DOP853) from :math:`\dot\gamma(0) = \log_p q`, the connection terms
+contracted with the velocities through two JVPs and one VJP of the metric per step (autodiff, the
+symbols themselves are never formed; :func:`infogeo.geometry.geodesics.christoffel` gives them for
+inspection); closed forms registered with :func:`register_transport` replace it.
 """
 from __future__ import annotations
 
@@ -122,7 +123,7 @@ def _transport_ode(M: Any, p: Any, q: Any, v: Any):
     """One transport by integrating the geodesic and the parallel field together (numpy)."""
     from scipy.integrate import solve_ivp
 
-    from .geodesics import GeodesicError, christoffel
+    from .geodesics import GeodesicError
 
     metric = M.metric
     pn = np.asarray(B.to_numpy(p), dtype=float)
@@ -138,9 +139,9 @@ def _transport_ode(M: Any, p: Any, q: Any, v: Any):
 
     def rhs(_t, y):
         budget.tick()
-        x, xd, V = y[:d], y[d:2 * d], y[2 * d:]
-        G = np.asarray(B.to_numpy(christoffel(metric, B.array(x))), dtype=float)
-        out = np.concatenate([xd, -np.einsum("kij,i,j->k", G, xd, xd), -np.einsum("kij,i,j->k", G, xd, V)])
+        x, xd, V = (B.array(a) for a in (y[:d], y[d:2 * d], y[2 * d:]))
+        acc, turn = _connection(metric, x, xd, V)
+        out = np.concatenate([y[d:2 * d], -acc, -turn])
         if not np.all(np.isfinite(out)):
             raise GeodesicError("parallel transport: the geodesic left the domain of the metric")
         return out
@@ -155,6 +156,24 @@ def _transport_ode(M: Any, p: Any, q: Any, v: Any):
     if miss > 1e-6:
         raise GeodesicError(f"parallel transport: the integrated geodesic ends {miss:.3g} (relative) away from q")
     return B.array(end[2 * d:], like=q)
+
+
+def _connection(metric: Any, x: Any, u: Any, w: Any):
+    r""":math:`\Gamma(x)[u, u]` and :math:`\Gamma(x)[u, w]` (numpy) from two JVPs and one VJP of the metric.
+
+    :math:`\Gamma[u, w] = \tfrac12 G^{-1}\big(\partial G[u]\,w + \partial G[w]\,u - \nabla_x(u^TG(x)w)\big)`
+    (the Christoffel symbols of the second kind contracted, never formed).
+    """
+    G, pull = B.vjp(metric.matrix, x)
+    dGu = B.jvp(metric.matrix, x, u)[1]
+    dGw = B.jvp(metric.matrix, x, w)[1]
+    un, wn = np.asarray(B.to_numpy(u), dtype=float), np.asarray(B.to_numpy(w), dtype=float)
+    g_uu = np.asarray(B.to_numpy(pull(B.array(np.outer(un, un)))), dtype=float)
+    g_uw = np.asarray(B.to_numpy(pull(B.array(np.outer(un, wn)))), dtype=float)
+    Gn, dGu, dGw = (np.asarray(B.to_numpy(a), dtype=float) for a in (G, dGu, dGw))
+    rhs = np.stack([dGu @ un - 0.5 * g_uu, 0.5 * (dGu @ wn + dGw @ un - g_uw)], axis=1)
+    out = np.linalg.solve(Gn, rhs)
+    return out[:, 0], out[:, 1]
 
 
 # ---------------------------------------------------------------- Fréchet mean
