@@ -87,7 +87,7 @@ class StrategyParameters:
     def default(cls, dim: int, popsize: Optional[int] = None, *, diagonal: bool = False,
                 c_m: float = 1.0, c_mu: Optional[float] = None, active: bool = True,
                 free_entries: Optional[int] = None) -> "StrategyParameters":
-        """The published defaults (see the module docstring); ``c_mu`` overrides the rank-mu rate.
+        r"""The published defaults (see the module docstring); ``c_mu`` overrides the rank-mu rate.
 
         ``free_entries``: the number of free covariance parameters of a sub-model (a precision
         pattern); the rates grow by :math:`\max(1, \tfrac{d + 2}{3}\,d/m)`, the diagonal family's
