@@ -100,7 +100,7 @@ def run(out: Path | str = "figures", quick: bool = False, seed: int = 0) -> Dict
     logger.info("wrote %s", fig_mean)
 
     # -- geodesic k-means
-    X, truth = _members(G, rng, 4 if quick else 7)
+    X, truth = _members(G, rng, 3 if quick else 7)
     km = ig.stats.KMeans(G, 3, seed=seed, n_init=1 if quick else 3).fit(X)
     # agreement with the prototypes, up to renaming the clusters
     agree = sum(np.max(np.bincount(km.labels_[truth == k], minlength=3)) for k in range(3)) / len(X)

@@ -38,6 +38,7 @@ def test_nn_digits_example_trains_and_draws(tmp_path):
     assert res["autoencoder_kfac_loss"] < 0.85 * min(res["autoencoder_adam_loss"], res["autoencoder_sgd_loss"])
 
 
+@pytest.mark.slow   # full-Gaussian logs by geodesic shooting: about 15 s of CPU
 def test_gaussian_statistics_example_means_and_clusters(tmp_path):
     pytest.importorskip("matplotlib")
     import numpy as np

@@ -68,6 +68,7 @@ def test_transport_there_and_back_and_around_a_loop(name):
     np.testing.assert_allclose(float(M.metric.norm(w)), float(M.metric.norm(v)), rtol=1e-8)
 
 
+@pytest.mark.slow   # four ODE transports with autodiff connection terms: about 5 s
 def test_ode_transport_of_the_full_gaussian_keeps_inner_products():
     M = ig.Gaussian(2)
     p, q, rng = _pair(M, 3)
