@@ -55,6 +55,18 @@ def _members(G, rng, n):
     return np.stack(pts), np.array(labels)
 
 
+def _save(fig, axes, path: Path) -> Path:
+    """Label the axes of the sample space, write the figure and close it."""
+    import matplotlib.pyplot as plt
+    for a in axes:
+        a.set_xlabel("$x_1$")
+        a.set_ylabel("$x_2$")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    logger.info("wrote %s", path)
+    return path
+
+
 def run(out: Path | str = "figures", quick: bool = False, seed: int = 0) -> Dict[str, Any]:
     import matplotlib
     matplotlib.use("Agg")
@@ -91,13 +103,7 @@ def run(out: Path | str = "figures", quick: bool = False, seed: int = 0) -> Dict
                           label="Fréchet mean of the two ends")
     axes[1].legend(loc="upper right", fontsize=8)
     axes[1].set_title("the geodesic from left to right; its midpoint is the mean of its ends")
-    for a in axes:
-        a.set_xlabel("$x_1$")
-        a.set_ylabel("$x_2$")
-    fig_mean = out / "gaussian_statistics_mean.png"
-    fig.savefig(fig_mean, dpi=110)
-    plt.close(fig)
-    logger.info("wrote %s", fig_mean)
+    fig_mean = _save(fig, axes, out / "gaussian_statistics_mean.png")
 
     # -- geodesic k-means
     X, truth = _members(G, rng, 3 if quick else 7)
@@ -109,12 +115,7 @@ def run(out: Path | str = "figures", quick: bool = False, seed: int = 0) -> Dict
     ig.viz.plot_gaussians(G, X, ax=ax, color=colors, linewidth=0.9, alpha=0.8)
     ig.viz.plot_gaussians(G, km.cluster_centers_, ax=ax, color=[f"C{k}" for k in range(3)], linewidth=3.0)
     ax.set_title(f"geodesic k-means of {len(X)} Gaussians (thick: centres), inertia {km.inertia_:.2f}")
-    ax.set_xlabel("$x_1$")
-    ax.set_ylabel("$x_2$")
-    fig_km = out / "gaussian_statistics_kmeans.png"
-    fig.savefig(fig_km, dpi=110)
-    plt.close(fig)
-    logger.info("wrote %s", fig_km)
+    fig_km = _save(fig, [ax], out / "gaussian_statistics_kmeans.png")
     return {"figures": [str(fig_mean), str(fig_km)], "mean": mean, "mean_info": info, "average": average,
             "midpoint_error": mid_error, "labels": km.labels_, "truth": truth, "agreement": float(agree),
             "inertia": km.inertia_, "centres": km.cluster_centers_, "points": X, "six": six}

@@ -50,7 +50,7 @@ from ..geometry import points as _points
 from ..geometry.charts import Chart, per_point
 from ._inputs import numpy_only
 from ._vech import _check_spd, _cov_of_t, _outer
-from .gaussian import LOG2PI, Gaussian, _mv
+from .gaussian import FullGaussian, Gaussian, _mv
 
 __all__ = ["GaussianGraphical", "covariance_selection", "DEFAULT_BUDGET"]
 
@@ -316,9 +316,9 @@ class GaussianGraphical(Gaussian):
         return self.from_chart(np.concatenate([mu, self.free.take(L)]), "standard")
 
     # --------------------------------------------------------------- family
-    def log_partition(self, theta):
-        h, L = self._natural_parts(theta)
-        return 0.5 * B.sum(h * B.solve(L, h), axis=-1) - 0.5 * B.slogdet(L)[1] + 0.5 * self.d * LOG2PI
+    # the full family's formulas, on the precision rebuilt from the free entries (_natural_parts)
+    log_partition = FullGaussian.log_partition
+    in_natural_domain = FullGaussian.in_natural_domain
 
     def moments(self, theta):
         h, L = self._natural_parts(theta)
@@ -329,13 +329,6 @@ class GaussianGraphical(Gaussian):
     def sufficient_statistics(self, x):
         x = np.asarray(B.to_numpy(x), dtype=float).reshape(-1, self.d)
         return np.concatenate([x, x[:, self.free.i] * x[:, self.free.j]], axis=1)
-
-    def in_natural_domain(self, theta):
-        try:
-            np.linalg.cholesky(B.to_numpy(self._natural_parts(theta)[1]))
-        except np.linalg.LinAlgError:
-            return False
-        return True
 
     def fisher_natural(self, theta):
         r""":math:`\mathrm{Cov}[t(x)]`: the full family's natural-chart Fisher restricted to the free coordinates."""
