@@ -207,3 +207,15 @@ def test_frechet_mean_batches_torch_and_errors():
         M.frechet_mean(X[0], method="gradient", max_iter=1, tol=1e-15)
     m, info = M.frechet_mean(X[0], method="gradient", max_iter=1, tol=1e-15, return_info=True)
     assert not info.success and info.status == 1 and np.isfinite(info.fun)
+
+
+@pytest.mark.slow   # the ODE transport of a graphical model (generic geodesics): about 7 s
+def test_transport_in_a_gaussian_graphical_model_keeps_inner_products():
+    P = np.array([[1, 1, 0], [1, 1, 1], [0, 1, 1]], bool)
+    G = ig.Gaussian(3, precision_pattern=P).in_chart("natural")
+    rng = np.random.default_rng(11)
+    p = G.random_point(rng)
+    q = G.natural_point(G.to_natural(p) + 0.1 * rng.standard_normal(G.dim))
+    u, v = (G.vector(p, rng.standard_normal(G.dim)) for _ in range(2))
+    tu, tv = G.transport(p, q, u), G.transport(p, q, v)
+    np.testing.assert_allclose(float(G.metric.inner(tu, tv)), float(G.metric.inner(u, v)), rtol=1e-8)

@@ -140,6 +140,21 @@ def test_fit_on_a_decomposable_graph_has_lauritzens_closed_form():
     np.testing.assert_allclose(B.to_numpy(Gaussian_(CHAIN).precision(Gaussian_(CHAIN).fit(X))), ref, rtol=1e-10)
 
 
+def test_warm_start_gives_the_same_selection_in_fewer_steps():
+    rng = np.random.default_rng(4)
+    d = 12
+    band = np.abs(np.subtract.outer(np.arange(d), np.arange(d))) <= 1
+    S = np.cov(rng.standard_normal((60, d)).T)
+    L0 = covariance_selection(S, band)
+    S2 = S + 1e-3 * np.cov(rng.standard_normal((60, d)).T)
+    cold, info_cold = covariance_selection(S2, band, return_info=True)
+    warm, info_warm = covariance_selection(S2, band, start=L0, return_info=True)
+    np.testing.assert_allclose(warm, cold, rtol=1e-10, atol=1e-13)
+    assert info_warm["nit"] < info_cold["nit"]
+    # a start that is not positive definite is ignored
+    np.testing.assert_allclose(covariance_selection(S2, band, start=-np.eye(d)), cold, rtol=1e-10, atol=1e-13)
+
+
 def test_full_pattern_is_the_full_gaussian_mle():
     rng = np.random.default_rng(3)
     X = rng.standard_normal((30, 3))

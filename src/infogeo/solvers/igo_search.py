@@ -143,7 +143,7 @@ class IGOSearch:
             raise ValueError(f"popsize must be >= 2, got {popsize}")
         n = m.size
         self.dim, self.diagonal = n, covariance == "diagonal"
-        self._submodel = None
+        self._submodel, self._precision = None, None
         if precision_pattern is not None:
             if self.diagonal:
                 raise ValueError('precision_pattern= is a sub-model of covariance="full"; the diagonal family '
@@ -204,7 +204,10 @@ class IGOSearch:
         to the sub-model's statistics, mapped back by its mean chart: the m-projection of the updated Gaussian.
         """
         from ..statistical.gaussian_graphical import covariance_selection
-        return np.linalg.inv(covariance_selection(C, self._submodel.precision_pattern))
+        # warm start from the last precision: C moves by O(c_1 + c_mu) per iteration
+        L = covariance_selection(C, self._submodel.precision_pattern, start=self._precision)
+        self._precision = L
+        return np.linalg.inv(L)
 
     def _decompose(self) -> None:
         """:math:`C = B\\,\\mathrm{diag}(D^2)B^T` (for the diagonal family :math:`B = I`, :math:`D = \\sqrt C`)."""

@@ -120,7 +120,7 @@ def _hessian(Sigma, free: _Free):
 
 
 def covariance_selection(S: Any, pattern: Any, *, tol: float = 1e-12, budget: Optional[Budget] = None,
-                         return_info: bool = False):
+                         start: Any = None, return_info: bool = False):
     r"""The precision :math:`\Lambda` with zeros off ``pattern`` whose inverse matches ``S`` on the pattern.
 
     Solves Dempster's (1972) covariance-selection problem
@@ -145,6 +145,9 @@ def covariance_selection(S: Any, pattern: Any, *, tol: float = 1e-12, budget: Op
         pattern is below ``tol`` (relative, scale-free).
     budget : Budget, optional
         Newton iterations and wall time (default :data:`DEFAULT_BUDGET`).
+    start : (d, d) array, optional
+        A precision with the pattern to start from (a warm start, e.g. the previous solution when
+        ``S`` changes a little); ignored unless symmetric positive definite.  Default: the diagonal.
     return_info : bool
         Also return ``{"nit": ..., "residual": ...}``.
 
@@ -183,6 +186,15 @@ def covariance_selection(S: Any, pattern: Any, *, tol: float = 1e-12, budget: Op
         "covariance selection (damped Newton)", f"d = {d}, {free.m} free entries",
         "a larger Budget(max_iter=..., max_time=...) via budget=, or a better-conditioned S")
     c = free.natural_from_precision(np.eye(d))
+    if start is not None:
+        L0 = np.asarray(B.to_numpy(start), dtype=float)
+        if L0.shape == (d, d) and np.all(np.isfinite(L0)):
+            L0 = L0 / scale[:, None] / scale[None, :]      # the precision of the unit-diagonal problem
+            try:
+                np.linalg.cholesky(free.precision_from_natural(free.natural_from_precision(L0)))
+                c = free.natural_from_precision(L0)
+            except np.linalg.LinAlgError:
+                pass
     nit = 0
     while True:
         L = free.precision_from_natural(c)
