@@ -36,3 +36,16 @@ def test_nn_digits_example_trains_and_draws(tmp_path):
     # the autoencoder: K-FAC leaves the mean-image plateau (about 27) that Adam and SGD still sit on
     assert res["autoencoder_kfac_loss"] < 0.5 * res["autoencoder_kfac_initial_loss"]
     assert res["autoencoder_kfac_loss"] < 0.85 * min(res["autoencoder_adam_loss"], res["autoencoder_sgd_loss"])
+
+
+@pytest.mark.slow   # full-Gaussian logs by geodesic shooting: about 15 s of CPU
+def test_gaussian_statistics_example_means_and_clusters(tmp_path):
+    pytest.importorskip("matplotlib")
+    import numpy as np
+    res = load("gaussian_statistics").main(["--quick", "--out", str(tmp_path)])
+    assert [Path(f).name for f in res["figures"]] == ["gaussian_statistics_mean.png", "gaussian_statistics_kmeans.png"]
+    assert all(Path(f).stat().st_size > 10_000 for f in res["figures"])
+    assert res["mean_info"].success and res["midpoint_error"] < 1e-8
+    # the Fisher-Rao mean is not the average of the parameters
+    assert np.max(np.abs(res["mean"] - res["average"])) > 0.05
+    assert res["agreement"] == 1.0

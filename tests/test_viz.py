@@ -188,3 +188,21 @@ def test_legends_sit_outside_the_data(M):
     plt.gcf().canvas.draw()
     legend = ax.get_legend().get_window_extent()
     assert legend.x0 >= ax.get_window_extent().x1  # right of the axes, over no curve
+
+
+def test_plot_gaussians_draws_the_covariance_ellipses():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    G = ig.Gaussian(2)
+    P = np.stack([G.point(mean=[0.0, 1.0], cov=[[2.0, 0.5], [0.5, 1.0]]), G.point(mean=[3.0, 0.0], cov=np.eye(2))])
+    fig, axes = plt.subplots(1, 2)
+    ax = ig.viz.plot_gaussians(G, P, ax=axes[1], n_std=2.0, color=["C0", "C1"])
+    assert ax is axes[1] and len(axes[0].lines) == 0
+    np.testing.assert_allclose(ax.infogeo_data["covs"][0], [[2.0, 0.5], [0.5, 1.0]])
+    x, y = ax.lines[0].get_data()
+    d = np.stack([x, y], axis=1) - [0.0, 1.0]
+    np.testing.assert_allclose(np.einsum("ni,ij,nj->n", d, np.linalg.inv([[2.0, 0.5], [0.5, 1.0]]), d), 4.0)
+    plt.close(fig)
+    with pytest.raises(ValueError, match="sample_dim"):
+        ig.viz.plot_gaussians(ig.Gaussian(1), [0.0, 1.0])

@@ -4,13 +4,13 @@ Manifolds, metrics (closed form, by pullback, from divergences), explicit
 vectors and covectors, and solvers whose every step is
 ``differential -> sharp -> retract``.
 """
-from . import backend, divergences, linalg, solvers
+from . import backend, divergences, linalg, solvers, stats
 from .divergences import Bregman, Divergence, SquaredEuclidean
 from .geometry import (Covector, DampedMetric, DivergenceMetric, Euclidean, EuclideanMetric, Manifold,
                        MatrixMetric, Metric, PullbackMetric, TangentVector, metric_from_divergence, pullback)
 from .linalg import NotPositiveDefiniteError
 from .statistical import (Bernoulli, Categorical, ExponentialFamily, Gaussian,  # statistical manifolds
-                          IndependenceModel)
+                          GaussianGraphical, IndependenceModel)
 
 __version__ = "0.1.0"
 
@@ -33,10 +33,10 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["backend", "divergences", "linalg", "solvers",
+__all__ = ["backend", "divergences", "linalg", "solvers", "stats",
            "Manifold", "Euclidean", "Metric", "EuclideanMetric", "MatrixMetric", "DampedMetric",
            "PullbackMetric", "DivergenceMetric", "metric_from_divergence", "pullback",
            "TangentVector", "Covector", "Divergence", "SquaredEuclidean", "Bregman",
            "NotPositiveDefiniteError",
-           "ExponentialFamily", "Gaussian", "Categorical", "Bernoulli", "IndependenceModel"]
+           "ExponentialFamily", "Gaussian", "GaussianGraphical", "Categorical", "Bernoulli", "IndependenceModel"]
 

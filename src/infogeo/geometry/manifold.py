@@ -227,6 +227,26 @@ class Manifold:
             components = self._check_vector(x, v, "geodesic")
         return self.metric.geodesic(x, components)
 
+    # ------------------------------------------------------------- statistics
+    def frechet_mean(self, points: Any, weights: Any = None, **options: Any):
+        r"""The weighted Fréchet mean :math:`\arg\min_x \sum_i w_i d(x, p_i)^2` of ``points`` (shape ``(n, dim)``).
+
+        Closed forms where they exist, else Riemannian gradient descent with a budget; see
+        :func:`infogeo.geometry.statistics.frechet_mean` for the options (``x0``, ``tol``, ``max_iter``,
+        ``max_time``, ``method``, ``return_info``).
+        """
+        from . import statistics
+        return statistics.frechet_mean(self, points, weights, **options)
+
+    def transport(self, p: Any, q: Any, v: TangentVector) -> TangentVector:
+        """Parallel transport of the tangent vector ``v`` at ``p`` along the geodesic to ``q``: a vector at ``q``.
+
+        Closed forms where they exist, else the ODE of the Levi-Civita connection
+        (:func:`infogeo.geometry.statistics.transport`); inner products are preserved.
+        """
+        from . import statistics
+        return statistics.transport(self, p, q, v)
+
 
 def _scalar_valued(f: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """``f`` with its value checked to be one real number (autodiff's own errors do not name the cost)."""

@@ -85,8 +85,14 @@ class StrategyParameters:
 
     @classmethod
     def default(cls, dim: int, popsize: Optional[int] = None, *, diagonal: bool = False,
-                c_m: float = 1.0, c_mu: Optional[float] = None, active: bool = True) -> "StrategyParameters":
-        """The published defaults (see the module docstring); ``c_mu`` overrides the rank-mu rate."""
+                c_m: float = 1.0, c_mu: Optional[float] = None, active: bool = True,
+                free_entries: Optional[int] = None) -> "StrategyParameters":
+        r"""The published defaults (see the module docstring); ``c_mu`` overrides the rank-mu rate.
+
+        ``free_entries``: the number of free covariance parameters of a sub-model (a precision
+        pattern); the rates grow by :math:`\max(1, \tfrac{d + 2}{3}\,d/m)`, the diagonal family's
+        factor for its :math:`m = d`.
+        """
         n = int(dim)
         if n < 1:
             raise ValueError(f"dim must be a positive integer, got {dim}")
@@ -101,8 +107,8 @@ class StrategyParameters:
         c_c = (4 + mueff / n) / (n + 4 + 2 * mueff / n)
         c_1 = 2 / ((n + 1.3) ** 2 + mueff)
         cmu = min(1 - c_1, 2 * (0.25 + mueff + 1 / mueff - 2) / ((n + 2) ** 2 + mueff))
-        if diagonal:  # d free variances instead of d(d+1)/2 entries
-            scale = (n + 2) / 3
+        if diagonal or free_entries is not None:  # fewer free entries than d(d+1)/2: larger rates
+            scale = (n + 2) / 3 if diagonal else max(1.0, (n + 2) / 3 * n / int(free_entries))
             c_1 = min(1.0, c_1 * scale)
             cmu = min(1 - c_1, cmu * scale)
         if c_mu is not None:

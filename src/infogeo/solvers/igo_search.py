@@ -107,6 +107,11 @@ class IGOSearch:
         Termination tolerances (defaults as in the ``cma`` package).
     nofinite : int
         Stop after this many consecutive iterations without any finite value.
+    precision_pattern : (d, d) boolean array, optional
+        Search in the Gaussian graphical model with these free precision entries
+        (:class:`~infogeo.statistical.gaussian_graphical.GaussianGraphical`): after each update
+        :math:`C` is replaced by the covariance of the sub-model that matches it on the pattern
+        (the IGO step of the sub-model), and the learning rates grow with the fewer free entries.
 
     Examples
     --------
@@ -124,7 +129,7 @@ class IGOSearch:
                  c_mu: Optional[float] = None, active: bool = True, tolfun: float = 1e-11,
                  tolfunhist: float = 1e-12, tolx: float = 1e-11, tolconditioncov: float = 1e14,
                  tolstagnation: Optional[int] = None, tolupsigma: float = 1e20, tolflatfitness: int = 1,
-                 nofinite: int = 10, verbose: Any = False):
+                 nofinite: int = 10, verbose: Any = False, precision_pattern: Any = None):
         m = np.array(B.to_numpy(B.array(x0)), dtype=float).reshape(-1)
         if m.size < 1 or not np.all(np.isfinite(m)):
             raise ValueError(f"x0 must be a non-empty finite vector, got {m.tolist()}")
@@ -138,7 +143,16 @@ class IGOSearch:
             raise ValueError(f"popsize must be >= 2, got {popsize}")
         n = m.size
         self.dim, self.diagonal = n, covariance == "diagonal"
-        self.sp = StrategyParameters.default(n, popsize, diagonal=self.diagonal, c_m=c_m, c_mu=c_mu, active=active)
+        self._submodel, self._precision = None, None
+        if precision_pattern is not None:
+            if self.diagonal:
+                raise ValueError('precision_pattern= is a sub-model of covariance="full"; the diagonal family '
+                                 "is the pattern with no off-diagonal entry")
+            from ..statistical import Gaussian
+            self._submodel = Gaussian(n, precision_pattern=precision_pattern)
+        free = None if self._submodel is None else self._submodel.free.m
+        self.sp = StrategyParameters.default(n, popsize, diagonal=self.diagonal, c_m=c_m, c_mu=c_mu, active=active,
+                                             free_entries=free)
         self.popsize, self.sampling = self.sp.popsize, sampling
         self.mean, self.sigma, self.sigma0 = m, float(sigma0), float(sigma0)
         self.C = self._initial_cov(cov0)
@@ -169,6 +183,8 @@ class IGOSearch:
         if cov0 is None:
             return np.ones(n) if self.diagonal else np.eye(n)
         C = np.array(B.to_numpy(B.array(cov0)), dtype=float)
+        if self._submodel is not None and C.shape == (n, n):
+            C = self._project(C)   # into the sub-model
         want = (n,) if self.diagonal else (n, n)
         if C.shape != want:
             raise ValueError(f"cov0 must have shape {want} for covariance="
@@ -180,6 +196,18 @@ class IGOSearch:
             if not np.allclose(C, C.T) or np.linalg.eigvalsh(C).min() <= 0:
                 raise ValueError("cov0 must be symmetric positive definite")
         return C.copy()
+
+    def _project(self, C: np.ndarray) -> np.ndarray:
+        r"""The covariance of the sub-model that matches ``C`` on the precision pattern (covariance selection).
+
+        The IGO step in a sub-model cut out by zero natural parameters is the full step's moments restricted
+        to the sub-model's statistics, mapped back by its mean chart: the m-projection of the updated Gaussian.
+        """
+        from ..statistical.gaussian_graphical import covariance_selection
+        # warm start from the last precision: C moves by O(c_1 + c_mu) per iteration
+        L = covariance_selection(C, self._submodel.precision_pattern, start=self._precision)
+        self._precision = L
+        return np.linalg.inv(L)
 
     def _decompose(self) -> None:
         """:math:`C = B\\,\\mathrm{diag}(D^2)B^T` (for the diagonal family :math:`B = I`, :math:`D = \\sqrt C`)."""
@@ -207,6 +235,8 @@ class IGOSearch:
     def distribution(self):
         """``(family, point)``: the search distribution as a point of infogeo's Gaussian family."""
         from ..statistical import Gaussian
+        if self._submodel is not None:
+            return self._submodel, self._submodel.project(self.mean, self.cov)
         family = Gaussian(self.dim, covariance="diagonal" if self.diagonal else "full")
         return family, family.point(mean=self.mean, cov=self.cov)
 
@@ -271,6 +301,8 @@ class IGOSearch:
         _, rank_one = rank_mu_step(zero, self.C, self.p_c[None], np.ones(1))  # p_c p_c^T - C
         self.C = (self.C + sp.c_1 * (rank_one + delta_h * self.C)
                   + sp.c_mu * (rank_mu + (w_circ.sum() - w.sum()) * self.C))
+        if self._submodel is not None:
+            self.C = self._project(self.C)
         self.sigma *= math.exp(min(1.0, cs / sp.d_sigma * (ps_norm / sp.chi_n - 1)))
         # flat fitness: enlarge the step size (tutorial, B.3)
         k = min(lam - 1, int(math.ceil(0.1 + lam / 4)))

@@ -96,6 +96,9 @@ class StochasticRelaxation(Solver):
         All randomness comes from this (runs are reproducible).
     min_sigma : float
         ``tolx``: a run stops when the search distribution is narrower than this in every coordinate.
+    precision_pattern : (d, d) boolean array, optional
+        Search in the Gaussian graphical model with these free precision entries (zeros elsewhere):
+        fewer covariance parameters when the function's interactions are sparse (banded, blocks).
     **kwargs
         ``max_iter``, ``verbose``, ``callback`` as for every solver.
 
@@ -113,7 +116,7 @@ class StochasticRelaxation(Solver):
                  lr_mean: float = 1.0, lr_cov: Optional[float] = None, covariance: str = "full",
                  sampling: str = "orthogonal", restarts: int = 0, restart_strategy: str = "ipop", max_evals: int = 100_000,
                  f_target: Optional[float] = None, seed: Any = None, min_sigma: float = 1e-11,
-                 **kwargs: Any):
+                 precision_pattern: Any = None, **kwargs: Any):
         kwargs.setdefault("max_iter", 10**9)
         super().__init__(**kwargs)
         if not sigma0 > 0:
@@ -126,6 +129,7 @@ class StochasticRelaxation(Solver):
         self.covariance, self.restarts, self.restart_strategy = covariance, restarts, restart_strategy
         self.sampling = sampling
         self.max_evals, self.f_target, self.seed, self.min_sigma = int(max_evals), f_target, seed, min_sigma
+        self.precision_pattern = precision_pattern
 
     def minimize(self, f: Callable[[np.ndarray], Any], x0: Any, **_: Any) -> OptimizeResult:  # type: ignore[override]
         if self.verbose:
@@ -134,4 +138,5 @@ class StochasticRelaxation(Solver):
                             popsize=self.population, covariance=self.covariance, max_evals=self.max_evals,
                             f_target=self.f_target, seed=self.seed, callback=self.callback,
                             max_iter=self.max_iter, verbose=self.verbose, c_m=self.lr_mean, c_mu=self.lr_cov,
-                            tolx=self.min_sigma, sampling=self.sampling)
+                            tolx=self.min_sigma, sampling=self.sampling,
+                            **({} if self.precision_pattern is None else {"precision_pattern": self.precision_pattern}))

@@ -12,6 +12,8 @@ from .fisher import ClosedGeodesics, FisherMetric
 from .gaussian import FullGaussian, Gaussian
 from .gaussian_diagonal import DiagonalGaussian, UnivariateGaussian
 from .gaussian_special import FixedCovarianceGaussian, ZeroMeanGaussian
+from .gaussian_graphical import GaussianGraphical
+from . import closed_statistics  # noqa: F401,E402  (registers the closed-form transports and means)
 
 
 def __getattr__(name: str):
@@ -23,4 +25,4 @@ def __getattr__(name: str):
 
 __all__ = ["Chart", "ClosedGeodesics", "ExponentialFamily", "FisherMetric", "FiniteFamily", "Bernoulli", "Categorical",
            "IndependenceModel", "Gaussian", "UnivariateGaussian", "DiagonalGaussian", "FullGaussian",
-           "FixedCovarianceGaussian", "ZeroMeanGaussian", "GaussianShootingError"]
+           "FixedCovarianceGaussian", "ZeroMeanGaussian", "GaussianGraphical", "GaussianShootingError"]

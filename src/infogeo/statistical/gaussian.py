@@ -83,6 +83,9 @@ class Gaussian(ExponentialFamily):
     cov : array, optional
         The fixed covariance for ``covariance="fixed"``.
     chart : {"standard", "natural", "mean"}
+    precision_pattern : (dim, dim) boolean array, optional
+        Zeros fixed in the precision matrix (``False`` entries): a Gaussian graphical model,
+        :class:`~infogeo.statistical.gaussian_graphical.GaussianGraphical`.
 
     Examples
     --------
@@ -92,7 +95,11 @@ class Gaussian(ExponentialFamily):
     1.189380931
     """
 
-    def __new__(cls, dim: int = 1, covariance: str = "full", cov: Any = None, chart: Optional[str] = None):
+    def __new__(cls, dim: int = 1, covariance: str = "full", cov: Any = None, chart: Optional[str] = None,
+                precision_pattern: Any = None):
+        if cls is Gaussian and precision_pattern is not None:   # a Gaussian graphical model
+            from .gaussian_graphical import GaussianGraphical
+            return super().__new__(GaussianGraphical)
         if cls is Gaussian:
             from .gaussian_diagonal import DiagonalGaussian, UnivariateGaussian
             from .gaussian_special import FixedCovarianceGaussian, ZeroMeanGaussian

@@ -78,6 +78,31 @@ class Observations:
         """Mean log-likelihood of a batch of observations (the sum divided by n); shape ``(...)`` for a batch ``p``."""
         return B.mean(self.log_prob(p, x), axis=-1)
 
+    def fit(self, data: Any, weights: Any = None):
+        r"""The maximum-likelihood point for the observations ``data`` (leading sample axis), in the current chart.
+
+        For an exponential family the likelihood equations are moment matching:
+        :math:`\hat\eta = \frac1n\sum_i t(x_i)` (weighted: :math:`\sum_i w_it(x_i)/\sum_i w_i`),
+        mapped from the mean chart (Amari & Nagaoka 2000, Sec. 2.8).  Raises ``ValueError`` when the
+        estimate does not exist (:math:`\hat\eta` on the boundary of the moment space: a Bernoulli
+        sample of all zeros, fewer Gaussian observations than dimensions).
+        """
+        t = np.asarray(B.to_numpy(self._statistics(data)[0]), dtype=float)
+        if weights is None:
+            eta = t.mean(axis=0)
+        else:
+            w = np.asarray(B.to_numpy(weights), dtype=float)
+            if w.shape != (len(t),) or not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
+                raise ValueError(f"weights must be {len(t)} finite non-negative numbers (one per observation) with "
+                                 f"a positive sum, got shape {w.shape}")
+            eta = w @ t / w.sum()
+        try:
+            return self.from_chart(eta, "mean")
+        except ValueError as exc:
+            raise ValueError(f"the maximum-likelihood estimate of {self.name} does not exist for these "
+                             f"observations: the mean of their sufficient statistics is not a point of the moment "
+                             f"space ({exc})") from None
+
     def sample(self, p: Any, n: int, rng: Optional[np.random.Generator] = None):
         """``n`` observations drawn from the distribution ``p`` (seeded by ``rng``).
 

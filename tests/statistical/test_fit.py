@@ -1,0 +1,67 @@
+"""fit(data): the maximum-likelihood point of every family is moment matching, against the textbook estimators."""
+import numpy as np
+import pytest
+
+import infogeo as ig
+
+B = ig.backend
+
+
+def test_gaussian_fits_are_the_sample_moments():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((300, 3)) @ rng.standard_normal((3, 3)) + rng.standard_normal(3)
+    mu, S = X.mean(0), np.cov(X.T, bias=True)
+    G = ig.Gaussian(3)
+    for chart in ("standard", "natural", "mean"):
+        Gc = G.in_chart(chart)
+        p = Gc.fit(X)
+        np.testing.assert_allclose(B.to_numpy(Gc.mean(p)), mu, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(B.to_numpy(Gc.cov(p)), S, rtol=1e-9, atol=1e-12)
+    D = ig.Gaussian(3, covariance="diagonal")
+    np.testing.assert_allclose(D.fit(X), np.concatenate([mu, X.var(0)]), rtol=1e-10)
+    U = ig.Gaussian(1)
+    np.testing.assert_allclose(U.fit(X[:, 0]), [X[:, 0].mean(), X[:, 0].var()], rtol=1e-10)
+    Z = ig.Gaussian(3, covariance="zero_mean")
+    np.testing.assert_allclose(B.to_numpy(Z.cov(Z.fit(X))), X.T @ X / len(X), rtol=1e-10)
+
+
+def test_fit_maximises_the_likelihood():
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((50, 2)) * [1.0, 3.0] + [2.0, -1.0]
+    G = ig.Gaussian(2)
+    p = G.fit(X)
+    best = float(G.log_likelihood(p, X))
+    for k in range(10):   # every nearby point is less likely
+        q = G.natural_point(G.to_natural(p) + 1e-3 * rng.standard_normal(G.dim))
+        assert float(G.log_likelihood(q, X)) < best
+
+
+def test_discrete_fits_are_frequencies():
+    rng = np.random.default_rng(2)
+    x = rng.integers(0, 4, 200)
+    C = ig.Categorical(4)
+    np.testing.assert_allclose(B.to_numpy(C.probs(C.fit(x))), np.bincount(x, minlength=4) / 200, rtol=1e-10)
+    b = rng.integers(0, 2, 50).astype(float)
+    np.testing.assert_allclose(ig.Bernoulli().fit(b), [b.mean()], rtol=1e-12)
+    S = rng.choice([-1.0, 1.0], size=(80, 3))
+    I = ig.IndependenceModel(3)
+    np.testing.assert_allclose(B.to_numpy(I.to_mean(I.fit(S))), S.mean(0), rtol=1e-10, atol=1e-12)
+
+
+def test_weighted_fit_is_the_fit_of_repeated_data():
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((20, 2))
+    G = ig.Gaussian(2)
+    reps = rng.integers(1, 4, 20)
+    np.testing.assert_allclose(G.fit(X, weights=reps), G.fit(np.repeat(X, reps, axis=0)), rtol=1e-10)
+
+
+def test_fit_refuses_what_has_no_maximum_likelihood_estimate():
+    with pytest.raises(ValueError, match="does not exist"):
+        ig.Bernoulli().fit(np.zeros(5))
+    with pytest.raises(ValueError, match="does not exist"):
+        ig.Gaussian(3).fit(np.random.default_rng(0).standard_normal((2, 3)))
+    with pytest.raises(ValueError, match="weights"):
+        ig.Gaussian(1).fit(np.arange(3.0), weights=[1.0, 1.0])
+    with pytest.raises(ValueError, match="NaN"):
+        ig.Gaussian(1).fit(np.array([1.0, np.nan]))
