@@ -152,7 +152,7 @@ class ParameterSpace(Manifold):
                 for n, t in list(self.model.named_parameters()) + list(self.model.named_buffers())}
         try:
             with torch.no_grad():
-                z = self._evaluate(self.batch.map(lambda a: a.to("meta")), meta)
+                z = self.evaluate(self.batch.map(lambda a: a.to("meta")), meta)
             if isinstance(z, torch.Tensor) and z.is_meta:
                 return z
         except Exception:  # data-dependent code, tensors held outside parameters and buffers, ...
@@ -188,9 +188,10 @@ class ParameterSpace(Manifold):
                     for b, t in m.named_buffers(recurse=False) if t is not None}
         if stateful:
             params = {**params, **stateful}
-        return self._evaluate(self.batch, params)
+        return self.evaluate(self.batch, params)
 
-    def _evaluate(self, batch: Batch, params: Params) -> Any:
+    def evaluate(self, batch: Batch, params: Params) -> Any:
+        """The outputs :math:`z` (``output_fn`` applied) of the model on ``batch`` with parameter values ``params``."""
         out = batch.call(self.model, params)
         return out if self.output_fn is None else self.output_fn(out)
 

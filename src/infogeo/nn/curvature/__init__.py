@@ -44,7 +44,9 @@ def build(space: Any, kind: str, method: str = "exact", *, samples: int = 1, tar
         if method == "exact":
             metric = space.metric
         else:
-            metric = NetworkMetric(space, FactorOutput(factor_fn(space.outputs)))
+            # the columns from the outputs of the very forward pass the Jacobian products use (a model's
+            # no-grad forward may take another path, e.g. the fused kernels of nn.TransformerEncoder)
+            metric = NetworkMetric(space, FactorOutput(factor_fn(space.metric.linearize().outputs)))
         if key == "dense":
             return Dense.build(space, metric)
         return Implicit(space.layout, metric, space.point, max_iter=options.get("max_iter", space.cg_max_iter),

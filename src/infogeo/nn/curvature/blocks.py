@@ -159,10 +159,13 @@ class KronBlock(Block):
     kind = "kfac"
 
     def __init__(self, weight: Optional[str], bias: Optional[str], wshape: Tuple[int, ...], A: torch.Tensor,
-                 G: torch.Tensor, inverse: str = "eigen"):
+                 G: torch.Tensor, inverse: str = "eigen", transposed: bool = False):
         if inverse not in self.INVERSES:
             raise ValueError(f"unknown K-FAC inverse {inverse!r}; expected one of {self.INVERSES}")
         self.weight, self.bias, self.wshape = weight, bias, tuple(wshape)
+        #: the weight is stored ``(in, out)`` (Hugging Face ``Conv1D``): :math:`W` is its transpose
+        self.transposed = bool(transposed)
+        self.out = self.wshape[1] if self.transposed else self.wshape[0]
         self.names = [n for n in (weight, bias) if n is not None]
         self.A, self.G = A, G
         self.inverse = inverse
@@ -173,21 +176,24 @@ class KronBlock(Block):
         return {"A": self.A, "G": self.G}
 
     def with_stats(self, stats):
-        return KronBlock(self.weight, self.bias, self.wshape, stats["A"], stats["G"], self.inverse)
+        return KronBlock(self.weight, self.bias, self.wshape, stats["A"], stats["G"], self.inverse, self.transposed)
 
     def _join(self, v):
-        out = self.wshape[0]
+        r""":math:`\bar W = [W\ b]`, ``(out, in [+ 1])``, of the components ``v``."""
+        out = self.out
         parts = []
         if self.weight is not None:
-            parts.append(v[self.weight].reshape(out, -1))
+            w = v[self.weight]
+            parts.append(w.T if self.transposed else w.reshape(out, -1))
         if self.bias is not None:
             parts.append(v[self.bias].reshape(out, 1))
-        return torch.cat(parts, dim=1)
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
     def _split(self, Wb):
         out = {}
         if self.weight is not None:
-            out[self.weight] = Wb[:, :Wb.shape[1] - (self.bias is not None)].reshape(self.wshape)
+            W = Wb[:, :Wb.shape[1] - (self.bias is not None)]
+            out[self.weight] = W.T.contiguous() if self.transposed else W.reshape(self.wshape)
         if self.bias is not None:
             out[self.bias] = Wb[:, -1]
         return out
@@ -277,11 +283,13 @@ class KronBlock(Block):
 
     def flat_index(self, layout: ParamLayout) -> torch.Tensor:
         r"""Global flat index of each entry of :math:`\bar W` (row-major): weight columns, then the bias column."""
-        out = self.wshape[0]
+        out = self.out
         cols = []
         if self.weight is not None:
             off, n_in = layout.offsets[self.weight], layout.numels[self.weight] // out
-            cols.append(off + torch.arange(out * n_in).reshape(out, n_in))
+            idx = torch.arange(out * n_in)
+            # W[o, i] is entry (i, o) of an (in, out) weight
+            cols.append(off + (idx.reshape(n_in, out).T if self.transposed else idx.reshape(out, n_in)))
         if self.bias is not None:
             cols.append(layout.offsets[self.bias] + torch.arange(out).reshape(out, 1))
         return torch.cat(cols, dim=1).reshape(-1).to(self.A.device)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import types
 import weakref
 from typing import Any, Callable, Dict, List, Optional
 
@@ -22,6 +21,7 @@ import torch
 
 from ..batch import Batch
 from ..curvature import _backprop as bp
+from ..curvature.uses import ForeignUses
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +59,10 @@ class ForwardRecorder:
                  on_forward: Optional[Callable[[], None]] = None, output_fn: Optional[Callable] = None):
         self.module = module
         self.on_forward, self.output_fn = on_forward, output_fn
-        self.layers = bp.find_layers(types.SimpleNamespace(model=module, names=list(names)))
+        self.layers, _ = bp.find_layers(module, list(names))
+        self._owned = {n: p for n, p in module.named_parameters() if n in set(names)}
+        self._owners = bp.owners(module, list(names))
+        self._watch: Optional[ForeignUses] = None
         self.on_backward = on_backward
         self.armed = False
         self._paused = False
@@ -76,7 +79,7 @@ class ForwardRecorder:
         # drops is collected, and its hooks are removed with it
         me = weakref.ref(self)
         self._handles = [module.register_forward_pre_hook(_weak(me, "_pre"), with_kwargs=True),
-                         module.register_forward_hook(_weak(me, "_post"))]
+                         module.register_forward_hook(_weak(me, "_post"), always_call=True)]
         for layer in self.layers:
             self._handles.append(layer.module.register_forward_hook(_weak(me, "_layer_hook", layer.path),
                                                                     with_kwargs=True))
@@ -105,10 +108,15 @@ class ForwardRecorder:
             return
         self.inputs = Batch(tuple(args), dict(kwargs))
         if self.armed:
-            self._calls = {l.path: [] for l in self.layers}
+            self._calls = Recorded({l.path: [] for l in self.layers})
             self._sinks = {p: bp.recording_hook(self._calls, p) for p in self._calls}
+            # which parameters this forward uses outside their modules (they take the whole-network route)
+            self._watch = ForeignUses(self._owned, self._owners)
+            self._watch.__enter__()
+            self._calls.foreign = self._watch.foreign
         else:
             self._calls = None
+
 
     def _layer_hook(self, path: str, module, args, kwargs, output):
         if self._calls is not None:
@@ -117,8 +125,14 @@ class ForwardRecorder:
             self.rows.record(path, args, kwargs, output)
 
     def _post(self, module, args, output):
+        # always called, also when the forward raised (output None): the watch is taken off in any case
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.__exit__(None, None, None)
         calls, self._calls, self._sinks = self._calls, None, {}
         live, self._live = self._live, False
+        if output is None:
+            return
         if live and self.output_fn is not None:
             output = self.output_fn(output)   # the outputs z in what the model returns
         if not live or not (isinstance(output, torch.Tensor) and output.requires_grad) or self.inputs is None:
@@ -150,6 +164,13 @@ class ForwardRecorder:
     def remove(self) -> None:
         """Remove every hook from the model."""
         _remove(self._handles)
+
+
+class Recorded(dict):
+    """The layer calls of one recorded forward (path -> calls), with the parameters it used outside their
+    modules in :attr:`foreign` (see :class:`~infogeo.nn.curvature.uses.ForeignUses`)."""
+
+    foreign: set = set()
 
 
 def _weak(ref: "weakref.ref", method: str, *bound: Any) -> Callable:
