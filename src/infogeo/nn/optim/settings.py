@@ -6,14 +6,15 @@ from typing import Any, Iterable, List, Optional, Tuple
 import torch
 
 from .. import distributed as dd
+from ..curvature import kinds
 
 __all__ = ["CURVATURES", "FISHER", "CAPTURED", "check_settings", "positive_int", "trainable"]
 
-CURVATURES = {"kfac": "kfac", "ekfac": "ekfac", "diag": "diag", "diagonal": "diag", "block": "block",
-              "dense": "dense", "cg": "implicit", "implicit": "implicit"}
-FISHER = {"mc": "mc", "true": "mc", "exact": "exact", "empirical": "empirical"}
+#: the curvature words the optimizers accept (the kinds table, :mod:`~infogeo.nn.curvature.kinds`)
+CURVATURES = kinds.ALIASES
+FISHER = kinds.METHODS
 #: representations built from one forward and per-column backward passes (recordable by hooks)
-CAPTURED = ("kfac", "ekfac", "diag", "block")
+CAPTURED = tuple(k.name for k in kinds.KINDS.values() if k.captured)
 
 
 def positive_int(name: str, value: Any) -> int:
