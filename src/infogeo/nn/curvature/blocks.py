@@ -27,6 +27,10 @@ class Block:
     def with_stats(self, stats: Dict[str, torch.Tensor]) -> "Block":
         raise NotImplementedError
 
+    def stat_shapes(self) -> Dict[str, Tuple[int, ...]]:
+        """The shapes of :meth:`stats`."""
+        return {k: tuple(t.shape) for k, t in self.stats().items()}
+
     def mv(self, v: Params) -> Params:
         raise NotImplementedError
 

@@ -27,7 +27,7 @@ import torch
 from ...linalg import NotPositiveDefiniteError
 from . import _backprop as bp
 from ._reducers import accumulation_dtype
-from .base import BlockCurvature
+from .base import BlockCurvature, Curvature
 from .blocks import KronBlock
 from .kfac import factored_blocks, kfac_reducer, kron_block, position_mask
 from .layers.base import CHUNK_ELEMENTS, chunks
@@ -47,10 +47,12 @@ class EigenKronBlock(KronBlock):
 
     kind = "ekfac"
 
-    def __init__(self, weight, bias, wshape, A: torch.Tensor, G: torch.Tensor, s: torch.Tensor,
-                 transposed: bool = False):
+    def __init__(self, weight, bias, wshape, A: torch.Tensor, G: torch.Tensor, s: Optional[torch.Tensor],
+                 transposed: bool = False, pending: Optional[List[Tuple[float, Callable]]] = None):
         super().__init__(weight, bias, wshape, A, G, "eigen", transposed)
         self.s = s
+        #: scales still to be measured (``s is None``): ``[(weight, f(U_A, U_G) -> s)]`` of the batches pooled
+        self.pending = pending
 
     @property
     def key(self) -> str:
@@ -58,11 +60,31 @@ class EigenKronBlock(KronBlock):
         return self.weight if self.weight is not None else self.bias
 
     def stats(self):
+        if self.s is None:   # awaiting its basis: only the factors are statistics yet
+            return {"A": self.A, "G": self.G}
         return {"A": self.A, "G": self.G, "s": self.s}
 
     def with_stats(self, stats):
-        return EigenKronBlock(self.weight, self.bias, self.wshape, stats["A"], stats["G"], stats["s"],
-                              self.transposed)
+        return EigenKronBlock(self.weight, self.bias, self.wshape, stats["A"], stats["G"], stats.get("s"),
+                              self.transposed, None if "s" in stats else self.pending)
+
+    def stat_shapes(self):
+        return {"A": tuple(self.A.shape), "G": tuple(self.G.shape), "s": (self.G.shape[0], self.A.shape[0])}
+
+    def measured(self, eig=None) -> "EigenKronBlock":
+        """The block with its pending scales measured in the eigenbasis of its factors, or in ``eig``
+        (a factorisation ``(λ_A, U_A, λ_G, U_G)``), which the result keeps."""
+        if eig is not None:
+            self._eig = eig
+        Ua, Ug = self.basis()
+        s = None
+        for w, f in self.pending:
+            t = f(Ua, Ug).mul_(w)
+            s = t if s is None else s.add_(t)
+        block = EigenKronBlock(self.weight, self.bias, self.wshape, self.A, self.G, s.to(self.A.dtype),
+                               self.transposed)
+        block._eig = self._eig
+        return block
 
     def basis(self):
         """``(U_A, U_G)``, the eigenvectors of the factors."""
@@ -177,7 +199,8 @@ class EKFAC(BlockCurvature):
     @classmethod
     def build(cls, space, factor_fn, chunk_elements: int = CHUNK_ELEMENTS, kfac_approx: str = "expand",
               per_position: bool = True, basis: Optional[Basis] = None,
-              reduce: Optional[Callable[[List[torch.Tensor]], List[torch.Tensor]]] = None) -> "EKFAC":
+              reduce: Optional[Callable[[List[torch.Tensor]], List[torch.Tensor]]] = None,
+              defer: bool = False) -> "EKFAC":
         mask = position_mask(space)
 
         def make_blocks(layers: List[bp.Layer], cols: bp.Columns) -> List[EigenKronBlock]:
@@ -188,6 +211,11 @@ class EKFAC(BlockCurvature):
                     k.A, k.G = flat[2 * i], flat[2 * i + 1]
             blocks = []
             for layer, kron in zip(layers, krons):
+                if defer:   # the layer's inputs and output gradients are kept until the basis is known
+                    f = (lambda l: lambda Ua, Ug: eigen_correction(space, l, cols, Ua, Ug, chunk_elements))(layer)
+                    blocks.append(EigenKronBlock(kron.weight, kron.bias, kron.wshape, kron.A, kron.G, None,
+                                                 kron.transposed, [(1.0, f)]))
+                    continue
                 key = kron.weight if kron.weight is not None else kron.bias
                 given = basis.get(key) if basis is not None else None
                 if given is not None and (given[0].shape[0] != kron.A.shape[0] or given[1].shape[0] != kron.G.shape[0]):
@@ -207,3 +235,82 @@ class EKFAC(BlockCurvature):
     def basis(self) -> Basis:
         """Each Kronecker block's eigenbasis ``{weight name: (U_A, U_G)}`` (the ``basis`` option of :meth:`build`)."""
         return {b.key: b.basis() for b in self.blocks if isinstance(b, EigenKronBlock)}
+
+    _EIG = ("lambda_A", "U_A", "lambda_G", "U_G")
+
+    def bases(self) -> Dict[str, torch.Tensor]:
+        """The eigendecompositions the blocks use, ``{"<block>/<U_A|...>": tensor}`` (for checkpoints)."""
+        return {f"{i}/{k}": t for i, b in enumerate(self.blocks) if isinstance(b, EigenKronBlock)
+                for k, t in zip(self._EIG, b.eig())}
+
+    def adopt_bases(self, saved: Dict[str, torch.Tensor]) -> None:
+        """Use the eigendecompositions of :meth:`bases` (a checkpoint's) instead of the factors' own."""
+        for i, b in enumerate(self.blocks):
+            if isinstance(b, EigenKronBlock) and all(f"{i}/{k}" in saved for k in self._EIG):
+                eig = tuple(saved[f"{i}/{k}"] for k in self._EIG)
+                if eig[1].shape != b.A.shape or eig[3].shape != b.G.shape:
+                    raise ValueError(f"checkpoint: the saved EKFAC basis of block {i} does not fit its factors")
+                b._eig = eig
+
+    # ------------------------------------------------------------ the optimizer's schedule
+    @property
+    def deferred(self) -> bool:
+        """Whether scales are still to be measured (built with ``defer=True``; see :meth:`refreshed`)."""
+        return any(isinstance(b, EigenKronBlock) and b.s is None for b in self.blocks)
+
+    def ema(self, new: "Curvature", decay: float) -> "Curvature":
+        """Deferred statistics pool with deferred ones (micro-batches): factors averaged, measurements kept."""
+        if not (self.deferred or getattr(new, "deferred", False)):
+            return super().ema(new, decay)
+        if not (self.deferred and new.deferred and self.same_structure(new)):
+            raise ValueError("EKFAC statistics awaiting their scales combine only with others of the same layers")
+        blocks = []
+        for a, b in zip(self.blocks, new.blocks):
+            if isinstance(a, EigenKronBlock):
+                blocks.append(EigenKronBlock(a.weight, a.bias, a.wshape, torch.lerp(b.A, a.A, decay),
+                                             torch.lerp(b.G, a.G, decay), None, a.transposed,
+                                             [(w * decay, f) for w, f in a.pending] +
+                                             [(w * (1 - decay), f) for w, f in b.pending]))
+            else:
+                old, cur = a.stats(), b.stats()
+                blocks.append(a.with_stats({k: torch.lerp(cur[k], old[k], decay) for k in old}))
+        return type(self)._from_blocks(self, blocks)
+
+    def refreshed(self, old: Optional["EKFAC"], decay: float,
+                  reduce: Optional[Callable[[List[torch.Tensor]], List[torch.Tensor]]] = None,
+                  basis_of: Optional["Curvature"] = None) -> "EKFAC":
+        r"""Deferred statistics (already averaged over the ranks) made current, with their basis.
+
+        The factors are averaged with ``old``'s (:math:`\beta` = ``decay``); the scales are measured in the
+        basis of ``basis_of`` (the solver's, between factorisations) or else in that of the averaged factors,
+        ``reduce`` (the mean over the ranks) is applied to them, and they are averaged with ``old``'s scales
+        (George et al. 2018 keep averaging the scales when the basis is renewed).  The result keeps the
+        basis it was measured in (it is factorised).
+        """
+        if old is not None and not (isinstance(old, EKFAC) and self.same_structure(old)):
+            old = None
+        known = {} if basis_of is None else {b.key: b.eig() for b in getattr(basis_of, "blocks", [])
+                                             if isinstance(b, EigenKronBlock)}
+        blocks = []
+        for i, b in enumerate(self.blocks):
+            o = old.blocks[i] if old is not None else None
+            if isinstance(b, EigenKronBlock):
+                A, G = (b.A, b.G) if o is None else (torch.lerp(b.A, o.A, decay), torch.lerp(b.G, o.G, decay))
+                eig = known.get(b.key)
+                if eig is not None and (eig[1].shape != A.shape or eig[3].shape != G.shape):
+                    eig = None
+                blocks.append(EigenKronBlock(b.weight, b.bias, b.wshape, A, G, None, b.transposed,
+                                             b.pending).measured(eig))
+            else:
+                cur = b.stats()
+                blocks.append(b if o is None else b.with_stats({k: torch.lerp(cur[k], t, decay)
+                                                                for k, t in o.stats().items()}))
+        kron = [b for b in blocks if isinstance(b, EigenKronBlock)]
+        scales = [b.s for b in kron]
+        if reduce is not None and scales:
+            scales = reduce(scales)
+        for i, (b, s) in enumerate(zip(kron, scales)):
+            if old is not None:
+                s = torch.lerp(s, old.blocks[blocks.index(b)].s, decay)
+            b.s = s
+        return type(self)._from_blocks(self, blocks)

@@ -89,7 +89,17 @@ class CurvatureEstimate:
                              "skip empty batches before the forward pass")
         with bp.constant_batch_statistics():   # BatchNorm in training mode, as K-FAC optimizers treat it
             return space.curvature(self.kind, self.fisher, samples=self.samples, **self.options, **given,
-                                   generator=self.generator if generator is None else generator)
+                                   **self._scale_options(), generator=self.generator if generator is None else generator)
+
+    def refactorise_due(self, step: int) -> bool:
+        """Whether step ``step`` factorises the curvature anew (a new basis for EKFAC)."""
+        return self.solver is None or step % self.inverse_update_period == 0 or step < self.inverse_update_period
+
+    def _scale_options(self) -> Dict[str, Any]:
+        r"""EKFAC measures its scales in the basis the solves will use (George et al. 2018): the current one
+        between factorisations, else that of the factors averaged over the ranks and steps; so the scales
+        wait for :meth:`install` (``defer``), where both are known on every rank."""
+        return {"defer": True} if self.kind == "ekfac" else {}
 
     def _on_backward(self, z: torch.Tensor, calls: Dict[str, list], inputs: tuple, grad: torch.Tensor) -> None:
         r"""Called from the user's backward at the model output: the statistics of that batch, no forward pass.
@@ -177,6 +187,19 @@ class CurvatureEstimate:
             return
         if template is not None:
             state.restore(self, template, damping)
+        if new is not None and getattr(new[0], "deferred", False):
+            new = self._cast(self._all_reduce(new[0], weight))   # the factors; the scales are measured next
+            if not new.is_finite():
+                warnings.warn("Preconditioner: the curvature statistics contain NaN or inf; they are discarded "
+                              "and the last good ones kept", RuntimeWarning, stacklevel=4)
+            else:
+                reduce = None if dd.world_size() == 1 else \
+                    (lambda ts: dd.all_reduce_mean(ts if weight == 1.0 else [t * weight for t in ts]))
+                renew = self.refactorise_due(step)
+                self.curvature = new.refreshed(self.curvature, self.ema_decay, reduce,
+                                               basis_of=None if renew else self.solver)
+                self.solver = self.factorise(self.curvature, damping) if renew else self.curvature
+                return
         if new is not None:
             new = self._cast(self._all_reduce(new[0], weight))
             if not new.is_finite():

@@ -51,6 +51,9 @@ def checkpoint(pre) -> Dict[str, Any]:
     for key, c in (("curvature", est.curvature), ("solver", est.solver)):
         if c is not None and hasattr(c, "stats"):
             out[key] = {k: t.detach().clone() for k, t in c.stats().items()}
+    if est.solver is not None and hasattr(est.solver, "bases"):
+        # EKFAC between factorisations: the basis is not that of the solver's own (later) factors
+        out["basis"] = {k: t.detach().clone() for k, t in est.solver.bases().items()}
     return out
 
 
@@ -106,15 +109,18 @@ def load(pre, saved: Dict[str, Any]) -> None:
     pre.damper.load_state_dict({"damping": float(saved["damping"]),
                                 "base_damping": float(saved.get("base_damping", saved["damping"]))})
     est.generator.set_state(torch.as_tensor(saved["rng"]).cpu().clone())
-    est.loaded = {k: {n: t.detach().clone() for n, t in saved[k].items()} for k in _CURVATURE_KEYS if k in saved}
+    est.loaded = {k: {n: t.detach().clone() for n, t in saved[k].items()} for k in _CURVATURE_KEYS + ("basis",)
+                  if k in saved}
     est.curvature = est.solver = None
     est.recorder.armed = est.captures and pre.state["step"] % est.curvature_update_period == 0
 
 
 def check_fits(est, template) -> None:
     """Raise a ValueError unless the loaded statistics fit ``template``, the curvature structure of this batch."""
-    expected = {k: tuple(t.shape) for k, t in template.stats().items()}
+    expected = template.stat_shapes()
     for key, stats in est.loaded.items():
+        if key not in _CURVATURE_KEYS:
+            continue   # the EKFAC basis: checked against the factors when adopted
         got = {k: tuple(t.shape) for k, t in stats.items()}
         if got != expected:
             diff = sorted(set(got) ^ set(expected)) or [k for k in got if got[k] != expected[k]]
@@ -133,4 +139,6 @@ def restore(est, template, damping: float) -> None:
         if key == "curvature":
             est.curvature = stats
         else:
+            if "basis" in loaded and hasattr(stats, "adopt_bases"):
+                stats.adopt_bases({k: t.to(device=device, dtype=est.factor_dtype) for k, t in loaded["basis"].items()})
             est.solver = est.factorise(stats, damping)
