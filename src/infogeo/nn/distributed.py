@@ -208,11 +208,10 @@ def share_factorisations(blocks, owners: Sequence[int], damping: float) -> None:
     factorised where they are used.  An owner that fails sends placeholders, and the failure is agreed
     (:func:`agree`) before anything uses them: every rank raises.
     """
-    from .curvature import KronBlock
     me = rank()
     error: Optional[BaseException] = None
     for r in sorted(set(owners)):
-        mine = [b for b, o in zip(blocks, owners) if o == r and type(b) is KronBlock]
+        mine = [b for b, o in zip(blocks, owners) if o == r and getattr(b, "shares_factorisation", False)]
         local: List[torch.Tensor] = []
         sizes = []
         for b in mine:

@@ -161,6 +161,8 @@ class KronBlock(Block):
     INVERSES = ("eigen", "tikhonov")
 
     kind = "kfac"
+    #: under the communication-optimised placement the owner's factorisation is broadcast
+    shares_factorisation = True
 
     def __init__(self, weight: Optional[str], bias: Optional[str], wshape: Tuple[int, ...], A: torch.Tensor,
                  G: torch.Tensor, inverse: str = "eigen", transposed: bool = False):
@@ -252,35 +254,51 @@ class KronBlock(Block):
             return [torch.empty_like(G), torch.empty_like(A)]
         return [A.new_empty(A.shape[0]), torch.empty_like(A), G.new_empty(G.shape[0]), torch.empty_like(G)]
 
+    def scales(self, damping: float) -> torch.Tensor:
+        r"""The damped eigenvalues of the block in its Kronecker eigenbasis, ``(out, in [+ 1])``:
+        :math:`\lambda_G\lambda_A^T + \lambda` (K-FAC with the exact damped inverse)."""
+        la, _, lg, _ = self.eig()
+        return lg.unsqueeze(1) * la.unsqueeze(0) + damping
+
+    def _eigen_solve(self, rotated: torch.Tensor, damping: float) -> Dict[str, torch.Tensor]:
+        r""":math:`U_G\,[\tilde V \oslash \text{scales}]\,U_A^T` for a gradient already rotated, :math:`\tilde V = U_G^T\bar VU_A`."""
+        _, Ua, _, Ug = self.eig()
+        den = self.scales(damping)
+        if not bool((den > 0).all()):
+            raise NotPositiveDefiniteError(f"the {self.kind.upper()} block of {self.names} is singular; "
+                                           "pass damping > 0")
+        return self._split(Ug @ (rotated / den) @ Ua.T)
+
     def solve(self, v, damping):
         if self.inverse == "tikhonov":
             Gi, Ai = self.damped_inverses(damping)
             return self._split(Gi @ self._join(v) @ Ai)
-        la, Ua, lg, Ug = self.eig()
-        den = lg.unsqueeze(1) * la.unsqueeze(0) + damping
-        if not bool((den > 0).all()):
-            raise NotPositiveDefiniteError(f"the K-FAC block of {self.names} is singular; pass damping > 0")
-        V = Ug.T @ self._join(v) @ Ua
-        return self._split(Ug @ (V / den) @ Ua.T)
+        _, Ua, _, Ug = self.eig()
+        return self._eigen_solve(Ug.T @ self._join(v) @ Ua, damping)
+
+    def _inputs_times(self, a: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
+        r""":math:`\bar a M` for input rows ``a`` (R, in) with the bias column :math:`\bar a = [a, 1]` implicit."""
+        if self.bias is not None and self.weight is not None:
+            return torch.addmm(M[-1:], a, M[:-1])     # without concatenating the ones column
+        if self.weight is not None:
+            return a @ M
+        return M.expand(a.shape[0], M.shape[1])
 
     def solve_rows(self, b: torch.Tensor, a: torch.Tensor, damping: float) -> Dict[str, torch.Tensor]:
-        r"""The factored-Tikhonov solve of the gradient :math:`\bar V = \sum_r b_r \bar a_r^T` from its rows.
+        r"""The solve of the gradient :math:`\bar V = \sum_r b_r \bar a_r^T` from its rows.
 
         ``b`` (R, out) are the layer's output gradients and ``a`` (R, in) its inputs (the bias
-        column of :math:`\bar a_r = [a_r, 1]` is implicit).  Computed as
-        :math:`(b\,G_\gamma^{-1})^T(\bar a A_\gamma^{-1})`, cheaper than :meth:`solve` when
-        :math:`R(\text{out}^2 + \text{in}^2 + \text{out}\cdot\text{in}) < \text{out}\cdot\text{in}\,(\text{out} + \text{in})`.
+        column of :math:`\bar a_r = [a_r, 1]` is implicit).  The factored inverse is
+        :math:`(b\,G_\gamma^{-1})^T(\bar a A_\gamma^{-1})`; in the eigenbasis the gradient is rotated as
+        :math:`(bU_G)^T(\bar aU_A)` before its scaling and rotation back.  Either saves
+        :math:`\text{out}\cdot\text{in}\,(\text{out} + \text{in}) - R(\text{out}^2 + \text{in}^2 + \text{out}\cdot\text{in})`
+        multiply-adds over :meth:`solve`: the rows pay below that count.
         """
-        if self.inverse != "tikhonov":
-            raise ValueError("solve_rows applies the factored (Tikhonov) inverse only")
-        Gi, Ai = self.damped_inverses(damping)
-        if self.bias is not None and self.weight is not None:
-            aA = torch.addmm(Ai[-1:], a, Ai[:-1])     # [a, 1] A^{-1} without concatenating the ones column
-        elif self.weight is not None:
-            aA = a @ Ai
-        else:
-            aA = Ai.expand(b.shape[0], 1)
-        return self._split((b @ Gi).T @ aA)
+        if self.inverse == "tikhonov":
+            Gi, Ai = self.damped_inverses(damping)
+            return self._split((b @ Gi).T @ self._inputs_times(a, Ai))
+        _, Ua, _, Ug = self.eig()
+        return self._eigen_solve((b @ Ug).T @ self._inputs_times(a, Ua), damping)
 
     def diagonal(self):
         return self._split(torch.outer(torch.diagonal(self.G), torch.diagonal(self.A)))

@@ -24,7 +24,6 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from ...linalg import NotPositiveDefiniteError
 from . import _backprop as bp
 from ._reducers import accumulation_dtype
 from .base import BlockCurvature, Curvature
@@ -46,6 +45,8 @@ class EigenKronBlock(KronBlock):
     """
 
     kind = "ekfac"
+    #: the optimizer measures the scales in the basis on every rank (:meth:`EKFAC.refreshed`): nothing to share
+    shares_factorisation = False
 
     def __init__(self, weight, bias, wshape, A: torch.Tensor, G: torch.Tensor, s: Optional[torch.Tensor],
                  transposed: bool = False, pending: Optional[List[Tuple[float, Callable]]] = None):
@@ -104,19 +105,12 @@ class EigenKronBlock(KronBlock):
         A, G = self.A, self.G
         return [A.new_empty(A.shape[0]), torch.empty_like(A), G.new_empty(G.shape[0]), torch.empty_like(G)]
 
-    def solve_rows(self, b, a, damping):   # pragma: no cover - the row route is K-FAC's (factored inverse)
-        raise ValueError("solve_rows applies the factored (Tikhonov) K-FAC inverse only")
+    def scales(self, damping: float) -> torch.Tensor:
+        return self.s + damping
 
     def mv(self, v):
         Ua, Ug = self.basis()
         return self._split(Ug @ ((Ug.T @ self._join(v) @ Ua) * self.s) @ Ua.T)
-
-    def solve(self, v, damping):
-        Ua, Ug = self.basis()
-        den = self.s + damping
-        if not bool((den > 0).all()):
-            raise NotPositiveDefiniteError(f"the EKFAC block of {self.names} is singular; pass damping > 0")
-        return self._split(Ug @ ((Ug.T @ self._join(v) @ Ua) / den) @ Ua.T)
 
     def diagonal(self):
         Ua, Ug = self.basis()

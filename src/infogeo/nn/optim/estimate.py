@@ -51,7 +51,7 @@ class CurvatureEstimate:
         self._spaces: Dict[tuple, ParameterSpace] = {}   # per batch signature
         self.recorder = ForwardRecorder(module, names, self._on_backward, self.pending.settle, output_fn)
         self.recorder.armed = self.captures
-        if kind == "kfac" and options.get("inverse") == "tikhonov":
+        if kind in ("kfac", "ekfac"):   # Kronecker blocks solve small batches from their rows
             self.recorder.rows = RowCapture.of(self.recorder.layers)
 
     @property

@@ -110,7 +110,7 @@ class RowCapture:
     # ------------------------------------------------------------ solves
     def _local(self, block: KronBlock, grads: Dict[str, torch.Tensor]) -> Optional[tuple]:
         """``(b, a)``: this process's rows of ``block``'s layer, or ``None`` (no rows, or not a factored block)."""
-        if not isinstance(block, KronBlock) or block.inverse != "tikhonov" or block.weight is None:
+        if not isinstance(block, KronBlock) or block.weight is None:
             return None
         path = self.by_weight.get(block.weight)
         calls = self.calls.get(path) if path is not None else None
