@@ -179,3 +179,12 @@ def test_unknown_kinds_and_methods_name_what_is_accepted():
     with pytest.raises(ValueError, match="expected one of"):
         space.curvature("diag", "approximate")
     assert "`kfac`" in kinds.table() and "`ekfac`" in kinds.table()
+
+
+def test_the_documentation_tables_are_the_registries():
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[2] / "docs" / "nn.md").read_text(encoding="utf-8")
+    for name, table in (("kinds", kinds.table()), ("rules", layers.support_table())):
+        start = text.index(f"<!-- {name}:")
+        body = text[text.index("-->", start) + 3:text.index(f"<!-- end {name} -->")].strip()
+        assert body == table, f"docs/nn.md's {name} table is out of date; paste infogeo.nn.curvature's table() there"

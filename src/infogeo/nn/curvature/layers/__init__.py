@@ -26,7 +26,8 @@ from .hf_conv1d import HFConv1DRule
 from .linear import LinearRule
 from .module import ModuleRule
 
-__all__ = ["LayerRule", "AffineRule", "RULES", "register", "unregister", "rule_for", "support_table"]
+__all__ = ["LayerRule", "AffineRule", "LinearRule", "HFConv1DRule", "ConvRule", "BatchNormRule", "ModuleRule", "RULES",
+           "register", "unregister", "rule_for", "support_table"]
 
 #: the rules in the order they are tried (the generic :class:`~.module.ModuleRule` last)
 RULES: List[LayerRule] = [LinearRule(), HFConv1DRule(), ConvRule(), BatchNormRule(), ModuleRule()]
