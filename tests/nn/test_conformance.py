@@ -17,6 +17,7 @@ from infogeo.nn.curvature import kinds, layers  # noqa: E402
 from ._dense_reference import rel  # noqa: E402
 
 TOL = 1e-10
+pytestmark = pytest.mark.filterwarnings("ignore:the empirical Fisher of outputs with")
 
 
 class Tied(torch.nn.Module):

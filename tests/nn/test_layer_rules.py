@@ -345,3 +345,19 @@ def test_registry_refuses_what_is_not_a_rule():
         L.register(ScaledRule(), before="nope")
     with pytest.raises(ValueError, match="cannot be removed"):
         L.unregister("module")
+
+
+def test_the_empirical_fisher_of_sequence_outputs_says_once_what_it_costs():
+    from infogeo.nn import curvature
+    curvature._WARNED.clear()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2).double()
+    X, y = torch.randn(4, 5, 3, dtype=torch.float64), torch.randint(0, 2, (4, 5))
+    space = ig.nn.ParameterSpace(model, "categorical", data=X, targets=y)
+    with pytest.warns(RuntimeWarning, match="5 positions per example back-propagates one column per position"):
+        space.curvature("diag", "empirical")
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        space.curvature("diag", "empirical")     # said once per output shape
+        space.curvature("diag", "mc")

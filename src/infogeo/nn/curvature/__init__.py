@@ -1,6 +1,8 @@
 """Curvature representations of a network's pullback metric (the protocol: :mod:`.base`; operators: :mod:`.operators`)."""
 from __future__ import annotations
 
+import math
+import warnings
 from typing import Any, Optional
 
 import torch
@@ -51,4 +53,27 @@ def build(space: Any, kind: str, method: str = "exact", *, samples: int = 1, tar
     # independent with mean zero at each position, so the cross-position terms vanish in
     # expectation); exact and empirical: one row per position (see _backprop.Columns)
     options["per_position"] = method != "mc"
+    if method == "empirical":
+        factor_fn = _noting_positions(factor_fn)
     return cls.build(space, factor_fn, **options)
+
+
+_WARNED: set = set()
+
+
+def _noting_positions(factor_fn):
+    """``factor_fn``, warning once per output shape that the empirical Fisher of outputs with positions costs
+    one backward pass per position."""
+    def fn(z):
+        S = factor_fn(z)
+        T = math.prod(S.shape[2:-1])
+        key = tuple(S.shape[2:-1])
+        if T > 1 and key not in _WARNED:
+            _WARNED.add(key)
+            warnings.warn(
+                f"the empirical Fisher of outputs with {T} positions per example back-propagates one column per "
+                f"position ({T} backward passes): the loss gradients of different positions do not cancel, so "
+                f"they cannot share one pass as Monte Carlo samples do; fisher='mc' costs one pass per sample "
+                f"(this is said once per output shape)", RuntimeWarning, stacklevel=4)
+        return S
+    return fn
