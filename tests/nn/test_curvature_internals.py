@@ -8,6 +8,9 @@ torch = pytest.importorskip("torch")
 from torch.func import functional_call, jacrev  # noqa: E402
 
 import infogeo as ig  # noqa: E402
+
+# preconditioners here keep the default trust region without a learning rate (warned once each)
+pytestmark = pytest.mark.filterwarnings("ignore:Preconditioner. kl_clip is set but no lr:UserWarning")
 from infogeo.nn.curvature import _backprop as bp, _reducers as red  # noqa: E402
 from .conftest import categorical_Gz, flat, mlp, reference_metric  # noqa: E402
 from .test_space import EXACT, rand_like, rel  # noqa: E402
@@ -185,9 +188,9 @@ def test_batchnorm_eval_mode_per_example_curvatures():
 
 def test_diagonal_squares_inputs_in_chunks(monkeypatch, small_mlp):
     """The chunked b2^T (a*a) equals the one-shot product (many one-row chunks here)."""
-    from infogeo.nn.curvature import diagonal
+    from infogeo.nn.curvature import _reducers
     model, X = small_mlp
-    monkeypatch.setattr(diagonal, "SQUARE_CHUNK_ELEMENTS", 1)
+    monkeypatch.setattr(_reducers, "SQUARE_CHUNK_ELEMENTS", 1)
     space = ig.nn.ParameterSpace(model, "categorical", data=X)
     d = space.curvature("diag").diagonal()
     G = reference_metric(model, X, categorical_Gz)
@@ -235,11 +238,11 @@ def test_capture_does_not_keep_layer_outputs_alive():
     lambda: torch.nn.Conv3d(2, 3, 2, padding=1, stride=(1, 2, 1), padding_mode="replicate")])
 def test_convolution_patches_reproduce_the_layer(conv):
     """K-FAC's view of a convolution as a Linear over input patches is the layer itself."""
-    from infogeo.nn.curvature import _rows
+    from infogeo.nn.curvature.layers.conv import ConvRule
     torch.manual_seed(0)
     m = conv().double()
     x = torch.randn(2, 2, *([6] * len(m.kernel_size)), dtype=torch.float64)
     layer = bp.Layer("m", m, {"weight": "weight", "bias": "bias"}, inputs=(x,))
     with torch.no_grad():
-        got = _rows.conv_patches(layer) @ m.weight.reshape(3, -1).T + m.bias
+        got = ConvRule().ordered_inputs(layer) @ m.weight.reshape(3, -1).T + m.bias
         assert rel(got, m(x).flatten(2).transpose(1, 2)) < 1e-14

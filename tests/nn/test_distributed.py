@@ -50,44 +50,71 @@ def train(model, X, y, curvature, placement, fisher="exact", hidden=(6,), ddp=Fa
 
 # the empirical Fisher: each rank's statistics from its own backward (per-example loss gradients)
 # a 32 x 32 layer on 2 x 8 rows: K-FAC solves it from the gathered rows of both ranks (both placements)
+# EKFAC: the scales measured in one basis on every rank (that of the averaged factors)
 CASES = [("kfac", "memory"), ("kfac", "comm"), ("kfac:eigen", "comm"), ("diag", "memory"),
-         ("kfac", "memory", "empirical"), ("kfac", "memory", "exact", (32, 32)), ("kfac", "comm", "exact", (32, 32))]
+         ("kfac", "memory", "empirical"), ("kfac", "memory", "exact", (32, 32)), ("kfac", "comm", "exact", (32, 32)),
+         ("ekfac", "memory"), ("ekfac", "comm")]
+#: the cases run with four ranks
+CASES_4 = [("ekfac", "memory"), ("kfac", "comm")]
 
 
-def _worker(rank, port, queue):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+def _worker(rank, port, queue, world=2):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         torch.set_num_threads(1)
-        half = slice(rank * N // 2, (rank + 1) * N // 2)
+        part = slice(rank * N // world, (rank + 1) * N // world)
         out = {}
-        for case in CASES:
+        for case in (CASES if world == 2 else CASES_4):
             model, X, y = problem(*case[3:])
             # plain floats: a tensor would be shared through a file descriptor that dies with the process
-            params, used = train(model, X[:, half], y[:, half], *case, ddp=True)
+            params, used = train(model, X[:, part], y[:, part], *case, ddp=True)
             out[case] = (params.tolist(), used)
         queue.put((rank, out))
     finally:
         dist.destroy_process_group()
 
 
-def test_two_ranks_on_half_batches_equal_one_process_on_the_whole():
-    """DDP averages the gradients, the preconditioner the statistics; blocks are solved on their owners."""
+def _run(world, deadline=240.0):
+    """Every rank's results; fails at once if a worker dies, and after ``deadline`` seconds if one hangs."""
+    import time
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_worker, args=(r, port, queue)) for r in range(2)]
+    procs = [ctx.Process(target=_worker, args=(r, port, queue, world)) for r in range(world)]
     for p in procs:
         p.start()
-    results = {}
-    while len(results) < 2:  # fail at once, not after a timeout, if a worker dies
-        try:
-            rank, out = queue.get(timeout=5)
-            results[rank] = out
-        except queue_module.Empty:
-            assert all(p.is_alive() or p.exitcode == 0 for p in procs), "a worker failed (see its stderr)"
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    results, start = {}, time.monotonic()
+    try:
+        while len(results) < world:
+            try:
+                rank, out = queue.get(timeout=5)
+                results[rank] = out
+            except queue_module.Empty:
+                assert all(p.is_alive() or p.exitcode == 0 for p in procs), "a worker failed (see its stderr)"
+                assert time.monotonic() - start < deadline, f"the {world} ranks did not finish in {deadline} s"
+        for p in procs:
+            p.join(timeout=60)
+            assert p.exitcode == 0
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+    return results
+
+
+def test_four_ranks_on_quarter_batches_equal_one_process_on_the_whole():
+    results = _run(4)
+    for case in CASES_4:
+        model, X, y = problem(*case[3:])
+        expected, _ = train(model, X, y, *case)
+        for r in range(4):
+            got = torch.tensor(results[r][case][0], dtype=torch.float64)
+            assert torch.allclose(got, expected, rtol=0, atol=1e-8), (case, r, (got - expected).abs().max())
+
+
+def test_two_ranks_on_half_batches_equal_one_process_on_the_whole():
+    """DDP averages the gradients, the preconditioner the statistics; blocks are solved on their owners."""
+    results = _run(2)
     for case in CASES:
         model, X, y = problem(*case[3:])
         start = torch.cat([p.detach().reshape(-1) for p in model.parameters()])

@@ -78,6 +78,7 @@ def test_protocol_and_statistics():
         space.curvature("ekfac", kfac_approx="sideways")
 
 
+@pytest.mark.filterwarnings("ignore:the empirical Fisher of outputs with")
 def test_empirical_correction_on_sequences():
     """method='empirical': the scales are the empirical Fisher's diagonal in the basis (one row per position)."""
     model, X = _model("NTC")

@@ -38,7 +38,7 @@ from ..geometry.vectors import Covector, TangentVector
 from ._layers import batch_statistics_layers, warn_random_layers
 from .batch import Batch
 from ._params import CurrentPoint, ParamLayout, Params
-from .curvature import Curvature, build as _build_curvature
+from .curvature import Curvature, build as _build_curvature, kinds
 from .network_metric import NetworkMetric
 from .output_metrics import OutputMetric, output_metric as _resolve_metric
 
@@ -46,7 +46,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["ParameterSpace", "NetworkMetric"]
 
-_METHODS = ("exact", "mc", "empirical")
 
 Cost = Callable[[Params], torch.Tensor]
 
@@ -152,7 +151,7 @@ class ParameterSpace(Manifold):
                 for n, t in list(self.model.named_parameters()) + list(self.model.named_buffers())}
         try:
             with torch.no_grad():
-                z = self._evaluate(self.batch.map(lambda a: a.to("meta")), meta)
+                z = self.evaluate(self.batch.map(lambda a: a.to("meta")), meta)
             if isinstance(z, torch.Tensor) and z.is_meta:
                 return z
         except Exception:  # data-dependent code, tensors held outside parameters and buffers, ...
@@ -188,9 +187,10 @@ class ParameterSpace(Manifold):
                     for b, t in m.named_buffers(recurse=False) if t is not None}
         if stateful:
             params = {**params, **stateful}
-        return self._evaluate(self.batch, params)
+        return self.evaluate(self.batch, params)
 
-    def _evaluate(self, batch: Batch, params: Params) -> Any:
+    def evaluate(self, batch: Batch, params: Params) -> Any:
+        """The outputs :math:`z` (``output_fn`` applied) of the model on ``batch`` with parameter values ``params``."""
         out = batch.call(self.model, params)
         return out if self.output_fn is None else self.output_fn(out)
 
@@ -339,6 +339,7 @@ class ParameterSpace(Manifold):
         :math:`\nabla_z\ell(z_{nt}, y_{nt})` per position (empirical Fisher, Kunstner et al. 2019).
         """
         z = z.detach()
+        method = kinds.method(method)
         if method == "exact":
             return self.output_metric.sqrt(z)
         if method == "mc":
@@ -347,7 +348,7 @@ class ParameterSpace(Manifold):
             return self.output_metric.sample(z, int(samples), generator) / math.sqrt(int(samples))
         if method == "empirical":
             return self.output_metric.empirical_factor(z, self._targets(targets))
-        raise ValueError(f"unknown method {method!r}; expected one of {_METHODS}")
+        raise AssertionError(method)  # pragma: no cover
 
     def curvature(self, kind: str = "implicit", method: str = "exact", *, samples: int = 1,
                   targets: Optional[torch.Tensor] = None, generator: Optional[torch.Generator] = None,
@@ -356,10 +357,12 @@ class ParameterSpace(Manifold):
 
         Parameters
         ----------
-        kind : {"implicit", "dense", "diag", "kfac", "block"}
-            ``implicit``: matrix-free products (CG solves); ``dense``: the full matrix;
-            ``diag``: its diagonal; ``kfac``: Kronecker factors per Linear/Conv2d layer,
-            diagonal blocks elsewhere; ``block``: a dense block per layer.
+        kind : {"implicit", "dense", "diag", "block", "kfac", "ekfac"}
+            A row of the kinds table (:mod:`~infogeo.nn.curvature.kinds`): ``implicit`` (or ``cg``):
+            matrix-free products (CG solves); ``dense``: the full matrix; ``diag``: its diagonal;
+            ``block``: a dense block per layer; ``kfac``: Kronecker factors for the layers whose rule
+            has them (:mod:`~infogeo.nn.curvature.layers`: Linear, Hugging Face Conv1D, convolutions),
+            exact diagonal blocks elsewhere; ``ekfac``: K-FAC's eigenbasis with exact scales.
         method : {"exact", "mc", "empirical"}
             True Fisher / GGN exactly, by Monte Carlo (``samples`` draws), or the
             empirical Fisher (needs ``targets``).  See also :meth:`gradient_covariance`.

@@ -21,8 +21,8 @@ They are never formed for the whole network.  Instead:
    gradient in memory (the trick backpack uses).
 
 Outputs with middle axes are handled by :class:`Columns` (one row per position).
-The column sinks live in :mod:`._reducers`, the per-row pseudo-gradients of
-layers that need them in :mod:`._rows`.
+The column sinks live in :mod:`._reducers`; what each layer type contributes
+(its pseudo-gradients, diagonal, Kronecker factors) in its rule, :mod:`.layers`.
 """
 from __future__ import annotations
 
@@ -32,12 +32,14 @@ import logging
 import math
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 from torch.autograd.graph import get_gradient_edge
 
 from .._layers import uses_batch_statistics
+from .layers import LayerRule, rule_for
+from .uses import ForeignUses
 
 logger = logging.getLogger(__name__)
 
@@ -48,14 +50,16 @@ _RECORDED: contextvars.ContextVar = contextvars.ContextVar("recorded_forward", d
 
 @contextlib.contextmanager
 def recorded_forward(z: torch.Tensor, calls: Dict[str, list],
-                     output_grads: Optional[Callable[[str], Optional[torch.Tensor]]] = None):
+                     output_grads: Optional[Callable[[str], Optional[torch.Tensor]]] = None,
+                     foreign: Iterable[str] = ()):
     """Within this block, :func:`capture` uses the outputs ``z`` and layer ``calls`` of a forward
     already run (its graph still alive) instead of a forward pass of its own.
 
     ``output_grads(path)``, when given, is each layer's output gradient for the single column
     (what the caller's own backward of that column delivered): no backward pass is run then.
+    ``foreign`` names the parameters that forward used outside their modules (:class:`.uses.ForeignUses`).
     """
-    token = _RECORDED.set((z, calls, output_grads))
+    token = _RECORDED.set((z, calls, output_grads, tuple(foreign) or tuple(getattr(calls, "foreign", ()))))
     try:
         yield
     finally:
@@ -105,7 +109,7 @@ class Layer:
     path: str
     module: torch.nn.Module
     params: Dict[str, str]                 # attribute name -> full parameter name
-    kind: str = "global"                   # 'linear' | 'conv' | 'batchnorm' | 'module' | 'global'
+    rule: Optional[LayerRule] = None       # None: through the whole network (see layers.network)
     inputs: Tuple[torch.Tensor, ...] = ()  # detached positional inputs (batch axis first)
     kwargs: Dict[str, Any] = field(default_factory=dict)
     grad_out: Optional[torch.Tensor] = None  # (K, N, ...) output gradients
@@ -123,14 +127,38 @@ class Layer:
         return sum(p.numel() for p in (getattr(self.module, a) for a in self.params))
 
 
-def find_layers(space) -> List[Layer]:
-    """Group the space's parameters by the module that owns them directly."""
-    mods = dict(space.model.named_modules())
-    groups: Dict[str, Dict[str, str]] = {}
-    for name in space.names:
-        path, _, attr = name.rpartition(".")
-        groups.setdefault(path, {})[attr] = name
-    return [Layer(path, mods[path], params) for path, params in groups.items()]
+def find_layers(model: torch.nn.Module, names: List[str]) -> Tuple[List[Layer], List[str]]:
+    """Group the parameters ``names`` of ``model`` by the module that owns them directly.
+
+    Returns ``(layers, shared)``: ``shared`` are the parameters held by several modules (tied
+    weights, e.g. an embedding and the output projection), which belong to every use and go
+    through the whole network; the layers keep their other parameters.
+    """
+    wanted = {id(p): n for n, p in model.named_parameters() if n in set(names)}
+    holders: Dict[str, List[Tuple[str, torch.nn.Module, str]]] = {}
+    for path, m in model.named_modules():
+        for attr, p in m._parameters.items():
+            if p is not None and id(p) in wanted:
+                holders.setdefault(wanted[id(p)], []).append((path, m, attr))
+    shared = [n for n in names if len(holders.get(n, ())) != 1]
+    groups: Dict[str, Tuple[torch.nn.Module, Dict[str, str]]] = {}
+    for n in names:
+        if n in shared:
+            continue
+        path, m, attr = holders[n][0]
+        groups.setdefault(path, (m, {}))[1][attr] = n
+    return [Layer(path, m, params) for path, (m, params) in groups.items()], shared
+
+
+def owners(model: torch.nn.Module, names: List[str]) -> Dict[str, List[torch.nn.Module]]:
+    """The modules holding each parameter of ``names`` directly (one for an untied parameter)."""
+    wanted = {id(p): n for n, p in model.named_parameters() if n in set(names)}
+    out: Dict[str, List[torch.nn.Module]] = {n: [] for n in names}
+    for m in model.modules():
+        for p in m._parameters.values():
+            if p is not None and id(p) in wanted:
+                out[wanted[id(p)]].append(m)
+    return out
 
 
 @dataclass
@@ -160,30 +188,19 @@ class _Call:
         return out is not None and out._version != self.version
 
 
-def _classify(layer: Layer, calls: List[_Call], N: int) -> str:
+def _classify(layer: Layer, calls: List[_Call], N: int) -> Optional[LayerRule]:
+    """The rule of a layer called once on batch-first inputs, else ``None`` (the whole-network route)."""
     if len(calls) != 1:
-        return "global"
+        return None
     c = calls[0]
     args, kwargs = c.args, c.kwargs
     if c.edge is None or c.modified_in_place() or len(c.shape) == 0 or c.shape[0] != N:
-        return "global"  # unusual output, or modified in place after the layer (e.g. ReLU(inplace=True))
+        return None  # unusual output, or modified in place after the layer (e.g. ReLU(inplace=True))
     if not args or not all(isinstance(a, torch.Tensor) and a.dim() and a.shape[0] == N for a in args):
-        return "global"
+        return None
     if any(isinstance(v, torch.Tensor) for v in kwargs.values()):
-        return "global"
-    m = layer.module
-    if isinstance(m, torch.nn.Linear) and len(args) == 1 and not kwargs and args[0].is_floating_point():
-        return "linear"
-    if uses_batch_statistics(m) and len(args) == 1 and not kwargs and args[0].dim() >= 2:
-        return "batchnorm"   # only reached under constant_batch_statistics()
-    conv = next((c for c in _CONVS if isinstance(m, c)), None)
-    if (conv is not None and type(m).forward is conv.forward and m.groups == 1 and len(args) == 1 and not kwargs
-            and args[0].dim() == 2 + len(m.kernel_size)):
-        return "conv"   # a Linear over the input patches
-    return "module"
-
-
-_CONVS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+        return None
+    return rule_for(layer.module, args, kwargs)
 
 
 class Columns:
@@ -237,10 +254,24 @@ class Columns:
 
 
 
+@dataclass
+class Capture:
+    """What :func:`capture` leaves: the outputs, the columns, the layers a rule takes (with their recorded
+    inputs and output gradients or sink statistics), and the parameters that go through the whole network."""
+
+    z: torch.Tensor
+    cols: "Columns"
+    layers: List[Layer]
+    network: List[List[str]]    # groups: each fallen-back layer's parameters, each shared parameter
+
+    @property
+    def network_names(self) -> List[str]:
+        return [n for group in self.network for n in group]
+
+
 def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor],
             reducer: Optional[Callable[[Layer, "Columns"], Optional[Callable[[int, torch.Tensor], None]]]] = None,
-            per_position: Union[bool, Callable[[List[Layer]], bool]] = True
-            ) -> Tuple[torch.Tensor, Columns, List[Layer]]:
+            per_position: bool = True) -> Capture:
     """Forward once with hooks, then back-propagate the :class:`Columns` of ``factor_fn(z)`` to every layer output.
 
     The columns go back one at a time through the retained graph, so no
@@ -248,17 +279,14 @@ def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor],
     may return a callable ``sink(j, g)`` that consumes column ``j``'s output gradient
     ``(N, ...)`` of that layer (and accumulates what the curvature needs); layers
     without one keep all columns in ``layer.grad_out``, shape ``(count, N, ...)``.
-
-    ``per_position`` may be a function of the classified layers (see :class:`Columns`).
-    Returns ``(z, columns, layers)``.
     """
     if not _CONSTANT_STATISTICS.get():
         space.check_per_example()
-    layers = find_layers(space)
+    layers, shared = find_layers(space.model, space.names)
     recorded = _RECORDED.get()
     given = None
     if recorded is not None:
-        z, calls, given = recorded
+        z, calls, given, foreign = recorded
         calls = {l.path: calls.get(l.path, []) for l in layers}
     else:
         calls = {l.path: [] for l in layers}
@@ -266,36 +294,39 @@ def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor],
                    for l in layers]
         try:
             params = {n: space.point[n].detach().requires_grad_(True) for n in space.names}
-            with torch.enable_grad():
+            watch = ForeignUses(params, owners(space.model, space.names))
+            with torch.enable_grad(), watch:
                 z = space.function(params)
+            foreign = watch.foreign
         finally:
             for h in handles:
                 h.remove()
     with without_autocast():
-        return _backpropagate(space, z, layers, calls, factor_fn, reducer, per_position, given, recorded is not None)
+        return _backpropagate(space, z, layers, shared, set(foreign), calls, factor_fn, reducer, per_position,
+                              given, recorded is not None)
 
 
-def _backpropagate(space, z: torch.Tensor, layers: List[Layer], calls: Dict[str, list], factor_fn: Callable,
-                   reducer: Optional[Callable], per_position: Union[bool, Callable], given: Optional[Callable],
-                   keep_graph: bool) -> Tuple[torch.Tensor, "Columns", List[Layer]]:
+def _backpropagate(space, z: torch.Tensor, layers: List[Layer], shared: List[str], foreign: set,
+                   calls: Dict[str, list], factor_fn: Callable, reducer: Optional[Callable], per_position: bool,
+                   given: Optional[Callable], keep_graph: bool) -> Capture:
     """:func:`capture` after its forward pass: classify the layers, back-propagate the columns."""
     space.output_metric.check(z)
     N = space.batch_size
     live = []
+    network = [[n] for n in shared]
     for l in layers:
-        l.kind = _classify(l, calls[l.path], N)
-        if l.kind != "global":
+        l.rule = None if foreign & set(l.names) else _classify(l, calls[l.path], N)
+        if l.rule is not None:
             c = calls[l.path][0]
             l.inputs = tuple(a.detach() for a in c.args)
             l.kwargs = dict(c.kwargs)
             l.output, l.output_shape = c.edge, c.shape
             live.append(l)
         else:
-            logger.debug("layer %r: per-example fallback through the whole network (%d calls)",
-                         l.path, len(calls[l.path]))
+            network.append(l.names)
+            logger.debug("layer %r: per-example route through the whole network (%d calls%s)", l.path,
+                         len(calls[l.path]), ", a parameter used outside it" if foreign & set(l.names) else "")
     calls.clear()
-    if callable(per_position):
-        per_position = per_position(layers)
     cols = Columns(factor_fn(z.detach()), bool(per_position))
     if live:
         sinks = [reducer(l, cols) if reducer is not None else None for l in live]
@@ -329,4 +360,4 @@ def _backpropagate(space, z: torch.Tensor, layers: List[Layer], calls: Dict[str,
             del outs
         for l in live:
             l.output = None  # drop the graph
-    return z.detach(), cols, layers
+    return Capture(z.detach(), cols, live, network)

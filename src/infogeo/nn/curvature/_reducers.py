@@ -6,11 +6,12 @@ gradients are alive at a time (as curvlinops does for K-FAC).
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import torch
 
-from ._backprop import Columns, Layer
+if TYPE_CHECKING:  # pragma: no cover
+    from ._backprop import Columns, Layer
 
 #: column-block width of :func:`gram`
 GRAM_BLOCK = 256
@@ -63,7 +64,7 @@ def gram(a: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
                 out[j:j + bs, i:i + bs] = blk.T
     return out
 
-def square_sum(layer: Layer, cols: Optional[Columns] = None) -> Callable[[int, torch.Tensor], None]:
+def square_sum(layer: "Layer", cols: Optional["Columns"] = None) -> Callable[[int, torch.Tensor], None]:
     r"""Sink accumulating :math:`\sum_j b_j^{\odot 2}` (shape of the layer output) into ``layer.stat``."""
     def sink(j, g):
         g = g.to(accumulation_dtype(g))
@@ -79,35 +80,31 @@ def square_sum(layer: Layer, cols: Optional[Columns] = None) -> Callable[[int, t
     return sink
 
 
-def squared_stat(layer: Layer) -> torch.Tensor:
+def squared_stat(layer: "Layer") -> torch.Tensor:
     r""":math:`\sum_j b_j^{\odot 2}` as accumulated by :func:`square_sum`."""
     return layer.stat.square() if layer.stat_unsquared else layer.stat
 
 
-def position_rows(layer: Layer, g: torch.Tensor) -> torch.Tensor:
-    """Output gradient ``(N, ..., out)`` (a convolution: ``(N, out, ...)``) as rows ``(N T, out)``.
+#: squared inputs formed at once: at most this many elements or a quarter of the result, whichever is larger
+SQUARE_CHUNK_ELEMENTS = 1 << 16
 
-    A convolution's rows are the transpose of a ``(out, N T)`` copy, which moves whole runs
-    of positions instead of transposing every example (the product takes either layout).
+
+def squared_product(b2: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    r""":math:`b_2^T (a \odot a)` for ``b2`` ``(N, out)`` and ``a`` ``(N, in)``, squaring ``a`` in row chunks.
+
+    The square of a wide input (e.g. the data) is never whole in memory; it would be
+    as large as the result itself when the batch is as large as the layer's output.
     """
-    if layer.kind == "conv":
-        g = g.flatten(2)
-        return g.transpose(0, 1).reshape(g.shape[1], -1).T
-    return g.reshape(-1, g.shape[-1])
-
-
-def gram_sum(layer: Layer, cols: Columns, reduce_positions: bool = False) -> Callable[[int, torch.Tensor], None]:
-    r"""Sink accumulating K-FAC's :math:`\sum_{j,n,t} b_{jnt} b_{jnt}^T` (output channels) into ``layer.stat``.
-
-    :math:`b_{jnt}` is the layer's output gradient at its position :math:`t` for
-    column :math:`j` (one output position's factor column, or one Monte Carlo
-    sample at all positions).  ``reduce_positions`` sums :math:`b_{jnt}` over the
-    layer's positions before the outer product (K-FAC-reduce).
-    """
-    def sink(j, g):
-        if reduce_positions:
-            b = g.flatten(2).sum(2) if layer.kind == "conv" else g.reshape(g.shape[0], -1, g.shape[-1]).sum(1)
+    limit = max(SQUARE_CHUNK_ELEMENTS, b2.shape[1] * a.shape[1] // 4)
+    step = max(1, limit // max(a.shape[1], 1))
+    # autocast: a layer's input may be half precision while b2 was summed in float32
+    dt = accumulation_dtype(b2, a)
+    b2 = b2.to(dt)
+    out = None
+    for s in range(0, a.shape[0], step):
+        a2 = a[s:s + step].to(dt).square()
+        if out is None:
+            out = torch.mm(b2[s:s + step].T, a2)
         else:
-            b = position_rows(layer, g)
-        layer.stat = gram(b) if layer.stat is None else layer.stat.add_(gram(b))
-    return sink
+            out.addmm_(b2[s:s + step].T, a2)
+    return out

@@ -330,6 +330,10 @@ class BlockCurvature(Curvature):
         """All statistics as one flat dict ``'<block>/<stat>' -> tensor`` (for EMA, checks, checkpoints)."""
         return {f"{i}/{k}": t for i, b in enumerate(self.blocks) for k, t in b.stats().items()}
 
+    def stat_shapes(self) -> Dict[str, Tuple[int, ...]]:
+        """The shapes of :meth:`stats` once complete (what a checkpoint of this structure holds)."""
+        return {f"{i}/{k}": s for i, b in enumerate(self.blocks) for k, s in b.stat_shapes().items()}
+
     def with_stats(self, stats: Dict[str, torch.Tensor]) -> "BlockCurvature":
         """The same structure with the statistics ``stats`` (keys as :meth:`stats` gives them)."""
         blocks = [b.with_stats({k.split("/", 1)[1]: t for k, t in stats.items() if k.split("/", 1)[0] == str(i)})

@@ -27,6 +27,10 @@ class Block:
     def with_stats(self, stats: Dict[str, torch.Tensor]) -> "Block":
         raise NotImplementedError
 
+    def stat_shapes(self) -> Dict[str, Tuple[int, ...]]:
+        """The shapes of :meth:`stats`."""
+        return {k: tuple(t.shape) for k, t in self.stats().items()}
+
     def mv(self, v: Params) -> Params:
         raise NotImplementedError
 
@@ -157,12 +161,17 @@ class KronBlock(Block):
     INVERSES = ("eigen", "tikhonov")
 
     kind = "kfac"
+    #: under the communication-optimised placement the owner's factorisation is broadcast
+    shares_factorisation = True
 
     def __init__(self, weight: Optional[str], bias: Optional[str], wshape: Tuple[int, ...], A: torch.Tensor,
-                 G: torch.Tensor, inverse: str = "eigen"):
+                 G: torch.Tensor, inverse: str = "eigen", transposed: bool = False):
         if inverse not in self.INVERSES:
             raise ValueError(f"unknown K-FAC inverse {inverse!r}; expected one of {self.INVERSES}")
         self.weight, self.bias, self.wshape = weight, bias, tuple(wshape)
+        #: the weight is stored ``(in, out)`` (Hugging Face ``Conv1D``): :math:`W` is its transpose
+        self.transposed = bool(transposed)
+        self.out = self.wshape[1] if self.transposed else self.wshape[0]
         self.names = [n for n in (weight, bias) if n is not None]
         self.A, self.G = A, G
         self.inverse = inverse
@@ -173,21 +182,24 @@ class KronBlock(Block):
         return {"A": self.A, "G": self.G}
 
     def with_stats(self, stats):
-        return KronBlock(self.weight, self.bias, self.wshape, stats["A"], stats["G"], self.inverse)
+        return KronBlock(self.weight, self.bias, self.wshape, stats["A"], stats["G"], self.inverse, self.transposed)
 
     def _join(self, v):
-        out = self.wshape[0]
+        r""":math:`\bar W = [W\ b]`, ``(out, in [+ 1])``, of the components ``v``."""
+        out = self.out
         parts = []
         if self.weight is not None:
-            parts.append(v[self.weight].reshape(out, -1))
+            w = v[self.weight]
+            parts.append(w.T if self.transposed else w.reshape(out, -1))
         if self.bias is not None:
             parts.append(v[self.bias].reshape(out, 1))
-        return torch.cat(parts, dim=1)
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
     def _split(self, Wb):
         out = {}
         if self.weight is not None:
-            out[self.weight] = Wb[:, :Wb.shape[1] - (self.bias is not None)].reshape(self.wshape)
+            W = Wb[:, :Wb.shape[1] - (self.bias is not None)]
+            out[self.weight] = W.T.contiguous() if self.transposed else W.reshape(self.wshape)
         if self.bias is not None:
             out[self.bias] = Wb[:, -1]
         return out
@@ -242,46 +254,64 @@ class KronBlock(Block):
             return [torch.empty_like(G), torch.empty_like(A)]
         return [A.new_empty(A.shape[0]), torch.empty_like(A), G.new_empty(G.shape[0]), torch.empty_like(G)]
 
+    def scales(self, damping: float) -> torch.Tensor:
+        r"""The damped eigenvalues of the block in its Kronecker eigenbasis, ``(out, in [+ 1])``:
+        :math:`\lambda_G\lambda_A^T + \lambda` (K-FAC with the exact damped inverse)."""
+        la, _, lg, _ = self.eig()
+        return lg.unsqueeze(1) * la.unsqueeze(0) + damping
+
+    def _eigen_solve(self, rotated: torch.Tensor, damping: float) -> Dict[str, torch.Tensor]:
+        r""":math:`U_G\,[\tilde V \oslash \text{scales}]\,U_A^T` for a gradient already rotated, :math:`\tilde V = U_G^T\bar VU_A`."""
+        _, Ua, _, Ug = self.eig()
+        den = self.scales(damping)
+        if not bool((den > 0).all()):
+            raise NotPositiveDefiniteError(f"the {self.kind.upper()} block of {self.names} is singular; "
+                                           "pass damping > 0")
+        return self._split(Ug @ (rotated / den) @ Ua.T)
+
     def solve(self, v, damping):
         if self.inverse == "tikhonov":
             Gi, Ai = self.damped_inverses(damping)
             return self._split(Gi @ self._join(v) @ Ai)
-        la, Ua, lg, Ug = self.eig()
-        den = lg.unsqueeze(1) * la.unsqueeze(0) + damping
-        if not bool((den > 0).all()):
-            raise NotPositiveDefiniteError(f"the K-FAC block of {self.names} is singular; pass damping > 0")
-        V = Ug.T @ self._join(v) @ Ua
-        return self._split(Ug @ (V / den) @ Ua.T)
+        _, Ua, _, Ug = self.eig()
+        return self._eigen_solve(Ug.T @ self._join(v) @ Ua, damping)
+
+    def _inputs_times(self, a: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
+        r""":math:`\bar a M` for input rows ``a`` (R, in) with the bias column :math:`\bar a = [a, 1]` implicit."""
+        if self.bias is not None and self.weight is not None:
+            return torch.addmm(M[-1:], a, M[:-1])     # without concatenating the ones column
+        if self.weight is not None:
+            return a @ M
+        return M.expand(a.shape[0], M.shape[1])
 
     def solve_rows(self, b: torch.Tensor, a: torch.Tensor, damping: float) -> Dict[str, torch.Tensor]:
-        r"""The factored-Tikhonov solve of the gradient :math:`\bar V = \sum_r b_r \bar a_r^T` from its rows.
+        r"""The solve of the gradient :math:`\bar V = \sum_r b_r \bar a_r^T` from its rows.
 
         ``b`` (R, out) are the layer's output gradients and ``a`` (R, in) its inputs (the bias
-        column of :math:`\bar a_r = [a_r, 1]` is implicit).  Computed as
-        :math:`(b\,G_\gamma^{-1})^T(\bar a A_\gamma^{-1})`, cheaper than :meth:`solve` when
-        :math:`R(\text{out}^2 + \text{in}^2 + \text{out}\cdot\text{in}) < \text{out}\cdot\text{in}\,(\text{out} + \text{in})`.
+        column of :math:`\bar a_r = [a_r, 1]` is implicit).  The factored inverse is
+        :math:`(b\,G_\gamma^{-1})^T(\bar a A_\gamma^{-1})`; in the eigenbasis the gradient is rotated as
+        :math:`(bU_G)^T(\bar aU_A)` before its scaling and rotation back.  Either saves
+        :math:`\text{out}\cdot\text{in}\,(\text{out} + \text{in}) - R(\text{out}^2 + \text{in}^2 + \text{out}\cdot\text{in})`
+        multiply-adds over :meth:`solve`: the rows pay below that count.
         """
-        if self.inverse != "tikhonov":
-            raise ValueError("solve_rows applies the factored (Tikhonov) inverse only")
-        Gi, Ai = self.damped_inverses(damping)
-        if self.bias is not None and self.weight is not None:
-            aA = torch.addmm(Ai[-1:], a, Ai[:-1])     # [a, 1] A^{-1} without concatenating the ones column
-        elif self.weight is not None:
-            aA = a @ Ai
-        else:
-            aA = Ai.expand(b.shape[0], 1)
-        return self._split((b @ Gi).T @ aA)
+        if self.inverse == "tikhonov":
+            Gi, Ai = self.damped_inverses(damping)
+            return self._split((b @ Gi).T @ self._inputs_times(a, Ai))
+        _, Ua, _, Ug = self.eig()
+        return self._eigen_solve((b @ Ug).T @ self._inputs_times(a, Ua), damping)
 
     def diagonal(self):
         return self._split(torch.outer(torch.diagonal(self.G), torch.diagonal(self.A)))
 
     def flat_index(self, layout: ParamLayout) -> torch.Tensor:
         r"""Global flat index of each entry of :math:`\bar W` (row-major): weight columns, then the bias column."""
-        out = self.wshape[0]
+        out = self.out
         cols = []
         if self.weight is not None:
             off, n_in = layout.offsets[self.weight], layout.numels[self.weight] // out
-            cols.append(off + torch.arange(out * n_in).reshape(out, n_in))
+            idx = torch.arange(out * n_in)
+            # W[o, i] is entry (i, o) of an (in, out) weight
+            cols.append(off + (idx.reshape(n_in, out).T if self.transposed else idx.reshape(out, n_in)))
         if self.bias is not None:
             cols.append(layout.offsets[self.bias] + torch.arange(out).reshape(out, 1))
         return torch.cat(cols, dim=1).reshape(-1).to(self.A.device)

@@ -22,7 +22,7 @@ class Dense(BlockCurvature):
         super().__init__(layout, [DenseBlock(layout.names, [layout.shapes[n] for n in layout.names], M)], point)
 
     @classmethod
-    def build(cls, space: Any, metric: Any) -> "Dense":
+    def build(cls, space: Any, metric: Any, **ignored: Any) -> "Dense":
         """The dense matrix of ``metric`` (a network metric of ``space``) at the space's point."""
         return cls(space.layout, metric.matrix(), space.point)
 

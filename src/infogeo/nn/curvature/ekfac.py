@@ -20,13 +20,19 @@ output metric.  Layers without Kronecker factors get their exact diagonal block.
 """
 from __future__ import annotations
 
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
 import torch
 
-from ...linalg import NotPositiveDefiniteError
-from . import _backprop as bp, _rows as rows
-from .base import BlockCurvature
+from . import _backprop as bp
+from ._reducers import accumulation_dtype
+from .base import BlockCurvature, Curvature
 from .blocks import KronBlock
-from .kfac import factored_blocks, is_factored, kfac_reducer, kron_block
+from .kfac import factored_blocks, kfac_reducer, kron_block, position_mask
+from .layers.base import CHUNK_ELEMENTS, chunks
+
+#: a basis per layer, keyed by the weight's (or bias') parameter name: ``(U_A, U_G)``
+Basis = Dict[str, Tuple[torch.Tensor, torch.Tensor]]
 
 
 class EigenKronBlock(KronBlock):
@@ -35,35 +41,76 @@ class EigenKronBlock(KronBlock):
     ``s`` has the shape ``(out, in [+ 1])`` of the bias-augmented weight :math:`\bar W`;
     products and damped solves act in the eigenbasis:
     :math:`(C + \lambda I)^{-1}\mathrm{vec}(V) = \mathrm{vec}\big(U_G[(U_G^TVU_A)\oslash(s + \lambda)]U_A^T\big)`.
+    The basis is that of the factors :math:`A, G` the block holds (their eigenvectors, computed once).
     """
 
     kind = "ekfac"
+    #: the optimizer measures the scales in the basis on every rank (:meth:`EKFAC.refreshed`): nothing to share
+    shares_factorisation = False
 
-    def __init__(self, weight, bias, wshape, A: torch.Tensor, G: torch.Tensor, s: torch.Tensor):
-        super().__init__(weight, bias, wshape, A, G)
+    def __init__(self, weight, bias, wshape, A: torch.Tensor, G: torch.Tensor, s: Optional[torch.Tensor],
+                 transposed: bool = False, pending: Optional[List[Tuple[float, Callable]]] = None):
+        super().__init__(weight, bias, wshape, A, G, "eigen", transposed)
         self.s = s
+        #: scales still to be measured (``s is None``): ``[(weight, f(U_A, U_G) -> s)]`` of the batches pooled
+        self.pending = pending
+
+    @property
+    def key(self) -> str:
+        """The name this block's basis is kept under (its weight's, else its bias')."""
+        return self.weight if self.weight is not None else self.bias
 
     def stats(self):
+        if self.s is None:   # awaiting its basis: only the factors are statistics yet
+            return {"A": self.A, "G": self.G}
         return {"A": self.A, "G": self.G, "s": self.s}
 
     def with_stats(self, stats):
-        return EigenKronBlock(self.weight, self.bias, self.wshape, stats["A"], stats["G"], stats["s"])
+        return EigenKronBlock(self.weight, self.bias, self.wshape, stats["A"], stats["G"], stats.get("s"),
+                              self.transposed, None if "s" in stats else self.pending)
+
+    def stat_shapes(self):
+        return {"A": tuple(self.A.shape), "G": tuple(self.G.shape), "s": (self.G.shape[0], self.A.shape[0])}
+
+    def measured(self, eig=None) -> "EigenKronBlock":
+        """The block with its pending scales measured in the eigenbasis of its factors, or in ``eig``
+        (a factorisation ``(λ_A, U_A, λ_G, U_G)``), which the result keeps."""
+        if eig is not None:
+            self._eig = eig
+        Ua, Ug = self.basis()
+        s = None
+        for w, f in self.pending:
+            t = f(Ua, Ug).mul_(w)
+            s = t if s is None else s.add_(t)
+        block = EigenKronBlock(self.weight, self.bias, self.wshape, self.A, self.G, s.to(self.A.dtype),
+                               self.transposed)
+        block._eig = self._eig
+        return block
 
     def basis(self):
         """``(U_A, U_G)``, the eigenvectors of the factors."""
         _, Ua, _, Ug = self.eig()
         return Ua, Ug
 
+    def precompute(self, damping: Optional[float] = None):
+        return self.eig()
+
+    def factorisation(self, damping: float) -> List[torch.Tensor]:
+        return list(self.eig())
+
+    def adopt(self, tensors: Sequence[torch.Tensor], damping: float) -> None:
+        self._eig = tuple(tensors)
+
+    def factorisation_like(self) -> List[torch.Tensor]:
+        A, G = self.A, self.G
+        return [A.new_empty(A.shape[0]), torch.empty_like(A), G.new_empty(G.shape[0]), torch.empty_like(G)]
+
+    def scales(self, damping: float) -> torch.Tensor:
+        return self.s + damping
+
     def mv(self, v):
         Ua, Ug = self.basis()
         return self._split(Ug @ ((Ug.T @ self._join(v) @ Ua) * self.s) @ Ua.T)
-
-    def solve(self, v, damping):
-        Ua, Ug = self.basis()
-        den = self.s + damping
-        if not bool((den > 0).all()):
-            raise NotPositiveDefiniteError(f"the EKFAC block of {self.names} is singular; pass damping > 0")
-        return self._split(Ug @ ((Ug.T @ self._join(v) @ Ua) / den) @ Ua.T)
 
     def diagonal(self):
         Ua, Ug = self.basis()
@@ -76,36 +123,54 @@ class EigenKronBlock(KronBlock):
 
 
 def eigen_correction(space, layer: bp.Layer, cols: bp.Columns, Ua: torch.Tensor, Ug: torch.Tensor,
-                     chunk_elements: int = rows.CHUNK_ELEMENTS) -> torch.Tensor:
-    r""":math:`s = \frac1N\sum_r (U_G^T\mathcal D\bar W_r U_A)^{\odot 2}` over the layer's per-row pseudo-gradients."""
-    out = layer.module.weight.shape[0]
-    s = None
-    for chunk in rows.row_grads(layer, space, cols, chunk_elements):
-        parts = []
-        if "weight" in layer.params:
-            w = chunk[layer.params["weight"]]
-            parts.append(w.reshape(w.shape[0], out, -1))
-        if "bias" in layer.params:
-            parts.append(chunk[layer.params["bias"]].reshape(-1, out, 1))
-        Wb = torch.cat(parts, dim=2)
-        sq = (Ug.T @ Wb @ Ua).square().sum(0)
-        s = sq if s is None else s.add_(sq)
+                     chunk_elements: int = CHUNK_ELEMENTS) -> torch.Tensor:
+    r""":math:`s = \frac1N\sum_r (U_G^T\mathcal D\bar W_r U_A)^{\odot 2}` from the layer's inputs and output gradients.
+
+    The pseudo-gradient of row :math:`r` (example :math:`n`) is :math:`\sum_t b_{rt}\bar a_{nt}^T`, so its
+    rotation is :math:`\sum_t (U_G^Tb_{rt})(U_A^T\bar a_{nt})^T`: the inputs and output gradients are
+    rotated first, :math:`O(R\,T\,d^2)`, and no per-row :math:`d\times d` product is formed.  With one
+    position per example, :math:`s = \frac1N\,(\tilde b^{\odot 2})^T(\tilde a^{\odot 2})` is one product.
+    """
+    rule = layer.rule
+    a = rule.ordered_inputs(layer)                                   # (N, T, in)
+    N, T = a.shape[0], a.shape[1]
+    dt = accumulation_dtype(a, layer.grad_out)
+    a = a.to(dt)
+    parts = []
+    if "weight" in layer.params:
+        parts.append(a)
+    if "bias" in layer.params:
+        parts.append(torch.ones(N, T, 1, dtype=dt, device=a.device))
+    at = (torch.cat(parts, dim=2) if len(parts) > 1 else parts[0]) @ Ua.to(dt)   # (N, T, in [+ 1]) rotated
+    gs = layer.grad_out
+    R = cols.rows
+    out = Ug.shape[0]
+    s = torch.zeros(out, at.shape[2], dtype=dt, device=a.device)
+    Ugd = Ug.to(dt)
+    for j in range(gs.shape[0]):
+        bt = rule.outputs(gs[j]).to(dt) @ Ugd                        # (N, T, out) rotated
+        if T == 1:
+            s.addmm_(bt[:, 0].square().T, at[:, 0].square())
+            continue
+        for sl in chunks(N, out * at.shape[2], chunk_elements):
+            P = torch.einsum("nto,nti->noi", bt[sl], at[sl])          # rotated pseudo-gradients of the rows
+            s.add_(P.square().sum(0))
     return s.div_(space.batch_size)
 
 
 def ekfac_reducer(approx: str):
-    """K-FAC's gradient-factor sink for factorable layers, also keeping each column's output gradient."""
+    """K-FAC's gradient-factor sink for layers with Kronecker factors, also keeping each column's output gradient."""
     kron = kfac_reducer(approx)
 
     def reducer(layer: bp.Layer, cols: bp.Columns):
-        if not is_factored(layer):
+        if not layer.rule.kronecker:
             return None
         gram_sink = kron(layer, cols)
 
         def sink(j, g):
             if layer.grad_out is None:
                 layer.grad_out = torch.empty((cols.count,) + tuple(g.shape), dtype=g.dtype, device=g.device)
-            layer.grad_out[j] = g       # a copy: the gradient-factor sink accumulates into g in place
+            layer.grad_out[j] = g       # a copy: the gradient-factor sink may accumulate into g in place
             gram_sink(j, g)
         return sink
     return reducer
@@ -116,19 +181,130 @@ class EKFAC(BlockCurvature):
 
     Build with ``space.curvature("ekfac", method=..., kfac_approx="expand" | "reduce")``
     (the basis is K-FAC's, see :mod:`.kfac`).
+
+    Two options serve the optimizer (George et al. 2018 refresh the basis rarely and the scales
+    often): ``basis`` (``{weight name: (U_A, U_G)}``) computes the scales in a given basis instead of
+    the eigenvectors of this batch's factors; ``reduce`` (a function of a list of tensors, e.g. their
+    mean over the ranks of a process group) is applied to every layer's factors before the basis is
+    taken from them, so that under data parallelism every rank computes its scales in one common basis
+    and their mean is the scales of the whole batch.
     """
 
     @classmethod
-    def build(cls, space, factor_fn, chunk_elements: int = rows.CHUNK_ELEMENTS, kfac_approx: str = "expand",
-              per_position: bool = True) -> "EKFAC":
-        def make_block(layer: bp.Layer, cols: bp.Columns) -> EigenKronBlock:
-            kron = kron_block(space, layer, "eigen", kfac_approx)
-            _, Ua, _, Ug = kron.eig()
-            s = eigen_correction(space, layer, cols, Ua, Ug, chunk_elements)
-            layer.grad_out, layer.inputs = None, ()
-            block = EigenKronBlock(kron.weight, kron.bias, kron.wshape, kron.A, kron.G, s)
-            block._eig = kron._eig   # the basis s was computed in
-            return block
+    def build(cls, space, factor_fn, chunk_elements: int = CHUNK_ELEMENTS, kfac_approx: str = "expand",
+              per_position: bool = True, basis: Optional[Basis] = None,
+              reduce: Optional[Callable[[List[torch.Tensor]], List[torch.Tensor]]] = None,
+              defer: bool = False) -> "EKFAC":
+        mask = position_mask(space)
+
+        def make_blocks(layers: List[bp.Layer], cols: bp.Columns) -> List[EigenKronBlock]:
+            krons = [kron_block(space, l, "eigen", kfac_approx, mask) for l in layers]
+            if reduce is not None and krons:
+                flat = reduce([t for k in krons for t in (k.A, k.G)])
+                for i, k in enumerate(krons):
+                    k.A, k.G = flat[2 * i], flat[2 * i + 1]
+            blocks = []
+            for layer, kron in zip(layers, krons):
+                if defer:   # the layer's inputs and output gradients are kept until the basis is known
+                    f = (lambda l: lambda Ua, Ug: eigen_correction(space, l, cols, Ua, Ug, chunk_elements))(layer)
+                    blocks.append(EigenKronBlock(kron.weight, kron.bias, kron.wshape, kron.A, kron.G, None,
+                                                 kron.transposed, [(1.0, f)]))
+                    continue
+                key = kron.weight if kron.weight is not None else kron.bias
+                given = basis.get(key) if basis is not None else None
+                if given is not None and (given[0].shape[0] != kron.A.shape[0] or given[1].shape[0] != kron.G.shape[0]):
+                    given = None
+                Ua, Ug = given if given is not None else kron.eig()[1::2]
+                s = eigen_correction(space, layer, cols, Ua, Ug, chunk_elements)
+                layer.grad_out, layer.inputs = None, ()
+                block = EigenKronBlock(kron.weight, kron.bias, kron.wshape, kron.A, kron.G, s, kron.transposed)
+                if given is None:
+                    block._eig = kron._eig   # the basis s was computed in
+                blocks.append(block)
+            return blocks
         blocks = factored_blocks(space, factor_fn, ekfac_reducer(kfac_approx), per_position, chunk_elements,
-                                 make_block)
+                                 make_blocks)
         return cls(space.layout, blocks, space.point)
+
+    def basis(self) -> Basis:
+        """Each Kronecker block's eigenbasis ``{weight name: (U_A, U_G)}`` (the ``basis`` option of :meth:`build`)."""
+        return {b.key: b.basis() for b in self.blocks if isinstance(b, EigenKronBlock)}
+
+    _EIG = ("lambda_A", "U_A", "lambda_G", "U_G")
+
+    def bases(self) -> Dict[str, torch.Tensor]:
+        """The eigendecompositions the blocks use, ``{"<block>/<U_A|...>": tensor}`` (for checkpoints)."""
+        return {f"{i}/{k}": t for i, b in enumerate(self.blocks) if isinstance(b, EigenKronBlock)
+                for k, t in zip(self._EIG, b.eig())}
+
+    def adopt_bases(self, saved: Dict[str, torch.Tensor]) -> None:
+        """Use the eigendecompositions of :meth:`bases` (a checkpoint's) instead of the factors' own."""
+        for i, b in enumerate(self.blocks):
+            if isinstance(b, EigenKronBlock) and all(f"{i}/{k}" in saved for k in self._EIG):
+                eig = tuple(saved[f"{i}/{k}"] for k in self._EIG)
+                if eig[1].shape != b.A.shape or eig[3].shape != b.G.shape:
+                    raise ValueError(f"checkpoint: the saved EKFAC basis of block {i} does not fit its factors")
+                b._eig = eig
+
+    # ------------------------------------------------------------ the optimizer's schedule
+    @property
+    def deferred(self) -> bool:
+        """Whether scales are still to be measured (built with ``defer=True``; see :meth:`refreshed`)."""
+        return any(isinstance(b, EigenKronBlock) and b.s is None for b in self.blocks)
+
+    def ema(self, new: "Curvature", decay: float) -> "Curvature":
+        """Deferred statistics pool with deferred ones (micro-batches): factors averaged, measurements kept."""
+        if not (self.deferred or getattr(new, "deferred", False)):
+            return super().ema(new, decay)
+        if not (self.deferred and new.deferred and self.same_structure(new)):
+            raise ValueError("EKFAC statistics awaiting their scales combine only with others of the same layers")
+        blocks = []
+        for a, b in zip(self.blocks, new.blocks):
+            if isinstance(a, EigenKronBlock):
+                blocks.append(EigenKronBlock(a.weight, a.bias, a.wshape, torch.lerp(b.A, a.A, decay),
+                                             torch.lerp(b.G, a.G, decay), None, a.transposed,
+                                             [(w * decay, f) for w, f in a.pending] +
+                                             [(w * (1 - decay), f) for w, f in b.pending]))
+            else:
+                old, cur = a.stats(), b.stats()
+                blocks.append(a.with_stats({k: torch.lerp(cur[k], old[k], decay) for k in old}))
+        return type(self)._from_blocks(self, blocks)
+
+    def refreshed(self, old: Optional["EKFAC"], decay: float,
+                  reduce: Optional[Callable[[List[torch.Tensor]], List[torch.Tensor]]] = None,
+                  basis_of: Optional["Curvature"] = None) -> "EKFAC":
+        r"""Deferred statistics (already averaged over the ranks) made current, with their basis.
+
+        The factors are averaged with ``old``'s (:math:`\beta` = ``decay``); the scales are measured in the
+        basis of ``basis_of`` (the solver's, between factorisations) or else in that of the averaged factors,
+        ``reduce`` (the mean over the ranks) is applied to them, and they are averaged with ``old``'s scales
+        (George et al. 2018 keep averaging the scales when the basis is renewed).  The result keeps the
+        basis it was measured in (it is factorised).
+        """
+        if old is not None and not (isinstance(old, EKFAC) and self.same_structure(old)):
+            old = None
+        known = {} if basis_of is None else {b.key: b.eig() for b in getattr(basis_of, "blocks", [])
+                                             if isinstance(b, EigenKronBlock)}
+        blocks = []
+        for i, b in enumerate(self.blocks):
+            o = old.blocks[i] if old is not None else None
+            if isinstance(b, EigenKronBlock):
+                A, G = (b.A, b.G) if o is None else (torch.lerp(b.A, o.A, decay), torch.lerp(b.G, o.G, decay))
+                eig = known.get(b.key)
+                if eig is not None and (eig[1].shape != A.shape or eig[3].shape != G.shape):
+                    eig = None
+                blocks.append(EigenKronBlock(b.weight, b.bias, b.wshape, A, G, None, b.transposed,
+                                             b.pending).measured(eig))
+            else:
+                cur = b.stats()
+                blocks.append(b if o is None else b.with_stats({k: torch.lerp(cur[k], t, decay)
+                                                                for k, t in o.stats().items()}))
+        kron = [b for b in blocks if isinstance(b, EigenKronBlock)]
+        scales = [b.s for b in kron]
+        if reduce is not None and scales:
+            scales = reduce(scales)
+        for i, (b, s) in enumerate(zip(kron, scales)):
+            if old is not None:
+                s = torch.lerp(s, old.blocks[blocks.index(b)].s, decay)
+            b.s = s
+        return type(self)._from_blocks(self, blocks)

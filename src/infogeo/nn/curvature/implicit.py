@@ -27,6 +27,14 @@ class Implicit(Curvature):
         self.metric, self.max_iter, self.rtol, self.outer = metric, int(max_iter), float(rtol), outer
         self.info = None
 
+    @classmethod
+    def build(cls, space: Any, metric: Any, max_iter: Optional[int] = None, rtol: Optional[float] = None,
+              **ignored: Any) -> "Implicit":
+        """The operator of ``metric`` (a network metric of ``space``) at the space's point; CG truncated at
+        ``max_iter`` iterations or relative residual ``rtol`` (default: the space's)."""
+        return cls(space.layout, metric, space.point, max_iter=space.cg_max_iter if max_iter is None else max_iter,
+                   rtol=space.cg_rtol if rtol is None else rtol)
+
     def _mv(self, v):
         out = self.metric.mv(self.point, v)
         if self.outer is not None:  # C - g g^T (gradient covariance)

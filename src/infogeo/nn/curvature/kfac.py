@@ -35,78 +35,49 @@ curvature (mixed representation).
 """
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional
 
 import torch
 
-from . import _backprop as bp, _reducers as red, _rows as rows
+from . import _backprop as bp
 from .base import BlockCurvature
 from .blocks import Block, KronBlock
 from .diagonal import diag_blocks
+from .layers.base import CHUNK_ELEMENTS
 
 
 APPROXIMATIONS = ("expand", "reduce")
 
 
-def kron_inputs(layer: bp.Layer, approx: str = "expand") -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """The rows whose second moment is :math:`A` (before the bias column), ``(N T, in)`` or ``(N, in)``, and
-    the permutation to the weight's column order (``None`` when they are in it already).
+def position_mask(space) -> Optional[torch.Tensor]:
+    r"""``(N, T)`` booleans: the output positions that carry a loss (``None`` when all do).
 
-    A convolution's patches come kernel-offset major (:func:`~._rows.kernel_major_patches`, the fast copy);
-    the small factor is permuted instead of the large patch matrix.
+    Positions of weight zero (``ignore_index`` targets of a torch loss, class weight 0) add
+    nothing to :math:`G`; :math:`A` leaves them out too, for layers with as many positions as
+    the outputs (Eschenhagen et al. 2023 average :math:`A` over the positions of the loss).
     """
-    if layer.kind == "linear":
-        a, order = layer.inputs[0], None
-        a = a.reshape(a.shape[0], -1, a.shape[-1])          # (N, T, in), a view
-    else:
-        a = rows.kernel_major_patches(layer)                # (N, L, prod(kernel) C_in)
-        order = rows.weight_order(layer.module, a.device)
-    if approx == "reduce":
-        return a.mean(1), order
-    return a.reshape(-1, a.shape[-1]), order
+    w = getattr(space.output_metric, "weight", None)
+    if not isinstance(w, torch.Tensor) or w.dim() < 1 or not bool((w == 0).any()):
+        return None
+    return (w != 0).reshape(w.shape[0], -1)
 
 
-def input_factor(layer: bp.Layer, approx: str = "expand") -> torch.Tensor:
-    r""":math:`A`, the second moment of the bias-augmented inputs (see the module docstring)."""
-    a, order = kron_inputs(layer, approx)
-    a = a.to(red.accumulation_dtype(a))
-    R, n_in = a.shape
-    if "weight" in layer.params and "bias" in layer.params:
-        # A of the bias-augmented input [a, 1], filled blockwise instead of concatenating a copy of a
-        A = torch.empty(n_in + 1, n_in + 1, dtype=a.dtype, device=a.device)
-        red.gram(a, out=A[:n_in, :n_in])
-        s = a.sum(0)
-        A[:n_in, n_in] = s
-        A[n_in, :n_in] = s
-        A[n_in, n_in] = R
-        if order is not None:
-            order = torch.cat([order, order.new_tensor([n_in])])
-    elif "weight" in layer.params:
-        A = red.gram(a)
-    else:
-        return torch.ones(1, 1, dtype=a.dtype, device=a.device)
-    if order is not None:
-        A = A[order][:, order]
-    return A.div_(R)
-
-
-def kron_block(space, layer: bp.Layer, inverse: str = "eigen", approx: str = "expand") -> KronBlock:
-    """The factors :math:`A, G` of one Linear or convolution layer from its recorded inputs and output gradients."""
+def kron_block(space, layer: bp.Layer, inverse: str = "eigen", approx: str = "expand",
+               mask: Optional[torch.Tensor] = None) -> KronBlock:
+    """The factors :math:`A, G` of one layer with Kronecker factors, from its inputs and output gradients."""
     G = layer.stat.div_(space.batch_size)
     layer.stat = None
+    rule = layer.rule
     return KronBlock(layer.params.get("weight"), layer.params.get("bias"), tuple(layer.module.weight.shape),
-                     input_factor(layer, approx), G, inverse)
-
-
-def is_factored(layer: bp.Layer) -> bool:
-    return layer.kind in ("linear", "conv")
+                     rule.input_factor(layer, approx, mask), G, inverse, transposed=rule.transposed)
 
 
 def kfac_reducer(approx: str = "expand"):
-    r"""Column sinks for :func:`~._backprop.capture`: factorable layers keep only the gradient factor."""
+    r"""Column sinks for :func:`~._backprop.capture`: layers with Kronecker factors keep only :math:`G`."""
     check_approx(approx)
+
     def reducer(layer: bp.Layer, cols: bp.Columns):
-        return red.gram_sum(layer, cols, reduce_positions=approx == "reduce") if is_factored(layer) else None
+        return layer.rule.gradient_sink(layer, approx == "reduce") if layer.rule.kronecker else None
     return reducer
 
 
@@ -122,12 +93,14 @@ class KFAC(BlockCurvature):
     """
 
     @classmethod
-    def build(cls, space, factor_fn, chunk_elements: int = rows.CHUNK_ELEMENTS, inverse: str = "eigen",
+    def build(cls, space, factor_fn, chunk_elements: int = CHUNK_ELEMENTS, inverse: str = "eigen",
               kfac_approx: str = "expand", per_position: bool = True) -> "KFAC":
         if inverse not in KronBlock.INVERSES:
             raise ValueError(f"unknown K-FAC inverse {inverse!r}; expected one of {KronBlock.INVERSES}")
+        mask = position_mask(space)
         blocks = factored_blocks(space, factor_fn, kfac_reducer(kfac_approx), per_position, chunk_elements,
-                                 lambda layer, cols: kron_block(space, layer, inverse, kfac_approx))
+                                 lambda layers, cols: [kron_block(space, l, inverse, kfac_approx, mask)
+                                                       for l in layers])
         return cls(space.layout, blocks, space.point)
 
 
@@ -138,15 +111,10 @@ def check_approx(kfac_approx: str) -> str:
 
 
 def factored_blocks(space, factor_fn, reducer, per_position: bool, chunk_elements: int,
-                    make_block: Callable[[bp.Layer, bp.Columns], Block]) -> List[Block]:
-    """One capture; ``make_block(layer, cols)`` for layers with Kronecker factors, exact diagonals elsewhere."""
-    _, cols, layers = bp.capture(space, factor_fn, reducer, per_position)
-    blocks: List[Block] = []
-    other: List[bp.Layer] = []
+                    make_blocks: Callable[[List[bp.Layer], bp.Columns], List[Block]]) -> List[Block]:
+    """One capture; ``make_blocks(layers, cols)`` for the layers with Kronecker factors, exact diagonals elsewhere."""
+    cap = bp.capture(space, factor_fn, reducer, per_position)
     with bp.without_autocast():
-        for layer in layers:
-            if is_factored(layer):
-                blocks.append(make_block(layer, cols))
-            else:
-                other.append(layer)
-        return blocks + diag_blocks(space, other, cols, chunk_elements)
+        kron = [l for l in cap.layers if l.rule.kronecker]
+        other = [l for l in cap.layers if not l.rule.kronecker]
+        return make_blocks(kron, cap.cols) + diag_blocks(space, other, cap.network, cap.cols, chunk_elements)

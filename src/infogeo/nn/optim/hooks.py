@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import types
 import weakref
 from typing import Any, Callable, Dict, List, Optional
 
@@ -22,6 +21,7 @@ import torch
 
 from ..batch import Batch
 from ..curvature import _backprop as bp
+from ..curvature.uses import ForeignUses
 
 logger = logging.getLogger(__name__)
 
@@ -31,12 +31,55 @@ __all__ = ["ForwardRecorder", "OutputGradients", "unwrap", "MAX_PENDING"]
 MAX_PENDING = 4
 
 
+def _class_names(obj: Any) -> List[str]:
+    return [f"{c.__module__}.{c.__qualname__}" for c in type(obj).__mro__]
+
+
+def _sharded(module: torch.nn.Module) -> Optional[str]:
+    """What shards ``module``'s parameters, by name (no import of torch.distributed's optional parts)."""
+    for path, m in module.named_modules():
+        names = _class_names(m)
+        where = f" (module {path!r})" if path else ""
+        if any(n.startswith("torch.distributed.fsdp") and n.endswith(".FullyShardedDataParallel") for n in names):
+            return (f"the model is wrapped in FullyShardedDataParallel (FSDP1){where}: its flat, sharded "
+                    f"parameters hide the layers the curvature is built from, and with use_orig_params=True "
+                    f"each rank holds only a slice")
+        if any(n.endswith(".FSDPModule") for n in names):
+            return (f"the model is sharded with fully_shard (FSDP2){where}: K-FAC on sharded parameters is not "
+                    f"supported yet")
+    for name, p in module.named_parameters():
+        if any(n.endswith(".DTensor") for n in _class_names(p)):
+            return (f"parameter {name!r} is a DTensor (tensor parallelism or a replicated/sharded DeviceMesh "
+                    f"layout): each rank's curvature would see a different slice of the layers")
+    return None
+
+
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """The module a ``DistributedDataParallel`` (or ``DataParallel``) wrapper holds, else ``model``."""
+    """The module a ``DistributedDataParallel`` (or ``DataParallel``) wrapper holds, else ``model``.
+
+    Sharded models are refused here, at construction, with what to use instead: FSDP1
+    (``FullyShardedDataParallel``, flat parameters or ``use_orig_params``), FSDP2 (``fully_shard``) and any
+    DTensor parameter (tensor parallelism, replicated meshes).
+    """
     wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
     while isinstance(model, wrappers):
         model = model.module
+    why = _sharded(model)
+    if why is not None:
+        raise ValueError(f"{why}. infogeo's natural gradient supports data parallelism: wrap the plain model in "
+                         f"torch.nn.parallel.DistributedDataParallel (each rank holds the whole model; the "
+                         f"curvature statistics are all-reduced and the factorisations spread over the ranks)")
     return model
+
+
+def refuse_sparse(module: torch.nn.Module, ids: set) -> None:
+    """Refuse, by name, a layer whose gradient would be a sparse tensor (``Embedding(sparse=True)``)."""
+    for path, m in module.named_modules():
+        if getattr(m, "sparse", False) is True and isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)) \
+                and any(id(p) in ids for p in m.parameters(recurse=False)):
+            raise ValueError(f"{type(m).__name__} {path!r} has sparse=True: its gradient is a sparse tensor, "
+                             f"which the curvature cannot precondition; build it with sparse=False, or leave its "
+                             f"parameters out with params=")
 
 
 class ForwardRecorder:
@@ -59,7 +102,10 @@ class ForwardRecorder:
                  on_forward: Optional[Callable[[], None]] = None, output_fn: Optional[Callable] = None):
         self.module = module
         self.on_forward, self.output_fn = on_forward, output_fn
-        self.layers = bp.find_layers(types.SimpleNamespace(model=module, names=list(names)))
+        self.layers, _ = bp.find_layers(module, list(names))
+        self._owned = {n: p for n, p in module.named_parameters() if n in set(names)}
+        self._owners = bp.owners(module, list(names))
+        self._watch: Optional[ForeignUses] = None
         self.on_backward = on_backward
         self.armed = False
         self._paused = False
@@ -76,7 +122,7 @@ class ForwardRecorder:
         # drops is collected, and its hooks are removed with it
         me = weakref.ref(self)
         self._handles = [module.register_forward_pre_hook(_weak(me, "_pre"), with_kwargs=True),
-                         module.register_forward_hook(_weak(me, "_post"))]
+                         module.register_forward_hook(_weak(me, "_post"), always_call=True)]
         for layer in self.layers:
             self._handles.append(layer.module.register_forward_hook(_weak(me, "_layer_hook", layer.path),
                                                                     with_kwargs=True))
@@ -105,10 +151,15 @@ class ForwardRecorder:
             return
         self.inputs = Batch(tuple(args), dict(kwargs))
         if self.armed:
-            self._calls = {l.path: [] for l in self.layers}
+            self._calls = Recorded({l.path: [] for l in self.layers})
             self._sinks = {p: bp.recording_hook(self._calls, p) for p in self._calls}
+            # which parameters this forward uses outside their modules (they take the whole-network route)
+            self._watch = ForeignUses(self._owned, self._owners)
+            self._watch.__enter__()
+            self._calls.foreign = self._watch.foreign
         else:
             self._calls = None
+
 
     def _layer_hook(self, path: str, module, args, kwargs, output):
         if self._calls is not None:
@@ -117,8 +168,14 @@ class ForwardRecorder:
             self.rows.record(path, args, kwargs, output)
 
     def _post(self, module, args, output):
+        # always called, also when the forward raised (output None): the watch is taken off in any case
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.__exit__(None, None, None)
         calls, self._calls, self._sinks = self._calls, None, {}
         live, self._live = self._live, False
+        if output is None:
+            return
         if live and self.output_fn is not None:
             output = self.output_fn(output)   # the outputs z in what the model returns
         if not live or not (isinstance(output, torch.Tensor) and output.requires_grad) or self.inputs is None:
@@ -150,6 +207,13 @@ class ForwardRecorder:
     def remove(self) -> None:
         """Remove every hook from the model."""
         _remove(self._handles)
+
+
+class Recorded(dict):
+    """The layer calls of one recorded forward (path -> calls), with the parameters it used outside their
+    modules in :attr:`foreign` (see :class:`~infogeo.nn.curvature.uses.ForeignUses`)."""
+
+    foreign: set = set()
 
 
 def _weak(ref: "weakref.ref", method: str, *bound: Any) -> Callable:

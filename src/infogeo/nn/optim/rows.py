@@ -32,6 +32,7 @@ import torch
 
 from .. import distributed as dd
 from ..curvature.blocks import KronBlock
+from ..curvature.layers import rule_for
 
 __all__ = ["RowCapture"]
 
@@ -47,14 +48,16 @@ def _max_rows(n_out: int, n_in: int) -> int:
 class RowCapture:
     r"""Record the rows :math:`(a_r, b_r)` of Linear layers during the user's forward and backward.
 
-    ``layers`` are ``(path, module, weight_name, bias_name)`` of the candidate Linear layers.
+    ``layers`` are ``(path, module, weight_name, bias_name)`` of the candidate layers; a call is recorded when
+    its layer rule's rows are the input's own (``rows_are_inputs``: Linear, Hugging Face ``Conv1D``).
     :meth:`record` is called by the forward hook of each layer; :meth:`clear` after every step.
     """
 
     def __init__(self, layers: Sequence[tuple]):
         self.layers = {path: (mod, w, b) for path, mod, w, b in layers
-                       if isinstance(mod, torch.nn.Linear) and w is not None}   # a trainable weight
-        self.limit = {path: _max_rows(mod.out_features, mod.in_features + (b is not None))
+                       if w is not None and getattr(mod, "weight", None) is not None
+                       and mod.weight.dim() == 2}   # a trainable matrix weight; the rule decides at each call
+        self.limit = {path: _max_rows(mod.weight.shape[0], mod.weight.shape[1] + (b is not None))
                       for path, (mod, w, b) in self.layers.items()}
         self.by_weight = {w: path for path, (_, w, _) in self.layers.items()}
         self.calls: Dict[str, List[tuple]] = {}
@@ -78,8 +81,9 @@ class RowCapture:
             return
         a = args[0] if len(args) == 1 and not kwargs else None
         if (not isinstance(a, torch.Tensor) or not isinstance(output, torch.Tensor) or not output.requires_grad
-                or torch.is_autocast_enabled(a.device.type)):
-            self._refuse(path)   # not a plain Linear call, or computed in another precision
+                or torch.is_autocast_enabled(a.device.type)
+                or not getattr(rule_for(self.layers[path][0], args, kwargs), "rows_are_inputs", False)):
+            self._refuse(path)   # not a Linear-type call on its input's last axis, or in another precision
             return
         rows = a.numel() // max(a.shape[-1], 1)
         self.count[path] = self.count.get(path, 0) + rows
@@ -106,7 +110,7 @@ class RowCapture:
     # ------------------------------------------------------------ solves
     def _local(self, block: KronBlock, grads: Dict[str, torch.Tensor]) -> Optional[tuple]:
         """``(b, a)``: this process's rows of ``block``'s layer, or ``None`` (no rows, or not a factored block)."""
-        if not isinstance(block, KronBlock) or block.inverse != "tikhonov" or block.weight is None:
+        if not isinstance(block, KronBlock) or block.weight is None:
             return None
         path = self.by_weight.get(block.weight)
         calls = self.calls.get(path) if path is not None else None
@@ -170,7 +174,8 @@ class RowCapture:
     def _agrees(self, path: str, block: KronBlock, grads, b: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         r"""Whether :math:`\bar V v = b^T(\bar a v)` for a random :math:`v`, within rounding (a boolean tensor:
         the layers' checks are read together, one device synchronisation a step)."""
-        W = grads[block.weight].reshape(b.shape[1], -1)
+        W = grads[block.weight]
+        W = W.T if block.transposed else W.reshape(b.shape[1], -1)
         bias = grads[block.bias] if block.bias is not None else None
         K = W.shape[1] + (bias is not None)
         v = self._sketch.get(path)

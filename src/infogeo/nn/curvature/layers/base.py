@@ -1,0 +1,225 @@
+r"""What a curvature needs to know about one layer type: the :class:`LayerRule` protocol.
+
+Every curvature of :mod:`infogeo.nn.curvature` is built from the *pseudo-gradients*
+:math:`\mathcal D w_r = J_r^T s_r` of each layer's parameters, one per row :math:`r`
+(a factor column at one example and, per position, one output position; see
+:class:`~.._backprop.Columns`).  A forward pass records each layer's inputs and a
+backward pass per column its output gradients :math:`b_r`; a *rule* turns those
+into what each curvature asks for:
+
+* :meth:`LayerRule.rows` — the per-row pseudo-gradients (diagonal, block, EKFAC);
+* :meth:`LayerRule.diagonal` — the exact diagonal without forming them, where a closed
+  form exists (with :meth:`LayerRule.diagonal_sink` keeping only what it needs of each column);
+* for layers with Kronecker factors (:class:`AffineRule`: a Linear map :math:`\bar W\bar a` of
+  some view of the input, shared over positions) the rows of :math:`A` and :math:`G` and
+  the layout of the weight (K-FAC, EKFAC; Martens & Grosse 2015, Grosse & Martens 2016,
+  Eschenhagen et al. 2023).
+
+The rules are tried in the order of :data:`~infogeo.nn.curvature.layers.RULES`; the first whose
+:meth:`LayerRule.matches` accepts the layer's (single) call is used.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, Iterator, Optional, Tuple
+
+import torch
+
+from .._reducers import accumulation_dtype, gram, square_sum, squared_product, squared_stat
+
+Rows = Iterator[Dict[str, torch.Tensor]]
+Sink = Callable[[int, torch.Tensor], None]
+
+#: default number of per-example gradient elements materialised at once
+CHUNK_ELEMENTS = 1 << 24
+
+
+def chunks(R: int, per_row: int, chunk_elements: int) -> Iterator[slice]:
+    """Slices of ``R`` rows holding about ``chunk_elements`` elements each (``per_row`` per row)."""
+    step = max(1, chunk_elements // max(per_row, 1))
+    for s in range(0, R, step):
+        yield slice(s, min(R, s + step))
+
+
+class LayerRule:
+    """How one layer type feeds the curvatures (module docstring).  Subclass and :func:`register` it.
+
+    A rule is stateless: everything recorded lives on the :class:`~.._backprop.Layer` it is given
+    (``layer.module``, ``layer.params`` attribute -> full name, ``layer.inputs``, ``layer.kwargs``,
+    ``layer.grad_out`` of shape ``(columns, N, ...)``, and ``layer.stat`` for column sinks).
+    """
+
+    #: short name shown in support tables and logs
+    name: str = "rule"
+    #: one line for the documentation's support table
+    description: str = ""
+    #: whether the layer has Kronecker factors (K-FAC and EKFAC blocks)
+    kronecker: bool = False
+
+    def matches(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> bool:
+        """Whether this rule handles a call ``module(*args, **kwargs)`` (inputs batch-first)."""
+        raise NotImplementedError
+
+    def rows(self, layer, space, cols, chunk_elements: int = CHUNK_ELEMENTS) -> Rows:
+        r"""Chunks of per-row pseudo-gradients ``{full name: (R, *shape)}``, rows ``r = j N + n``."""
+        raise NotImplementedError
+
+    def diagonal_sink(self, layer, cols) -> Optional[Sink]:
+        """A column sink keeping what :meth:`diagonal` needs (``None``: keep every column)."""
+        return None
+
+    def diagonal(self, layer, N: int) -> Optional[Dict[str, torch.Tensor]]:
+        r"""The exact diagonal :math:`\frac1N\sum_r \mathcal Dw_r^{\odot 2}` in closed form, or ``None``
+        (then it is summed from :meth:`rows`)."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"<layer rule {self.name!r}>"
+
+
+class AffineRule(LayerRule):
+    r"""A layer that is :math:`z_t = \bar W \bar a_t` at each of its positions :math:`t`, for some view
+    :math:`a_t` of its input (a Linear layer: the input itself; a convolution: its patches).
+
+    :math:`\bar W = [W\ b]` is the weight as an ``(out, in)`` matrix (see :meth:`weight_matrix`)
+    with the bias as an extra column.  Subclasses give the input rows, the output-gradient rows
+    and the weight's layout; the pseudo-gradients, the closed-form diagonal and the Kronecker
+    factors follow here.
+    """
+
+    kronecker = True
+    #: whether the weight is stored as ``(in, out)`` (its transpose is :math:`W`)
+    transposed = False
+
+    def out_features(self, module: torch.nn.Module) -> int:
+        w = module.weight
+        return w.shape[1] if self.transposed else w.shape[0]
+
+    def inputs(self, layer) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """``(a, order)``: input rows ``(N, T, in)`` and the permutation of their last axis to the column order
+        of :math:`W` (``None``: already in it)."""
+        raise NotImplementedError
+
+    def ordered_inputs(self, layer) -> torch.Tensor:
+        """Input rows ``(N, T, in)`` in the column order of :math:`W`."""
+        a, order = self.inputs(layer)
+        return a if order is None else a[..., order]
+
+    def outputs(self, g: torch.Tensor) -> torch.Tensor:
+        """One column's output gradient ``(N, ...)`` as rows ``(N, T, out)``."""
+        raise NotImplementedError
+
+    def position_rows(self, g: torch.Tensor) -> torch.Tensor:
+        """One column's output gradient as rows ``(N T, out)`` (for :math:`G`; any layout the product takes)."""
+        b = self.outputs(g)
+        return b.reshape(-1, b.shape[-1])
+
+    def single_position(self, layer) -> bool:
+        """Whether the layer has one position per example (its diagonal then has a closed form)."""
+        return False
+
+    def summed_outputs(self, g: torch.Tensor) -> torch.Tensor:
+        """One column's output gradient summed over the positions, ``(N, out)`` (K-FAC-reduce)."""
+        return self.outputs(g).sum(1)
+
+    def weight_matrix(self, module: torch.nn.Module, w: torch.Tensor) -> torch.Tensor:
+        """A weight-shaped tensor ``w`` (leading axes allowed) as ``(..., out, in)``."""
+        if self.transposed:
+            return w.transpose(-1, -2)
+        out = module.weight.shape[0]
+        return w.reshape(w.shape[:w.dim() - module.weight.dim()] + (out, -1))
+
+    def weight_from_matrix(self, module: torch.nn.Module, M: torch.Tensor) -> torch.Tensor:
+        """The inverse of :meth:`weight_matrix`."""
+        if self.transposed:
+            return M.transpose(-1, -2)
+        return M.reshape(M.shape[:-2] + tuple(module.weight.shape))
+
+    # ------------------------------------------------------------ pseudo-gradients
+    def rows(self, layer, space, cols, chunk_elements: int = CHUNK_ELEMENTS) -> Rows:
+        a = self.ordered_inputs(layer)
+        b = layer.grad_out
+        N, R = a.shape[0], cols.rows
+        bf = torch.stack([self.outputs(b[j]) for j in range(b.shape[0])]).reshape(R, a.shape[1], -1)
+        dt = accumulation_dtype(a, bf)   # autocast: half output gradients; the rows in float32
+        a, bf = a.to(dt), bf.to(dt)
+        m = layer.module
+        for sl in chunks(R, layer.numel, chunk_elements):
+            n_idx = torch.arange(sl.start, sl.stop, device=a.device) % N
+            out = {}
+            if "weight" in layer.params:
+                gw = torch.einsum("rto,rti->roi", bf[sl], a[n_idx])
+                out[layer.params["weight"]] = self.weight_from_matrix(m, gw)
+            if "bias" in layer.params:
+                out[layer.params["bias"]] = bf[sl].sum(1)
+            yield out
+
+    def diagonal_sink(self, layer, cols) -> Optional[Sink]:
+        return square_sum(layer) if self.single_position(layer) else None
+
+    def diagonal(self, layer, N: int) -> Optional[Dict[str, torch.Tensor]]:
+        r"""One position per example: :math:`(\mathcal D W_{r})_{oi}^2 = b_{ro}^2 a_{ri}^2`, so the diagonal is
+        :math:`\frac1N\sum_n(\sum_k b_{kn}^{\odot 2})(a_n^{\odot 2})^T`, one product and no per-example gradient."""
+        if not self.single_position(layer):
+            return None
+        # the sum over columns k first, O(N out): accumulated during the backward passes when possible
+        b2 = squared_stat(layer) if layer.stat is not None else \
+            torch.stack([self.outputs(g) for g in layer.grad_out]).square().sum(0)
+        b2 = b2.reshape(b2.shape[0], -1)
+        layer.stat = layer.grad_out = None   # released before the (out, in) result is allocated
+        a = self.ordered_inputs(layer).reshape(b2.shape[0], -1)
+        d = {}
+        if "weight" in layer.params:
+            d[layer.params["weight"]] = self.weight_from_matrix(layer.module, squared_product(b2, a).div_(N))
+        if "bias" in layer.params:
+            d[layer.params["bias"]] = b2.sum(0).div_(N)
+        return d
+
+    # ------------------------------------------------------------ Kronecker factors
+    def factor_inputs(self, layer, approx: str = "expand",
+                      mask: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        r"""The rows whose second moment is :math:`A` (before the bias column) and the permutation to the
+        column order of :math:`W`.
+
+        ``"expand"``: every position is a row, ``(N T, in)``; ``"reduce"``: the mean over positions,
+        ``(N, in)``.  ``mask`` (``(N, T)``, boolean) keeps the positions that carry a loss.
+        """
+        a, order = self.inputs(layer)
+        if mask is not None and mask.shape == a.shape[:2]:
+            if approx == "reduce":
+                w = mask.to(a.dtype).unsqueeze(-1)
+                return (a * w).sum(1) / w.sum(1).clamp_min(1), order
+            return a[mask], order
+        if approx == "reduce":
+            return a.mean(1), order
+        return a.reshape(-1, a.shape[-1]), order
+
+    def input_factor(self, layer, approx: str = "expand", mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        r""":math:`A`, the second moment of the bias-augmented input rows (:meth:`factor_inputs`)."""
+        a, order = self.factor_inputs(layer, approx, mask)
+        a = a.to(accumulation_dtype(a))
+        R, n_in = a.shape
+        if "weight" in layer.params and "bias" in layer.params:
+            # A of the bias-augmented input [a, 1], filled blockwise instead of concatenating a copy of a
+            A = torch.empty(n_in + 1, n_in + 1, dtype=a.dtype, device=a.device)
+            gram(a, out=A[:n_in, :n_in])
+            s = a.sum(0)
+            A[:n_in, n_in] = s
+            A[n_in, :n_in] = s
+            A[n_in, n_in] = R
+            if order is not None:
+                order = torch.cat([order, order.new_tensor([n_in])])
+        elif "weight" in layer.params:
+            A = gram(a)
+        else:
+            return torch.ones(1, 1, dtype=a.dtype, device=a.device)
+        if order is not None:
+            A = A[order][:, order]
+        return A.div_(max(R, 1))
+
+    def gradient_sink(self, layer, reduce_positions: bool = False) -> Sink:
+        r"""Column sink accumulating :math:`\sum_{j,n,t} b_{jnt} b_{jnt}^T` into ``layer.stat`` (K-FAC's :math:`G`;
+        with ``reduce_positions``, of :math:`\sum_t b_{jnt}`)."""
+        def sink(j, g):
+            b = self.summed_outputs(g) if reduce_positions else self.position_rows(g)
+            layer.stat = gram(b) if layer.stat is None else layer.stat.add_(gram(b))
+        return sink

@@ -1,0 +1,74 @@
+r"""Where a forward pass uses each parameter: inside the module that owns it, or elsewhere.
+
+A layer rule computes a parameter's pseudo-gradients from the calls of the module that owns it.
+That is the parameter's whole gradient only if nothing else touches it: a weight applied again
+outside its module (``F.linear(h, self.embedding.weight)``, attention reading ``out_proj.weight``
+without calling ``out_proj``) contributes through a path the rule never sees.  :class:`ForeignUses`
+watches one forward pass (a :class:`~torch.overrides.TorchFunctionMode` and hooks on the owners)
+and reports the parameters used while none of their owners was running; those go through the
+whole network instead, which is exact.
+"""
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Set
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_leaves
+
+__all__ = ["ForeignUses"]
+
+# reading a tensor's metadata is not a use
+_METADATA = {torch.Tensor.size, torch.Tensor.dim, torch.Tensor.numel, torch.Tensor.stride,
+             torch.Tensor.element_size, torch.Tensor.is_floating_point, torch.Tensor.data_ptr,
+             torch.Tensor.requires_grad_, torch.Tensor.__hash__}
+
+
+class ForeignUses(TorchFunctionMode):
+    """Within this block, record which of ``tensors`` (name -> the tensor the forward will use) are used
+    by a torch function while none of their ``owners`` (name -> modules) is inside its forward.
+
+    Enter before the forward pass and exit after it; :attr:`foreign` holds the names found.
+    """
+
+    def __init__(self, tensors: Dict[str, torch.Tensor], owners: Dict[str, List[torch.nn.Module]]):
+        super().__init__()
+        self._ids = {id(t): n for n, t in tensors.items()}
+        self._tensors = list(tensors.values())   # kept alive, so that their ids stay theirs
+        self._owners = {n: [id(m) for m in ms] for n, ms in owners.items()}
+        self._active: Dict[int, int] = {}
+        self.foreign: Set[str] = set()
+        self._handles: list = []
+        modules = {id(m): m for ms in owners.values() for m in ms}
+        for m in modules.values():
+            self._handles.append(m.register_forward_pre_hook(self._enter_module))
+            self._handles.append(m.register_forward_hook(self._leave_module, always_call=True))
+
+    def _enter_module(self, module, args):
+        self._active[id(module)] = self._active.get(id(module), 0) + 1
+
+    def _leave_module(self, module, args, output):
+        self._active[id(module)] -= 1
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func not in _METADATA and getattr(func, "__name__", "") != "__get__":
+            for t in tree_leaves((args, kwargs)):
+                if isinstance(t, torch.Tensor):
+                    name = self._ids.get(id(t))
+                    if name is not None and not any(self._active.get(i, 0) for i in self._owners.get(name, ())):
+                        self.foreign.add(name)
+        return func(*args, **kwargs)
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            for h in self._handles:
+                h.remove()
+            self._handles = []
+
+
+def owned_tensors(names: Iterable[str], values: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """``{name: values[name]}`` for ``names`` (the tensors a forward pass will read for them)."""
+    return {n: values[n] for n in names}

@@ -1,0 +1,191 @@
+"""Conformance of every curvature kind (the kinds table) on every layer rule (the rules registry) and output shape.
+
+Each kind states what of the exact curvature it reproduces (``Kind.exact``); the views below check exactly
+that against a dense float64 pullback written from ``torch.func.jacrev`` and closed-form output Hessians.
+A kind added to the table without a view here fails :func:`test_every_kind_has_a_conformance_view`; a rule
+added to the registry without a model here fails :func:`test_every_rule_has_a_model`.
+"""
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+from torch.func import functional_call, jacrev  # noqa: E402
+
+import infogeo as ig  # noqa: E402
+from infogeo.nn.curvature import kinds, layers  # noqa: E402
+
+from ._dense_reference import rel  # noqa: E402
+
+TOL = 1e-10
+pytestmark = pytest.mark.filterwarnings("ignore:the empirical Fisher of outputs with")
+
+
+class Tied(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(6, 4)
+        self.mix = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return F.linear(torch.tanh(self.mix(self.emb(x))), self.emb.weight)
+
+
+class Seq(torch.nn.Module):
+    """Embedding, LayerNorm, a GRU (the generic module rule) and a Linear head, outputs (N, T, C)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(5, 4)
+        self.norm = torch.nn.LayerNorm(4)
+        self.rnn = torch.nn.GRU(4, 3, batch_first=True)
+        self.head = torch.nn.Linear(3, 4)
+
+    def forward(self, x):
+        return self.head(self.rnn(self.norm(self.emb(x)))[0])
+
+
+def _conv1d_model():
+    pytest.importorskip("transformers")
+    from transformers.pytorch_utils import Conv1D
+    return torch.nn.Sequential(Conv1D(5, 3), torch.nn.Tanh(), Conv1D(3, 5))
+
+
+# name -> (model factory, input factory (generator), number of classes, the rules it exercises)
+MODELS = {
+    "mlp": (lambda: torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 3)),
+            lambda g: torch.randn(5, 3, generator=g, dtype=torch.float64), 3, {"linear"}),
+    "mlp-positions": (lambda: torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 3)),
+                      lambda g: torch.randn(4, 3, 3, generator=g, dtype=torch.float64), 3, {"linear"}),
+    "cnn": (lambda: torch.nn.Sequential(torch.nn.Conv2d(2, 3, 3, padding=1), torch.nn.Tanh(), torch.nn.Flatten(),
+                                        torch.nn.Linear(3 * 4 * 4, 3)),
+            lambda g: torch.randn(4, 2, 4, 4, generator=g, dtype=torch.float64), 3, {"conv", "linear"}),
+    "hf-conv1d": (_conv1d_model, lambda g: torch.randn(4, 3, 3, generator=g, dtype=torch.float64), 3, {"hf_conv1d"}),
+    "sequence": (Seq, lambda g: torch.randint(0, 5, (3, 4), generator=g), 4, {"module", "linear"}),
+    "tied": (Tied, lambda g: torch.randint(0, 6, (4, 3), generator=g), 6, {"network", "linear"}),
+}
+
+#: rules that the parameter space never uses (the optimizers' BatchNorm in training mode)
+OPTIMIZER_ONLY = {"batchnorm"}
+
+
+def test_every_rule_has_a_model():
+    covered = set().union(*(m[3] for m in MODELS.values()))
+    missing = {r.name for r in layers.RULES} - covered - OPTIMIZER_ONLY
+    assert not missing, f"add a conformance model for the layer rule(s) {missing}"
+
+
+def reference(model, X, C, y):
+    """``(G, F_emp, z)``: the exact Fisher and the empirical Fisher (per position), float64."""
+    p = {n: q.detach() for n, q in model.named_parameters()}
+    J = jacrev(lambda q: functional_call(model, q, (X,)))(p)
+    z = functional_call(model, p, (X,)).detach()
+    N = z.shape[0]
+    Jm = torch.cat([J[n].reshape(z.numel(), -1) for n in p], 1).reshape(N, -1, C, sum(t.numel() for t in p.values()))
+    zz = z.reshape(N, -1, C)
+    s = torch.softmax(zz, -1)
+    H = torch.diag_embed(s) - s.unsqueeze(-1) * s.unsqueeze(-2)
+    g = s - F.one_hot(y.reshape(N, -1), C).to(s)
+    pull = lambda M: torch.einsum("ntcp,ntcd,ntdq->pq", Jm, M, Jm) / N  # noqa: E731
+    return pull(H), pull(g.unsqueeze(-1) * g.unsqueeze(-2)), z
+
+
+def indices(space, names):
+    return torch.cat([torch.arange(space.layout.offsets[n], space.layout.offsets[n] + space.layout.numels[n])
+                      for n in names])
+
+
+def flat(d, names):
+    return torch.cat([d[n].reshape(-1) for n in names])
+
+
+def view_dense(space, C, ref):
+    assert rel(C.to_dense(), ref) < TOL
+
+
+def view_implicit(space, C, ref):
+    v = torch.randn(space.layout.size, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    assert rel(C @ v, ref @ v) < TOL
+
+
+def view_diag(space, C, ref):
+    assert rel(flat(C.diagonal(), space.names), ref.diagonal()) < TOL
+
+
+def view_block(space, C, ref):
+    for b in C.blocks:
+        i = indices(space, b.names)
+        if b.kind == "dense":
+            assert rel(b.M, ref[i][:, i]) < TOL, b.names
+        else:
+            assert rel(flat(b.diagonal(), b.names), ref.diagonal()[i]) < TOL, b.names
+
+
+def _diag_blocks_exact(space, C, ref):
+    for b in C.blocks:
+        if b.kind == "diag":
+            assert rel(flat(b.diagonal(), b.names), ref.diagonal()[indices(space, b.names)]) < TOL, b.names
+
+
+def view_kfac(space, C, ref):
+    _diag_blocks_exact(space, C, ref)
+    M = C.to_dense()
+    assert rel(M, M.T) < 1e-13 and float(torch.linalg.eigvalsh(M).min()) > -1e-10 * float(M.abs().max())
+
+
+def view_ekfac(space, C, ref):
+    _diag_blocks_exact(space, C, ref)
+    for b in C.blocks:
+        if b.kind == "ekfac":
+            idx = b.flat_index(space.layout)
+            Ua, Ug = b.basis()
+            Q = torch.kron(Ug, Ua)
+            exact = torch.diagonal(Q.T @ ref[idx][:, idx] @ Q)   # the exact block's diagonal in the eigenbasis
+            assert rel(b.s.reshape(-1), exact) < TOL, b.names
+
+
+VIEWS = {"dense": view_dense, "implicit": view_implicit, "diag": view_diag, "block": view_block,
+         "kfac": view_kfac, "ekfac": view_ekfac}
+
+
+def test_every_kind_has_a_conformance_view():
+    missing = set(kinds.KINDS) - set(VIEWS)
+    assert not missing, f"add a conformance view for the curvature kind(s) {missing}"
+
+
+@pytest.mark.parametrize("model_name", list(MODELS))
+@pytest.mark.parametrize("method", ["exact", "empirical"])
+def test_every_kind_on_every_rule(model_name, method):
+    make, inputs, C, _ = MODELS[model_name]
+    torch.manual_seed(0)
+    model = make().double().eval()
+    g = torch.Generator().manual_seed(1)
+    X = inputs(g)
+    z0 = model(X)
+    y = torch.randint(0, C, z0.shape[:-1], generator=g)
+    G, Femp, _ = reference(model, X, C, y)
+    ref = G if method == "exact" else Femp
+    space = ig.nn.ParameterSpace(model, "categorical", data=X, targets=y)
+    for name, row in kinds.KINDS.items():
+        VIEWS[name](space, space.curvature(name, method), ref)
+    # the aliases select the same representation
+    for word, name in kinds.ALIASES.items():
+        assert type(space.curvature(word, method)) is type(space.curvature(name, method))
+
+
+def test_unknown_kinds_and_methods_name_what_is_accepted():
+    model = torch.nn.Linear(2, 2)
+    space = ig.nn.ParameterSpace(model, "categorical", data=torch.randn(3, 2))
+    with pytest.raises(ValueError, match="expected one of"):
+        space.curvature("kronecker")
+    with pytest.raises(ValueError, match="expected one of"):
+        space.curvature("diag", "approximate")
+    assert "`kfac`" in kinds.table() and "`ekfac`" in kinds.table()
+
+
+def test_the_documentation_tables_are_the_registries():
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[2] / "docs" / "nn.md").read_text(encoding="utf-8")
+    for name, table in (("kinds", kinds.table()), ("rules", layers.support_table())):
+        start = text.index(f"<!-- {name}:")
+        body = text[text.index("-->", start) + 3:text.index(f"<!-- end {name} -->")].strip()
+        assert body == table, f"docs/nn.md's {name} table is out of date; paste infogeo.nn.curvature's table() there"
