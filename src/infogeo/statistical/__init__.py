@@ -12,6 +12,7 @@ from .fisher import ClosedGeodesics, FisherMetric
 from .gaussian import FullGaussian, Gaussian
 from .gaussian_diagonal import DiagonalGaussian, UnivariateGaussian
 from .gaussian_special import FixedCovarianceGaussian, ZeroMeanGaussian
+from .observations import log_gamma_variates, simplex_from_logs
 
 
 def __getattr__(name: str):
@@ -23,4 +24,5 @@ def __getattr__(name: str):
 
 __all__ = ["Chart", "ClosedGeodesics", "ExponentialFamily", "FisherMetric", "FiniteFamily", "Bernoulli", "Categorical",
            "IndependenceModel", "Gaussian", "UnivariateGaussian", "DiagonalGaussian", "FullGaussian",
-           "FixedCovarianceGaussian", "ZeroMeanGaussian", "GaussianShootingError"]
+           "FixedCovarianceGaussian", "ZeroMeanGaussian", "GaussianShootingError", "log_gamma_variates",
+           "simplex_from_logs"]
