@@ -199,7 +199,7 @@ def test_result_history_callback_and_verbose_table(caplog):
 def test_stopping_rules():
     M, cost = ig.Euclidean(1), (lambda x: B.sum(x ** 2))
     x0 = np.array([1.0])
-    # grad_tol is relative to max(1, |grad f(x0)|) = 2 here: x_k = 2^-k, |grad| = 2^(1-k)
+    # grad_tol is relative to |grad f(x0)| = 2 here: x_k = 2^-k, |grad| = 2^(1-k)
     r = ig.solvers.GradientDescent(step_size=0.25, grad_tol=1e-6).minimize(M, cost, x0)
     assert r.success and "grad_tol" in r.message and 1e-6 < r.grad_norm <= 2e-6 and r.nit == 20
     r = ig.solvers.GradientDescent(step_size=0.25, grad_tol=1e-6, grad_scale=1).minimize(M, cost, x0)

@@ -139,13 +139,13 @@ class GradientDescent(Solver):
                 return float("inf")
 
         self._recent.append(it.fun)
-        alpha, _, evals = armijo(phi, max(self._recent), -it.grad_norm ** 2, alpha,
+        alpha, _, evals = armijo(phi, max(self._recent), -it.grad_norm * it.grad_norm, alpha,
                                  shrink=self.armijo_shrink, c1=self.armijo_c1)
         if alpha == 0.0:
             return Step(it.x, nfev=evals, failed="line search found no decrease (the gradient may be "
                                                   "inaccurate or the point is already optimal to precision)")
         s = _tree.tree_map(lambda t: alpha * t, direction.components)
-        self._previous = (it.differential.components, s, (alpha * it.grad_norm) ** 2)
+        self._previous = (it.differential.components, s, (alpha * it.grad_norm) * (alpha * it.grad_norm))
         return Step(self._move(manifold, it.x, alpha * direction), step_size=alpha * it.grad_norm,
                     nfev=evals, extra={"alpha": alpha})
 

@@ -65,7 +65,7 @@ class DampedNewton(Solver):
         """``(direction, Hessian-vector product)`` of the system with damping ``lam``; None if not positive definite."""
         x, df = it.x, it.differential.components
         metric = manifold.metric
-        if self.matrix_free or manifold.dim > DENSE_MAX_DIM or not metric.has_matrix:
+        if self.matrix_free or manifold.dim > DENSE_MAX_DIM or not metric.dense_at(x):
             def op(v):  # trees: array components or {name: tensor} dicts
                 return _tree.tree_map(lambda h, g: h + lam * g, B.hvp(cost, x, v), metric.mv(x, v))
             try:
