@@ -20,7 +20,7 @@ from infogeo.solvers import DampedNewton, GradientDescent, MirrorDescent, Proxim
 
 B = ig.backend
 OUTCOMES = collections.Counter()
-FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
 A = np.diag([1.0, 4.0])
 X_STAR = np.array([1.0, -0.5])
@@ -64,7 +64,7 @@ COMMON = {"max_iter": _count_arg, "grad_tol": _nonneg, "step_tol": _nonneg, "fun
 SOLVERS = {
     "GradientDescent": (GradientDescent, {**COMMON, "step_size": _positive, "armijo_c1": _open_unit,
                                           "armijo_shrink": _open_unit,
-                                          "memory": lambda v: _count_arg(v) and v >= 1}),
+                                          "memory": lambda v: _count_arg(v) and 1 <= v <= 1e6}),
     "DampedNewton": (DampedNewton, {**COMMON, "damping_newton": _nonneg, "step_size": _positive}),
     "TrustRegion": (TrustRegion, {**COMMON, "eta": lambda v: _positive(v) and v <= 1e6,
                                   "accept_ratio": lambda v: _nonneg(v) and v < 0.25}),
@@ -117,7 +117,7 @@ def test_every_setting_refuses_invalid_values_by_name(name):
 def test_starts_and_costs_at_extreme_scales_converge_or_say_why(name):
     cls = SOLVERS[name][0]
 
-    @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
     # coordinates from 1e-150 to 1e150 and gradients from 1e-120 to 1e120 (squared norms stay floats; beyond,
     # see the notes of the issue: the solvers' inner products over- or underflow)
     @given(st.floats(-150, 150), st.floats(-120, 120), st.sampled_from([1.0, -1.0]))
@@ -162,7 +162,7 @@ def test_nan_inputs_are_refused(name):
     assert ok, res
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(st.floats(-300, 300), st.floats(-300, 300), st.floats(-300, 300), st.floats(-300, 300),
        st.sampled_from([1.0, -1.0]))
 def test_half_plane_closed_forms_at_extreme_scales(lm1, lv1, lm2, lv2, sign):

@@ -79,8 +79,8 @@ class GradientDescent(Solver):
         for label, val in (("armijo_c1", armijo_c1), ("armijo_shrink", armijo_shrink)):
             if isinstance(val, bool) or not isinstance(val, numbers.Real) or not 0 < val < 1:
                 raise ValueError(f"{label} must be a number in (0, 1), got {val!r}")
-        if check_count("memory", memory) < 1:
-            raise ValueError(f"memory must be a positive integer, got {memory!r}")
+        if not 1 <= check_count("memory", memory) <= 1_000_000:
+            raise ValueError(f"memory must be an integer in [1, 1e6], got {memory!r}")
         if metric is not None and not isinstance(metric, Metric):
             raise TypeError(f"metric must be a Metric, got {type(metric).__name__}")
         if line_search == "auto":
