@@ -14,7 +14,7 @@ import numpy as np
 
 import infogeo as ig
 from infogeo import backend as B
-from infogeo.statistical import Chart
+from infogeo.statistical import Chart, log_gamma_variates, simplex_from_logs
 
 
 def _check(s):
@@ -40,7 +40,8 @@ class Beta(ig.ExponentialFamily):
             dim=2, log_base_measure=lambda x: (-np.log(x) - np.log1p(-x)).reshape(-1),
             natural_domain=lambda th: bool(np.all(B.to_numpy(th) > 0)),
             natural_domain_description="alpha > 0 and beta > 0",
-            sampler=lambda th, n, rng: rng.beta(*th, size=n),
+            # in log space: at tiny alpha or beta, rng.beta returns exact 0s and 1s, outside the support
+            sampler=lambda th, n, rng: simplex_from_logs(log_gamma_variates(th, n, rng))[..., 0],
             standard_chart=Chart("standard", ident, ident, _check, "(alpha, beta), both positive",
                                  parameters={"alpha": (), "beta": ()}, fisher=_fisher, vectorized=True),
             chart=chart, name="Beta")

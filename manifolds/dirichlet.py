@@ -11,7 +11,7 @@ import numpy as np
 
 import infogeo as ig
 from infogeo import backend as B
-from infogeo.statistical import Chart
+from infogeo.statistical import Chart, log_gamma_variates, simplex_from_logs
 
 
 def _check(a):
@@ -47,7 +47,8 @@ class Dirichlet(ig.ExponentialFamily):
             dim=k, log_base_measure=lambda x: -log_x(x).sum(1),
             natural_domain=lambda a: bool(np.all(B.to_numpy(a) > 0)),
             natural_domain_description="positive concentrations",
-            sampler=lambda a, n, rng: rng.dirichlet(a, size=n),
+            # in log space: at tiny concentrations rng.dirichlet returns exact 0s, outside the support
+            sampler=lambda a, n, rng: simplex_from_logs(log_gamma_variates(a, n, rng)),
             standard_chart=Chart("standard", ident, ident, _check, f"{k} positive concentrations",
                                  parameters={"concentration": (k,)}, fisher=_fisher, vectorized=True),
             chart=chart, name=f"Dirichlet({k})")

@@ -26,10 +26,18 @@ def _check_support(x):
     return x
 
 
-def _dist(lam, mu):
+def _log_ratio(mu, lam):
+    """log(mu / lam): the ratio's log where it is a normal float, log mu - log lam where it over- or underflows."""
     # plain numpy arrays carry no gradient: numpy itself; else the backend's (autograd/torch) namespace, once
     xp = np if type(lam) is type(mu) is np.ndarray else B.ops_of(lam, mu)
-    return xp.abs(xp.log(mu[..., 0] / lam[..., 0]))
+    with np.errstate(over="ignore", under="ignore"):
+        r = mu / lam
+    normal = (r > 1e-300) & (r < 1e300)
+    return xp.where(normal, xp.log(xp.where(normal, r, 1.0 + 0.0 * lam)), xp.log(mu) - xp.log(lam))
+
+
+def _dist(lam, mu):
+    return abs(_log_ratio(mu[..., 0], lam[..., 0]))
 
 
 class Exponential(ig.ExponentialFamily):
@@ -47,7 +55,7 @@ class Exponential(ig.ExponentialFamily):
                                  fisher=lambda lam: (1.0 / lam ** 2)[..., None], vectorized=True),
             geodesics=ClosedGeodesics(
                 "standard", exp=lambda lam, v: lam * B.exp(v / lam),
-                log=lambda lam, mu: lam * B.log(mu / lam),
+                log=lambda lam, mu: lam * _log_ratio(mu, lam),
                 dist=_dist, vectorized=True),
             vectorized=True, chart=chart, name="Exponential")
 

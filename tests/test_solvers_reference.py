@@ -101,14 +101,30 @@ def test_result_has_scipy_fields_and_status_codes():
     assert "status" in repr(failed)
 
 
-@pytest.mark.parametrize("solver", [GradientDescent(), TrustRegion(), DampedNewton(1e-3), ProximalPoint()],
-                         ids=lambda s: s.name)
+@pytest.mark.parametrize("solver", [GradientDescent(), TrustRegion(), DampedNewton(), DampedNewton(1e-3), ProximalPoint()],
+                         ids=lambda s: f"{s.name}{s.lam if isinstance(s, DampedNewton) else ''}")
 def test_solvers_reach_scipys_minimiser_of_a_logistic_regression(solver):
     ref = scipy_minimum(logistic, np.zeros(3))
     res = solver.minimize(ig.Euclidean(3), logistic, np.zeros(3))
     assert res.success, res.message
     np.testing.assert_allclose(res.x, ref, atol=1e-8)
     assert res.fun == pytest.approx(float(logistic(ref)), abs=1e-14)
+
+
+def test_damped_newton_with_its_defaults_solves_a_plain_logistic_regression_in_few_iterations():
+    """No ridge term, scaled features: a fixed damping of 1 left f - f* = 0.3 after 30 iterations; adapted, the
+    damping falls as the model proves accurate and the last steps are Newton's."""
+    X = np.c_[FEATURES * [3.0, 0.3, 10.0], np.ones(40)]
+
+    def plain(w):
+        z = B.matmul(X, w)
+        return B.sum(B.log(1 + B.exp(z)) - LABELS * z) / 40
+
+    ref = scipy_minimum(plain, np.zeros(4))
+    res = DampedNewton(max_iter=30).minimize(ig.Euclidean(4), plain, np.zeros(4))
+    assert res.success, res.message
+    assert res.fun - float(plain(ref)) < 1e-13 and res.history[-1]["damping"] < 1e-3
+    np.testing.assert_allclose(res.x, ref, atol=1e-6)
 
 
 def test_natural_gradient_under_the_pulled_back_metric_matches_scipy_least_squares():

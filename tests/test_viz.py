@@ -133,6 +133,22 @@ def test_trajectories_two_views(tmp_path):
         ig.viz.plot_trajectories({}, cost)
 
 
+def test_trajectory_legends_say_when_a_run_did_not_converge():
+    cost = lambda x: B.sum(x ** 2)  # noqa: E731
+    M, x0 = ig.Euclidean(2), B.array([1.0, 1.0])
+    runs = {"limit": ig.solvers.GradientDescent(0.1, max_iter=3).minimize(M, cost, x0),
+            "failed": ig.solvers.GradientDescent(5.0).minimize(ig.Manifold(2, domain=lambda x: x[0] > 0), cost,
+                                                               B.array([1.0, 1.0])),
+            "done": ig.solvers.GradientDescent(0.5).minimize(M, cost, x0),
+            "array": np.array([[1.0, 1.0], [0.0, 0.0]])}
+    assert [r.status for r in list(runs.values())[:3]] == [1, 3, 0]
+    ax = ig.viz.plot_trajectories(runs, cost, grid=10)
+    labels = ax.get_legend_handles_labels()[1]
+    assert labels[:4] == ["limit (3 it., iteration limit)", f"failed ({runs['failed'].nit} it., failed)",
+                          "done (1 it.)", "array (1 it.)"]
+    plt.close("all")
+
+
 def _calls(M):
     """One call of every plotting function, as f(ax=None or axes)."""
     f = lambda x: B.stack([1.0 - x[0], 10.0 * (x[1] - x[0] ** 2)])  # noqa: E731

@@ -140,6 +140,11 @@ def gaussian_fit_figure(g: Dict[str, Any], kl: Dict[str, np.ndarray], early: int
     return fig
 
 
+def _status(res: Any) -> str:
+    """A table cell: the outcome, with the solver's reason when the run did not converge."""
+    return res.outcome if res.success else f"**{res.outcome}**: {res.message}"
+
+
 def _np(a: Any) -> np.ndarray:
     return np.asarray(B.to_numpy(a), dtype=float)
 
@@ -181,8 +186,10 @@ def run_demo(out: str = "infogeo-demo", quick: bool = False, progress: Any = Non
             hits = np.flatnonzero(values < tol)
             return str(hits[0]) if len(hits) else f"> {len(values) - 1}"
         section("Gaussian fit (2-D, maximum likelihood)",
-                ["method", "iterations", "final cost", "Fisher-Rao distance to the MLE", "KL(MLE ‖ fit) < 1e-6 at"],
-                [[k, r.nit, f"{r.fun:.10f}", f"{g['dist'][k]:.3e}", first_below(kl[k])] for k, r in g["runs"].items()])
+                ["method", "iterations", "status", "final cost", "Fisher-Rao distance to the MLE",
+                 "KL(MLE ‖ fit) < 1e-6 at"],
+                [[k, r.nit, _status(r), f"{r.fun:.10f}", f"{g['dist'][k]:.3e}", first_below(kl[k])]
+                 for k, r in g["runs"].items()])
         report.extend(["", "The figure shows the table's point: (a) KL(MLE ‖ iterate) per iteration on a log scale, "
                            "(b) the fitted Gaussians (2-sd ellipses) after 5 iterations.",
                        "", f"![Gaussian fit]({save('gaussian_fit.png', gaussian_fit_figure(g, kl))})", ""])
@@ -190,8 +197,8 @@ def run_demo(out: str = "infogeo-demo", quick: bool = False, progress: Any = Non
     def s_rosen():
         r = rosenbrock_runs(quick)
         section("Rosenbrock: input space, output space, pullback metric (Gauss-Newton: Martens 2020)",
-                ["method", "iterations", "final cost"],
-                [[k, res.nit, f"{res.fun:.3e}"] for k, res in r["results"].items()])
+                ["method", "iterations", "status", "final cost"],
+                [[k, res.nit, _status(res), f"{res.fun:.3e}"] for k, res in r["results"].items()])
         plt.figure(figsize=(12.0, 4.6))
         plot_trajectories(r["runs"], r["cost"], output_map=r["f"], output_cost=r["loss"], optimum=[1.0, 1.0],
                           log_levels=True, title="Rosenbrock")
@@ -200,8 +207,9 @@ def run_demo(out: str = "infogeo-demo", quick: bool = False, progress: Any = Non
     def s_indep():
         ind = independence_runs(quick)
         section("Independence model, E[x1 + 2 x2 + 3 x1 x2] (stochastic relaxation: Malagò et al. 2011)",
-                ["chart", "method", "iterations", "final E[f]"],
-                [[chart, k, res.nit, f"{res.fun:.6f}"] for chart, d in ind.items() for k, res in d["runs"].items()])
+                ["chart", "method", "iterations", "status", "final E[f]"],
+                [[chart, k, res.nit, _status(res), f"{res.fun:.6f}"] for chart, d in ind.items()
+                 for k, res in d["runs"].items()])
         fig, axes = plt.subplots(1, 2, figsize=(12.0, 4.6), layout="constrained")
         for axis, (chart, d) in zip(axes, ind.items()):
             lab = (r"$\mu_1$", r"$\mu_2$") if chart == "standard" else (r"$\theta_1$", r"$\theta_2$")

@@ -31,10 +31,10 @@ from ._dispatch import is_torch, namespace_of
 __all__ = [
     "namespace_of", "is_torch", "ops_of",
     "array", "asarray", "zeros", "ones", "eye", "to_numpy",
-    "stack", "concatenate", "sum", "mean", "exp", "log", "log1p", "sqrt", "abs",
+    "stack", "concatenate", "sum", "mean", "exp", "expm1", "log", "log1p", "sqrt", "abs",
     "sin", "cos", "tanh", "arccosh", "arcsinh", "arccos", "arcsin", "arctan2", "sinh", "cosh", "diag_embed", "broadcast_to",
     "gammaln", "digamma", "polygamma", "square", "dot", "matmul", "outer",
-    "einsum", "where", "maximum", "minimum", "clip", "logsumexp", "softmax",
+    "einsum", "where", "maximum", "minimum", "hypot", "logaddexp", "clip", "logsumexp", "softmax",
     "sigmoid", "diag", "diagonal", "trace", "transpose", "reshape", "isfinite",
     "grad", "value_and_grad", "jvp", "vjp", "hvp", "jacobian", "hessian",
     "solve", "cholesky", "cho_solve", "inv", "slogdet", "eigh", "svdvals", "norm",
@@ -110,6 +110,7 @@ mean = _unary("mean")
 exp = _unary("exp")
 log = _unary("log")
 log1p = _unary("log1p")
+expm1 = _unary("expm1")
 sqrt = _unary("sqrt")
 abs = _unary("abs")  # noqa: A001
 sin = _unary("sin")
@@ -157,6 +158,8 @@ matmul = _binary("matmul")
 outer = _binary("outer")
 maximum = _binary("maximum")
 arctan2 = _binary("arctan2")
+hypot = _binary("hypot")
+logaddexp = _binary("logaddexp")
 minimum = _binary("minimum")
 
 

@@ -75,6 +75,7 @@ def mean(x, axis=None, keepdims=False):
 
 
 exp, log, log1p, sqrt, abs = torch.exp, torch.log, torch.log1p, torch.sqrt, torch.abs  # noqa: A001
+expm1 = torch.expm1
 sin, cos, tanh, arccosh, square = torch.sin, torch.cos, torch.tanh, torch.arccosh, torch.square
 sigmoid, isfinite = torch.sigmoid, torch.isfinite
 arcsinh, arccos, arcsin, sinh, cosh = torch.arcsinh, torch.arccos, torch.arcsin, torch.sinh, torch.cosh
@@ -82,6 +83,14 @@ arcsinh, arccos, arcsin, sinh, cosh = torch.arcsinh, torch.arccos, torch.arcsin,
 
 def arctan2(a, b):
     return torch.atan2(_t(a, b), _t(b, a))
+
+
+def hypot(a, b):
+    return torch.hypot(_t(a, b), _t(b, a))
+
+
+def logaddexp(a, b):
+    return torch.logaddexp(_t(a, b), _t(b, a))
 
 
 def broadcast_to(x, shape):

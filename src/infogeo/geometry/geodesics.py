@@ -98,8 +98,8 @@ def _budget(metric, budget: Optional[Budget]) -> Budget:
 class _Flow:
     """The Hamiltonian geodesic field on stacked states ``(K, 2, d)`` = K copies of ``(x, p)``."""
 
-    def __init__(self, metric, like, budget: Budget):
-        self.metric, self.like, self.budget = metric, like, budget
+    def __init__(self, metric, like, budget: Budget, inside: Optional[Callable[[np.ndarray], bool]] = None):
+        self.metric, self.like, self.budget, self.inside = metric, like, budget, inside
 
     def matrix(self, x: np.ndarray) -> np.ndarray:
         return np.asarray(B.to_numpy(self.metric.matrix(B.array(x, like=self.like))), dtype=float)
@@ -107,10 +107,14 @@ class _Flow:
     def velocity_and_force(self, x: np.ndarray, p: np.ndarray):
         G, pull = B.vjp(self.metric.matrix, B.array(x, like=self.like))
         G = np.asarray(B.to_numpy(G), dtype=float)
-        try:
-            v = np.linalg.solve(G, p)
+        if self.inside is not None and not self.inside(x):
+            raise GeodesicError(f"the geodesic left the domain of the manifold (at x = {np.array2string(x, 4)})")
+        try:  # Cholesky: a geodesic may not cross a region where the metric is not an inner product
+            L = np.linalg.cholesky(G)
         except np.linalg.LinAlgError:
-            raise GeodesicError("the metric is singular along the geodesic (it left the domain)") from None
+            raise GeodesicError(f"the metric is not positive definite along the geodesic (at x = "
+                                f"{np.array2string(x, 4)}): it left the domain of the metric") from None
+        v = np.linalg.solve(L.T, np.linalg.solve(L, p))
         f = 0.5 * np.asarray(B.to_numpy(pull(B.array(np.outer(v, v), like=self.like))), dtype=float)
         return v, f
 
@@ -153,17 +157,28 @@ def _integrate(flow: _Flow, X: np.ndarray, P: np.ndarray, t_end: float, rtol: fl
     return sol
 
 
-def _start(metric, x, budget: Optional[Budget], operation: str, scale: str) -> tuple:
+def _start(metric, x, budget: Optional[Budget], operation: str, scale: str, inside=None) -> tuple:
     b = _budget(metric, budget).start(operation, scale, "a larger Budget(max_iter=..., max_time=...) via "
                                                       "budget= or metric.budget, or points closer together")
-    return b, _Flow(metric, x, b.share(max_iter=MAX_EVALS))
+    return b, _Flow(metric, x, b.share(max_iter=MAX_EVALS), inside)
+
+
+def _check_nodes(gfun, nodes: np.ndarray, inside) -> None:
+    """A collocated geodesic stays where the metric is positive definite (and inside the domain)."""
+    G = np.moveaxis(np.asarray(gfun(nodes.T), dtype=float), -1, 0)
+    if np.linalg.eigvalsh(0.5 * (G + np.swapaxes(G, -1, -2)))[:, 0].min() <= 0:
+        raise GeodesicError("the metric is not positive definite along the geodesic: it left the domain of the "
+                            "metric")
+    if inside is not None and not all(inside(n) for n in nodes):
+        raise GeodesicError("the geodesic left the domain of the manifold")
 
 
 def _scale(*arrays) -> str:
     return ", ".join(f"|{n}| = {np.linalg.norm(a):.3g}" for n, a in arrays)
 
 
-def exp(metric, x, v, t: float = 1.0, rtol: float | None = None, budget: Optional[Budget] = None):
+def exp(metric, x, v, t: float = 1.0, rtol: float | None = None, budget: Optional[Budget] = None,
+        inside: Optional[Callable[[np.ndarray], bool]] = None):
     r""":math:`\exp_x(t v)` by solving the geodesic equation (result in ``x``'s backend).
 
     A single geodesic of a metric that evaluates in batches is found by
@@ -173,19 +188,25 @@ def exp(metric, x, v, t: float = 1.0, rtol: float | None = None, budget: Optiona
 
     Batched: ``v`` of shape ``(K, d)`` (and ``x`` of shape ``(d,)`` or ``(K, d)``)
     integrates the K geodesics as one system and returns shape ``(K, d)``.
+
+    The path is checked as it is followed: :class:`GeodesicError` where the metric stops being
+    positive definite on it, or where it leaves ``inside`` (a predicate on one point, the
+    manifold's declared domain), so an end point is never returned from a path that crossed
+    either boundary and came back.
     """
     xn, vn = np.asarray(B.to_numpy(x), dtype=float), np.asarray(B.to_numpy(v), dtype=float)
     batched = vn.ndim == 2 or xn.ndim == 2
     X, V = np.broadcast_arrays(np.atleast_2d(xn), np.atleast_2d(vn))
     b, flow = _start(metric, x if xn.ndim == 1 else x[0], budget, "geodesic exp (ODE integration)",
-                     _scale(("x", xn), ("v", vn)))
+                     _scale(("x", xn), ("v", vn)), inside)
     gfun = None if batched else geodesics_bvp.batched_matrix(metric, x)
     if gfun is not None:
         try:
             with np.errstate(all="ignore"):
-                end = geodesics_bvp.exp(gfun, xn, t * vn, max(RTOL if rtol is None else rtol, COLLOCATION_TOL),
-                                        b, flow.budget)
-            return B.array(end, like=x)
+                nodes = geodesics_bvp.exp(gfun, xn, t * vn, max(RTOL if rtol is None else rtol, COLLOCATION_TOL),
+                                          b, flow.budget)
+            _check_nodes(gfun, nodes, inside)
+            return B.array(nodes[-1], like=x)
         except (FloatingPointError, np.linalg.LinAlgError, ValueError, ZeroDivisionError) as exc:
             logger.debug("collocation exp failed (%s); integrating instead", exc)
     P = np.stack([flow.matrix(X[k]) @ V[k] for k in range(len(X))])

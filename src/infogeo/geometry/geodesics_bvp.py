@@ -251,7 +251,8 @@ def _resolved(coef: np.ndarray, N: int, tol: float) -> bool:
 
 def exp(gfun: Callable, x: np.ndarray, v: np.ndarray, tol: float, budget: Budget,
         eval_budget: Budget) -> np.ndarray:
-    """End point :math:`\\exp_x(v)` of the geodesic with initial position ``x`` and velocity ``v`` by collocation.
+    """The geodesic with initial position ``x`` and velocity ``v`` at the collocation nodes (the last is
+    :math:`\\exp_x(v)`), by collocation.
 
     The same nodes and Newton iteration as :func:`log`, with the velocity
     condition at the start in place of the end condition; the first guess is
@@ -267,7 +268,7 @@ def exp(gfun: Callable, x: np.ndarray, v: np.ndarray, tol: float, budget: Budget
         X = _newton(christoffel, X, N, tol, budget, v0=v)
         coef = _cheb_coefficients(X)
         if _resolved(coef, N, tol):
-            return X[-1]
+            return X
     raise FloatingPointError("collocation did not resolve the geodesic at the largest degree")
 
 

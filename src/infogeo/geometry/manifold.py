@@ -186,12 +186,29 @@ class Manifold:
         return x + self._check_vector(x, v, "retract")
 
     def exp(self, x: Any, v: TangentVector):
-        r"""Riemannian exponential :math:`\exp_x(v)`."""
+        r"""Riemannian exponential :math:`\exp_x(v)`.
+
+        The geodesic must stay in the manifold: a geodesic integrated numerically is checked along
+        the way against the declared ``domain`` and the definiteness of the metric, a closed-form one
+        at its end; either raises :class:`~infogeo.geometry.geodesics.GeodesicError` (a path that
+        left and came back is refused too).
+        """
         x = self._as_point(x)
         components = self._check_vector(x, v, "exp")
         _points.batch_shape(x, components, dims=(1, 1))
         x, components = _points.same_backend(x, components)
-        return self._mark(self.metric.exp(x, components))
+        if self._domain is not None and type(self.metric).exp is Metric.exp:
+            from . import geodesics  # on demand: it loads scipy.integrate
+            domain = self._domain
+            end = geodesics.exp(self.metric, x, components, inside=lambda z: bool(domain(z)))
+        else:
+            end = self.metric.exp(x, components)
+        if self._point_check is not None and not self.belongs(end):
+            from .geodesics import GeodesicError
+            raise GeodesicError(f"exp on {self.name}: the geodesic ends outside the domain"
+                                + (f" ({self._domain_description})" if self._domain_description else "")
+                                + "; take a shorter step")
+        return self._mark(end)
 
     def _pair(self, x: Any, y: Any):
         """Two validated points (or batches) whose leading shapes broadcast."""

@@ -44,6 +44,14 @@ def _linalg_errors() -> tuple:
     return tuple(errs)
 
 
+def _size(x: Any, dim: Optional[int]) -> int:
+    """The dimension of a point's chart: ``dim`` when declared, else the last axis of ``x``."""
+    if dim is not None:
+        return int(dim)
+    shape = tuple(getattr(x, "shape", ()))
+    return int(shape[-1]) if shape else 1
+
+
 def check_components(components: Any, dim: Optional[int], what: str) -> None:
     """Raise ``ValueError`` for components of the wrong shape or with NaN/inf."""
     if not isinstance(components, dict):
@@ -67,6 +75,14 @@ class Metric:
     def __init__(self, dim: Optional[int] = None):
         self.dim = dim
 
+    def dense_at(self, x: Any) -> bool:
+        """Whether :meth:`solve` at ``x`` forms the dense matrix (else it runs conjugate gradient on :meth:`mv`).
+
+        Dense when the metric has a matrix and at most ``DENSE_MAX_DIM`` (2000) dimensions;
+        :class:`~infogeo.geometry.pullback.PullbackMetric` also weighs its output size.
+        """
+        return self.has_matrix and not isinstance(x, dict) and _size(x, self.dim) <= DENSE_MAX_DIM
+
     # ------------------------------------------------------------ matrix
     def matrix(self, x: Any):
         """Dense metric matrix :math:`G(x)`, shape ``(..., dim, dim)`` for points of shape ``(..., dim)``."""
@@ -89,7 +105,7 @@ class Metric:
         """
         if not damping >= 0:
             raise ValueError(f"damping must be >= 0, got {damping}")
-        if self.has_matrix and not isinstance(b, dict) and (self.dim or 0) <= DENSE_MAX_DIM:
+        if not isinstance(b, dict) and self.dense_at(x):
             G = self.matrix(x)
             if not _tree.tree_all_finite(G):
                 raise ValueError(f"{type(self).__name__}: the metric matrix at this point contains NaN or inf")
@@ -285,6 +301,9 @@ class DampedMetric(Metric):
         super().__init__(base.dim)
         self.base, self.damping = base, float(damping)
         self.has_matrix = base.has_matrix
+
+    def dense_at(self, x: Any) -> bool:
+        return self.base.dense_at(x)
 
     def matrix(self, x):
         G = self.base.matrix(x)

@@ -7,10 +7,15 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Union
 
+import numpy as np
+
 from .. import backend as B
 from ..divergences import Divergence
 from .linearization import Linearization, LinearizationCache
-from .metric import Metric
+from .metric import DENSE_MAX_DIM, Metric
+
+#: the most Jacobian entries (outputs x inputs) a pullback metric forms for a dense solve
+DENSE_MAX_JACOBIAN = 1_000_000
 
 
 class DivergenceMetric(Metric):
@@ -71,7 +76,17 @@ class PullbackMetric(Metric):
     products come from one :class:`~infogeo.geometry.linearization.Linearization`
     of the map, kept while the point is unchanged (:meth:`linearize`), so the
     iterations of a conjugate-gradient ``sharp`` need no new forward pass.
-    :meth:`matrix` forms :math:`J` densely for small problems.
+    :meth:`matrix` forms :math:`J` densely, on request or for small problems.
+
+    **Dense or matrix-free** (:meth:`dense_at`, used by ``solve``/``sharp``): forming
+    :math:`J^T G_z J` takes :math:`\min(n, m)` Jacobian products, :math:`m^2 n` operations and
+    :math:`m^2 + mn` numbers in memory for :math:`n` inputs and :math:`m` outputs, while conjugate
+    gradient needs one Jacobian-vector and one vector-Jacobian product per iteration.  The dense
+    route is taken only when the output metric has a matrix (a matrix-free one such as a
+    categorical Fisher metric on logits is never asked for one unless the user calls
+    :meth:`matrix`), :math:`n \le 2000`, :math:`m \le 2000` and :math:`mn \le 10^6`
+    (``DENSE_MAX_DIM`` and ``DENSE_MAX_JACOBIAN``); otherwise, e.g. 14,370 outputs of 650
+    inputs, conjugate gradient on :meth:`mv`.
     """
 
     def __init__(self, map: Callable[[Any], Any], output_metric: Union[Metric, Divergence, Callable],
@@ -82,6 +97,19 @@ class PullbackMetric(Metric):
         self.map = map
         self.output_metric = output_metric
         self._linearizations = LinearizationCache()
+
+    @property
+    def has_matrix(self) -> bool:  # type: ignore[override]
+        """Whether :meth:`matrix` can be formed at all: the output metric has one."""
+        return self.output_metric.has_matrix
+
+    def dense_at(self, x: Any) -> bool:
+        """The size rule of the class notes: dense only for small inputs *and* outputs."""
+        if not self.has_matrix or isinstance(x, dict):
+            return False
+        n = int(np.prod(getattr(x, "shape", ())[-1:] or (1,)))
+        m = int(np.prod(tuple(getattr(self.linearize(x).outputs, "shape", ())) or (1,)))
+        return n <= DENSE_MAX_DIM and m <= DENSE_MAX_DIM and m * n <= DENSE_MAX_JACOBIAN
 
     def linearize(self, x: Any) -> Linearization:
         """The map linearised at ``x`` (outputs, ``jvp``, ``vjp``), reused while ``x`` is unchanged."""

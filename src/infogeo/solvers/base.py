@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Optional, Union
 import numpy as np
 
 from .. import backend as B
+from ..backend import tree as _tree
 from ..geometry.manifold import Manifold
 from ..geometry.vectors import Covector, TangentVector
 from ..linalg import NotPositiveDefiniteError
@@ -126,17 +127,20 @@ class Solver:
     max_iter : int
         Iteration limit (``result.success`` is False if it is reached).
     grad_tol : float
-        Stop when the Riemannian gradient norm falls below ``grad_tol`` relative to the scale of
-        the problem's gradients: :math:`\\|\\operatorname{grad} f(x_k)\\|_{x_k} \\le`
-        ``grad_tol`` :math:`\\cdot s` with :math:`s` = ``grad_scale``.  A tolerance relative to
-        the scale (as scipy's ``ftol`` and pymanopt's relative criteria are) is met alike on every
-        machine: an absolute one near the rounding level of the gradient is met or missed by luck.
+        Stop when the Riemannian gradient norm has fallen by the factor ``grad_tol`` from its start:
+        :math:`\\|\\operatorname{grad} f(x_k)\\|_{x_k} \\le` ``grad_tol`` :math:`\\cdot s` with
+        :math:`s` = ``grad_scale``.  A tolerance relative to the scale of the problem (as scipy's
+        ``ftol`` is) is invariant under rescaling the cost or the coordinates and is met alike on
+        every machine; an absolute one either sits at the rounding level of the gradient (met or
+        missed by luck) or stops at once where the cost is small (a non-stationary point reported
+        as converged).
     grad_scale : float, optional
-        The gradient norm ``grad_tol`` is relative to; by default
-        :math:`\\max(1, \\|\\operatorname{grad} f(x_0)\\|_{x_0})` (so the tolerance is absolute
-        for gradients below 1 and relative for large costs).  ``grad_scale=1`` makes it absolute.
+        The gradient norm ``grad_tol`` is relative to; by default that of the start,
+        :math:`\\|\\operatorname{grad} f(x_0)\\|_{x_0}` (1 if it is 0).  ``grad_scale=1`` makes the
+        test absolute.
     step_tol : float
-        Stop when an accepted step has metric norm below ``step_tol``.
+        Stop when an accepted step has metric norm below ``step_tol`` (0, the default: never; a step
+        that underflows to 0 is then not taken for convergence).
     fun_tol : float, optional
         Stop when an accepted step changes the cost by less than ``fun_tol``.
     damping : float
@@ -184,7 +188,16 @@ class Solver:
             f, df = manifold.value_and_differential(cost, x)
             g = manifold.metric.sharp(df, damping=self.damping)
             gn2 = float(B.to_numpy(df(g)))
-        return Iterate(x, float(B.to_numpy(f)), df, g, math.sqrt(max(gn2, 0.0)))
+            if math.isfinite(gn2) and gn2 > 1e-250:
+                gn = math.sqrt(gn2)
+            else:  # |grad|^2 over- or underflows before |grad| does: pair the scaled halves
+                m = max(float(np.max(np.abs(B.to_numpy(leaf)))) for leaf in _tree.leaves(df.components))
+                r = float(B.to_numpy(_tree.tree_vdot(_tree.tree_map(lambda t: t / m, df.components),
+                                                     _tree.tree_map(lambda t: t / m, g.components)))) if m else 0.0
+                gn = math.sqrt(max(r, 0.0)) * m
+        if not math.isfinite(gn):
+            raise ValueError(f"the gradient norm is {gn} at this point (the cost's scale overflows float64)")
+        return Iterate(x, float(B.to_numpy(f)), df, g, gn)
 
     @staticmethod
     def _safe_cost(manifold: Manifold, cost: Callable, x: Any) -> float:
@@ -212,7 +225,8 @@ class Solver:
         self._setup(manifold, cost, x)
         it = self._evaluate(manifold, cost, x)
         nfev = 1
-        tol = self.grad_tol * (self.grad_scale if self.grad_scale is not None else max(1.0, it.grad_norm))
+        # relative to the start's gradient (1 where that is 0: the start is then already stationary)
+        tol = self.grad_tol * (self.grad_scale if self.grad_scale is not None else (it.grad_norm or 1.0))
         history = [self._entry(0, it, 0.0, {})]
         every = log_every(self.verbose, self.max_iter)
         if every:
@@ -261,7 +275,7 @@ class Solver:
                 if callback is not None and callback(history[-1]):
                     status, message = STOPPED_BY_CALLBACK, "stopped by the callback"
                     break
-                if step.accepted and step.step_size <= self.step_tol:
+                if step.accepted and self.step_tol > 0 and step.step_size <= self.step_tol:
                     status, message = CONVERGED, f"step size {step.step_size:.3g} <= step_tol"
                     break
                 if step.accepted and self.fun_tol is not None and change <= self.fun_tol:

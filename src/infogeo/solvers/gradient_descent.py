@@ -79,8 +79,8 @@ class GradientDescent(Solver):
         for label, val in (("armijo_c1", armijo_c1), ("armijo_shrink", armijo_shrink)):
             if isinstance(val, bool) or not isinstance(val, numbers.Real) or not 0 < val < 1:
                 raise ValueError(f"{label} must be a number in (0, 1), got {val!r}")
-        if check_count("memory", memory) < 1:
-            raise ValueError(f"memory must be a positive integer, got {memory!r}")
+        if not 1 <= check_count("memory", memory) <= 1_000_000:
+            raise ValueError(f"memory must be an integer in [1, 1e6], got {memory!r}")
         if metric is not None and not isinstance(metric, Metric):
             raise TypeError(f"metric must be a Metric, got {type(metric).__name__}")
         if line_search == "auto":
@@ -139,13 +139,13 @@ class GradientDescent(Solver):
                 return float("inf")
 
         self._recent.append(it.fun)
-        alpha, _, evals = armijo(phi, max(self._recent), -it.grad_norm ** 2, alpha,
+        alpha, _, evals = armijo(phi, max(self._recent), -it.grad_norm * it.grad_norm, alpha,
                                  shrink=self.armijo_shrink, c1=self.armijo_c1)
         if alpha == 0.0:
             return Step(it.x, nfev=evals, failed="line search found no decrease (the gradient may be "
                                                   "inaccurate or the point is already optimal to precision)")
         s = _tree.tree_map(lambda t: alpha * t, direction.components)
-        self._previous = (it.differential.components, s, (alpha * it.grad_norm) ** 2)
+        self._previous = (it.differential.components, s, (alpha * it.grad_norm) * (alpha * it.grad_norm))
         return Step(self._move(manifold, it.x, alpha * direction), step_size=alpha * it.grad_norm,
                     nfev=evals, extra={"alpha": alpha})
 

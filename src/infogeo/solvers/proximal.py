@@ -9,14 +9,13 @@ gradient descent on the outputs.  Each inner problem is solved by any solver.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Optional, Union
 
 from .. import backend as B
 from ..divergences import Divergence, SquaredEuclidean
 from ..geometry.manifold import Manifold
 from ..geometry.vectors import TangentVector
-from .base import Iterate, Solver, Step
+from .base import Iterate, Solver, Step, check_real
 
 
 class ProximalPoint(Solver):
@@ -41,8 +40,7 @@ class ProximalPoint(Solver):
     def __init__(self, lam: float = 1.0, divergence: Optional[Union[Divergence, Callable]] = None,
                  inner: Optional[Solver] = None, **kwargs: Any):
         super().__init__(**kwargs)
-        if not 0 < lam < math.inf:
-            raise ValueError(f"lam must be positive and finite, got {lam}")
+        lam = check_real("lam", lam, positive=True)
         if inner is not None and not isinstance(inner, Solver):
             raise TypeError(f"inner must be a Solver, got {type(inner).__name__}")
         self.lam = float(lam)

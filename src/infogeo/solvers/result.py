@@ -5,6 +5,9 @@ from typing import Any
 
 #: ``status`` codes, as in :class:`scipy.optimize.OptimizeResult` (0 is success)
 CONVERGED, LIMIT_REACHED, STOPPED_BY_CALLBACK, FAILED = 0, 1, 2, 3
+#: a word per status code, for legends and tables
+OUTCOMES = {CONVERGED: "converged", LIMIT_REACHED: "iteration limit", STOPPED_BY_CALLBACK: "stopped by callback",
+            FAILED: "failed"}
 
 
 class OptimizeResult(dict):
@@ -52,6 +55,11 @@ class OptimizeResult(dict):
         keys = ("success", "status", "message", "fun", "grad_norm", "nit", "nfev", "x")
         width = max(map(len, keys))
         return "\n".join(f"{k.rjust(width)}: {self[k]!r}" for k in keys if k in self)
+
+    @property
+    def outcome(self) -> str:
+        """``status`` as a word (``"converged"``, ``"iteration limit"``, ``"stopped by callback"``, ``"failed"``)."""
+        return OUTCOMES.get(self.get("status"), f"status {self.get('status')}")
 
     def path(self):
         """The iterates as a ``(n_iterates, dim)`` numpy array (for plotting)."""

@@ -13,6 +13,8 @@ class InverseTime:
     """
 
     def __init__(self, c: float = 1.0, k0: float = 0.0):
+        if isinstance(c, bool) or isinstance(k0, bool):
+            raise TypeError("c and k0 must be numbers")
         if not 0 < c < math.inf:
             raise ValueError(f"c must be positive and finite, got {c}")
         if not -1 < k0 < math.inf:  # alpha_k = c / (k + k0) must stay positive and finite from k = 1 on
@@ -32,6 +34,9 @@ StepSize = Union[float, Callable[[int], float]]
 def step_at(step_size: StepSize, k: int) -> float:
     """The step size of iteration ``k`` (1-based) for a constant or a schedule."""
     value = step_size(k) if callable(step_size) else step_size
+    if isinstance(value, (bool, str, bytes)):
+        raise TypeError(f"step size must be a positive number or a schedule k -> number, got "
+                        f"{type(value).__name__} {value!r}")
     try:
         alpha = float(value)
     except (TypeError, ValueError):

@@ -21,7 +21,7 @@ from .. import backend as B
 from ..backend import tree as _tree
 from ..geometry.manifold import Manifold
 from ..geometry.vectors import TangentVector
-from .base import Iterate, Solver, Step
+from .base import Iterate, Solver, Step, check_real
 
 
 def _f(a) -> float:
@@ -98,9 +98,10 @@ class TrustRegion(Solver):
         super().__init__(**kwargs)
         if hessian not in ("exact", "metric"):
             raise ValueError(f"hessian must be 'exact' or 'metric', got {hessian!r}")
-        if not (0 < eta <= eta_max):
+        eta, eta_max = check_real("eta", eta, positive=True), check_real("eta_max", eta_max, positive=True)
+        if not eta <= eta_max:
             raise ValueError(f"need 0 < eta <= eta_max, got eta={eta}, eta_max={eta_max}")
-        if not 0 <= accept_ratio < 0.25:
+        if not 0 <= check_real("accept_ratio", accept_ratio) < 0.25:
             raise ValueError(f"accept_ratio must be in [0, 0.25), got {accept_ratio}")
         self.eta0, self.eta_max, self.hessian, self.accept_ratio = eta, eta_max, hessian, accept_ratio
 

@@ -13,6 +13,7 @@ from .gaussian import FullGaussian, Gaussian
 from .gaussian_diagonal import DiagonalGaussian, UnivariateGaussian
 from .gaussian_special import FixedCovarianceGaussian, ZeroMeanGaussian
 from .gaussian_graphical import GaussianGraphical
+from .observations import log_gamma_variates, simplex_from_logs
 from . import closed_statistics  # noqa: F401,E402  (registers the closed-form transports and means)
 
 
@@ -25,4 +26,5 @@ def __getattr__(name: str):
 
 __all__ = ["Chart", "ClosedGeodesics", "ExponentialFamily", "FisherMetric", "FiniteFamily", "Bernoulli", "Categorical",
            "IndependenceModel", "Gaussian", "UnivariateGaussian", "DiagonalGaussian", "FullGaussian",
-           "FixedCovarianceGaussian", "ZeroMeanGaussian", "GaussianGraphical", "GaussianShootingError"]
+           "FixedCovarianceGaussian", "ZeroMeanGaussian", "GaussianGraphical", "GaussianShootingError",
+           "log_gamma_variates", "simplex_from_logs"]

@@ -213,10 +213,15 @@ class Categorical(FiniteFamily):
         u = self._sphere(eta)
         w = B.concatenate([v, -B.sum(v, axis=-1, keepdims=True)], axis=-1) / (2 * u)
         n = B.norm(w, axis=-1)[..., None]
-        u1 = B.cos(n) * u + B.sin(n) * _safe_ratio(w, n)
-        if float(B.to_numpy(u1).min()) <= 0:
-            raise ValueError("the geodesic leaves the probability simplex before t = 1 "
+        # coordinate i of the great circle is R_i cos(n t - phi_i) with phi_i = atan2(w_i, n u_i) in (-pi/2, pi/2):
+        # it first reaches 0 at n t = pi/2 + phi_i.  A circle that left the orthant before t = 1 is refused even
+        # where it has come back into it at t = 1
+        exit_angle = np.pi / 2 + B.arctan2(w, n * u)
+        if bool(np.any(B.to_numpy(n) >= B.to_numpy(exit_angle))):
+            t_exit = float(np.min(B.to_numpy(exit_angle) / np.maximum(B.to_numpy(n), 1e-300)))
+            raise ValueError(f"the geodesic leaves the probability simplex at t = {min(t_exit, 1.0):.3g} < 1 "
                              "(some probability reaches 0); take a shorter step")
+        u1 = B.cos(n) * u + B.sin(n) * _safe_ratio(w, n)
         p1 = u1 * u1
         return p1[..., :-1] / B.sum(p1, axis=-1, keepdims=True)
 

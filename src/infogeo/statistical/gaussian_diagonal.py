@@ -21,6 +21,15 @@ from .gaussian import Gaussian
 __all__ = ["DiagonalGaussian", "UnivariateGaussian"]
 
 
+def _quiet(f):
+    """Run ``f`` without numpy's floating-point warnings: its overflowing branches are discarded by ``where``."""
+    def wrapped(*args):
+        with np.errstate(all="ignore"):
+            return f(*args)
+    wrapped.__name__, wrapped.__doc__ = f.__name__, f.__doc__
+    return wrapped
+
+
 class DiagonalGaussian(Gaussian):
     r"""Gaussians with diagonal covariance: points :math:`(\mu_1..\mu_d, \sigma_1^2..\sigma_d^2)`.
 
@@ -150,68 +159,115 @@ class DiagonalGaussian(Gaussian):
         bot = B.concatenate([B.diag_embed(b), B.diag_embed(c)], axis=-1)
         return B.concatenate([top, bot], axis=-2)
 
+    @_quiet
     def _kl(self, p, q):
         sp, sq = self._to_chart(p, "standard"), self._to_chart(q, "standard")
-        d = self.d
-        vp, vq, dm = sp[..., d:], sq[..., d:], sq[..., :d] - sp[..., :d]
-        r = vp / vq
-        return 0.5 * B.sum(r + dm * dm / vq - 1.0 - B.log(r), axis=-1)
+        d, xp = self.d, B.ops_of(p, q)
+        vp, vq = sp[..., d:], sq[..., d:]
+        # (dmu)^2 / vq as a square of halves: no overflow of the difference or of its square before the division
+        w = (0.5 * sq[..., :d] - 0.5 * sp[..., :d]) / xp.sqrt(vq)
+        return 0.5 * B.sum(_ratio_minus_one_minus_log(vp, vq, xp) + 4.0 * w * w, axis=-1)
 
     # ---------------------------------------------- product of half-planes (x, y) = (mu_i / sqrt2, sigma_i)
-    # metric 2 (dx^2 + dy^2) / y^2; computed on the hyperboloid, where exp and log are closed forms
-    def _halfplanes(self, s):
-        return s[..., :self.d] / np.sqrt(2.0), B.sqrt(s[..., self.d:])
-
-    @staticmethod
-    def _hyperboloid(x, y):
-        r2 = x * x + y * y
-        return (r2 + 1.0) / (2 * y), (r2 - 1.0) / (2 * y), x / y
-
+    # metric 2 (dx^2 + dy^2) / y^2.  The closed forms below are written so that no two large numbers are
+    # subtracted: the geodesic is cosh t - sin(phi) sinh t = a e^-t + b e^t with a, b >= 0 (no cosh-like
+    # hyperboloid coordinates), differences of variances are formed as v2 - v1 (exact when close), and
+    # lengths go through logarithms where a ratio could overflow or underflow.  Every point with
+    # representable coordinates and finite answer gets it to a few ulps (tests: mpmath at 60 digits).
+    @_quiet
     def _geo_exp(self, s, v):
-        d = self.d
-        x, y = self._halfplanes(s)
-        vx, vy = v[..., :d] / np.sqrt(2.0), v[..., d:] / (2 * y)
-        X0, X1, X2 = self._hyperboloid(x, y)
-        # push (vx, vy) to the hyperboloid's tangent space: V = J (vx, vy)
-        V0 = x / y * vx + (0.5 - (x * x + 1.0) / (2 * y * y)) * vy
-        V1 = x / y * vx + (0.5 - (x * x - 1.0) / (2 * y * y)) * vy
-        V2 = vx / y - x / (y * y) * vy
-        n = B.sqrt(vx * vx + vy * vy) / y          # Minkowski norm of V = hyperbolic speed
-        xp = B.ops_of(n)
-        small = n < 1e-12
-        sinhc = xp.where(small, 1.0 + 0.0 * n, B.sinh(n) / xp.where(small, 1.0 + 0.0 * n, n))
-        Y0, Y1, Y2 = (B.cosh(n) * X + sinhc * V for X, V in ((X0, V0), (X1, V1), (X2, V2)))
-        y1 = 1.0 / (Y0 - Y1)
-        return B.concatenate([np.sqrt(2.0) * Y2 * y1, y1 * y1], axis=-1)
+        d, xp = self.d, B.ops_of(s, v)
+        mu, var = s[..., :d], s[..., d:]
+        # velocity in units of the hyperbolic speed: (a, b) = t (cos phi, sin phi)
+        a = v[..., :d] / (np.sqrt(2.0) * xp.sqrt(var))
+        b = v[..., d:] / (2.0 * var)
+        t = xp.hypot(a, b)
+        moving = t > 0
+        t1 = xp.where(moving, t, 1.0 + 0.0 * t)
+        sin_phi = b / t1
+        log_cos = xp.log(xp.abs(a) / t1)                      # <= 0; -inf on the vertical geodesic
+        # cosh t - sin(phi) sinh t = e^t (A e^-2t + B) with 2A = 1 + sin(phi), 2B = 1 - sin(phi) >= 0: the
+        # smaller of the two as cos^2(phi) / (1 + |sin(phi)|), so neither is a difference of close numbers
+        log_big = xp.log1p(xp.abs(sin_phi))
+        log_small = 2.0 * log_cos - log_big
+        up = sin_phi >= 0
+        log_2a, log_2b = xp.where(up, log_big, log_small), xp.where(up, log_small, log_big)
+        log_dp = xp.logaddexp(log_2a - 2.0 * t1, log_2b) - np.log(2.0)  # log(A e^-2t + B)
+        var1 = var * xp.exp(-2.0 * t1 - 2.0 * log_dp)
+        # mean: x + y cos(phi) sinh t / (cosh t - sin(phi) sinh t) = x + y cos(phi) (1 - e^-2t) / (2 (A e^-2t + B))
+        size = xp.exp(log_cos + xp.log(-xp.expm1(-2.0 * t1)) - np.log(2.0) - log_dp)
+        shift = xp.sqrt(var) * xp.where(a == 0, 0.0 * a, xp.where(a > 0, size, -size))
+        mu1 = mu + np.sqrt(2.0) * shift
+        return B.concatenate([xp.where(moving, mu1, mu), xp.where(moving, var1, var)], axis=-1)
 
+    @_quiet
     def _geo_log(self, s, s2):
-        x, y = self._halfplanes(s)
-        x2, y2 = self._halfplanes(s2)
-        X, Y = self._hyperboloid(x, y), self._hyperboloid(x2, y2)
-        c = X[0] * Y[0] - X[1] * Y[1] - X[2] * Y[2]                 # -<X, Y> = cosh(dist) >= 1
-        P = [Yi - c * Xi for Xi, Yi in zip(X, Y)]                    # Y's component tangent at X
-        nP = B.sqrt(B.maximum(-P[0] * P[0] + P[1] * P[1] + P[2] * P[2], 0.0 * c))
-        dist = 2.0 * B.arcsinh(B.sqrt(((x - x2) ** 2 + (y - y2) ** 2) / (4.0 * y * y2)))
-        xp = B.ops_of(nP)
-        pos = nP > 0
-        scale = xp.where(pos, dist / xp.where(pos, nP, 1.0 + 0.0 * nP), 0.0 * nP)
-        V0, V1, V2 = (scale * Pi for Pi in P)
-        # invert V = J (vx, vy): V0 - V1 = -vy / y^2 and V2 = vx / y - x vy / y^2
-        vy = -(V0 - V1) * y * y
-        vx = y * V2 + x * vy / y
-        return B.concatenate([np.sqrt(2.0) * vx, 2 * y * vy], axis=-1)
+        d, xp = self.d, B.ops_of(s, s2)
+        var, var2 = s[..., d:], s2[..., d:]
+        dx, t = _halfplane_offsets(s[..., :d], var, s2[..., :d], var2, xp)
+        y = xp.sqrt(var)
+        # direction (cos phi, sin phi) proportional to (2 y dx, dx^2 + var2 - var), scaled by the largest length
+        m = xp.maximum(xp.maximum(xp.abs(dx), y), xp.sqrt(var2))
+        m = xp.where(m > 0, m, 1.0 + 0.0 * m)
+        P = 2.0 * (y / m) * (dx / m)
+        Q = (dx / m) * (dx / m) + ((var2 - var) / m) / m
+        n = xp.hypot(P, Q)
+        n = xp.where(n > 0, n, 1.0 + 0.0 * n)
+        a, b = t * P / n, t * Q / n
+        return B.concatenate([np.sqrt(2.0) * y * a, 2.0 * var * b], axis=-1)
 
     def _geo_dist(self, s, s2):
         d, xp = self.d, B.ops_of(s, s2)  # one dispatch per call
-        var1, var2 = s[..., d:], s2[..., d:]
-        dm = s[..., :d] - s2[..., :d]
-        sd1, sd2 = xp.sqrt(var1), xp.sqrt(var2)
-        # per factor sqrt2 arccosh(1 + a) with a = (dmu^2 / 2 + dsigma^2) / (2 s1 s2), as 2 sqrt2 arcsinh(sqrt(a / 2))
-        a = (0.5 * dm * dm + (sd1 - sd2) ** 2) / (sd1 * sd2)
-        delta = xp.arcsinh(0.5 * xp.sqrt(a))
+        _, t = _halfplane_offsets(s[..., :d], s[..., d:], s2[..., :d], s2[..., d:], xp)
         if d == 1:
-            return 2.0 * np.sqrt(2.0) * xp.abs(delta[..., 0])
-        return 2.0 * np.sqrt(2.0) * xp.sqrt(xp.sum(delta * delta, axis=-1))
+            return np.sqrt(2.0) * t[..., 0]
+        return np.sqrt(2.0) * xp.sqrt(xp.sum(t * t, axis=-1))
+
+
+@_quiet
+def _halfplane_offsets(mu, var, mu2, var2, xp):
+    r"""``(dx, t)``: the offset :math:`\Delta\mu/\sqrt2` and the unit-half-plane distance per factor.
+
+    :math:`t = 2\,\operatorname{arcsinh} r`, :math:`r = \sqrt{\Delta x^2 + \Delta y^2} / (2\sqrt{y y'})`
+    (:math:`y = \sigma`), with :math:`\Delta y = (v' - v)/(\sigma + \sigma')` (no cancellation of close
+    standard deviations) and :math:`\log r` in place of :math:`r` where the ratio over- or underflows.
+    """
+    dx = np.sqrt(2.0) * (0.5 * mu2 - 0.5 * mu)            # (mu2 - mu) / sqrt2 without overflow of the difference
+    y, y2 = xp.sqrt(var), xp.sqrt(var2)
+    dy = (var2 - var) / (y + y2)
+    h = xp.hypot(dx, dy)
+    r = (h / (2.0 * xp.sqrt(y))) / xp.sqrt(y2)
+    normal = (r < 1e300) & (r > 1e-300)
+    log_r = xp.log(h) - np.log(2.0) - 0.25 * xp.log(var) - 0.25 * xp.log(var2)
+    # arcsinh r = log(2 r) + O(r^-2) for large r, = r + O(r^3) for tiny r
+    zero = 0.0 * var                                       # finite, unlike r and log r
+    far = np.log(2.0) + xp.maximum(log_r, zero)
+    t = 2.0 * xp.where(normal, xp.arcsinh(xp.where(normal, r, 1.0 + zero)),
+                       xp.where(log_r > 0, far, xp.exp(xp.minimum(log_r, zero))))
+    return dx, t
+
+
+@_quiet
+def _ratio_minus_one_minus_log(vp, vq, xp):
+    r""":math:`r - 1 - \log r` for :math:`r = v_p / v_q`, accurate near :math:`r = 1` and for ratios that overflow."""
+    z = (vp - vq) / vq
+    near = xp.abs(z) < 0.5
+    zero = 0.0 * vq
+    zn = xp.where(near, z, zero)
+    # with w = z / (2 + z), |w| <= 1/3: log1p z = 2 atanh w, so z - log1p z = 2w^2/(1-w) - 2(w^3/3 + w^5/5 + ...),
+    # a sum without cancellation (the tail is at most an eighth of the first term)
+    w = zn / (2.0 + zn)
+    w2 = w * w
+    tail = 0.0 * w
+    for k in range(33, 1, -2):
+        tail = 1.0 / k + w2 * tail
+    close = 2.0 * w2 / (1.0 - w) - 2.0 * w * w2 * tail
+    # far from 1: the ratio (0 or inf where it leaves the floats, as the answer does), and its log taken whole
+    # where it is a normal float (log vp - log vq would lose |log vp| ulps), by parts where it is not
+    r = vp / vq
+    normal = (r > 1e-300) & (r < 1e300)
+    log_r = xp.where(normal, xp.log(xp.where(normal, r, 1.0 + zero)), xp.log(vp) - xp.log(vq))
+    return xp.where(near, close, r - 1.0 - log_r)
 
 
 class UnivariateGaussian(DiagonalGaussian):

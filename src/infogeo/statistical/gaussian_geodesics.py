@@ -279,14 +279,15 @@ def _closed_special_case(mu_t: np.ndarray, S_t: np.ndarray):
     """(x, B) from (0, I) to (mu_t, S_t) in closed form when the means or the covariances are equal."""
     d = len(mu_t)
     if np.allclose(S_t, np.eye(d), rtol=0, atol=1e-14):
-        m = float(np.linalg.norm(mu_t))
+        m = math.hypot(*mu_t)                                # a norm without overflow of the squares
         if m == 0.0:
             return np.zeros(d), np.zeros((d, d))
         # univariate half-plane geodesic (mu / sqrt2, sigma) from (0, 1) to (m / sqrt2, 1), in the totally
         # geodesic surface {mu in span(u), Sigma = I + (s^2 - 1) u u^T}: a semicircle centred at (c, 0)
+        # acosh(1 + m^2/4) = 2 asinh(c): no square of m, which overflows for means 1e155 apart
         u, c = mu_t / m, m / (2 * math.sqrt(2))
-        D, R = math.acosh(1 + m * m / 4), math.sqrt(1 + c * c)
-        return math.sqrt(2) * D / R * u, 2 * D * c / R * np.outer(u, u)
+        D, R = 2 * math.asinh(c), math.hypot(1.0, c)
+        return math.sqrt(2) * D / R * u, 2 * D * (c / R) * np.outer(u, u)
     if not np.any(mu_t):
         w, U = np.linalg.eigh(S_t)
         return np.zeros(d), (U * np.log(w)) @ U.T
@@ -316,7 +317,7 @@ def _unit_log(mu_t: np.ndarray, S_t: np.ndarray, budget: Budget, tol: float = 1e
             if ds < 1e-6:
                 raise GaussianShootingError(
                     f"geodesic shooting between the two Gaussians did not converge (Mahalanobis mean "
-                    f"difference {np.linalg.norm(mu_t):.3g}, log-eigenvalues of the covariance ratio in "
+                    f"difference {math.hypot(*mu_t):.3g}, log-eigenvalues of the covariance ratio in "
                     f"[{np.log(w).min():.3g}, {np.log(w).max():.3g}]); continuation stalled at {s_done:.3g}; "
                     "dist_bounds gives certified bounds")
     return prob.split(v_done)
@@ -333,7 +334,7 @@ def _start(budget: Optional[Budget], mu_t, S_t) -> Budget:
     w = np.linalg.eigvalsh(S_t)
     return as_budget(budget, DEFAULT_BUDGET).start(
         "full-Gaussian geodesic shooting",
-        f"Mahalanobis mean difference {np.linalg.norm(mu_t):.3g}, covariance ratio eigenvalues "
+        f"Mahalanobis mean difference {math.hypot(*mu_t):.3g}, covariance ratio eigenvalues "
         f"in [{w.min():.3g}, {w.max():.3g}]",
         "a larger Budget(max_iter=..., max_time=...) via budget=, or dist_bounds for certified bounds")
 

@@ -22,7 +22,7 @@ from ..geometry import points as _points
 from ..geometry.charts import per_point
 from ._inputs import check_event_shape, check_samples, statistics_of
 
-__all__ = ["Observations"]
+__all__ = ["Observations", "log_gamma_variates", "simplex_from_logs"]
 
 
 class Observations:
@@ -129,3 +129,32 @@ class Observations:
         p = self._single(p, "fisher_monte_carlo")
         s = B.to_numpy(self.score(p, self.sample(p, n, rng)))
         return s.T @ s / len(s)
+
+
+def log_gamma_variates(shape: Any, size: Any, rng: np.random.Generator) -> np.ndarray:
+    r"""Logarithms of Gamma(``shape``, 1) variates, exact for concentrations far below 1.
+
+    A Gamma(:math:`a`) variate with :math:`a \ll 1` underflows to 0 (at :math:`a = 10^{-3}` most of
+    them do); its logarithm does not.  With :math:`G \sim \Gamma(a + 1)` and :math:`U` uniform on
+    :math:`(0, 1]`, :math:`G\,U^{1/a} \sim \Gamma(a)` (Marsaglia & Tsang 2000), so
+    :math:`\log G + \log(U)/a` is the log-variate.  ``size`` is the leading sample shape; the
+    result has shape ``size + shape.shape``.
+    """
+    a = np.asarray(shape, dtype=float)
+    size = tuple(np.atleast_1d(size).astype(int)) + a.shape
+    return np.log(rng.standard_gamma(a + 1.0, size=size)) + np.log1p(-rng.random(size)) / a
+
+
+def simplex_from_logs(log_g: np.ndarray) -> np.ndarray:
+    r"""Points :math:`g / \sum g` of the open simplex (last axis) from :math:`\log g`, never an exact 0 or 1.
+
+    Normalised in log space; a coordinate below the smallest positive float (the true value is
+    positive) is raised to it and the row renormalised, so the family's own ``log_prob`` accepts
+    every sample.  With two coordinates each is at most the float just below 1.
+    """
+    x = np.exp(log_g - np.logaddexp.reduce(log_g, axis=-1, keepdims=True))
+    x = np.maximum(x, np.finfo(float).smallest_subnormal)
+    x = x / x.sum(axis=-1, keepdims=True)
+    if x.shape[-1] == 2:       # (x, 1 - x) with x < 1, so that log(1 - x) is finite too
+        x = np.minimum(x, np.nextafter(1.0, 0.0))
+    return x

@@ -75,6 +75,13 @@ def _contour(axis: Any, view: View, xlim, ylim, grid: int, levels: int) -> None:
     axis.contour(gx, gy, Z, levels=np.unique(lv), colors="0.65", linewidths=0.7)
 
 
+def _outcome(run: Any) -> str:
+    """``", failed"``-style suffix of a legend entry for a result that did not converge (none for arrays)."""
+    from ..solvers.result import OUTCOMES
+    status = run.get("status") if isinstance(run, dict) else None
+    return "" if status in (None, 0) else f", {OUTCOMES.get(status, f'status {status}')}"
+
+
 def plot_trajectories(runs: Mapping[str, Any], cost: Optional[Callable[[Any], Any]] = None, *,
                       views: Optional[Sequence[View]] = None, output_map: Optional[Callable[[Any], Any]] = None,
                       output_cost: Optional[Callable[[Any], Any]] = None, optimum: Any = None,
@@ -85,7 +92,9 @@ def plot_trajectories(runs: Mapping[str, Any], cost: Optional[Callable[[Any], An
     Parameters
     ----------
     runs : mapping label -> OptimizeResult or (n, dim) array
-        The trajectories (``result.path()`` is used for results).
+        The trajectories (``result.path()`` is used for results).  The legend gives each run's
+        iteration count and, for a result that did not converge, its outcome
+        (``"vanilla (29 it., failed)"``), so a run stopped at a boundary is not read as a finished one.
     cost : callable, optional
         Cost on the chart, for the contours of the default first view.
     views : sequence of View, optional
@@ -129,7 +138,8 @@ def plot_trajectories(runs: Mapping[str, Any], cost: Optional[Callable[[Any], An
         if view.cost is not None:
             _contour(axis, view, xlim, ylim, grid, levels)
         for k, (label, P) in enumerate(mapped.items()):
-            axis.plot(P[:, 0], P[:, 1], "-", color=f"C{k}", lw=1.3, marker=".", ms=3, label=f"{label} ({len(P) - 1} it.)")
+            axis.plot(P[:, 0], P[:, 1], "-", color=f"C{k}", lw=1.3, marker=".", ms=3,
+                      label=f"{label} ({len(P) - 1} it.{_outcome(runs[label])})")
             axis.plot(P[0, 0], P[0, 1], "o", color=f"C{k}", ms=5)
         if optimum is not None:
             o = to_np(fmap(B.array(to_np(optimum))))
