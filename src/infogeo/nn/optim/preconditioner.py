@@ -244,6 +244,8 @@ class Preconditioner:
         """
         if self.solver is None:
             return None
+        if not all_finite(grads.values()):   # a solve would only carry the NaN into the direction
+            dd.agree(ValueError("the gradient to precondition contains NaN or inf"))
         for attempt in range(1 + self.max_retries):
             errors: list = []
             delta, why = None, "a non-finite direction"
@@ -291,14 +293,6 @@ class Preconditioner:
         self.estimate.forget_batch()
         self.estimate.arm(self.steps)
 
-    def _local_size(self, inputs: Any) -> int:
-        """This rank's batch size (its first batched input's length; -1 when unknown)."""
-        batch = inputs if inputs is not None else self.recorder.inputs
-        if batch is None:
-            return -1
-        sized = [t for t in Batch.of(batch).tensors() if t.dim()]
-        return int(sized[0].shape[0]) if sized else -1
-
     @torch.no_grad()
     def precondition(self, grads: Optional[Params] = None, inputs: Any = None,
                      targets: Optional[torch.Tensor] = None, *,
@@ -326,7 +320,7 @@ class Preconditioner:
         if error is None:
             try:
                 grads = self.grads() if grads is None else grads
-                n = self._local_size(inputs)
+                n = self.estimate.batch_size(inputs)
                 if n == 0:
                     raise ValueError("the batch is empty (0 examples): skip empty batches before the forward pass")
                 finite = all_finite(grads.values())
@@ -397,3 +391,4 @@ class Preconditioner:
         first mismatch, nothing changed); the argument is neither changed nor kept.  The curvature objects are
         rebuilt at the next step."""
         state.load(self, saved)
+
