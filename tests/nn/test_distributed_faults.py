@@ -119,6 +119,28 @@ def unequal_batches(rank):
     return stats, flat(model)
 
 
+def adaptive_quadratic(rank):
+    """The classic recipe with per-rank closures: the quadratic model's metric and the losses compared are the
+    ranks' means, so retries and damping changes agree and the parameters stay identical."""
+    model, X, y = problem()
+    net = torch.nn.parallel.DistributedDataParallel(model)
+    opt = ig.nn.NaturalGradient(net, lr=1.0, curvature="kfac", damping=1e-2, fisher="exact", quadratic_model=True,
+                                adaptive_damping=True, damping_adaptation_period=1)
+    half = slice(rank * 8, rank * 8 + 8)
+    dampings = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for xb, yb in zip(X[:, half], y[:, half]):
+            def closure():
+                opt.zero_grad()
+                loss = F.cross_entropy(net(xb), yb)
+                loss.backward()
+                return loss
+            opt.step(closure, inputs=xb)
+            dampings.append(opt.damping)
+    return flat(model), dampings
+
+
 def refusals(rank):
     """Sharded models are refused at construction, naming what to use instead."""
     def mk():
@@ -153,6 +175,7 @@ def refusals(rank):
 
 SCENARIOS = {"nan_memory": lambda r: nan_on_one_rank(r, "memory"), "nan_comm": lambda r: nan_on_one_rank(r, "comm"),
              "adam_nan": adam_nan_on_one_rank, "error": error_on_one_rank, "unequal": unequal_batches,
+             "adaptive": adaptive_quadratic,
              "refusals": refusals}
 
 
@@ -241,6 +264,12 @@ def test_unequal_batches_give_the_statistics_of_the_union(results):
     opt.step()
     for k, t in opt.preconditioner.curvature.stats().items():
         assert torch.allclose(torch.tensor(s0[k], dtype=t.dtype), t, rtol=0, atol=1e-12), k
+
+
+def test_adaptive_damping_and_the_quadratic_model_agree_over_the_ranks(results):
+    (p0, d0), (p1, d1) = ok(results, "adaptive")
+    assert p0 == p1 and d0 == d1
+    assert len(set(d0)) > 1   # the damping did adapt
 
 
 @pytest.mark.parametrize("kind", ["fsdp1", "fsdp1_orig", "fsdp2", "tensor_parallel", "replicated"])
