@@ -21,7 +21,7 @@ from .conftest import mlp  # noqa: E402
 
 F = torch.nn.functional
 OUTCOMES = collections.Counter()
-FAST = settings(max_examples=40, deadline=None, derandomize=True,
+FAST = settings(max_examples=30, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 KINDS = ["kfac", "ekfac", "diag", "block", "dense", "cg"]
 FISHERS = ["mc", "exact", "empirical"]
@@ -136,7 +136,7 @@ BAD_NAMED = {"wrong width": lambda X: torch.randn(X.shape[0], 7, dtype=X.dtype),
              "float32": lambda X: X.float(), "a list": lambda X: [X, X]}
 
 
-@settings(max_examples=80, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(kind=st.sampled_from(KINDS), fisher=st.sampled_from(FISHERS), grad=st.sampled_from(sorted(BAD_GRADS)),
        data=st.sampled_from(sorted(BAD_BATCHES)), named=st.sampled_from(sorted(BAD_NAMED)),
        which=st.sampled_from(["natural_gradient", "preconditioner"]))
