@@ -120,16 +120,19 @@ class CurvatureEstimate:
                    generator: Optional[torch.Generator] = None) -> Tuple[Any, int]:
         """New statistics and their example count: recorded during the backward if available, else computed on
         ``inputs`` (one forward)."""
-        pending, n = self.pending.take(build=generator is None)
-        if pending is not None:
-            return pending, n
-        space = self.space(inputs, targets)
+        batch = None
         try:
+            pending, n = self.pending.take(build=generator is None)
+            if pending is not None:
+                return pending, n
+            space = self.space(inputs, targets)
+            batch = space.batch
             return self._build(space, generator), space.batch_size
-        except (RuntimeError, IndexError) as exc:   # the model's own error on this batch: name the batch
-            sig = [(tuple(t.shape), str(t.dtype).replace("torch.", "")) for t in space.batch.tensors()]
-            raise ValueError(f"the curvature could not be computed on the batch (inputs of shape and dtype {sig}): "
-                             f"{type(exc).__name__}: {exc}") from exc
+        except (RuntimeError, IndexError) as exc:   # torch's error on this batch: name the batch
+            batch = batch or (Batch.of(inputs) if inputs is not None else self.recorder.inputs)
+            sig = [(tuple(t.shape), str(t.dtype).replace("torch.", "")) for t in batch.tensors()] if batch else "?"
+            raise ValueError(f"the curvature statistics could not be computed on the batch (inputs of shape and "
+                             f"dtype {sig}): {type(exc).__name__}: {exc}") from exc
 
     def local(self, step: int, inputs: Any, targets: Optional[torch.Tensor]) -> Tuple[Optional[Tuple[Any, int]], Any]:
         """What step ``step`` needs from this rank's batch alone (no collective): ``(new statistics and their
