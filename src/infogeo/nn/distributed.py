@@ -106,6 +106,10 @@ def agree(error: Optional[BaseException] = None, flags: Sequence[bool] = (),
     rank, ``(world_size, len(values))`` float64.  Without a process group: ``error`` is raised, ``flags`` and
     ``values`` come back as they are.
     """
+    if world_size() == 1:   # nothing to agree on: no tensor work on the step's path
+        if error is not None:
+            raise error
+        return [bool(f) for f in flags], torch.tensor([[float(v) for v in values]], dtype=torch.float64)
     row = torch.tensor([float(error is not None)] + [float(bool(f)) for f in flags] + [float(v) for v in values],
                        dtype=torch.float64)
     rows = torch.stack([r[0] for r in all_gather([row])])

@@ -242,10 +242,14 @@ class Preconditioner:
         Returns ``None`` when no curvature is available or ``1 + max_retries`` solves failed (the
         curvature is kept).  Under ``torch.distributed`` the ranks agree on each outcome.
         """
+        if self.solver is not None and not all_finite(grads.values()):   # a solve would only carry the NaN along
+            dd.agree(ValueError("the gradient to precondition contains NaN or inf"))
+        return self._direction(grads)
+
+    def _direction(self, grads: Params) -> Optional[Params]:
+        """:meth:`direction` of gradients known to be finite."""
         if self.solver is None:
             return None
-        if not all_finite(grads.values()):   # a solve would only carry the NaN into the direction
-            dd.agree(ValueError("the gradient to precondition contains NaN or inf"))
         for attempt in range(1 + self.max_retries):
             errors: list = []
             delta, why = None, "a non-finite direction"
@@ -346,7 +350,7 @@ class Preconditioner:
                                  f"the statistics cannot be weighted by them")
             weight = float(sizes[dd.rank()] * len(sizes) / sizes.sum())
         self.estimate.install(self.steps, new, template, weight, self.damping)
-        delta = self.direction(grads)
+        delta = self._direction(grads)
         if delta is None:
             return self._skip("direction")
         scale = self.clip_scale(grads, delta)
