@@ -1,30 +1,21 @@
 """Faults under torch.distributed (2 gloo ranks): the ranks agree on every decision, never hang, never diverge.
 
-Every scenario runs in one pair of spawned processes with a process-group timeout of a few seconds, and
-the test waits a bounded time for them: a deadlock fails fast instead of waiting for torch's default
-30-minute timeout.  Also: the clear refusals of sharded models (FSDP1, FSDP2, DTensor / tensor parallel).
+Every scenario runs in the pair of spawned processes of :mod:`.test_distributed` (after its exactness
+cases), with a process-group timeout of a few seconds, and the tests wait a bounded time for them: a
+deadlock fails fast instead of waiting for torch's default 30-minute timeout.  Also: the clear refusals of
+sharded models (FSDP1, FSDP2, DTensor / tensor parallel).
 """
-import datetime
-import queue as queue_module
-import time
 import warnings
 
 import pytest
 
 torch = pytest.importorskip("torch")
-import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
-
 import infogeo as ig  # noqa: E402
 from infogeo.nn import distributed as dd  # noqa: E402
 
-from .test_distributed import free_port, problem  # noqa: E402
+from .test_distributed import problem, two_ranks  # noqa: E402,F401  (two_ranks: the shared fixture)
 
 F = torch.nn.functional
-#: a collective that waits longer than this on a missing rank raises (instead of hanging)
-PG_TIMEOUT = datetime.timedelta(seconds=20)
-#: the whole two-process run, imports included, must end within this
-DEADLINE = 240.0
 KW = dict(lr=0.3, curvature="kfac", damping=1e-2, fisher="exact", curvature_update_period=2,
           inverse_update_period=3, momentum=0.5)
 
@@ -119,6 +110,28 @@ def unequal_batches(rank):
     return stats, flat(model)
 
 
+def adaptive_quadratic(rank):
+    """The classic recipe with per-rank closures: the quadratic model's metric and the losses compared are the
+    ranks' means, so retries and damping changes agree and the parameters stay identical."""
+    model, X, y = problem()
+    net = torch.nn.parallel.DistributedDataParallel(model)
+    opt = ig.nn.NaturalGradient(net, lr=1.0, curvature="kfac", damping=1e-2, fisher="exact", quadratic_model=True,
+                                adaptive_damping=True, damping_adaptation_period=1)
+    half = slice(rank * 8, rank * 8 + 8)
+    dampings = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for xb, yb in zip(X[:, half], y[:, half]):
+            def closure():
+                opt.zero_grad()
+                loss = F.cross_entropy(net(xb), yb)
+                loss.backward()
+                return loss
+            opt.step(closure, inputs=xb)
+            dampings.append(opt.damping)
+    return flat(model), dampings
+
+
 def refusals(rank):
     """Sharded models are refused at construction, naming what to use instead."""
     def mk():
@@ -153,52 +166,18 @@ def refusals(rank):
 
 SCENARIOS = {"nan_memory": lambda r: nan_on_one_rank(r, "memory"), "nan_comm": lambda r: nan_on_one_rank(r, "comm"),
              "adam_nan": adam_nan_on_one_rank, "error": error_on_one_rank, "unequal": unequal_batches,
+             "adaptive": adaptive_quadratic,
              "refusals": refusals}
 
 
-def _worker(rank, port, queue):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
-                            timeout=PG_TIMEOUT)
-    try:
-        torch.set_num_threads(1)
-        queue.put((rank, {name: outcome(lambda: run(rank)) for name, run in SCENARIOS.items()}))
-    finally:
-        dist.destroy_process_group()
+def run_scenarios(rank):
+    """Every scenario on this rank (called by the two ranks of :func:`.test_distributed.two_ranks`)."""
+    return {name: outcome(lambda: run(rank)) for name, run in SCENARIOS.items()}
 
 
 @pytest.fixture(scope="module")
-def results():
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(r, free_port_once(), queue)) for r in range(2)]
-    for p in procs:
-        p.start()
-    out, start = {}, time.monotonic()
-    try:
-        while len(out) < 2:
-            assert time.monotonic() - start < DEADLINE, "the ranks did not finish in time (a deadlock?)"
-            try:
-                rank, res = queue.get(timeout=2)
-                out[rank] = res
-            except queue_module.Empty:
-                assert all(p.is_alive() or p.exitcode == 0 for p in procs), "a worker died (see its stderr)"
-        for p in procs:
-            p.join(timeout=30)
-            assert p.exitcode == 0
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-    return out
-
-
-_PORT = []
-
-
-def free_port_once():
-    if not _PORT:
-        _PORT.append(free_port())
-    return _PORT[0]
+def results(two_ranks):
+    return {r: two_ranks[r]["faults"] for r in range(2)}
 
 
 def ok(results, name):
@@ -241,6 +220,12 @@ def test_unequal_batches_give_the_statistics_of_the_union(results):
     opt.step()
     for k, t in opt.preconditioner.curvature.stats().items():
         assert torch.allclose(torch.tensor(s0[k], dtype=t.dtype), t, rtol=0, atol=1e-12), k
+
+
+def test_adaptive_damping_and_the_quadratic_model_agree_over_the_ranks(results):
+    (p0, d0), (p1, d1) = ok(results, "adaptive")
+    assert p0 == p1 and d0 == d1
+    assert len(set(d0)) > 1   # the damping did adapt
 
 
 @pytest.mark.parametrize("kind", ["fsdp1", "fsdp1_orig", "fsdp2", "tensor_parallel", "replicated"])

@@ -3,7 +3,9 @@ r"""Data-parallel curvature over ``torch.distributed``: averaged statistics, fac
 Every rank computes the curvature statistics of its own part of the batch.
 Since each statistic is a mean over examples (:math:`A = \frac1N\sum_n \bar a_n\bar a_n^T`,
 :math:`G`, a diagonal, a dense block), the mean over ranks of the per-rank means
-is the statistic of the whole batch when the ranks hold equal shares; it is
+is the statistic of the whole batch when the ranks hold equal shares (with unequal
+shares each rank's statistics are weighted by its batch size first, so they remain the
+union's; DDP's gradient, the plain mean of the ranks' mean gradients, is not reweighted); it is
 taken by one all-reduce per dtype (the tensors are packed into one buffer, a
 *bucket*, so there is one message instead of one per factor).
 
@@ -106,6 +108,10 @@ def agree(error: Optional[BaseException] = None, flags: Sequence[bool] = (),
     rank, ``(world_size, len(values))`` float64.  Without a process group: ``error`` is raised, ``flags`` and
     ``values`` come back as they are.
     """
+    if world_size() == 1:   # nothing to agree on: no tensor work on the step's path
+        if error is not None:
+            raise error
+        return [bool(f) for f in flags], torch.tensor([[float(v) for v in values]], dtype=torch.float64)
     row = torch.tensor([float(error is not None)] + [float(bool(f)) for f in flags] + [float(v) for v in values],
                        dtype=torch.float64)
     rows = torch.stack([r[0] for r in all_gather([row])])

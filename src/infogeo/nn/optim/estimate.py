@@ -130,11 +130,19 @@ class CurvatureEstimate:
                    generator: Optional[torch.Generator] = None) -> Tuple[Any, int]:
         """New statistics and their example count: recorded during the backward if available, else computed on
         ``inputs`` (one forward)."""
-        pending, n = self.pending.take(build=generator is None)
-        if pending is not None:
-            return pending, n
-        space = self.space(inputs, targets)
-        return self._build(space, generator), space.batch_size
+        batch = None
+        try:
+            pending, n = self.pending.take(build=generator is None)
+            if pending is not None:
+                return pending, n
+            space = self.space(inputs, targets)
+            batch = space.batch
+            return self._build(space, generator), space.batch_size
+        except (RuntimeError, IndexError) as exc:   # torch's error on this batch: name the batch
+            batch = batch or (Batch.of(inputs) if inputs is not None else self.recorder.inputs)
+            sig = [(tuple(t.shape), str(t.dtype).replace("torch.", "")) for t in batch.tensors()] if batch else "?"
+            raise ValueError(f"the curvature statistics could not be computed on the batch (inputs of shape and "
+                             f"dtype {sig}): {type(exc).__name__}: {exc}") from exc
 
     def local(self, step: int, inputs: Any, targets: Optional[torch.Tensor]) -> Tuple[Optional[Tuple[Any, int]], Any]:
         """What step ``step`` needs from this rank's batch alone (no collective): ``(new statistics and their
@@ -229,7 +237,10 @@ class CurvatureEstimate:
         plan = rows.plan(blocks, g) if rows is not None else None   # the rows that give each block's gradient
         if dd.world_size() > 1 and blocks is not None and self.placement == "memory":
             return dd.solve_on_owners(blocks, self.owners, g, damping, plan, errors)
-        return self.solver.solve(g, damping=damping) if plan is None else rows.solve(blocks, g, damping, plan)
+        try:
+            return self.solver.solve(g, damping=damping) if plan is None else rows.solve(blocks, g, damping, plan)
+        except (RuntimeError, IndexError) as exc:   # torch's error (e.g. a product on the batch): said clearly
+            raise ValueError(f"the {self.kind} solve failed on this batch: {type(exc).__name__}: {exc}") from exc
 
     def forget_batch(self) -> None:
         """Drop what the hooks hold of this step's batch (outputs awaiting a backward, Linear rows)."""
@@ -237,6 +248,12 @@ class CurvatureEstimate:
         self.pending.clear()
         if self.recorder.rows is not None:
             self.recorder.rows.clear()
+
+    def batch_size(self, inputs: Any) -> int:
+        """The size of the named batch or else the last one seen (its first batched input's length; -1: unknown)."""
+        batch = inputs if inputs is not None else self.recorder.inputs
+        sized = [t for t in Batch.of(batch).tensors() if t.dim()] if batch is not None else []
+        return int(sized[0].shape[0]) if sized else -1
 
     def arm(self, step: int) -> None:
         """Record the next forward's statistics if step ``step`` refreshes them."""

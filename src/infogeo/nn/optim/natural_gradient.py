@@ -302,24 +302,30 @@ class NaturalGradient(torch.optim.Optimizer):
             raise ValueError("not an optimizer checkpoint: expected the dict of NaturalGradient.state_dict() "
                              "with keys 'state' and 'param_groups'")
         mine = state_dict["state"].get(_KEY) if isinstance(state_dict["state"], Mapping) else None
-        if not isinstance(mine, Mapping) or "preconditioner" not in mine:
+        if not isinstance(mine, Mapping) or not isinstance(mine.get("preconditioner"), Mapping):
             raise ValueError("not a NaturalGradient checkpoint: its state has no 'natural_gradient' entry with the "
                              "preconditioner's state (saved by another optimizer?)")
         pre = self.preconditioner
+        pre_state = dict(mine["preconditioner"])
+        if "base_damping" in mine:   # written by earlier versions next to the preconditioner's state
+            pre_state.setdefault("base_damping", mine["base_damping"])
+        state.check(pre, pre_state)
         prev = mine.get("previous_step")
         shapes = {n: tuple(p.shape) for n, p in zip(pre.names, pre.params)}
         if prev is not None and (not isinstance(prev, Mapping) or set(prev) != set(shapes) or any(
                 tuple(prev[n].shape) != shapes[n] for n in shapes)):
             raise ValueError("checkpoint: its previous step does not match this optimizer's parameters")
         groups = state_dict["param_groups"]
-        if len(groups) != len(self.param_groups) or any(len(a["params"]) != len(b["params"])
-                                                         for a, b in zip(groups, self.param_groups)):
-            raise ValueError(f"checkpoint: {[len(g['params']) for g in groups]} parameters per group saved, "
-                             f"{[len(g['params']) for g in self.param_groups]} here")
-        pre_state = dict(mine["preconditioner"])
-        if "base_damping" in mine:   # written by earlier versions next to the preconditioner's state
-            pre_state.setdefault("base_damping", mine["base_damping"])
-        state.check(pre, pre_state)
+        try:
+            if len(groups) != len(self.param_groups) or any(len(a["params"]) != len(b["params"])
+                                                             for a, b in zip(groups, self.param_groups)):
+                raise ValueError(f"{[len(g['params']) for g in groups]} parameters per group saved, "
+                                 f"{[len(g['params']) for g in self.param_groups]} here")
+            for g in groups:
+                check_learning_rate(g["lr"], "a parameter group's lr")
+                positive_number("a parameter group's momentum", g["momentum"], inclusive=True, maximum=1.0)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"checkpoint: its parameter groups do not fit this optimizer ({exc})") from None
         rest = {"state": {k: v for k, v in state_dict["state"].items() if k != _KEY},
                 "param_groups": state_dict["param_groups"]}
         super().load_state_dict(copy.deepcopy(rest))

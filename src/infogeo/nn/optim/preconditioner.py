@@ -242,6 +242,12 @@ class Preconditioner:
         Returns ``None`` when no curvature is available or ``1 + max_retries`` solves failed (the
         curvature is kept).  Under ``torch.distributed`` the ranks agree on each outcome.
         """
+        if self.solver is not None and not all_finite(grads.values()):   # a solve would only carry the NaN along
+            dd.agree(ValueError("the gradient to precondition contains NaN or inf"))
+        return self._direction(grads)
+
+    def _direction(self, grads: Params) -> Optional[Params]:
+        """:meth:`direction` of gradients known to be finite."""
         if self.solver is None:
             return None
         for attempt in range(1 + self.max_retries):
@@ -291,14 +297,6 @@ class Preconditioner:
         self.estimate.forget_batch()
         self.estimate.arm(self.steps)
 
-    def _local_size(self, inputs: Any) -> int:
-        """This rank's batch size (its first batched input's length; -1 when unknown)."""
-        batch = inputs if inputs is not None else self.recorder.inputs
-        if batch is None:
-            return -1
-        sized = [t for t in Batch.of(batch).tensors() if t.dim()]
-        return int(sized[0].shape[0]) if sized else -1
-
     @torch.no_grad()
     def precondition(self, grads: Optional[Params] = None, inputs: Any = None,
                      targets: Optional[torch.Tensor] = None, *,
@@ -326,7 +324,7 @@ class Preconditioner:
         if error is None:
             try:
                 grads = self.grads() if grads is None else grads
-                n = self._local_size(inputs)
+                n = self.estimate.batch_size(inputs)
                 if n == 0:
                     raise ValueError("the batch is empty (0 examples): skip empty batches before the forward pass")
                 finite = all_finite(grads.values())
@@ -352,7 +350,7 @@ class Preconditioner:
                                  f"the statistics cannot be weighted by them")
             weight = float(sizes[dd.rank()] * len(sizes) / sizes.sum())
         self.estimate.install(self.steps, new, template, weight, self.damping)
-        delta = self.direction(grads)
+        delta = self._direction(grads)
         if delta is None:
             return self._skip("direction")
         scale = self.clip_scale(grads, delta)
@@ -397,3 +395,4 @@ class Preconditioner:
         first mismatch, nothing changed); the argument is neither changed nor kept.  The curvature objects are
         rebuilt at the next step."""
         state.load(self, saved)
+

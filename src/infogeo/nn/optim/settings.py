@@ -45,12 +45,12 @@ def positive_number(name: str, value: Any, *, minimum: float = 0.0, inclusive: b
     return x
 
 
-def positive_int(name: str, value: Any, minimum: int = 1) -> int:
-    """``value`` as an int, if it is an integer (a whole float counts) of at least ``minimum``."""
+def positive_int(name: str, value: Any, minimum: int = 1, maximum: int = 2 ** 62) -> int:
+    """``value`` as an int, if it is an integer (a whole float counts) in ``[minimum, maximum]``."""
     x = _real(name, value)
-    if not (math.isfinite(x) and x == int(x) and x >= minimum):
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(x)
+    if not (math.isfinite(x) and x == int(x) and minimum <= x <= maximum):
+        raise ValueError(f"{name} must be an integer in [{minimum}, {maximum}], got {value!r}")
+    return int(value) if isinstance(value, numbers.Integral) else int(x)
 
 
 def check_learning_rate(value: Any, name: str = "lr") -> float:

@@ -99,6 +99,16 @@ def check(pre, saved: Any) -> None:
         bad = [k for k, t in stats.items() if not (t.is_floating_point() and bool(torch.isfinite(t).all()))]
         if bad:
             raise ValueError(f"checkpoint: the statistics {bad[:4]} in {key!r} are not finite floating tensors")
+    layouts = [("checkpoint's curvature", saved.get("curvature")), ("checkpoint's solver", saved.get("solver"))]
+    current = pre.estimate.curvature
+    if current is not None and hasattr(current, "stats"):
+        layouts.append(("this preconditioner's curvature", current.stats()))
+    layouts = [(what, {k: tuple(t.shape) for k, t in s.items()}) for what, s in layouts if s is not None]
+    for what, shapes in layouts[1:]:
+        if shapes != layouts[0][1]:
+            diff = sorted(set(shapes) ^ set(layouts[0][1])) or [k for k in shapes if shapes[k] != layouts[0][1][k]]
+            raise ValueError(f"checkpoint: the {layouts[0][0]} and the {what} statistics differ (first differences: "
+                             f"{diff[:4]}); was it saved for another architecture?")
 
 
 def load(pre, saved: Dict[str, Any]) -> None:
