@@ -20,7 +20,7 @@ output metric.  Layers without Kronecker factors get their exact diagonal block.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -58,7 +58,7 @@ class EigenKronBlock(KronBlock):
     @property
     def key(self) -> str:
         """The name this block's basis is kept under (its weight's, else its bias')."""
-        return self.weight if self.weight is not None else self.bias
+        return self.names[0]
 
     def stats(self):
         if self.s is None:   # awaiting its basis: only the factors are statistics yet
@@ -78,8 +78,8 @@ class EigenKronBlock(KronBlock):
         if eig is not None:
             self._eig = eig
         Ua, Ug = self.basis()
-        s = None
-        for w, f in self.pending:
+        s: Any = None
+        for w, f in self.pending or ():
             t = f(Ua, Ug).mul_(w)
             s = t if s is None else s.add_(t)
         block = EigenKronBlock(self.weight, self.bias, self.wshape, self.A, self.G, s.to(self.A.dtype),
@@ -106,6 +106,8 @@ class EigenKronBlock(KronBlock):
         return [A.new_empty(A.shape[0]), torch.empty_like(A), G.new_empty(G.shape[0]), torch.empty_like(G)]
 
     def scales(self, damping: float) -> torch.Tensor:
+        if self.s is None:
+            raise ValueError("the EKFAC scales of this block have not been measured yet (see EKFAC.refreshed)")
         return self.s + damping
 
     def mv(self, v):
@@ -210,7 +212,7 @@ class EKFAC(BlockCurvature):
                     blocks.append(EigenKronBlock(kron.weight, kron.bias, kron.wshape, kron.A, kron.G, None,
                                                  kron.transposed, [(1.0, f)]))
                     continue
-                key = kron.weight if kron.weight is not None else kron.bias
+                key = kron.names[0]
                 given = basis.get(key) if basis is not None else None
                 if given is not None and (given[0].shape[0] != kron.A.shape[0] or given[1].shape[0] != kron.G.shape[0]):
                     given = None

@@ -35,7 +35,7 @@ curvature (mixed representation).
 """
 from __future__ import annotations
 
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Sequence
 
 import torch
 
@@ -111,10 +111,10 @@ def check_approx(kfac_approx: str) -> str:
 
 
 def factored_blocks(space, factor_fn, reducer, per_position: bool, chunk_elements: int,
-                    make_blocks: Callable[[List[bp.Layer], bp.Columns], List[Block]]) -> List[Block]:
+                    make_blocks: Callable[[List[bp.Layer], bp.Columns], Sequence[Block]]) -> List[Block]:
     """One capture; ``make_blocks(layers, cols)`` for the layers with Kronecker factors, exact diagonals elsewhere."""
     cap = bp.capture(space, factor_fn, reducer, per_position)
     with bp.without_autocast():
         kron = [l for l in cap.layers if l.rule.kronecker]
         other = [l for l in cap.layers if not l.rule.kronecker]
-        return make_blocks(kron, cap.cols) + diag_blocks(space, other, cap.network, cap.cols, chunk_elements)
+        return list(make_blocks(kron, cap.cols)) + diag_blocks(space, other, cap.network, cap.cols, chunk_elements)
