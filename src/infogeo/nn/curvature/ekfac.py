@@ -28,7 +28,7 @@ from . import _backprop as bp
 from ._reducers import accumulation_dtype
 from .base import BlockCurvature, Curvature
 from .blocks import KronBlock
-from .kfac import factored_blocks, kfac_reducer, kron_block, position_mask
+from .kfac import MAX_FACTOR_DIM, factored_blocks, has_factors, kfac_reducer, kron_block, position_mask
 from .layers.base import CHUNK_ELEMENTS, chunks
 
 #: a basis per layer, keyed by the weight's (or bias') parameter name: ``(U_A, U_G)``
@@ -160,13 +160,13 @@ def eigen_correction(space, layer: bp.Layer, cols: bp.Columns, Ua: torch.Tensor,
     return s.div_(space.batch_size)
 
 
-def ekfac_reducer(approx: str):
+def ekfac_reducer(approx: str, max_factor_dim: int = MAX_FACTOR_DIM):
     """K-FAC's gradient-factor sink for layers with Kronecker factors, also keeping each column's output gradient."""
-    kron = kfac_reducer(approx)
+    kron = kfac_reducer(approx, max_factor_dim)
 
     def reducer(layer: bp.Layer, cols: bp.Columns):
-        if not layer.rule.kronecker:
-            return None
+        if not has_factors(layer, max_factor_dim):
+            return layer.rule.diagonal_sink(layer, cols)
         gram_sink = kron(layer, cols)
 
         def sink(j, g):
@@ -196,7 +196,7 @@ class EKFAC(BlockCurvature):
     def build(cls, space, factor_fn, chunk_elements: int = CHUNK_ELEMENTS, kfac_approx: str = "expand",
               per_position: bool = True, basis: Optional[Basis] = None,
               reduce: Optional[Callable[[List[torch.Tensor]], List[torch.Tensor]]] = None,
-              defer: bool = False) -> "EKFAC":
+              defer: bool = False, max_factor_dim: int = MAX_FACTOR_DIM) -> "EKFAC":
         mask = position_mask(space)
 
         def make_blocks(layers: List[bp.Layer], cols: bp.Columns) -> List[EigenKronBlock]:
@@ -224,8 +224,8 @@ class EKFAC(BlockCurvature):
                     block._eig = kron._eig   # the basis s was computed in
                 blocks.append(block)
             return blocks
-        blocks = factored_blocks(space, factor_fn, ekfac_reducer(kfac_approx), per_position, chunk_elements,
-                                 make_blocks)
+        blocks = factored_blocks(space, factor_fn, ekfac_reducer(kfac_approx, max_factor_dim), per_position,
+                                 chunk_elements, make_blocks, max_factor_dim)
         return cls(space.layout, blocks, space.point)
 
     def basis(self) -> Basis:
