@@ -28,10 +28,12 @@ per output position, the Monte Carlo factor (one backward pass per sample) is
 unbiased for the exact one on any network.  (Back-propagating each square-root
 column at all output positions at once, as curvlinops does, adds
 cross-position terms when layers mix positions, e.g. attention; on
-position-wise networks both agree.)  Layers K-FAC cannot factor (LayerNorm,
-Embedding, grouped convolutions, custom modules) get their exact
-diagonal block instead, so a network of any architecture has a K-FAC
-curvature (mixed representation).
+position-wise networks both agree.)  Which layers have Kronecker factors is
+said by their rule (:mod:`.layers`: Linear, Hugging Face ``Conv1D``,
+convolutions); the others (LayerNorm, Embedding, grouped convolutions, custom
+modules), parameters taken through the whole network, and layers whose factor
+would exceed ``max_factor_dim`` get their exact diagonal block instead, so a
+network of any architecture has a K-FAC curvature (mixed representation).
 """
 from __future__ import annotations
 
