@@ -361,3 +361,21 @@ def test_the_empirical_fisher_of_sequence_outputs_says_once_what_it_costs():
         warnings.simplefilter("error")
         space.curvature("diag", "empirical")     # said once per output shape
         space.curvature("diag", "mc")
+
+
+@pytest.mark.parametrize("kind", ["kfac", "ekfac"])
+def test_a_factor_too_large_falls_back_to_the_exact_diagonal_and_says_so(kind):
+    """A vocabulary-sized layer would need a V x V factor: it gets its exact diagonal block instead."""
+    from infogeo.nn.curvature import kfac
+    kfac._TOO_LARGE.clear()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 9)).double()
+    X = torch.randn(6, 3, dtype=torch.float64)
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    with pytest.warns(RuntimeWarning, match="a Kronecker factor of side 9"):
+        C = space.curvature(kind, max_factor_dim=8)
+    assert [b.kind for b in C.blocks] == [kind, "diag"]
+    exact = space.curvature("diag").diagonal()
+    got = C.diagonal()
+    for n in ("2.weight", "2.bias"):
+        assert rel(got[n], exact[n]) < 1e-12

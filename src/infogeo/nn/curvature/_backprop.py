@@ -109,13 +109,14 @@ class Layer:
     path: str
     module: torch.nn.Module
     params: Dict[str, str]                 # attribute name -> full parameter name
-    rule: Optional[LayerRule] = None       # None: through the whole network (see layers.network)
+    # what one capture records (set before the rules read them; Any: present whenever a rule runs)
+    rule: Any = None                         # the LayerRule; None: through the whole network (layers.network)
     inputs: Tuple[torch.Tensor, ...] = ()  # detached positional inputs (batch axis first)
     kwargs: Dict[str, Any] = field(default_factory=dict)
-    grad_out: Optional[torch.Tensor] = None  # (K, N, ...) output gradients
+    grad_out: Any = None                     # (K, N, ...) output gradients
     output: Any = None                       # autograd edge of the output, during capture
-    output_shape: Optional[torch.Size] = None
-    stat: Optional[torch.Tensor] = None      # what a reducer accumulated over the columns
+    output_shape: Any = None
+    stat: Any = None                         # what a reducer accumulated over the columns
     stat_unsquared: bool = False             # square_sum: ``stat`` still holds the single column b
 
     @property

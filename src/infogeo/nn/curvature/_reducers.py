@@ -100,11 +100,7 @@ def squared_product(b2: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     # autocast: a layer's input may be half precision while b2 was summed in float32
     dt = accumulation_dtype(b2, a)
     b2 = b2.to(dt)
-    out = None
+    out = torch.zeros(b2.shape[1], a.shape[1], dtype=dt, device=b2.device)
     for s in range(0, a.shape[0], step):
-        a2 = a[s:s + step].to(dt).square()
-        if out is None:
-            out = torch.mm(b2[s:s + step].T, a2)
-        else:
-            out.addmm_(b2[s:s + step].T, a2)
+        out.addmm_(b2[s:s + step].T, a[s:s + step].to(dt).square())
     return out

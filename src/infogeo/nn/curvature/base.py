@@ -286,12 +286,12 @@ class ScaledIdentity(Curvature):
 class BlockCurvature(Curvature):
     """A curvature made of independent blocks covering all parameters once."""
 
-    def __init__(self, layout: ParamLayout, blocks: List[Block], point: Optional[Params] = None):
+    def __init__(self, layout: ParamLayout, blocks: Sequence[Block], point: Optional[Params] = None):
         super().__init__(layout, point)
         covered = [n for b in blocks for n in b.names]
         if sorted(covered) != sorted(layout.names):
             raise ValueError(f"blocks cover {sorted(covered)}, expected each of {layout.names} once")
-        self.blocks = blocks
+        self.blocks: List[Block] = list(blocks)
 
     def _mv(self, v):
         out = {}

@@ -175,7 +175,7 @@ class KronBlock(Block):
         self.names = [n for n in (weight, bias) if n is not None]
         self.A, self.G = A, G
         self.inverse = inverse
-        self._eig = None
+        self._eig: Optional[Tuple[torch.Tensor, ...]] = None
         self._inv: Optional[Tuple[float, torch.Tensor, torch.Tensor]] = None  # (damping, G_inv, A_inv)
 
     def stats(self):

@@ -20,7 +20,7 @@ output metric.  Layers without Kronecker factors get their exact diagonal block.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -28,7 +28,7 @@ from . import _backprop as bp
 from ._reducers import accumulation_dtype
 from .base import BlockCurvature, Curvature
 from .blocks import KronBlock
-from .kfac import factored_blocks, kfac_reducer, kron_block, position_mask
+from .kfac import MAX_FACTOR_DIM, factored_blocks, has_factors, kfac_reducer, kron_block, position_mask
 from .layers.base import CHUNK_ELEMENTS, chunks
 
 #: a basis per layer, keyed by the weight's (or bias') parameter name: ``(U_A, U_G)``
@@ -58,7 +58,7 @@ class EigenKronBlock(KronBlock):
     @property
     def key(self) -> str:
         """The name this block's basis is kept under (its weight's, else its bias')."""
-        return self.weight if self.weight is not None else self.bias
+        return self.names[0]
 
     def stats(self):
         if self.s is None:   # awaiting its basis: only the factors are statistics yet
@@ -78,8 +78,8 @@ class EigenKronBlock(KronBlock):
         if eig is not None:
             self._eig = eig
         Ua, Ug = self.basis()
-        s = None
-        for w, f in self.pending:
+        s: Any = None
+        for w, f in self.pending or ():
             t = f(Ua, Ug).mul_(w)
             s = t if s is None else s.add_(t)
         block = EigenKronBlock(self.weight, self.bias, self.wshape, self.A, self.G, s.to(self.A.dtype),
@@ -106,6 +106,8 @@ class EigenKronBlock(KronBlock):
         return [A.new_empty(A.shape[0]), torch.empty_like(A), G.new_empty(G.shape[0]), torch.empty_like(G)]
 
     def scales(self, damping: float) -> torch.Tensor:
+        if self.s is None:
+            raise ValueError("the EKFAC scales of this block have not been measured yet (see EKFAC.refreshed)")
         return self.s + damping
 
     def mv(self, v):
@@ -158,13 +160,13 @@ def eigen_correction(space, layer: bp.Layer, cols: bp.Columns, Ua: torch.Tensor,
     return s.div_(space.batch_size)
 
 
-def ekfac_reducer(approx: str):
+def ekfac_reducer(approx: str, max_factor_dim: int = MAX_FACTOR_DIM):
     """K-FAC's gradient-factor sink for layers with Kronecker factors, also keeping each column's output gradient."""
-    kron = kfac_reducer(approx)
+    kron = kfac_reducer(approx, max_factor_dim)
 
     def reducer(layer: bp.Layer, cols: bp.Columns):
-        if not layer.rule.kronecker:
-            return None
+        if not has_factors(layer, max_factor_dim):
+            return layer.rule.diagonal_sink(layer, cols)
         gram_sink = kron(layer, cols)
 
         def sink(j, g):
@@ -194,7 +196,7 @@ class EKFAC(BlockCurvature):
     def build(cls, space, factor_fn, chunk_elements: int = CHUNK_ELEMENTS, kfac_approx: str = "expand",
               per_position: bool = True, basis: Optional[Basis] = None,
               reduce: Optional[Callable[[List[torch.Tensor]], List[torch.Tensor]]] = None,
-              defer: bool = False) -> "EKFAC":
+              defer: bool = False, max_factor_dim: int = MAX_FACTOR_DIM) -> "EKFAC":
         mask = position_mask(space)
 
         def make_blocks(layers: List[bp.Layer], cols: bp.Columns) -> List[EigenKronBlock]:
@@ -210,7 +212,7 @@ class EKFAC(BlockCurvature):
                     blocks.append(EigenKronBlock(kron.weight, kron.bias, kron.wshape, kron.A, kron.G, None,
                                                  kron.transposed, [(1.0, f)]))
                     continue
-                key = kron.weight if kron.weight is not None else kron.bias
+                key = kron.names[0]
                 given = basis.get(key) if basis is not None else None
                 if given is not None and (given[0].shape[0] != kron.A.shape[0] or given[1].shape[0] != kron.G.shape[0]):
                     given = None
@@ -222,8 +224,8 @@ class EKFAC(BlockCurvature):
                     block._eig = kron._eig   # the basis s was computed in
                 blocks.append(block)
             return blocks
-        blocks = factored_blocks(space, factor_fn, ekfac_reducer(kfac_approx), per_position, chunk_elements,
-                                 make_blocks)
+        blocks = factored_blocks(space, factor_fn, ekfac_reducer(kfac_approx, max_factor_dim), per_position,
+                                 chunk_elements, make_blocks, max_factor_dim)
         return cls(space.layout, blocks, space.point)
 
     def basis(self) -> Basis:

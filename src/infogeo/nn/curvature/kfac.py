@@ -28,14 +28,17 @@ per output position, the Monte Carlo factor (one backward pass per sample) is
 unbiased for the exact one on any network.  (Back-propagating each square-root
 column at all output positions at once, as curvlinops does, adds
 cross-position terms when layers mix positions, e.g. attention; on
-position-wise networks both agree.)  Layers K-FAC cannot factor (LayerNorm,
-Embedding, grouped convolutions, custom modules) get their exact
-diagonal block instead, so a network of any architecture has a K-FAC
-curvature (mixed representation).
+position-wise networks both agree.)  Which layers have Kronecker factors is
+said by their rule (:mod:`.layers`: Linear, Hugging Face ``Conv1D``,
+convolutions); the others (LayerNorm, Embedding, grouped convolutions, custom
+modules), parameters taken through the whole network, and layers whose factor
+would exceed ``max_factor_dim`` get their exact diagonal block instead, so a
+network of any architecture has a K-FAC curvature (mixed representation).
 """
 from __future__ import annotations
 
-from typing import Callable, List, Optional
+import warnings
+from typing import Callable, List, Optional, Sequence
 
 import torch
 
@@ -72,12 +75,41 @@ def kron_block(space, layer: bp.Layer, inverse: str = "eigen", approx: str = "ex
                      rule.input_factor(layer, approx, mask), G, inverse, transposed=rule.transposed)
 
 
-def kfac_reducer(approx: str = "expand"):
+#: the largest side of a Kronecker factor kept by default (a float32 factor of this side is 256 MiB)
+MAX_FACTOR_DIM = 8192
+_TOO_LARGE: set = set()
+
+
+def has_factors(layer: bp.Layer, max_factor_dim: int = MAX_FACTOR_DIM) -> bool:
+    """Whether the layer gets Kronecker factors: its rule has them and both fit (sides <= ``max_factor_dim``).
+
+    A vocabulary-sized layer (an output projection onto 50,257 tokens) would need a factor of
+    :math:`50257^2` entries; it gets its exact diagonal block instead, and a warning says so once.
+    """
+    if not layer.rule.kronecker:
+        return False
+    out = layer.rule.out_features(layer.module)
+    n_in = layer.module.weight.numel() // out + ("bias" in layer.params)
+    if max(out, n_in) <= max_factor_dim:
+        return True
+    key = (layer.path, out, n_in)
+    if key not in _TOO_LARGE:
+        _TOO_LARGE.add(key)
+        nbytes = max(out, n_in) ** 2 * layer.module.weight.element_size()
+        warnings.warn(f"layer {layer.path!r}: a Kronecker factor of side {max(out, n_in)} would take "
+                      f"{nbytes / 2 ** 30:.1f} GiB (max_factor_dim={max_factor_dim}); the layer gets its exact "
+                      f"diagonal block instead", RuntimeWarning, stacklevel=5)
+    return False
+
+
+def kfac_reducer(approx: str = "expand", max_factor_dim: int = MAX_FACTOR_DIM):
     r"""Column sinks for :func:`~._backprop.capture`: layers with Kronecker factors keep only :math:`G`."""
     check_approx(approx)
 
     def reducer(layer: bp.Layer, cols: bp.Columns):
-        return layer.rule.gradient_sink(layer, approx == "reduce") if layer.rule.kronecker else None
+        if has_factors(layer, max_factor_dim):
+            return layer.rule.gradient_sink(layer, approx == "reduce")
+        return layer.rule.diagonal_sink(layer, cols)
     return reducer
 
 
@@ -94,13 +126,14 @@ class KFAC(BlockCurvature):
 
     @classmethod
     def build(cls, space, factor_fn, chunk_elements: int = CHUNK_ELEMENTS, inverse: str = "eigen",
-              kfac_approx: str = "expand", per_position: bool = True) -> "KFAC":
+              kfac_approx: str = "expand", per_position: bool = True,
+              max_factor_dim: int = MAX_FACTOR_DIM) -> "KFAC":
         if inverse not in KronBlock.INVERSES:
             raise ValueError(f"unknown K-FAC inverse {inverse!r}; expected one of {KronBlock.INVERSES}")
         mask = position_mask(space)
-        blocks = factored_blocks(space, factor_fn, kfac_reducer(kfac_approx), per_position, chunk_elements,
-                                 lambda layers, cols: [kron_block(space, l, inverse, kfac_approx, mask)
-                                                       for l in layers])
+        blocks = factored_blocks(space, factor_fn, kfac_reducer(kfac_approx, max_factor_dim), per_position,
+                                 chunk_elements, lambda layers, cols: [kron_block(space, l, inverse, kfac_approx, mask)
+                                                                       for l in layers], max_factor_dim)
         return cls(space.layout, blocks, space.point)
 
 
@@ -111,10 +144,11 @@ def check_approx(kfac_approx: str) -> str:
 
 
 def factored_blocks(space, factor_fn, reducer, per_position: bool, chunk_elements: int,
-                    make_blocks: Callable[[List[bp.Layer], bp.Columns], List[Block]]) -> List[Block]:
+                    make_blocks: Callable[[List[bp.Layer], bp.Columns], Sequence[Block]],
+                    max_factor_dim: int = MAX_FACTOR_DIM) -> List[Block]:
     """One capture; ``make_blocks(layers, cols)`` for the layers with Kronecker factors, exact diagonals elsewhere."""
     cap = bp.capture(space, factor_fn, reducer, per_position)
     with bp.without_autocast():
-        kron = [l for l in cap.layers if l.rule.kronecker]
-        other = [l for l in cap.layers if not l.rule.kronecker]
-        return make_blocks(kron, cap.cols) + diag_blocks(space, other, cap.network, cap.cols, chunk_elements)
+        kron = [l for l in cap.layers if has_factors(l, max_factor_dim)]
+        other = [l for l in cap.layers if not has_factors(l, max_factor_dim)]
+        return list(make_blocks(kron, cap.cols)) + diag_blocks(space, other, cap.network, cap.cols, chunk_elements)

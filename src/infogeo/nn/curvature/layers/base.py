@@ -20,7 +20,7 @@ The rules are tried in the order of :data:`~infogeo.nn.curvature.layers.RULES`; 
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 import torch
 
@@ -90,7 +90,7 @@ class AffineRule(LayerRule):
     #: whether the weight is stored as ``(in, out)`` (its transpose is :math:`W`)
     transposed = False
 
-    def out_features(self, module: torch.nn.Module) -> int:
+    def out_features(self, module: Any) -> int:
         w = module.weight
         return w.shape[1] if self.transposed else w.shape[0]
 
@@ -121,14 +121,14 @@ class AffineRule(LayerRule):
         """One column's output gradient summed over the positions, ``(N, out)`` (K-FAC-reduce)."""
         return self.outputs(g).sum(1)
 
-    def weight_matrix(self, module: torch.nn.Module, w: torch.Tensor) -> torch.Tensor:
+    def weight_matrix(self, module: Any, w: torch.Tensor) -> torch.Tensor:
         """A weight-shaped tensor ``w`` (leading axes allowed) as ``(..., out, in)``."""
         if self.transposed:
             return w.transpose(-1, -2)
         out = module.weight.shape[0]
         return w.reshape(w.shape[:w.dim() - module.weight.dim()] + (out, -1))
 
-    def weight_from_matrix(self, module: torch.nn.Module, M: torch.Tensor) -> torch.Tensor:
+    def weight_from_matrix(self, module: Any, M: torch.Tensor) -> torch.Tensor:
         """The inverse of :meth:`weight_matrix`."""
         if self.transposed:
             return M.transpose(-1, -2)

@@ -2,7 +2,7 @@ r"""``torch.nn.Conv1d/2d/3d`` with one group: a Linear layer over the input patc
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -12,7 +12,7 @@ from .base import AffineRule
 _CONVS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
 
 
-def conv_padding(m: torch.nn.Module) -> List[Tuple[int, int]]:
+def conv_padding(m: Any) -> List[Tuple[int, int]]:
     """``(left, right)`` padding of each spatial axis of a convolution (``"same"`` may be asymmetric)."""
     if isinstance(m.padding, str):
         if m.padding == "valid":
@@ -22,7 +22,7 @@ def conv_padding(m: torch.nn.Module) -> List[Tuple[int, int]]:
     return [(p, p) for p in m.padding]
 
 
-def kernel_major_patches(m: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+def kernel_major_patches(m: Any, x: torch.Tensor) -> torch.Tensor:
     """The input patches of convolution ``m`` on ``x``, ``(N, L, prod(kernel) * C_in)``, kernel offset major.
 
     The input is padded as the layer pads it (zeros or its ``padding_mode``) and moved to
@@ -46,7 +46,7 @@ def kernel_major_patches(m: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return x.reshape(N, -1, C * math.prod(m.kernel_size))
 
 
-def weight_order(m: torch.nn.Module, device=None) -> Optional[torch.Tensor]:
+def weight_order(m: Any, device: Any = None) -> Optional[torch.Tensor]:
     """Column ``j`` of ``weight.reshape(out, -1)`` (channel major) is column ``order[j]`` of the kernel-major
     patches; ``None`` for one input channel, where both orders agree."""
     C, K = m.weight.shape[1], math.prod(m.kernel_size)

@@ -92,7 +92,7 @@ def _row_loop(f_of, p: Dict[str, torch.Tensor], per: Dict[Any, torch.Tensor], n_
     for n in torch.unique(n_idx).tolist():
         idx = (n_idx == n).nonzero().flatten()
         with torch.enable_grad():
-            z, vjp = torch.func.vjp(f_of({k: x[n] for k, x in per.items()}), p)
+            z, vjp = torch.func.vjp(f_of({k: x[n] for k, x in per.items()}), p)[:2]
             for i in idx.tolist():
                 res = vjp(g[i].unsqueeze(0).to(z.dtype))[0]
                 for name, t in res.items():
