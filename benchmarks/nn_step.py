@@ -103,7 +103,7 @@ def make_step(model, opt, X, y, pre=None) -> Callable[[], None]:
 def kfac_kind(opt: "ig.nn.NaturalGradient", kind: str) -> None:
     """Set the step counter so that the next step is of ``kind`` ("plain", "stats" or "inverse")."""
     pre = opt.preconditioner
-    ps, pi = pre.curvature_update_period, pre.inverse_update_period
+    ps, pi = pre.estimate.curvature_update_period, pre.estimate.inverse_update_period
     k = {"plain": 10 * pi + 1, "stats": 10 * pi + ps, "inverse": 10 * pi}[kind]
     pre.state["step"] = k
     pre.recorder.armed = k % ps == 0
@@ -136,8 +136,8 @@ def bench(name: str, build: Callable[[], torch.nn.Module], shape, batch: int, ro
             "adam": torch.optim.Adam(models["adam"].parameters(), lr=1e-4),
             "kfac": ig.nn.NaturalGradient(models["kfac"], lr=1e-3),
             "kfac-emp": ig.nn.NaturalGradient(models["kfac-emp"], lr=1e-3, fisher="empirical")}
-    assert (opts["kfac"].preconditioner.curvature_update_period,
-            opts["kfac"].preconditioner.inverse_update_period) == PERIODS
+    assert (opts["kfac"].preconditioner.estimate.curvature_update_period,
+            opts["kfac"].preconditioner.estimate.inverse_update_period) == PERIODS
     steps = {k: make_step(models[k], opts[k], X, y) for k in opts}
     setters = {k: (lambda o: (lambda kind: kfac_kind(o, kind)))(opts[k]) for k in ("kfac", "kfac-emp")}
     for method in peers:

@@ -5,6 +5,8 @@ torch = pytest.importorskip("torch")
 import infogeo as ig  # noqa: E402
 
 F = torch.nn.functional
+# preconditioners here keep the default trust region without a learning rate (warned once each)
+pytestmark = pytest.mark.filterwarnings("ignore:Preconditioner. kl_clip is set but no lr:UserWarning")
 N = 6
 
 

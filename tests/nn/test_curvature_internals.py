@@ -8,6 +8,9 @@ torch = pytest.importorskip("torch")
 from torch.func import functional_call, jacrev  # noqa: E402
 
 import infogeo as ig  # noqa: E402
+
+# preconditioners here keep the default trust region without a learning rate (warned once each)
+pytestmark = pytest.mark.filterwarnings("ignore:Preconditioner. kl_clip is set but no lr:UserWarning")
 from infogeo.nn.curvature import _backprop as bp, _reducers as red  # noqa: E402
 from .conftest import categorical_Gz, flat, mlp, reference_metric  # noqa: E402
 from .test_space import EXACT, rand_like, rel  # noqa: E402

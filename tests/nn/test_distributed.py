@@ -1,6 +1,8 @@
 """Data-parallel natural gradient over torch.distributed (gloo, two CPU processes)."""
+import datetime
 import queue as queue_module
 import socket
+import time
 
 import pytest
 
@@ -54,8 +56,15 @@ CASES = [("kfac", "memory"), ("kfac", "comm"), ("kfac:eigen", "comm"), ("diag", 
          ("kfac", "memory", "empirical"), ("kfac", "memory", "exact", (32, 32)), ("kfac", "comm", "exact", (32, 32))]
 
 
+#: a collective that waits longer than this on a missing rank raises (instead of hanging)
+PG_TIMEOUT = datetime.timedelta(seconds=20)
+#: the whole two-process run, imports included, must end within this
+DEADLINE = 300.0
+
+
 def _worker(rank, port, queue):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                            timeout=PG_TIMEOUT)
     try:
         torch.set_num_threads(1)
         half = slice(rank * N // 2, (rank + 1) * N // 2)
@@ -65,29 +74,43 @@ def _worker(rank, port, queue):
             # plain floats: a tensor would be shared through a file descriptor that dies with the process
             params, used = train(model, X[:, half], y[:, half], *case, ddp=True)
             out[case] = (params.tolist(), used)
-        queue.put((rank, out))
+        from .test_distributed_faults import run_scenarios   # the fault scenarios share these two processes
+        queue.put((rank, {"cases": out, "faults": run_scenarios(rank)}))
     finally:
         dist.destroy_process_group()
 
 
-def test_two_ranks_on_half_batches_equal_one_process_on_the_whole():
-    """DDP averages the gradients, the preconditioner the statistics; blocks are solved on their owners."""
+@pytest.fixture(scope="session")
+def two_ranks():
+    """What two spawned gloo ranks computed: ``{rank: {"cases": ..., "faults": ...}}``, in bounded time."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=_worker, args=(r, port, queue)) for r in range(2)]
     for p in procs:
         p.start()
-    results = {}
-    while len(results) < 2:  # fail at once, not after a timeout, if a worker dies
-        try:
-            rank, out = queue.get(timeout=5)
-            results[rank] = out
-        except queue_module.Empty:
-            assert all(p.is_alive() or p.exitcode == 0 for p in procs), "a worker failed (see its stderr)"
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    results, start = {}, time.monotonic()
+    try:
+        while len(results) < 2:  # fail at once, not after a timeout, if a worker dies
+            assert time.monotonic() - start < DEADLINE, "the ranks did not finish in time (a deadlock?)"
+            try:
+                rank, out = queue.get(timeout=2)
+                results[rank] = out
+            except queue_module.Empty:
+                assert all(p.is_alive() or p.exitcode == 0 for p in procs), "a worker failed (see its stderr)"
+        for p in procs:
+            p.join(timeout=30)
+            assert p.exitcode == 0
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+    return results
+
+
+def test_two_ranks_on_half_batches_equal_one_process_on_the_whole(two_ranks):
+    """DDP averages the gradients, the preconditioner the statistics; blocks are solved on their owners."""
+    results = {r: two_ranks[r]["cases"] for r in range(2)}
     for case in CASES:
         model, X, y = problem(*case[3:])
         start = torch.cat([p.detach().reshape(-1) for p in model.parameters()])

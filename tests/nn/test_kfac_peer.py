@@ -7,6 +7,8 @@ kfac = pytest.importorskip("kfac.preconditioner", reason="kfac-pytorch is not on
 import infogeo as ig  # noqa: E402
 
 F = torch.nn.functional
+# preconditioners here keep the default trust region without a learning rate (warned once each)
+pytestmark = pytest.mark.filterwarnings("ignore:Preconditioner. kl_clip is set but no lr:UserWarning")
 
 
 @pytest.mark.filterwarnings("ignore:Full backward hook")   # from kfac-pytorch's own module hooks

@@ -14,6 +14,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import infogeo as ig  # noqa: E402
+
+# preconditioners here keep the default trust region without a learning rate (warned once each)
+pytestmark = pytest.mark.filterwarnings("ignore:Preconditioner. kl_clip is set but no lr:UserWarning")
 from . import _dense_reference as ref  # noqa: E402
 from ._dense_reference import rel  # noqa: E402
 

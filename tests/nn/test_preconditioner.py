@@ -6,6 +6,8 @@ import infogeo as ig  # noqa: E402
 from .conftest import categorical_Gz, mlp, reference_metric  # noqa: E402
 
 F = torch.nn.functional
+# most preconditioners here keep the default trust region without a learning rate (warned once each)
+pytestmark = pytest.mark.filterwarnings("ignore:Preconditioner. kl_clip is set but no lr:UserWarning")
 
 
 def batch(i, n=16):
@@ -79,7 +81,7 @@ def test_composes_with_adam_clipping_and_a_scheduler():
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         adam.step()
         sched.step()
-    assert pre._lrs()[id(model[0].weight)] == pytest.approx(5e-2 * 0.5 ** 4)
+    assert pre.learning_rates()[id(model[0].weight)] == pytest.approx(5e-2 * 0.5 ** 4)
     with torch.no_grad():
         assert float(F.cross_entropy(model(X), y)) < 0.7 * l0
 

@@ -8,6 +8,8 @@ from infogeo.nn.optim.pool import Deferred  # noqa: E402
 from .conftest import mlp  # noqa: E402
 
 F = torch.nn.functional
+# most preconditioners here keep the default trust region without a learning rate (warned once each)
+pytestmark = pytest.mark.filterwarnings("ignore:Preconditioner. kl_clip is set but no lr:UserWarning")
 
 
 def batch(i, n):
@@ -102,7 +104,7 @@ def test_amp_overflow_skips_without_raising_the_damping(recwarn):
     model = mlp()
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
     sgd = torch.optim.SGD(model.parameters(), lr=0.1)
-    pre = ig.nn.Preconditioner(model, grad_scaler=scaler)
+    pre = ig.nn.Preconditioner(model, grad_scaler=scaler, lr=sgd)
     X, y = batch(0, 8)
     scaler.scale(F.cross_entropy(model(X), y)).backward()
     model[0].weight.grad[0, 0] = float("inf")      # an overflow
@@ -181,7 +183,7 @@ def test_empirical_statistics_of_micro_batches_and_of_a_siamese_loss_pool(kind):
     pre = ig.nn.Preconditioner(model, curvature=kind, fisher="empirical")
     for X, y in ((X1, y1), (X2, y2)):
         out = model(X)   # the earlier micro-batch's statistics are built by now, its gradients released
-        assert not any(isinstance(item, Deferred) for item, _ in pre.pending._items)
+        assert not any(isinstance(item, Deferred) for item, _ in pre.estimate.pending._items)
         F.cross_entropy(out, y).backward()
     pre.step()
     assert_same(pre.curvature.stats(), reference)

@@ -8,6 +8,8 @@ import infogeo as ig
 from infogeo.nn.curvature.blocks import KronBlock
 
 F = torch.nn.functional
+# preconditioners here keep the default trust region without a learning rate (warned once each)
+pytestmark = pytest.mark.filterwarnings("ignore:Preconditioner. kl_clip is set but no lr:UserWarning")
 
 
 def spd(n, gen):

@@ -3,7 +3,9 @@ r"""Data-parallel curvature over ``torch.distributed``: averaged statistics, fac
 Every rank computes the curvature statistics of its own part of the batch.
 Since each statistic is a mean over examples (:math:`A = \frac1N\sum_n \bar a_n\bar a_n^T`,
 :math:`G`, a diagonal, a dense block), the mean over ranks of the per-rank means
-is the statistic of the whole batch when the ranks hold equal shares; it is
+is the statistic of the whole batch when the ranks hold equal shares (with unequal
+shares each rank's statistics are weighted by its batch size first, so they remain the
+union's; DDP's gradient, the plain mean of the ranks' mean gradients, is not reweighted); it is
 taken by one all-reduce per dtype (the tensors are packed into one buffer, a
 *bucket*, so there is one message instead of one per factor).
 
@@ -21,18 +23,27 @@ al., 2021):
     rank holds all of them and preconditions locally (communication-optimised: a
     broadcast only when the factorisations are refreshed).
 
+Every decision that changes what a step does next (skip it, undo it, retry the solve with a
+larger damping, refuse the batch, stop on an error) is taken from flags agreed over the ranks
+first (:func:`agree`: one all-gather of a few numbers), so the ranks never take different
+branches and never wait on a collective another rank skipped.  An exception on one rank is
+caught before the step's collectives and agreed too: that rank raises it, the others raise
+:class:`PeerFailure` naming it.  What remains unbounded is a rank that dies or hangs outside
+infogeo's code; the process group's ``timeout`` (``init_process_group(..., timeout=...)``)
+bounds every collective there, as for DDP's own all-reduce.
+
 Nothing here is used unless a process group with more than one rank is initialised.
 """
 from __future__ import annotations
 
 import heapq
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
 
 __all__ = ["world_size", "rank", "all_reduce_mean", "all_reduce_min", "all_gather", "assign_owners", "broadcast_from",
-           "PLACEMENTS"]
+           "agree", "PeerFailure", "PLACEMENTS"]
 
 PLACEMENTS = ("memory", "comm")
 
@@ -84,6 +95,36 @@ def all_reduce_mean(tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
     return _bucketed(tensors, mean)
 
 
+class PeerFailure(RuntimeError):
+    """Another rank met an error during the same step; this rank stops too instead of waiting for it."""
+
+
+def agree(error: Optional[BaseException] = None, flags: Sequence[bool] = (),
+          values: Sequence[float] = ()) -> Tuple[List[bool], torch.Tensor]:
+    """Agree over the ranks on this rank's ``error``, ``flags`` and ``values`` (one all-gather of a few numbers).
+
+    If any rank passed an ``error``, every rank raises: its own error where it happened, :class:`PeerFailure`
+    naming the failed ranks elsewhere.  Else returns each flag OR-ed over the ranks and the ``values`` of every
+    rank, ``(world_size, len(values))`` float64.  Without a process group: ``error`` is raised, ``flags`` and
+    ``values`` come back as they are.
+    """
+    if world_size() == 1:   # nothing to agree on: no tensor work on the step's path
+        if error is not None:
+            raise error
+        return [bool(f) for f in flags], torch.tensor([[float(v) for v in values]], dtype=torch.float64)
+    row = torch.tensor([float(error is not None)] + [float(bool(f)) for f in flags] + [float(v) for v in values],
+                       dtype=torch.float64)
+    rows = torch.stack([r[0] for r in all_gather([row])])
+    failed = [r for r in range(rows.shape[0]) if rows[r, 0] > 0]
+    if failed:
+        if error is not None:
+            raise error
+        raise PeerFailure(f"rank(s) {failed} failed during this optimizer step (their error is raised there); "
+                          f"rank {rank()} stops too so that no rank waits on the others")
+    k = len(flags)
+    return [bool(rows[:, 1 + i].max() > 0) for i in range(k)], rows[:, 1 + k:]
+
+
 def assign_owners(costs: Sequence[float], size: Optional[int] = None) -> List[int]:
     """A rank per item, greedily balancing the summed ``costs`` (largest first, to the least loaded rank)."""
     size = world_size() if size is None else int(size)
@@ -127,32 +168,38 @@ def all_gather(tensors: Sequence[torch.Tensor]) -> List[List[torch.Tensor]]:
     return out  # type: ignore[return-value]
 
 
-def _solve_own(block, g, damping, rows=None):
-    """``block.solve`` on its owner (from the batch's ``rows`` when given); a failure becomes NaN so that every
-    rank sees it after the broadcast."""
+def _solve_own(block, g, damping, rows, errors: list):
+    """``block.solve`` on its owner (from the batch's ``rows`` when given).  A failure becomes NaN, so that the
+    broadcasts go on and every rank sees it; an error other than a failed factorisation is also kept in
+    ``errors`` (agreed by the caller)."""
     from ..linalg import NotPositiveDefiniteError
     try:
         return block.solve(g, damping) if rows is None else block.solve_rows(*rows, damping)
-    except NotPositiveDefiniteError:
+    except Exception as exc:
+        if not isinstance(exc, NotPositiveDefiniteError):
+            errors.append(exc)
         return {n: torch.full_like(g[n], float("nan")) for n in block.names}
 
 
 def solve_on_owners(blocks, owners: Sequence[int], g: Dict[str, torch.Tensor], damping: float,
-                    rows: Optional[Sequence[Optional[tuple]]] = None) -> Dict[str, torch.Tensor]:
+                    rows: Optional[Sequence[Optional[tuple]]] = None,
+                    errors: Optional[list] = None) -> Dict[str, torch.Tensor]:
     r"""Memory-optimised placement: each rank applies :math:`(C_b + \lambda I)^{-1}` for its blocks; broadcast.
 
     ``rows[i]``, when not ``None``, are rows ``(b, a)`` of the whole batch that give block ``i``'s gradient
-    (:class:`~infogeo.nn.optim.rows.RowCapture`): its owner solves from them.
+    (:class:`~infogeo.nn.optim.rows.RowCapture`): its owner solves from them.  Errors met on this rank's
+    blocks (other than a failed factorisation, which gives NaN) are appended to ``errors``.
     """
     me = rank()
     rows = [None] * len(blocks) if rows is None else rows
+    errors = [] if errors is None else errors
     out: Dict[str, torch.Tensor] = {}
     for r in sorted(set(owners)):
         mine = [(b, rw) for b, o, rw in zip(blocks, owners, rows) if o == r]
         names = [n for b, _ in mine for n in b.names]
         if r == me:
             for b, rw in mine:
-                out.update(_solve_own(b, g, damping, rw))
+                out.update(_solve_own(b, g, damping, rw, errors))
             local = [out[n] for n in names]
         else:
             local = [torch.empty_like(g[n]) for n in names]
@@ -164,19 +211,29 @@ def share_factorisations(blocks, owners: Sequence[int], damping: float) -> None:
     """Communication-optimised placement: owners factorise their Kronecker blocks, every rank receives them.
 
     Other blocks (diagonal; dense blocks, whose Cholesky factor depends on the damping; EKFAC's) are
-    factorised where they are used.
+    factorised where they are used.  An owner that fails sends placeholders, and the failure is agreed
+    (:func:`agree`) before anything uses them: every rank raises.
     """
     from .curvature import KronBlock
     me = rank()
+    error: Optional[BaseException] = None
     for r in sorted(set(owners)):
         mine = [b for b, o in zip(blocks, owners) if o == r and type(b) is KronBlock]
         local: List[torch.Tensor] = []
         sizes = []
         for b in mine:
-            tensors = b.factorisation(damping) if r == me else b.factorisation_like()
+            tensors = None
+            if r == me and error is None:
+                try:
+                    tensors = b.factorisation(damping)
+                except Exception as exc:
+                    error = exc
+            tensors = b.factorisation_like() if tensors is None else tensors
             sizes.append(len(tensors))
             local.extend(tensors)
         shared = broadcast_from(r, local)
         for b, k in zip(mine, sizes):
-            b.adopt(shared[:k], damping)
+            if error is None:
+                b.adopt(shared[:k], damping)
             shared = shared[k:]
+    agree(error)

@@ -31,12 +31,55 @@ __all__ = ["ForwardRecorder", "OutputGradients", "unwrap", "MAX_PENDING"]
 MAX_PENDING = 4
 
 
+def _class_names(obj: Any) -> List[str]:
+    return [f"{c.__module__}.{c.__qualname__}" for c in type(obj).__mro__]
+
+
+def _sharded(module: torch.nn.Module) -> Optional[str]:
+    """What shards ``module``'s parameters, by name (no import of torch.distributed's optional parts)."""
+    for path, m in module.named_modules():
+        names = _class_names(m)
+        where = f" (module {path!r})" if path else ""
+        if any(n.startswith("torch.distributed.fsdp") and n.endswith(".FullyShardedDataParallel") for n in names):
+            return (f"the model is wrapped in FullyShardedDataParallel (FSDP1){where}: its flat, sharded "
+                    f"parameters hide the layers the curvature is built from, and with use_orig_params=True "
+                    f"each rank holds only a slice")
+        if any(n.endswith(".FSDPModule") for n in names):
+            return (f"the model is sharded with fully_shard (FSDP2){where}: K-FAC on sharded parameters is not "
+                    f"supported yet")
+    for name, p in module.named_parameters():
+        if any(n.endswith(".DTensor") for n in _class_names(p)):
+            return (f"parameter {name!r} is a DTensor (tensor parallelism or a replicated/sharded DeviceMesh "
+                    f"layout): each rank's curvature would see a different slice of the layers")
+    return None
+
+
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """The module a ``DistributedDataParallel`` (or ``DataParallel``) wrapper holds, else ``model``."""
+    """The module a ``DistributedDataParallel`` (or ``DataParallel``) wrapper holds, else ``model``.
+
+    Sharded models are refused here, at construction, with what to use instead: FSDP1
+    (``FullyShardedDataParallel``, flat parameters or ``use_orig_params``), FSDP2 (``fully_shard``) and any
+    DTensor parameter (tensor parallelism, replicated meshes).
+    """
     wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
     while isinstance(model, wrappers):
         model = model.module
+    why = _sharded(model)
+    if why is not None:
+        raise ValueError(f"{why}. infogeo's natural gradient supports data parallelism: wrap the plain model in "
+                         f"torch.nn.parallel.DistributedDataParallel (each rank holds the whole model; the "
+                         f"curvature statistics are all-reduced and the factorisations spread over the ranks)")
     return model
+
+
+def refuse_sparse(module: torch.nn.Module, ids: set) -> None:
+    """Refuse, by name, a layer whose gradient would be a sparse tensor (``Embedding(sparse=True)``)."""
+    for path, m in module.named_modules():
+        if getattr(m, "sparse", False) is True and isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)) \
+                and any(id(p) in ids for p in m.parameters(recurse=False)):
+            raise ValueError(f"{type(m).__name__} {path!r} has sparse=True: its gradient is a sparse tensor, "
+                             f"which the curvature cannot precondition; build it with sparse=False, or leave its "
+                             f"parameters out with params=")
 
 
 class ForwardRecorder:

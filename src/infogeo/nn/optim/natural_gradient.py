@@ -27,21 +27,27 @@ span of :math:`\Delta = -\eta_\ell(C+\lambda I)^{-1}g` (each group scaled by its
 
 Recovery: a non-finite gradient after a step undoes that step and raises the damping;
 with a closure and ``adaptive_damping``, a step that increases the batch loss is undone
-and retried with a larger damping (the same curvature).  Nothing is skipped for ever.
+and retried with a larger damping (the same curvature), at most ``max_retries`` times.
+Nothing is skipped for ever.  The damping has one owner with fixed rules
+(:class:`~.damping.Damping`).  Under ``torch.distributed`` every such decision is agreed over
+the ranks (the losses compared are the means over the ranks), so the parameters stay
+identical on every rank (:mod:`infogeo.nn.distributed`).
 """
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import warnings
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Mapping, Optional
 
 import torch
 
+from .. import distributed as dd
 from ..space import ParameterSpace
-from . import quadratic
-from .._params import all_finite
+from . import quadratic, state
 from .preconditioner import Preconditioner
+from .settings import check_learning_rate, positive_int, positive_number
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +84,9 @@ class NaturalGradient(torch.optim.Optimizer):
         if :math:`\rho > 3/4`, divide if :math:`\rho < 1/4`.
     min_damping : float, optional
         Damping floor (default ``min(1e-4, damping)``).
+    max_retries : int
+        Retries of one step after a failure, each with the damping raised: of a failed solve, and with
+        ``adaptive_damping`` of a step that increased the batch loss (undone first).
     options
         Passed to :class:`~.preconditioner.Preconditioner`: ``fisher``, ``output_metric``,
         ``samples``, ``ema_decay``, ``curvature_update_period``, ``inverse_update_period``,
@@ -96,32 +105,33 @@ class NaturalGradient(torch.optim.Optimizer):
             model, params = params, [p for p in params.parameters() if p.requires_grad]
             if not params:
                 raise ValueError("NaturalGradient got no parameters with requires_grad=True")
-        if model is None:
+        if not isinstance(model, torch.nn.Module):
             raise ValueError("NaturalGradient needs the network to compute its curvature: pass the module first, "
                              "or model=<the module whose parameters these are>")
-        if not lr > 0:
-            raise ValueError(f"lr must be > 0, got {lr}")
-        if not 0 <= momentum < 1:
-            raise ValueError(f"momentum must lie in [0, 1), got {momentum}")
+        lr = check_learning_rate(lr)
+        momentum = positive_number("momentum", momentum, inclusive=True, maximum=1.0)
         if quadratic_model and momentum:
             raise ValueError("quadratic_model=True chooses the momentum itself; pass momentum=0")
-        if kl_clip is not None and not kl_clip > 0:
-            raise ValueError(f"kl_clip must be > 0 or None, got {kl_clip}")
-        if int(damping_adaptation_period) < 1 or not 0 < damping_factor < 1:
-            raise ValueError("need damping_adaptation_period >= 1 and 0 < damping_factor < 1")
+        if kl_clip is not None:
+            positive_number("kl_clip", kl_clip)
+        period = positive_int("damping_adaptation_period", damping_adaptation_period)
+        factor = positive_number("damping_factor", damping_factor, maximum=1.0)
+        positive_number("damping", damping)
         super().__init__(params, dict(lr=lr, momentum=momentum))
+        for g in self.param_groups:
+            check_learning_rate(g["lr"], "a parameter group's lr")
+            positive_number("a parameter group's momentum", g["momentum"], inclusive=True, maximum=1.0)
         trainable = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
         if not trainable:
             raise ValueError("NaturalGradient got no parameters with requires_grad=True")
-        if not damping > 0:
-            raise ValueError(f"damping must be > 0 (Tikhonov damping makes the curvature invertible), got {damping}")
         self.preconditioner = Preconditioner(
             model, curvature, damping, params=trainable, lr=self, kl_clip=None if quadratic_model else kl_clip,
-            min_damping=min(1e-4, damping) if min_damping is None else min_damping, **options)
+            min_damping=min(1e-4, damping) if min_damping is None else min_damping, max_retries=max_retries,
+            **options)
         self.model = model
         self.kl_clip, self.quadratic_model = kl_clip, bool(quadratic_model)
-        self.adaptive_damping, self.damping_adaptation_period = bool(adaptive_damping), int(damping_adaptation_period)
-        self.damping_factor, self.max_retries = float(damping_factor), int(max_retries)
+        self.adaptive_damping, self.damping_adaptation_period = bool(adaptive_damping), period
+        self.damping_factor, self.max_retries = factor, self.preconditioner.max_retries
         self.state[_KEY] = {"previous_step": None}
 
     def add_param_group(self, param_group: Dict[str, Any]) -> None:
@@ -146,65 +156,80 @@ class NaturalGradient(torch.optim.Optimizer):
             raise ValueError("adaptive_damping=True needs a closure that re-evaluates the loss")
         pre = self.preconditioner
         if inputs is not None:  # the batch is named: no need to record the closure's forward
-            pre.recorder.armed = False
-            pre.pending.clear()
-        loss = None
+            pre.use_batch()
+        loss, error = None, None
         if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        with pre.recorder.paused():
-            return self._step(closure, loss, inputs, targets)
+            try:
+                with torch.enable_grad():
+                    loss = closure()
+            except Exception as exc:   # agreed over the ranks by the preconditioner's step, then raised
+                error = exc
+        with pre.paused():
+            return self._step(closure, loss, inputs, targets, error)
 
-    def _step(self, closure, loss, inputs, targets):
+    def _step(self, closure, loss, inputs, targets, error):
         pre = self.preconditioner
-        raw = pre.grads()
-        if not all_finite(raw.values()):
-            self._undo("the gradient contains NaN or inf")
-            pre.finish_step(False)
+        raw = None
+        if error is None:
+            raw = pre.grads()
+            if self.quadratic_model or self.adaptive_damping:
+                raw = {n: g.clone() for n, g in raw.items()}
+        delta = pre.precondition(raw, inputs, targets, error=error)
+        if delta is None:
+            if pre.skip_reason == "gradient":
+                self._undo("the gradient contains NaN or inf", raise_damping=False)
             return loss
-        keep = self.quadratic_model or self.adaptive_damping
-        raw = {n: g.clone() for n, g in raw.items()} if keep else raw
-        if not pre._step(inputs, targets, raw):   # (within the step's paused recorder; raw found finite above)
-            return loss
-        k = pre.state["step"] - 1
-        space = pre._space(inputs if inputs is not None else pre.recorder.inputs, targets) \
-            if self.quadratic_model else None
+        k = pre.steps - 1
+        space = pre.space(inputs, targets) if self.quadratic_model else None
         check = self.adaptive_damping and (k + 1) % self.damping_adaptation_period == 0
         for attempt in range(self.max_retries + 1):
-            steps, model_decrease = self._update(raw, space)
+            model_decrease = self._update(raw, delta, space)
             if not check:
                 break
-            with torch.enable_grad():
-                new_loss = closure()
-            bad = new_loss is None or not math.isfinite(float(new_loss)) or float(new_loss) > float(loss)
-            if not bad or attempt == self.max_retries:
-                self._adapt_damping(loss, new_loss, model_decrease)
+            before, after = self._losses(loss, closure)
+            if after <= before or attempt == self.max_retries:
+                self._adapt_damping(before, after, model_decrease)
                 break
-            self._undo(f"the step changed the batch loss {float(loss):.6g} -> {float(new_loss):.6g}")
+            self._undo(f"the step changed the batch loss {before:.6g} -> {after:.6g}")
             delta = pre.direction(raw)
             if delta is None:
                 break
-            scale = 1.0 if self.quadratic_model else pre.clip_scale(raw, delta)
-            for n, p in zip(pre.names, pre.params):
-                p.grad.copy_(delta[n] * scale)
+            if not self.quadratic_model:
+                scale = pre.clip_scale(raw, delta)
+                delta = {n: d * scale for n, d in delta.items()}
         return loss
 
-    def _update(self, raw: Dict[str, torch.Tensor], space: Optional[ParameterSpace]):
-        """Move the parameters along the direction in ``.grad``; returns the steps and the model's decrease."""
+    @staticmethod
+    def _losses(loss, closure):
+        """The batch loss before and after the step, each the mean over the ranks (a NaN after counts as worse)."""
+        error, new_loss = None, None
+        try:
+            with torch.enable_grad():
+                new_loss = closure()
+        except Exception as exc:
+            error = exc
+        values = [float("nan") if v is None else float(v) for v in (loss, new_loss)]
+        _, rows = dd.agree(error, (), values)
+        before, after = rows.mean(0).tolist()
+        return before, (after if math.isfinite(after) else math.inf)
+
+    def _update(self, raw, delta, space: Optional[ParameterSpace]) -> Optional[float]:
+        """Move the parameters along ``-lr * delta`` (or the quadratic model's step); returns the model's decrease."""
         pre, st = self.preconditioner, self.state[_KEY]
-        lrs = pre._lrs()
         model_decrease = None
         if self.quadratic_model:
-            steps, model_decrease = self._quadratic_step(raw, space, lrs)
+            steps, model_decrease = self._quadratic_step(raw, delta, space)
             for n, p in zip(pre.names, pre.params):
                 p.add_(steps[n])
         else:
+            by_id = {id(p): n for n, p in zip(pre.names, pre.params)}
             steps = {}
             for group in self.param_groups:
                 for p in group["params"]:
-                    if id(p) not in lrs or p.grad is None or not p.requires_grad:
+                    name = by_id.get(id(p))
+                    if name is None:
                         continue
-                    d = p.grad
+                    d = delta[name]
                     if group["momentum"]:
                         buf = self.state[p].get("momentum_buffer")
                         if buf is None:
@@ -213,24 +238,23 @@ class NaturalGradient(torch.optim.Optimizer):
                             buf.mul_(group["momentum"]).add_(d)
                         d = buf
                     p.add_(d, alpha=-group["lr"])
-                    steps[id(p)] = -group["lr"] * d
-            steps = {n: steps[id(p)] for n, p in zip(pre.names, pre.params)}
+                    steps[name] = -group["lr"] * d
             if self.adaptive_damping:
-                C = pre.curvature if pre.curvature is not None else pre.solver
-                Cs = C.mv(steps)
+                Cs = pre.curvature_mv(steps)
                 model_decrease = float(sum((raw[n] * steps[n]).sum() + 0.5 * (steps[n] * Cs[n]).sum()
                                            for n in steps))
         st["previous_step"] = steps
-        return steps, model_decrease
+        return model_decrease
 
-    def _quadratic_step(self, raw, space, lrs):
+    def _quadratic_step(self, raw, delta, space):
         pre, st = self.preconditioner, self.state[_KEY]
-        delta = {n: -lrs[id(p)] * p.grad for n, p in zip(pre.names, pre.params)}
+        lrs = pre.learning_rates()
+        delta = {n: -lrs[id(p)] * delta[n] for n, p in zip(pre.names, pre.params)}
         dirs = [delta] + ([st["previous_step"]] if st["previous_step"] is not None else [])
         fit = quadratic.fit(space, raw, dirs, pre.damping)
         if fit is None:
             warnings.warn("NaturalGradient: the quadratic model is not finite or not convex; plain step taken",
-                          RuntimeWarning, stacklevel=3)
+                          RuntimeWarning, stacklevel=4)
             return delta, None
         c, b, H = fit
         q = sum(c[i] * c[j] * float(H[i, j]) for i in range(len(c)) for j in range(len(c)))
@@ -241,41 +265,70 @@ class NaturalGradient(torch.optim.Optimizer):
         steps = {n: c[0] * delta[n] + (c[1] * dirs[1][n] if len(c) > 1 and c[1] else 0.0) for n in pre.names}
         return steps, model_decrease
 
-    def _undo(self, why: str) -> None:
-        """Undo the last step (if any) and raise the damping; the curvature is kept."""
+    def _undo(self, why: str, raise_damping: bool = True) -> None:
+        """Undo the last step (if any); a failure raises the damping (here, or already by the preconditioner)."""
         pre, st = self.preconditioner, self.state[_KEY]
         prev = st["previous_step"]
         if prev is not None:
             for n, p in zip(pre.names, pre.params):
                 p.sub_(prev[n])
             st["previous_step"] = None
-        pre.damping = pre.damping * pre.damping_increase  # brought back to base_damping by later good steps
+        if raise_damping:
+            pre.damper.fail()   # brought back to the base by later good steps
         warnings.warn(f"NaturalGradient: {why}; {'last step undone, ' if prev is not None else ''}damping raised "
-                      f"to {pre.damping:.3g}", RuntimeWarning, stacklevel=3)
+                      f"to {pre.damping:.3g}", RuntimeWarning, stacklevel=4)
 
-    def _adapt_damping(self, loss, new_loss, model_decrease) -> None:
+    def _adapt_damping(self, loss: float, new_loss: float, model_decrease: Optional[float]) -> None:
         r"""Levenberg–Marquardt: :math:`\rho = (\mathcal J(w+s) - \mathcal J(w)) / M(s)`."""
-        pre = self.preconditioner
-        if loss is None or new_loss is None or model_decrease is None or not model_decrease < 0:
+        if not math.isfinite(loss) or model_decrease is None or not model_decrease < 0:
             return
-        rho = (float(new_loss) - float(loss)) / model_decrease
-        if rho > 0.75:
-            pre.damping = pre.damping * self.damping_factor
-        elif rho < 0.25 or not math.isfinite(rho):
-            pre.damping = pre.damping / self.damping_factor
-        pre.base_damping = pre.damping
-        logger.debug("damping adaptation: rho=%.3g, damping=%.3g", rho, pre.damping)
+        rho = (new_loss - loss) / model_decrease
+        self.preconditioner.damper.adapt(rho, self.damping_factor)
+        logger.debug("damping adaptation: rho=%.3g, damping=%.3g", rho, self.damping)
 
     # ------------------------------------------------------------ checkpoints
     def state_dict(self) -> Dict[str, Any]:
         """Tensors and Python numbers only: ``torch.load(path, weights_only=True)`` reads it back."""
         out = super().state_dict()
-        out["state"][_KEY] = dict(self.state[_KEY], preconditioner=self.preconditioner.state_dict(),
-                                  base_damping=self.preconditioner.base_damping)
+        prev = self.state[_KEY]["previous_step"]
+        out["state"][_KEY] = {"previous_step": None if prev is None else {n: t.clone() for n, t in prev.items()},
+                              "preconditioner": self.preconditioner.state_dict()}
         return out
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        super().load_state_dict(state_dict)
-        st = self.state[_KEY]
-        self.preconditioner.load_state_dict(st.pop("preconditioner"))
-        self.preconditioner.base_damping = float(st.pop("base_damping"))
+        """Restore :meth:`state_dict`, checked against this optimizer first (one ``ValueError`` naming the first
+        mismatch, nothing changed); the argument is neither changed nor kept (its tensors are copied)."""
+        if not isinstance(state_dict, Mapping) or not {"state", "param_groups"} <= set(state_dict):
+            raise ValueError("not an optimizer checkpoint: expected the dict of NaturalGradient.state_dict() "
+                             "with keys 'state' and 'param_groups'")
+        mine = state_dict["state"].get(_KEY) if isinstance(state_dict["state"], Mapping) else None
+        if not isinstance(mine, Mapping) or not isinstance(mine.get("preconditioner"), Mapping):
+            raise ValueError("not a NaturalGradient checkpoint: its state has no 'natural_gradient' entry with the "
+                             "preconditioner's state (saved by another optimizer?)")
+        pre = self.preconditioner
+        pre_state = dict(mine["preconditioner"])
+        if "base_damping" in mine:   # written by earlier versions next to the preconditioner's state
+            pre_state.setdefault("base_damping", mine["base_damping"])
+        state.check(pre, pre_state)
+        prev = mine.get("previous_step")
+        shapes = {n: tuple(p.shape) for n, p in zip(pre.names, pre.params)}
+        if prev is not None and (not isinstance(prev, Mapping) or set(prev) != set(shapes) or any(
+                tuple(prev[n].shape) != shapes[n] for n in shapes)):
+            raise ValueError("checkpoint: its previous step does not match this optimizer's parameters")
+        groups = state_dict["param_groups"]
+        try:
+            if len(groups) != len(self.param_groups) or any(len(a["params"]) != len(b["params"])
+                                                             for a, b in zip(groups, self.param_groups)):
+                raise ValueError(f"{[len(g['params']) for g in groups]} parameters per group saved, "
+                                 f"{[len(g['params']) for g in self.param_groups]} here")
+            for g in groups:
+                check_learning_rate(g["lr"], "a parameter group's lr")
+                positive_number("a parameter group's momentum", g["momentum"], inclusive=True, maximum=1.0)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"checkpoint: its parameter groups do not fit this optimizer ({exc})") from None
+        rest = {"state": {k: v for k, v in state_dict["state"].items() if k != _KEY},
+                "param_groups": state_dict["param_groups"]}
+        super().load_state_dict(copy.deepcopy(rest))
+        pre.load_state_dict(pre_state)
+        self.state[_KEY] = {"previous_step": None if prev is None else {
+            n: prev[n].detach().to(device=p.device, dtype=p.dtype).clone() for n, p in zip(pre.names, pre.params)}}

@@ -61,8 +61,9 @@ class StatisticsPool:
             self._release(items)
             self.fail(exc)
 
-    def take(self, build: bool = True) -> Optional[Any]:
-        """The pooled statistics, then empty; ``None`` if none were recorded or with ``build=False``."""
+    def take(self, build: bool = True) -> Tuple[Optional[Any], int]:
+        """The pooled statistics and their example count, then empty; ``(None, 0)`` if none were recorded or
+        with ``build=False``."""
         if build:
             self.settle()
         items, error = self._items, self._error
@@ -71,9 +72,9 @@ class StatisticsPool:
             self._release(items)
             if error is not None:
                 raise error
-            return None
+            return None, 0
         pooled, total = None, 0
         for new, n in items:
             # C over m + n examples = m/(m+n) C(first m) + n/(m+n) C(last n)
             pooled, total = (new, n) if pooled is None else (pooled.ema(new, total / (total + n)), total + n)
-        return pooled
+        return pooled, total

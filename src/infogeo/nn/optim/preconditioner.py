@@ -22,29 +22,32 @@ two :math:`d\times d` products per layer, or products with the batch's rows on s
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import warnings
-from typing import Any, Callable, Dict, Iterable, Optional, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple, Union
 
 import torch
 
 from ...linalg import NotPositiveDefiniteError
 from .. import distributed as dd
 from .._params import all_finite
-from ..curvature import _backprop as bp
 from ..output_metrics import output_metric as _resolve_output_metric
 from ..batch import Batch
 from ..space import ParameterSpace
 from . import state
-from .hooks import ForwardRecorder, OutputGradients, unwrap
-from .pool import Deferred, StatisticsPool
-from .rows import RowCapture
-from .settings import CAPTURED, CURVATURES, FISHER, check_settings, positive_int, trainable
+from .damping import Damping
+from .estimate import CurvatureEstimate
+from .hooks import ForwardRecorder, unwrap
+from .settings import CURVATURES, FISHER, check_learning_rate, check_settings, trainable
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Preconditioner"]
+
+Params = Dict[str, torch.Tensor]
+
 
 class Preconditioner:
     r"""Replace the gradients of ``model`` by natural-gradient directions, in place (module docstring).
@@ -57,8 +60,8 @@ class Preconditioner:
     curvature : {"kfac", "ekfac", "diag", "block", "dense", "cg"}
         Representation :math:`C` of the metric (EKFAC: its scales are averaged like the factors).
     damping : float
-        Tikhonov damping :math:`\lambda > 0`; raised automatically after a failed solve and
-        brought back to this value afterwards (by ``damping_recovery`` per step).
+        Tikhonov damping :math:`\lambda > 0`; raised after a failure and brought back afterwards
+        (:class:`~.damping.Damping`, reachable as :attr:`damper`).
     fisher : {"mc", "exact", "empirical"}
         True Fisher by sampling targets from the model, exactly, or the empirical Fisher:
         in the plain loop from the gradient of the loss at the output in the user's own backward,
@@ -73,7 +76,7 @@ class Preconditioner:
     lr : float, callable, torch.optim.Optimizer or None
         Learning rate(s) :math:`\eta` for the trust region: a number, a function returning one
         (to follow a scheduler), or the optimizer whose groups' ``lr`` are read every step.
-        ``None``: :math:`\eta = 1`.
+        ``None``: :math:`\eta = 1` (a warning says so when ``kl_clip`` is set).
     kl_clip : float or None
         Trust-region radius :math:`\kappa` (``None`` turns clipping off).
     ema_decay : float
@@ -82,8 +85,12 @@ class Preconditioner:
         Refresh periods (steps) of the statistics and of the factorisations.
     samples : int
         Monte Carlo samples per example (``fisher="mc"``).
-    min_damping, max_damping, damping_increase, max_retries
-        Bounds of the damping, its factor after a failed solve, and the solves tried per step.
+    min_damping, max_damping, damping_increase, damping_recovery
+        Bounds of the damping, its factor after a failure, and its factor of return to the base
+        after each good step.
+    max_retries : int
+        Retries of a failed solve in one step, each with the damping raised (at most
+        ``1 + max_retries`` solves); then the step is skipped.
     factor_dtype : torch.dtype, optional
         Precision of statistics and factorisations (default: the parameters', float32 for half/bfloat16).
     placement : {"memory", "comm"}
@@ -98,6 +105,17 @@ class Preconditioner:
         ``cg_max_iter`` for ``"cg"``, and options of the representation.  K-FAC's default here is
         ``inverse="tikhonov"``, the factored damping of Martens & Grosse (2015); ``inverse="eigen"``
         inverts the damped Kronecker block exactly, at twice the cost per step.
+
+    Notes
+    -----
+    With another torch optimizer, take its step only when this one says so::
+
+        loss.backward()
+        if pre.step():        # .grad now holds the direction; False: skipped, .grad set to None
+            opt.step()        # (a torch optimizer skips parameters whose .grad is None anyway)
+
+    :meth:`precondition` returns the direction instead.  Under ``torch.distributed`` every decision of
+    a step is agreed over the ranks (:mod:`infogeo.nn.distributed`).
     """
 
     def __init__(self, model: torch.nn.Module, curvature: str = "kfac", damping: float = 1e-3, *,
@@ -106,288 +124,266 @@ class Preconditioner:
                  kl_clip: Optional[float] = 1e-3, ema_decay: float = 0.95, curvature_update_period: int = 10,
                  inverse_update_period: int = 100, samples: int = 1, min_damping: float = 1e-8,
                  max_damping: float = 1e8, damping_increase: float = 10.0, damping_recovery: float = 0.9,
-                 max_retries: int = 6, factor_dtype: Optional[torch.dtype] = None, placement: str = "memory",
+                 max_retries: int = 5, factor_dtype: Optional[torch.dtype] = None, placement: str = "memory",
                  seed: int = 0, cg_max_iter: int = 20, grad_scaler: Any = None,
                  output_fn: Optional[Callable[[Any], torch.Tensor]] = None, **options: Any):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"Preconditioner needs the torch.nn.Module whose gradients it preconditions, "
                             f"got {type(model).__name__}")
-        check_settings(damping=damping, min_damping=min_damping, max_damping=max_damping, curvature=curvature,
-                       fisher=fisher, ema_decay=ema_decay, kl_clip=kl_clip, damping_increase=damping_increase,
-                       damping_recovery=damping_recovery, placement=placement)
+        s = check_settings(damping=damping, min_damping=min_damping, max_damping=max_damping, curvature=curvature,
+                           fisher=fisher, ema_decay=ema_decay, kl_clip=kl_clip, damping_increase=damping_increase,
+                           damping_recovery=damping_recovery, placement=placement, samples=samples,
+                           curvature_update_period=curvature_update_period, max_retries=max_retries,
+                           inverse_update_period=inverse_update_period, seed=seed, cg_max_iter=cg_max_iter,
+                           factor_dtype=factor_dtype, lr=lr, output_fn=output_fn, grad_scaler=grad_scaler)
         self.model = model
         self.module = unwrap(model)
         named = trainable(self.module, params)
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
-        self.output_metric = _resolve_output_metric(output_metric)
         self.kind = CURVATURES[str(curvature).lower()]
         if self.kind == "implicit" and dd.world_size() > 1:
             raise ValueError("curvature='cg' solves with the local batch only, so the ranks of a process group "
                              "would move apart; use 'kfac', 'diag', 'block' or 'dense' (statistics all-reduced)")
         self.fisher = FISHER[str(fisher).lower()]
-        self.lr, self.kl_clip = lr, kl_clip
-        self.ema_decay, self.samples = float(ema_decay), positive_int("samples", samples)
-        self.curvature_update_period = positive_int("curvature_update_period", curvature_update_period)
-        self.inverse_update_period = positive_int("inverse_update_period", inverse_update_period)
-        self.base_damping, self.min_damping, self.max_damping = float(damping), float(min_damping), float(max_damping)
-        self.damping_increase, self.damping_recovery = float(damping_increase), float(damping_recovery)
-        self.max_retries = positive_int("max_retries", max_retries)
+        self.lr, self.kl_clip = lr, None if kl_clip is None else float(kl_clip)
+        if lr is None and kl_clip is not None:
+            warnings.warn("Preconditioner: kl_clip is set but no lr was given, so the trust region assumes a "
+                          "learning rate of 1; pass lr= (a number, a function, or the optimizer that takes the "
+                          "steps) for a trust region on the actual step", UserWarning, stacklevel=2)
+        #: the one owner of the damping (failures raise it, good steps bring it back, Levenberg–Marquardt moves it)
+        self.damper = Damping(damping, min_damping, max_damping, damping_increase, damping_recovery)
+        self.max_retries = s["max_retries"]
         pdtype = self.params[0].dtype
         self.factor_dtype = factor_dtype or (torch.float32 if pdtype in (torch.float16, torch.bfloat16) else pdtype)
         if self.kind == "kfac":
             options.setdefault("inverse", "tikhonov")
-        self.placement, self.cg_max_iter, self.options = placement, int(cg_max_iter), options
-        self.grad_scaler, self.output_fn = grad_scaler, output_fn
-        self._generator = torch.Generator(device=self.params[0].device).manual_seed(int(seed) + dd.rank())
-        self.state: Dict[str, Any] = {"step": 0, "damping": float(damping)}
-        self.curvature = None    # the averaged statistics (a curvature representation)
-        self.solver = None       # the factorised curvature the directions come from
-        self.pending = StatisticsPool()   # statistics recorded by this step's backward passes
-        self._loaded: Optional[Dict[str, Any]] = None
-        self._owners, self._spaces = None, {}   # block owners under torch.distributed; spaces per batch signature
-        self.recorder = ForwardRecorder(self.module, self.names, self._on_backward, self.pending.settle, output_fn)
-        self.recorder.armed = self.captures
-        if self.kind == "kfac" and options["inverse"] == "tikhonov":
-            self.recorder.rows = RowCapture.of(self.recorder.layers)
+        self.placement, self.grad_scaler, self.output_fn = placement, grad_scaler, output_fn
+        self.state: Dict[str, Any] = {"step": 0}
+        #: why the last step was skipped (``None`` if it was taken): "gradient", "overflow" or "direction"
+        self.skip_reason: Optional[str] = None
+        #: the running curvature: statistics, their averages and factorisation (:class:`~.estimate.CurvatureEstimate`)
+        self.estimate = CurvatureEstimate(
+            self.module, self.names, self.kind, self.fisher, _resolve_output_metric(output_metric),
+            output_fn=output_fn, samples=s["samples"], ema_decay=float(ema_decay),
+            curvature_update_period=s["curvature_update_period"], inverse_update_period=s["inverse_update_period"],
+            factor_dtype=self.factor_dtype, placement=placement, cg_max_iter=s["cg_max_iter"], options=options,
+            generator=torch.Generator(device=self.params[0].device).manual_seed(s["seed"] + dd.rank()),
+            loss_scale=lambda: float(grad_scaler.get_scale()) if grad_scaler is not None else 1.0)
 
     # ------------------------------------------------------------ properties
     @property
     def damping(self) -> float:
-        r"""Current Tikhonov damping :math:`\lambda`."""
-        return self.state["damping"]
-
-    @damping.setter
-    def damping(self, value: float) -> None:
-        self.state["damping"] = min(self.max_damping, max(self.min_damping, float(value)))
+        r"""Current Tikhonov damping :math:`\lambda` (:attr:`damper` changes it)."""
+        return self.damper.value
 
     @property
-    def captures(self) -> bool:
-        """Whether the statistics are recorded from the model's own forward and backward (hooks)."""
-        return self.kind in CAPTURED
+    def base_damping(self) -> float:
+        r"""The damping a raised :math:`\lambda` returns to."""
+        return self.damper.base
+
+    @property
+    def steps(self) -> int:
+        """Steps counted so far (taken or skipped)."""
+        return int(self.state["step"])
 
     def remove(self) -> None:
         """Take the hooks off the model."""
         self.recorder.remove()
 
-    def _lrs(self) -> Dict[int, float]:
-        """Learning rate per parameter id (for the trust region)."""
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Forward and backward passes inside this block (an optimizer's own evaluations) are not recorded."""
+        with self.recorder.paused():
+            yield
+
+    def use_batch(self) -> None:
+        """The next step names its batch (``inputs=``): forget what the hooks recorded and record nothing more."""
+        self.recorder.armed = False
+        self.estimate.pending.clear()
+
+    def learning_rates(self) -> Dict[int, float]:
+        """Learning rate per parameter id (for the trust region), checked finite and positive."""
         lr = self.lr
         if isinstance(lr, torch.optim.Optimizer):
-            return {id(p): float(g["lr"]) for g in lr.param_groups for p in g["params"]}
-        value = 1.0 if lr is None else float(lr() if callable(lr) else lr)
+            return {id(p): check_learning_rate(g["lr"], "a parameter group's lr") for g in lr.param_groups
+                    for p in g["params"]}
+        value = 1.0 if lr is None else check_learning_rate(lr() if callable(lr) else lr, "lr")
         return {id(p): value for p in self.params}
 
     # ------------------------------------------------------------ curvature
-    def _space(self, inputs: Any, targets: Optional[torch.Tensor] = None) -> ParameterSpace:
-        """The parameter space on this batch; kept per batch signature and re-pointed at new data of the
-        same shapes, so the output-shape probe and the checks run once per signature, not every step."""
-        batch = Batch.of(inputs)
-        key = batch.signature()
-        space = self._spaces.get(key)
-        if space is None or targets is not None:
-            space = ParameterSpace(self.module, self.output_metric, data=batch, targets=targets, params=self.names,
-                                   cg_max_iter=self.cg_max_iter, output_fn=self.output_fn)
-            if targets is None:
-                self._spaces = {key: space}
-            return space
-        space.batch, space._outputs = batch, None
-        space.metric.clear_cache()
-        return space
+    @property
+    def curvature(self):
+        """The averaged curvature statistics (a curvature representation), ``None`` before the first step."""
+        return self.estimate.curvature
 
-    def _build(self, space: ParameterSpace, generator: Optional[torch.Generator] = None, **given: Any):
-        with bp.constant_batch_statistics():   # BatchNorm in training mode, as K-FAC optimizers treat it
-            return space.curvature(self.kind, self.fisher, samples=self.samples, **self.options, **given,
-                                   generator=self._generator if generator is None else generator)
+    @property
+    def solver(self):
+        """The factorised curvature the directions come from."""
+        return self.estimate.solver
 
-    def _on_backward(self, z: torch.Tensor, calls: Dict[str, list], inputs: tuple, grad: torch.Tensor) -> None:
-        r"""Called from the user's backward at the model output: the statistics of that batch, no forward pass.
+    @property
+    def recorder(self) -> ForwardRecorder:
+        """The hooks on the model (:class:`~.hooks.ForwardRecorder`)."""
+        return self.estimate.recorder
 
-        The empirical Fisher's columns are the loss gradients per example, :math:`N\,\partial L/\partial z_n`
-        for the batch-mean loss :math:`L` (torch's default reduction).  With one column (no middle axes)
-        the user's backward delivers each layer's share itself (:class:`.hooks.OutputGradients`), and
-        :meth:`step` builds the statistics; else the columns are back-propagated here.
-        """
-        if self.pending.failed:   # an earlier batch of this step failed: step() raises it
-            return
-        try:
-            n, scale = z.shape[0], float(self.grad_scaler.get_scale()) if self.grad_scaler is not None else 1.0
-            given = {"columns": grad.detach().unsqueeze(0) * (n / scale)} if self.fisher == "empirical" else {}
+    def space(self, inputs: Any = None, targets: Optional[torch.Tensor] = None) -> ParameterSpace:
+        """The parameter space on a batch (default: the last one the model saw with autograd enabled)."""
+        return self.estimate.space(inputs, targets)
 
-            def build(output_grads=None):
-                with bp.recorded_forward(z, calls, output_grads), self.recorder.paused():
-                    return self._build(self._space(inputs), **given)
-            if given and z.dim() == 2:
-                grads = OutputGradients(calls, n / scale)
-                self.pending.add(Deferred(lambda: build(grads), grads.remove), n)
-            else:
-                self.pending.add(build(), n)
-        except Exception as exc:  # raised again by step(), not inside the user's backward
-            self.pending.fail(exc)
-
-    def _statistics(self, inputs, targets, generator=None):
-        """New statistics: recorded during the backward if available, else computed on ``inputs`` (one forward)."""
-        pending = self.pending.take(build=generator is None)
-        if pending is not None:
-            return pending
-        if inputs is None:
-            inputs = self.recorder.inputs
-        if inputs is None:
-            raise ValueError("the preconditioner has seen no batch: run the model's forward (with autograd) "
-                             "and backward before step(), or pass inputs=x")
-        return self._build(self._space(inputs, targets), generator)
-
-    def _cast(self, curvature):
-        stats = curvature.stats()
-        if all(t.dtype == self.factor_dtype for t in stats.values()):
-            return curvature
-        return curvature.with_stats({k: t.to(self.factor_dtype) for k, t in stats.items()})
-
-    def _all_reduce(self, curvature):
-        if dd.world_size() == 1:
-            return curvature
-        stats = curvature.stats()
-        return curvature.with_stats(dict(zip(stats, dd.all_reduce_mean(list(stats.values())))))
-
-    def _factorise(self, curvature):
-        """The solver: factorised here, on the owners (``"comm"``), or lazily by the owners (``"memory"``)."""
-        blocks = getattr(curvature, "blocks", None)
-        if dd.world_size() == 1 or blocks is None:
-            return curvature.precompute(self.damping)
-        if self._owners is None or len(self._owners) != len(blocks):
-            self._owners = dd.assign_owners([float(sum(t.numel() for t in b.stats().values())) ** 1.5
-                                             for b in blocks])   # ~ the cost of factorising each block
-        if self.placement == "comm":
-            dd.share_factorisations(blocks, self._owners, self.damping)
-        return curvature
-
-    def update_curvature(self, inputs: Any = None, targets: Optional[torch.Tensor] = None) -> None:
-        """Refresh the statistics and the factorisation when their periods say so (part of :meth:`step`)."""
-        k = self.state["step"]
-        if self.kind == "implicit":
-            self.solver = self._statistics(inputs, targets)
-            return
-        refresh = (self.curvature is None and self._loaded is None) or k % self.curvature_update_period == 0
-        if self._loaded is not None:
-            state.restore(self, inputs, targets, refresh)
-        if refresh:
-            new = self._cast(self._all_reduce(self._statistics(inputs, targets)))
-            if not new.is_finite():
-                warnings.warn("Preconditioner: the curvature statistics contain NaN or inf; they are discarded "
-                              "and the last good ones kept", RuntimeWarning, stacklevel=3)
-            elif self.curvature is None or not self.curvature.same_structure(new):
-                self.curvature = new
-                self.solver = None
-            else:
-                self.curvature = self.curvature.ema(new, self.ema_decay)
-        warm = refresh and k < self.inverse_update_period
-        if self.curvature is not None and (self.solver is None or k % self.inverse_update_period == 0 or warm):
-            self.solver = self._factorise(self.curvature)
+    def curvature_mv(self, v: Params) -> Params:
+        """:math:`Cv` with the current curvature (undamped), ``{name: tensor}``."""
+        return self.estimate.mv(v)
 
     # ------------------------------------------------------------ directions
-    def _solve(self, grads: Dict[str, torch.Tensor], damping: float) -> Dict[str, torch.Tensor]:
-        g = {n: t.to(self.factor_dtype) for n, t in grads.items()}
-        blocks = getattr(self.solver, "blocks", None)
-        rows = self.recorder.rows if blocks is not None else None
-        plan = rows.plan(blocks, g) if rows is not None else None   # the rows that give each block's gradient
-        if dd.world_size() > 1 and blocks is not None and self.placement == "memory":
-            return dd.solve_on_owners(blocks, self._owners, g, damping, plan)
-        return self.solver.solve(g, damping=damping) if plan is None else rows.solve(blocks, g, damping, plan)
+    def direction(self, grads: Params) -> Optional[Params]:
+        r""":math:`(C + \lambda I)^{-1} g` in the gradients' dtype, retrying with a raised damping until it is finite.
 
-    def direction(self, grads: Dict[str, torch.Tensor]) -> Optional[Dict[str, torch.Tensor]]:
-        r""":math:`(C + \lambda I)^{-1} g`, raising the damping (same curvature) until it is finite.
-
-        Returns ``None`` when no curvature is available or ``max_retries`` solves failed.
+        Returns ``None`` when no curvature is available or ``1 + max_retries`` solves failed (the
+        curvature is kept).  Under ``torch.distributed`` the ranks agree on each outcome.
         """
+        if self.solver is not None and not all_finite(grads.values()):   # a solve would only carry the NaN along
+            dd.agree(ValueError("the gradient to precondition contains NaN or inf"))
+        return self._direction(grads)
+
+    def _direction(self, grads: Params) -> Optional[Params]:
+        """:meth:`direction` of gradients known to be finite."""
         if self.solver is None:
             return None
-        for _ in range(self.max_retries):
+        for attempt in range(1 + self.max_retries):
+            errors: list = []
+            delta, why = None, "a non-finite direction"
             try:
-                delta = self._solve(grads, self.damping)
-                if all_finite(delta.values()):
-                    return {n: delta[n].to(grads[n].dtype) for n in grads}
-                why = "a non-finite direction"
+                delta = self.estimate.solve(grads, self.damping, errors)
             except NotPositiveDefiniteError as exc:
                 why = str(exc)
-            if self.damping >= self.max_damping:
+            except Exception as exc:
+                errors.append(exc)
+            (bad,), _ = dd.agree(errors[0] if errors else None, [delta is None or not all_finite(delta.values())])
+            if not bad:
+                return {n: delta[n].to(grads[n].dtype) for n in grads}
+            if attempt == self.max_retries or self.damper.saturated:
                 break
-            self.damping = self.damping * self.damping_increase
+            self.damper.fail()
             warnings.warn(f"Preconditioner: {why}; damping raised to {self.damping:.3g} (curvature kept)",
                           RuntimeWarning, stacklevel=3)
         return None
 
-    def clip_scale(self, grads: Dict[str, torch.Tensor], delta: Dict[str, torch.Tensor]) -> float:
+    def clip_scale(self, grads: Params, delta: Params) -> float:
         r"""Trust-region factor :math:`\nu = \min(1, \sqrt{\kappa / \sum \eta^2\delta^Tg})` (1 without ``kl_clip``)."""
         if self.kl_clip is None:
             return 1.0
-        lrs = self._lrs()
+        lrs = self.learning_rates()
         kl = float(sum(lrs[id(p)] ** 2 * torch.dot(delta[n].reshape(-1), grads[n].reshape(-1))
                        for n, p in zip(self.names, self.params)))
         return math.sqrt(self.kl_clip / kl) if kl > self.kl_clip else 1.0
 
-    def grads(self) -> Dict[str, torch.Tensor]:
+    def grads(self) -> Params:
         """The gradients in ``.grad`` (zeros where there is none), by parameter name."""
-        return {n: (p.grad.detach() if p.grad is not None else torch.zeros_like(p))
-                for n, p in zip(self.names, self.params)}
+        out = {}
+        for n, p in zip(self.names, self.params):
+            g = p.grad
+            if g is not None and g.is_sparse:
+                raise ValueError(f"the gradient of {n!r} is a sparse tensor (an Embedding with sparse=True?); "
+                                 f"the natural gradient needs dense gradients: use sparse=False")
+            out[n] = g.detach() if g is not None else torch.zeros_like(p)
+        return out
 
     def finish_step(self, ok: bool) -> None:
-        """Count the step, bring a raised damping back, and arm the hooks for the next refresh."""
-        if ok and self.damping > self.base_damping:
-            self.damping = max(self.base_damping, self.damping * self.damping_recovery)
+        """Count the step (a good one brings a raised damping back), and arm the hooks for the next refresh."""
+        if ok:
+            self.damper.succeed()
         self.state["step"] += 1
-        self._forget_batch()
-        nxt = self.state["step"]
-        self.recorder.armed = self.captures and (nxt % self.curvature_update_period == 0
-                                                          or self.curvature is None)
+        self.estimate.forget_batch()
+        self.estimate.arm(self.steps)
 
-    def _forget_batch(self) -> None:
-        """Drop what the hooks hold of this step's batch (outputs awaiting a backward, Linear rows)."""
-        self.recorder.release()
-        self.pending.clear()
-        if self.recorder.rows is not None:
-            self.recorder.rows.clear()
+    @torch.no_grad()
+    def precondition(self, grads: Optional[Params] = None, inputs: Any = None,
+                     targets: Optional[torch.Tensor] = None, *,
+                     error: Optional[BaseException] = None) -> Optional[Params]:
+        r"""This step's direction :math:`\nu(C+\lambda I)^{-1}g`, ``{name: tensor}``, or ``None`` if it is skipped.
+
+        ``grads`` default to :meth:`grads`; ``inputs`` (and ``targets`` for the empirical Fisher) name the
+        batch (default: the last forward/backward of the model).  The step is counted either way, and
+        :attr:`skip_reason` says why a step was skipped: ``"gradient"`` (NaN or inf in it: the damping is
+        raised), ``"overflow"`` (the same under a ``grad_scaler``: no raise) or ``"direction"`` (no finite
+        solve).  ``error``: an exception the caller met before the step (e.g. in its closure), agreed over
+        the ranks with the step's own checks.  ``.grad`` is left alone.
+        """
+        with self.recorder.paused():
+            try:
+                return self._precondition(grads, inputs, targets, error)
+            except BaseException:
+                self.estimate.forget_batch()
+                raise
+
+    def _precondition(self, grads, inputs, targets, error):
+        # this rank's work first (it may fail on one rank only), then one agreement, then the collectives
+        new = template = None
+        finite, n = True, -1
+        if error is None:
+            try:
+                grads = self.grads() if grads is None else grads
+                n = self.estimate.batch_size(inputs)
+                if n == 0:
+                    raise ValueError("the batch is empty (0 examples): skip empty batches before the forward pass")
+                finite = all_finite(grads.values())
+                if finite:
+                    new, template = self.estimate.local(self.steps, inputs, targets)
+                    n = new[1] if new is not None else n
+            except Exception as exc:
+                error = exc
+        (nonfinite,), sizes = dd.agree(error, [not finite], [n])
+        self.skip_reason = None
+        if nonfinite:
+            if self.grad_scaler is not None:   # an overflow of the scaled loss: the scaler skips this step
+                logger.debug("Preconditioner: overflow under AMP at step %d, step skipped", self.steps)
+                self.skip_reason = "overflow"   # not counted: the scaler does not count it either
+                self.estimate.forget_batch()
+                return None
+            self.damper.fail()
+            return self._skip("gradient")
+        sizes, weight = sizes[:, 0], 1.0   # unequal batches: each rank's statistics weighted by its share
+        if new is not None and bool((sizes != sizes[0]).any()):
+            if bool((sizes < 1).any()):
+                raise ValueError(f"the ranks' batch sizes could not all be read ({sizes.tolist()}); "
+                                 f"the statistics cannot be weighted by them")
+            weight = float(sizes[dd.rank()] * len(sizes) / sizes.sum())
+        self.estimate.install(self.steps, new, template, weight, self.damping)
+        delta = self._direction(grads)
+        if delta is None:
+            return self._skip("direction")
+        scale = self.clip_scale(grads, delta)
+        if scale != 1.0:
+            delta = {k: d * scale for k, d in delta.items()}
+        self.finish_step(True)
+        return delta
+
+    def _skip(self, why: str) -> None:
+        self.skip_reason = why
+        self.finish_step(False)
 
     @torch.no_grad()
     def step(self, inputs: Any = None, targets: Optional[torch.Tensor] = None) -> bool:
         """Replace each ``.grad`` by the clipped natural-gradient direction; ``False`` if the step was skipped.
 
-        ``inputs`` (and ``targets`` for the empirical Fisher) name the batch explicitly;
-        by default the statistics come from the last forward/backward of the model.
-        A non-finite gradient raises the damping and zeroes the gradients (skipping this step only).
+        A skipped step sets the ``.grad`` of the preconditioned parameters to ``None``, so that a torch
+        optimizer stepping anyway leaves them (and its moments) alone; take the optimizer's step only when
+        this returns ``True`` (class docstring).  A non-finite gradient also raises the damping.
         """
-        with self.recorder.paused():
-            return self._step(inputs, targets)
-
-    def _step(self, inputs, targets, grads: Optional[Dict[str, torch.Tensor]] = None) -> bool:
-        """``grads``: the gradients, already found finite by the caller (else read and checked here)."""
-        if grads is None:
-            grads = self.grads()
-            if not all_finite(grads.values()):
-                if self.grad_scaler is not None:   # an overflow of the scaled loss: the scaler skips this step
-                    logger.debug("Preconditioner: overflow under AMP at step %d, step skipped", self.state["step"])
-                    self._forget_batch()
-                    return False
-                self.damping = self.damping * self.damping_increase
-                return self._skip(f"the gradient contains NaN or inf; damping raised to {self.damping:.3g}")
-        self.update_curvature(inputs, targets)
-        delta = self.direction(grads)
+        delta = self.precondition(inputs=inputs, targets=targets)
         if delta is None:
-            return self._skip("no finite natural-gradient direction (no curvature yet, or the solve failed)")
-        scale = self.clip_scale(grads, delta)
+            if self.skip_reason != "overflow":
+                why = {"gradient": f"the gradient contains NaN or inf; damping raised to {self.damping:.3g}",
+                       "direction": "no finite natural-gradient direction (no curvature yet, or the solve failed)"}
+                warnings.warn(f"Preconditioner: {why[self.skip_reason]}; step skipped (.grad set to None)",
+                              RuntimeWarning, stacklevel=3)
+            for p in self.params:
+                p.grad = None
+            return False
         for n, p in zip(self.names, self.params):
-            d = delta[n] * scale if scale != 1.0 else delta[n]
-            p.grad = d if p.grad is None else p.grad.copy_(d)
-        self.finish_step(True)
+            p.grad = delta[n] if p.grad is None else p.grad.copy_(delta[n])
         return True
-
-    def _skip(self, why: str) -> bool:
-        """Zero the gradients (this step moves nothing) and say why."""
-        warnings.warn(f"Preconditioner: {why}; gradients zeroed for this step", RuntimeWarning, stacklevel=4)
-        for p in self.params:
-            if p.grad is not None:
-                p.grad.zero_()
-        self.finish_step(False)
-        return False
 
     # ------------------------------------------------------------ checkpoints
     def state_dict(self) -> Dict[str, Any]:
@@ -395,5 +391,8 @@ class Preconditioner:
         return state.checkpoint(self)
 
     def load_state_dict(self, saved: Dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`; the curvature objects are rebuilt at the next step."""
+        """Restore :meth:`state_dict` after checking it against this preconditioner (a ``ValueError`` naming the
+        first mismatch, nothing changed); the argument is neither changed nor kept.  The curvature objects are
+        rebuilt at the next step."""
         state.load(self, saved)
+

@@ -16,6 +16,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
+from .. import distributed as dd
 from ..space import ParameterSpace
 
 __all__ = ["fit"]
@@ -41,7 +42,10 @@ def fit(space: ParameterSpace, grads: Params, dirs: List[Params], damping: float
     GJd = space.output_metric.mv(z.unsqueeze(0), Jd)
     m, N = len(dirs), space.batch_size
     D = torch.stack([flat(d) for d in dirs])
-    H = (Jd.reshape(m, -1) @ GJd.reshape(m, -1).T / N + damping * (D @ D.T)).double().cpu()
+    JGJ = Jd.reshape(m, -1) @ GJd.reshape(m, -1).T / N
+    if dd.world_size() > 1:   # the metric of the union batch (the gradients are already the ranks' mean)
+        JGJ = dd.all_reduce_mean([JGJ])[0]
+    H = (JGJ + damping * (D @ D.T)).double().cpu()
     H = 0.5 * (H + H.T)
     b = (D @ flat(grads)).double().cpu()
     h, bb = H.tolist(), b.tolist()                        # the 2x2 algebra in Python floats: no tiny-op overhead

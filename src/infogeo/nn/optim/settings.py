@@ -1,13 +1,17 @@
 r"""The preconditioner's settings: the names it accepts, and their checks at the public boundary."""
 from __future__ import annotations
 
-from typing import Any, Iterable, List, Optional, Tuple
+import math
+import numbers
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
 from .. import distributed as dd
+from .hooks import refuse_sparse
 
-__all__ = ["CURVATURES", "FISHER", "CAPTURED", "check_settings", "positive_int", "trainable"]
+__all__ = ["CURVATURES", "FISHER", "CAPTURED", "check_settings", "check_learning_rate", "positive_int",
+           "positive_number", "trainable"]
 
 CURVATURES = {"kfac": "kfac", "ekfac": "ekfac", "diag": "diag", "diagonal": "diag", "block": "block",
               "dense": "dense", "cg": "implicit", "implicit": "implicit"}
@@ -16,39 +20,86 @@ FISHER = {"mc": "mc", "true": "mc", "exact": "exact", "empirical": "empirical"}
 CAPTURED = ("kfac", "ekfac", "diag", "block")
 
 
-def positive_int(name: str, value: Any) -> int:
-    """``value`` as an int, if it is a positive integer."""
-    if int(value) != value or int(value) < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
+def _real(name: str, value: Any) -> float:
+    """``value`` as a float, if it is a real number (not a bool, a string or a tensor of several entries)."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+    return float(value)
+
+
+def positive_number(name: str, value: Any, *, minimum: float = 0.0, inclusive: bool = False,
+                    maximum: float = math.inf, closed_max: bool = False) -> float:
+    """``value`` as a float, if it is finite and in the range (``minimum`` excluded unless ``inclusive``)."""
+    x = _real(name, value)
+    low_ok = x >= minimum if inclusive else x > minimum
+    high_ok = x <= maximum if closed_max else x < maximum
+    if not (math.isfinite(x) and low_ok and high_ok):
+        if maximum == math.inf:
+            want = f"{'>=' if inclusive else '>'} {minimum:g} and finite"
+        else:
+            want = f"in {'[' if inclusive else '('}{minimum:g}, {maximum:g}{']' if closed_max else ')'}"
+        raise ValueError(f"{name} must be {want}, got {value!r}")
+    return x
+
+
+def positive_int(name: str, value: Any, minimum: int = 1, maximum: int = 2 ** 62) -> int:
+    """``value`` as an int, if it is an integer (a whole float counts) in ``[minimum, maximum]``."""
+    x = _real(name, value)
+    if not (math.isfinite(x) and x == int(x) and minimum <= x <= maximum):
+        raise ValueError(f"{name} must be an integer in [{minimum}, {maximum}], got {value!r}")
+    return int(value) if isinstance(value, numbers.Integral) else int(x)
+
+
+def check_learning_rate(value: Any, name: str = "lr") -> float:
+    """A learning rate: finite and positive (an infinite one turns every parameter into NaN)."""
+    return positive_number(name, value)
 
 
 def check_settings(*, damping, min_damping, max_damping, curvature, fisher, ema_decay, kl_clip, damping_increase,
-                   damping_recovery, placement) -> None:
-    """Raise a ValueError naming the first setting that is out of range."""
-    if not damping > 0:
-        raise ValueError(f"damping must be > 0 (Tikhonov damping makes the curvature invertible), got {damping}")
-    if not 0 < min_damping <= damping <= max_damping:
+                   damping_recovery, placement, samples, curvature_update_period, inverse_update_period, max_retries,
+                   seed, cg_max_iter, factor_dtype, lr, output_fn, grad_scaler) -> Dict[str, Any]:
+    """Raise a ValueError or TypeError naming the first setting that is out of range; the integers, as ints."""
+    damping = positive_number("damping", damping)
+    min_damping, max_damping = positive_number("min_damping", min_damping), positive_number("max_damping", max_damping)
+    if not min_damping <= damping <= max_damping:
         raise ValueError(f"need 0 < min_damping <= damping <= max_damping, got {min_damping}, {damping}, "
                          f"{max_damping}")
     if str(curvature).lower() not in CURVATURES:
         raise ValueError(f"unknown curvature {curvature!r}; expected one of {sorted(CURVATURES)}")
     if str(fisher).lower() not in FISHER:
         raise ValueError(f"unknown fisher {fisher!r}; expected one of {sorted(FISHER)}")
-    if not 0 <= ema_decay < 1:
-        raise ValueError(f"ema_decay must lie in [0, 1), got {ema_decay}")
-    if kl_clip is not None and not kl_clip > 0:
-        raise ValueError(f"kl_clip must be > 0 or None, got {kl_clip}")
-    if not damping_increase > 1 or not 0 < damping_recovery <= 1:
-        raise ValueError("need damping_increase > 1 and 0 < damping_recovery <= 1")
+    positive_number("ema_decay", ema_decay, inclusive=True, maximum=1.0)
+    if kl_clip is not None:
+        positive_number("kl_clip", kl_clip)
+    positive_number("damping_increase", damping_increase, minimum=1.0)
+    positive_number("damping_recovery", damping_recovery, maximum=1.0, closed_max=True)
     if placement not in dd.PLACEMENTS:
         raise ValueError(f"unknown placement {placement!r}; expected one of {dd.PLACEMENTS}")
+    if factor_dtype is not None and not (isinstance(factor_dtype, torch.dtype) and factor_dtype.is_floating_point):
+        raise TypeError(f"factor_dtype must be a floating torch.dtype, got {factor_dtype!r}")
+    if lr is not None and not (callable(lr) or isinstance(lr, torch.optim.Optimizer)):
+        check_learning_rate(lr)
+    if output_fn is not None and not callable(output_fn):
+        raise TypeError(f"output_fn must be callable, got {type(output_fn).__name__}")
+    if grad_scaler is not None and not callable(getattr(grad_scaler, "get_scale", None)):
+        raise TypeError(f"grad_scaler must be a torch.amp.GradScaler, got {type(grad_scaler).__name__}")
+    ints = dict(samples=samples, curvature_update_period=curvature_update_period, cg_max_iter=cg_max_iter,
+                inverse_update_period=inverse_update_period)
+    out: Dict[str, Any] = {k: positive_int(k, v) for k, v in ints.items()}
+    out["max_retries"] = positive_int("max_retries", max_retries, minimum=0)
+    out["seed"] = positive_int("seed", seed, minimum=0)
+    return out
 
 
 def trainable(module: torch.nn.Module, params: Optional[Iterable[Any]]) -> List[Tuple[str, torch.nn.Parameter]]:
     """``(name, parameter)`` of ``module`` to precondition: ``params`` (all of them ``module``'s) or every trainable one."""
     named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
     if params is not None:
+        params = list(params)
+        if any(not isinstance(p, torch.Tensor) for p in params):
+            raise TypeError("params must be tensors of the model (e.g. model.parameters())")
         wanted = {id(p) for p in params}
         known = {id(p) for _, p in module.named_parameters()}
         if wanted - known:
@@ -56,4 +107,5 @@ def trainable(module: torch.nn.Module, params: Optional[Iterable[Any]]) -> List[
         named = [(n, p) for n, p in named if id(p) in wanted]
     if not named:
         raise ValueError("no parameters with requires_grad=True to precondition")
+    refuse_sparse(module, {id(p) for _, p in named})
     return named

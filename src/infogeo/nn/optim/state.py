@@ -1,61 +1,146 @@
 r"""Checkpoints of a :class:`~.preconditioner.Preconditioner` that ``torch.load(weights_only=True)`` reads.
 
-The state is tensors and Python numbers only: the step count, the damping, the Monte
-Carlo generator's state (a byte tensor), the curvature statistics and the statistics the
-current factorisation was computed from (``{"<block>/<factor>": tensor}``).  The curvature
-*objects* are not saved: their structure (which block covers which parameters) comes from
-the model, so at the first step after loading it is rebuilt on that step's batch and the
-saved statistics are put into it; the factorisation is recomputed from its saved statistics
+The state is tensors and Python numbers only: the step count, the damping and its base, the
+Monte Carlo generator's state (a byte tensor), the curvature statistics and the statistics the
+current factorisation was computed from (``{"<block>/<factor>": tensor}``), and what the
+checkpoint is checked against when loaded: the curvature kind and the Fisher (their names as
+byte tensors), the preconditioned parameters' shapes, and the number of ranks.  The curvature
+*objects* are not saved: their structure (which block covers which parameters) comes from the
+model, so at the first step after loading it is rebuilt on that step's batch and the saved
+statistics are put into it; the factorisation is recomputed from its saved statistics
 (deterministically, hence a bit-identical continuation).
+
+Loading checks everything before it changes anything, raises one ``ValueError`` naming the
+first mismatch, copies what it keeps (the caller's dict is neither changed nor aliased), and
+converts floating statistics to the preconditioner's ``factor_dtype`` (a checkpoint of a float32
+model loaded into a float64 one).  The number of ranks may differ: the statistics are the
+same on every rank; each rank continues the Monte Carlo stream it loads.
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+import math
+from typing import Any, Dict, Mapping
 
 import torch
 
-__all__ = ["checkpoint", "load", "restore"]
+from .. import distributed as dd
+
+__all__ = ["checkpoint", "check", "load", "check_fits", "restore"]
 
 _CURVATURE_KEYS = ("curvature", "solver")
+_REQUIRED = ("step", "damping", "rng")
+
+
+def _name(text: str) -> torch.Tensor:
+    return torch.tensor(list(text.encode()), dtype=torch.uint8)
+
+
+def _text(t: Any) -> str:
+    return bytes(t.tolist()).decode() if isinstance(t, torch.Tensor) else str(t)
 
 
 def checkpoint(pre) -> Dict[str, Any]:
     """The preconditioner's state as tensors and numbers."""
-    out: Dict[str, Any] = {"step": pre.state["step"], "damping": pre.state["damping"],
-                           "rng": pre._generator.get_state()}
-    if pre._loaded is not None:  # saved again before the next step: what was loaded
-        out.update({k: v for k, v in pre._loaded.items() if k in _CURVATURE_KEYS})
+    est = pre.estimate
+    out: Dict[str, Any] = {"step": pre.state["step"], **pre.damper.state_dict(), "rng": est.generator.get_state(),
+                           "kind": _name(pre.kind), "fisher": _name(pre.fisher), "world_size": dd.world_size(),
+                           "shapes": {n: torch.tensor(p.shape, dtype=torch.int64) for n, p in zip(pre.names, pre.params)}}
+    if est.loaded is not None:  # saved again before the next step: what was loaded
+        out.update({k: {n: t.clone() for n, t in v.items()} for k, v in est.loaded.items()})
         return out
-    for key, c in (("curvature", pre.curvature), ("solver", pre.solver)):
+    for key, c in (("curvature", est.curvature), ("solver", est.solver)):
         if c is not None and hasattr(c, "stats"):
-            out[key] = dict(c.stats())
+            out[key] = {k: t.detach().clone() for k, t in c.stats().items()}
     return out
 
 
-def load(pre, saved: Dict[str, Any]) -> None:
-    """Take a :func:`checkpoint`; the statistics wait for :func:`restore` at the next step."""
-    pre.state["step"], pre.state["damping"] = int(saved["step"]), float(saved["damping"])
+def check(pre, saved: Any) -> None:
+    """Raise a ValueError naming the first way ``saved`` does not fit ``pre``."""
+    if not isinstance(saved, Mapping):
+        raise TypeError(f"a Preconditioner checkpoint is the dict of its state_dict(), got {type(saved).__name__}")
+    missing = [k for k in _REQUIRED if k not in saved]
+    if missing:
+        raise ValueError(f"not a Preconditioner checkpoint: keys {missing} are missing (it has {sorted(saved)[:8]})")
+    step, damping = saved["step"], saved["damping"]
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"checkpoint: step must be an integer >= 0, got {step!r}")
+    for key in ("damping", "base_damping"):
+        v = saved.get(key, damping)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):
+            raise ValueError(f"checkpoint: {key} must be a finite number > 0, got {v!r}")
     rng = saved["rng"]
-    pre._generator.set_state(rng.cpu() if isinstance(rng, torch.Tensor) else torch.as_tensor(rng))
-    pre._loaded = {k: saved[k] for k in _CURVATURE_KEYS if k in saved}
-    pre.curvature = pre.solver = None
-    pre.recorder.armed = pre.captures and pre.state["step"] % pre.curvature_update_period == 0
+    try:
+        torch.Generator(pre.estimate.generator.device).set_state(torch.as_tensor(rng).cpu())
+    except Exception as exc:
+        raise ValueError(f"checkpoint: 'rng' is not a random generator state for device "
+                         f"{pre.estimate.generator.device} ({exc})") from None
+    for key, mine in (("kind", pre.kind), ("fisher", pre.fisher)):
+        if key in saved and _text(saved[key]) != mine:
+            raise ValueError(f"checkpoint: saved with {key}={_text(saved[key])!r}, this preconditioner uses "
+                             f"{mine!r}; build it with the checkpoint's {key} to resume")
+    if "shapes" in saved:
+        shapes = {n: tuple(int(d) for d in s) for n, s in saved["shapes"].items()}
+        mine = {n: tuple(p.shape) for n, p in zip(pre.names, pre.params)}
+        if set(shapes) != set(mine):
+            raise ValueError(f"checkpoint: parameters {sorted(set(shapes) ^ set(mine))} are in one of the checkpoint "
+                             f"and the model only")
+        wrong = [f"{n}: {shapes[n]} saved, {mine[n]} here" for n in mine if shapes[n] != mine[n]]
+        if wrong:
+            raise ValueError(f"checkpoint: parameter shapes differ ({'; '.join(wrong)})")
+    for key in _CURVATURE_KEYS:
+        stats = saved.get(key)
+        if stats is None:
+            continue
+        if not isinstance(stats, Mapping) or not all(isinstance(t, torch.Tensor) for t in stats.values()):
+            raise ValueError(f"checkpoint: {key!r} must be a dict of tensors")
+        bad = [k for k, t in stats.items() if not (t.is_floating_point() and bool(torch.isfinite(t).all()))]
+        if bad:
+            raise ValueError(f"checkpoint: the statistics {bad[:4]} in {key!r} are not finite floating tensors")
+    layouts = [("checkpoint's curvature", saved.get("curvature")), ("checkpoint's solver", saved.get("solver"))]
+    current = pre.estimate.curvature
+    if current is not None and hasattr(current, "stats"):
+        layouts.append(("this preconditioner's curvature", current.stats()))
+    layouts = [(what, {k: tuple(t.shape) for k, t in s.items()}) for what, s in layouts if s is not None]
+    for what, shapes in layouts[1:]:
+        if shapes != layouts[0][1]:
+            diff = sorted(set(shapes) ^ set(layouts[0][1])) or [k for k in shapes if shapes[k] != layouts[0][1][k]]
+            raise ValueError(f"checkpoint: the {layouts[0][0]} and the {what} statistics differ (first differences: "
+                             f"{diff[:4]}); was it saved for another architecture?")
 
 
-def restore(pre, inputs, targets, refresh: bool) -> None:
-    """Rebuild the curvature objects from loaded statistics on a structure computed for this batch.
+def load(pre, saved: Dict[str, Any]) -> None:
+    """Take a :func:`checkpoint` (checked first, copied); the statistics wait for :func:`restore` at the next step."""
+    check(pre, saved)
+    est = pre.estimate
+    pre.state["step"] = int(saved["step"])
+    pre.damper.load_state_dict({"damping": float(saved["damping"]),
+                                "base_damping": float(saved.get("base_damping", saved["damping"]))})
+    est.generator.set_state(torch.as_tensor(saved["rng"]).cpu().clone())
+    est.loaded = {k: {n: t.detach().clone() for n, t in saved[k].items()} for k in _CURVATURE_KEYS if k in saved}
+    est.curvature = est.solver = None
+    est.recorder.armed = est.captures and pre.state["step"] % est.curvature_update_period == 0
 
-    The structure comes from this step's new statistics when it refreshes them, else from a
-    throw-away computation with its own generator (the saved sampling state is untouched).
-    """
-    loaded, pre._loaded = pre._loaded, None
-    if refresh:
-        template = pre._statistics(inputs, targets)
-        pre.pending.add(template, 1)  # used again as this step's new statistics
-    else:
-        template = pre._statistics(inputs, targets, generator=torch.Generator(pre._generator.device))
-    device = pre.params[0].device
-    if "curvature" in loaded:
-        pre.curvature = template.with_stats({k: t.to(device) for k, t in loaded["curvature"].items()})
-    if "solver" in loaded:
-        pre.solver = pre._factorise(template.with_stats({k: t.to(device) for k, t in loaded["solver"].items()}))
+
+def check_fits(est, template) -> None:
+    """Raise a ValueError unless the loaded statistics fit ``template``, the curvature structure of this batch."""
+    expected = {k: tuple(t.shape) for k, t in template.stats().items()}
+    for key, stats in est.loaded.items():
+        got = {k: tuple(t.shape) for k, t in stats.items()}
+        if got != expected:
+            diff = sorted(set(got) ^ set(expected)) or [k for k in got if got[k] != expected[k]]
+            raise ValueError(f"checkpoint: the saved {key} statistics do not fit this model's curvature "
+                             f"(first differences: {diff[:4]}); was it saved for another architecture?")
+
+
+def restore(est, template, damping: float) -> None:
+    """Put the loaded statistics (checked by :func:`check_fits`) into ``template``."""
+    loaded, est.loaded = est.loaded, None
+    device = next(iter(template.stats().values())).device
+    for key in _CURVATURE_KEYS:
+        if key not in loaded:
+            continue
+        stats = template.with_stats({k: t.to(device=device, dtype=est.factor_dtype) for k, t in loaded[key].items()})
+        if key == "curvature":
+            est.curvature = stats
+        else:
+            est.solver = est.factorise(stats, damping)

@@ -1,0 +1,237 @@
+r"""The running curvature of a :class:`~.preconditioner.Preconditioner`: recorded, averaged, factorised.
+
+Statistics of a batch are recorded by hooks on the user's own forward and backward
+(:mod:`.hooks`) or computed on a named batch (one forward); under ``torch.distributed``
+they are averaged over the ranks (each rank weighted by its batch size), then over steps
+(:math:`C \leftarrow \beta C + (1-\beta) C_\text{new}`), and factorised on schedule, on
+the owners of the blocks (:mod:`infogeo.nn.distributed`).  Work that can fail on one rank
+only (:meth:`CurvatureEstimate.local`) is kept apart from the collectives
+(:meth:`CurvatureEstimate.install`), so that the ranks agree on the outcome in between.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+
+from .. import distributed as dd
+from ..batch import Batch
+from ..curvature import _backprop as bp
+from ..space import ParameterSpace
+from . import state
+from .hooks import ForwardRecorder, OutputGradients
+from .pool import Deferred, StatisticsPool
+from .rows import RowCapture
+from .settings import CAPTURED
+
+__all__ = ["CurvatureEstimate"]
+
+Params = Dict[str, torch.Tensor]
+
+
+class CurvatureEstimate:
+    """The curvature statistics and their factorisation (module docstring); built by the preconditioner."""
+
+    def __init__(self, module: torch.nn.Module, names: List[str], kind: str, fisher: str, output_metric: Any, *,
+                 output_fn: Optional[Callable], samples: int, ema_decay: float, curvature_update_period: int,
+                 inverse_update_period: int, factor_dtype: torch.dtype, placement: str, cg_max_iter: int,
+                 generator: torch.Generator, loss_scale: Callable[[], float], options: Dict[str, Any]):
+        self.module, self.names, self.kind, self.fisher = module, names, kind, fisher
+        self.output_metric, self.output_fn, self.samples, self.ema_decay = output_metric, output_fn, samples, ema_decay
+        self.curvature_update_period, self.inverse_update_period = curvature_update_period, inverse_update_period
+        self.factor_dtype, self.placement, self.cg_max_iter = factor_dtype, placement, cg_max_iter
+        self.generator, self.loss_scale, self.options = generator, loss_scale, options
+        self.curvature = None    # the averaged statistics (a curvature representation)
+        self.solver = None       # the factorised curvature the directions come from
+        #: statistics loaded from a checkpoint, waiting for a structure (:func:`.state.restore`)
+        self.loaded: Optional[Dict[str, Any]] = None
+        self.pending = StatisticsPool()   # statistics recorded by this step's backward passes
+        self.owners: Optional[List[int]] = None   # block owners under torch.distributed
+        self._spaces: Dict[tuple, ParameterSpace] = {}   # per batch signature
+        self.recorder = ForwardRecorder(module, names, self._on_backward, self.pending.settle, output_fn)
+        self.recorder.armed = self.captures
+        if kind == "kfac" and options.get("inverse") == "tikhonov":
+            self.recorder.rows = RowCapture.of(self.recorder.layers)
+
+    @property
+    def captures(self) -> bool:
+        """Whether the statistics are recorded from the model's own forward and backward (hooks)."""
+        return self.kind in CAPTURED
+
+    def space(self, inputs: Any = None, targets: Optional[torch.Tensor] = None) -> ParameterSpace:
+        """The parameter space on a batch (default: the last one the model saw with autograd enabled).
+
+        Kept per batch signature and re-pointed at new data of the same shapes, so the output-shape
+        probe and the checks run once per signature, not every step.
+        """
+        if inputs is None:
+            inputs = self.recorder.inputs
+        if inputs is None:
+            raise ValueError("the preconditioner has seen no batch: run the model's forward (with autograd) "
+                             "and backward before step(), or pass inputs=x")
+        batch = Batch.of(inputs)
+        key = batch.signature()
+        space = self._spaces.get(key)
+        if space is None or targets is not None:
+            space = ParameterSpace(self.module, self.output_metric, data=batch, targets=targets, params=self.names,
+                                   cg_max_iter=self.cg_max_iter, output_fn=self.output_fn)
+            if targets is None:
+                self._spaces = {key: space}
+            return space
+        space.batch, space._outputs = batch, None
+        space.metric.clear_cache()
+        return space
+
+    def _build(self, space: ParameterSpace, generator: Optional[torch.Generator] = None, **given: Any):
+        if space.batch_size == 0:
+            raise ValueError("the batch is empty (0 examples): a curvature needs at least one example; "
+                             "skip empty batches before the forward pass")
+        with bp.constant_batch_statistics():   # BatchNorm in training mode, as K-FAC optimizers treat it
+            return space.curvature(self.kind, self.fisher, samples=self.samples, **self.options, **given,
+                                   generator=self.generator if generator is None else generator)
+
+    def _on_backward(self, z: torch.Tensor, calls: Dict[str, list], inputs: tuple, grad: torch.Tensor) -> None:
+        r"""Called from the user's backward at the model output: the statistics of that batch, no forward pass.
+
+        The empirical Fisher's columns are the loss gradients per example, :math:`N\,\partial L/\partial z_n`
+        for the batch-mean loss :math:`L` (torch's default reduction).  With one column (no middle axes)
+        the user's backward delivers each layer's share itself (:class:`.hooks.OutputGradients`), and
+        the step builds the statistics; else the columns are back-propagated here.
+        """
+        if self.pending.failed:   # an earlier batch of this step failed: the step raises it
+            return
+        try:
+            n, scale = z.shape[0], self.loss_scale()
+            given = {"columns": grad.detach().unsqueeze(0) * (n / scale)} if self.fisher == "empirical" else {}
+
+            def build(output_grads=None):
+                with bp.recorded_forward(z, calls, output_grads), self.recorder.paused():
+                    return self._build(self.space(inputs), **given)
+            if given and z.dim() == 2 and n > 0:
+                grads = OutputGradients(calls, n / scale)
+                self.pending.add(Deferred(lambda: build(grads), grads.remove), n)
+            else:
+                self.pending.add(build(), n)
+        except Exception as exc:  # raised again by the step, not inside the user's backward
+            self.pending.fail(exc)
+
+    def statistics(self, inputs: Any, targets: Optional[torch.Tensor],
+                   generator: Optional[torch.Generator] = None) -> Tuple[Any, int]:
+        """New statistics and their example count: recorded during the backward if available, else computed on
+        ``inputs`` (one forward)."""
+        batch = None
+        try:
+            pending, n = self.pending.take(build=generator is None)
+            if pending is not None:
+                return pending, n
+            space = self.space(inputs, targets)
+            batch = space.batch
+            return self._build(space, generator), space.batch_size
+        except (RuntimeError, IndexError) as exc:   # torch's error on this batch: name the batch
+            batch = batch or (Batch.of(inputs) if inputs is not None else self.recorder.inputs)
+            sig = [(tuple(t.shape), str(t.dtype).replace("torch.", "")) for t in batch.tensors()] if batch else "?"
+            raise ValueError(f"the curvature statistics could not be computed on the batch (inputs of shape and "
+                             f"dtype {sig}): {type(exc).__name__}: {exc}") from exc
+
+    def local(self, step: int, inputs: Any, targets: Optional[torch.Tensor]) -> Tuple[Optional[Tuple[Any, int]], Any]:
+        """What step ``step`` needs from this rank's batch alone (no collective): ``(new statistics and their
+        count, or None; the structure for loaded statistics, or None)``."""
+        if self.kind == "implicit":
+            return self.statistics(inputs, targets), None
+        if self.loaded is None:
+            due = self.curvature is None or step % self.curvature_update_period == 0
+            return (self.statistics(inputs, targets) if due else None), None
+        if step % self.curvature_update_period == 0:
+            new = self.statistics(inputs, targets)
+            template = new[0]
+        else:   # a throw-away computation with its own generator: the saved sampling state stays untouched
+            new, template = None, self.statistics(inputs, targets, generator=torch.Generator(self.generator.device))[0]
+        state.check_fits(self, template)
+        return new, template
+
+    def _cast(self, curvature):
+        stats = curvature.stats()
+        if all(t.dtype == self.factor_dtype for t in stats.values()):
+            return curvature
+        return curvature.with_stats({k: t.to(self.factor_dtype) for k, t in stats.items()})
+
+    def _all_reduce(self, curvature, weight: float):
+        """The statistics of the union of the ranks' batches: each rank's weighted by its share ``weight``."""
+        if dd.world_size() == 1:
+            return curvature
+        stats = curvature.stats()
+        local = list(stats.values()) if weight == 1.0 else [t * weight for t in stats.values()]
+        return curvature.with_stats(dict(zip(stats, dd.all_reduce_mean(local))))
+
+    def factorise(self, curvature, damping: float):
+        """The solver: factorised here, on the owners (``"comm"``), or lazily by the owners (``"memory"``)."""
+        blocks = getattr(curvature, "blocks", None)
+        if dd.world_size() == 1 or blocks is None:
+            return curvature.precompute(damping)
+        if self.owners is None or len(self.owners) != len(blocks):
+            self.owners = dd.assign_owners([float(sum(t.numel() for t in b.stats().values())) ** 1.5
+                                            for b in blocks])   # ~ the cost of factorising each block
+        if self.placement == "comm":
+            dd.share_factorisations(blocks, self.owners, damping)
+        return curvature
+
+    def install(self, step: int, new: Optional[Tuple[Any, int]], template: Any, weight: float,
+                damping: float) -> None:
+        """Average the new statistics into the curvature (over the ranks, then over steps) and refactorise when
+        due; ``template``: the structure for loaded statistics."""
+        if self.kind == "implicit":
+            self.solver = new[0]
+            return
+        if template is not None:
+            state.restore(self, template, damping)
+        if new is not None:
+            new = self._cast(self._all_reduce(new[0], weight))
+            if not new.is_finite():
+                warnings.warn("Preconditioner: the curvature statistics contain NaN or inf; they are discarded "
+                              "and the last good ones kept", RuntimeWarning, stacklevel=4)
+            elif self.curvature is None or not self.curvature.same_structure(new):
+                self.curvature, self.solver = new, None
+            else:
+                self.curvature = self.curvature.ema(new, self.ema_decay)
+        warm = new is not None and step < self.inverse_update_period
+        if self.curvature is not None and (self.solver is None or step % self.inverse_update_period == 0 or warm):
+            self.solver = self.factorise(self.curvature, damping)
+
+    def mv(self, v: Params) -> Params:
+        """:math:`Cv` with the current curvature (undamped), ``{name: tensor}``."""
+        C = self.curvature if self.curvature is not None else self.solver
+        if C is None:
+            raise ValueError("no curvature yet: take a step first")
+        return C.mv(v)
+
+    def solve(self, g: Params, damping: float, errors: list) -> Params:
+        r""":math:`(C+\lambda I)^{-1}g` in the factor dtype: from the batch's rows where that pays (:mod:`.rows`),
+        on the blocks' owners under the ``"memory"`` placement.  Errors met on owned blocks go to ``errors``."""
+        g = {n: t.to(self.factor_dtype) for n, t in g.items()}
+        blocks = getattr(self.solver, "blocks", None)
+        rows = self.recorder.rows if blocks is not None else None
+        plan = rows.plan(blocks, g) if rows is not None else None   # the rows that give each block's gradient
+        if dd.world_size() > 1 and blocks is not None and self.placement == "memory":
+            return dd.solve_on_owners(blocks, self.owners, g, damping, plan, errors)
+        try:
+            return self.solver.solve(g, damping=damping) if plan is None else rows.solve(blocks, g, damping, plan)
+        except (RuntimeError, IndexError) as exc:   # torch's error (e.g. a product on the batch): said clearly
+            raise ValueError(f"the {self.kind} solve failed on this batch: {type(exc).__name__}: {exc}") from exc
+
+    def forget_batch(self) -> None:
+        """Drop what the hooks hold of this step's batch (outputs awaiting a backward, Linear rows)."""
+        self.recorder.release()
+        self.pending.clear()
+        if self.recorder.rows is not None:
+            self.recorder.rows.clear()
+
+    def batch_size(self, inputs: Any) -> int:
+        """The size of the named batch or else the last one seen (its first batched input's length; -1: unknown)."""
+        batch = inputs if inputs is not None else self.recorder.inputs
+        sized = [t for t in Batch.of(batch).tensors() if t.dim()] if batch is not None else []
+        return int(sized[0].shape[0]) if sized else -1
+
+    def arm(self, step: int) -> None:
+        """Record the next forward's statistics if step ``step`` refreshes them."""
+        self.recorder.armed = self.captures and (step % self.curvature_update_period == 0 or self.curvature is None)

@@ -1,0 +1,247 @@
+"""Faults under torch.distributed (2 gloo ranks): the ranks agree on every decision, never hang, never diverge.
+
+Every scenario runs in the pair of spawned processes of :mod:`.test_distributed` (after its exactness
+cases), with a process-group timeout of a few seconds, and the tests wait a bounded time for them: a
+deadlock fails fast instead of waiting for torch's default 30-minute timeout.  Also: the clear refusals of
+sharded models (FSDP1, FSDP2, DTensor / tensor parallel).
+"""
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import infogeo as ig  # noqa: E402
+from infogeo.nn import distributed as dd  # noqa: E402
+
+from .test_distributed import problem, two_ranks  # noqa: E402,F401  (two_ranks: the shared fixture)
+
+F = torch.nn.functional
+KW = dict(lr=0.3, curvature="kfac", damping=1e-2, fisher="exact", curvature_update_period=2,
+          inverse_update_period=3, momentum=0.5)
+
+
+def flat(model):
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist()
+
+
+def outcome(fn):
+    """What ``fn()`` did: ``("ok", value)`` or ``(exception type name, message)``."""
+    try:
+        return ("ok", fn())
+    except Exception as exc:   # reported to the parent test, which checks the type and message
+        return (type(exc).__name__, str(exc))
+
+
+def nan_on_one_rank(rank, placement):
+    """Rank 1 alone sees a NaN gradient at step 2 (after DDP's all-reduce): both skip it and undo step 1."""
+    model, X, y = problem()
+    net = torch.nn.parallel.DistributedDataParallel(model)
+    opt = ig.nn.NaturalGradient(net, placement=placement, **KW)
+    half = slice(rank * 8, rank * 8 + 8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k, (xb, yb) in enumerate(zip(X[:, half], y[:, half])):
+            opt.zero_grad()
+            F.cross_entropy(net(xb), yb).backward()
+            if k == 2 and rank == 1:
+                model[0].weight.grad[0, 0] = float("nan")
+            opt.step()
+    undone = sum("last step undone" in str(w.message) for w in caught)
+    return flat(model), opt.damping, opt.preconditioner.steps, undone
+
+
+def adam_nan_on_one_rank(rank):
+    """Preconditioner + Adam: the skip is agreed, .grad is None on both ranks and Adam moves nothing."""
+    model, X, y = problem()
+    net = torch.nn.parallel.DistributedDataParallel(model)
+    adam = torch.optim.Adam(model.parameters(), lr=1e-2)
+    pre = ig.nn.Preconditioner(net, lr=adam, curvature="kfac", damping=1e-2, fisher="exact",
+                               curvature_update_period=1)
+    taken = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for k, (xb, yb) in enumerate(zip(X[:, rank * 8:rank * 8 + 8], y[:, rank * 8:rank * 8 + 8])):
+            adam.zero_grad()
+            F.cross_entropy(net(xb), yb).backward()
+            if k == 1 and rank == 0:
+                model[2].bias.grad[0] = float("inf")
+            before = flat(model)
+            ok = pre.step()
+            adam.step()
+            taken.append((ok, all(p.grad is None for p in model.parameters()), before == flat(model)))
+    return flat(model), taken
+
+
+def error_on_one_rank(rank):
+    """Rank 1 names a batch of the wrong shape: it raises its error, rank 0 a PeerFailure; both go on after."""
+    model, X, y = problem()
+    net = torch.nn.parallel.DistributedDataParallel(model)
+    opt = ig.nn.NaturalGradient(net, **KW)
+    xb, yb = X[0, rank * 8:rank * 8 + 8], y[0, rank * 8:rank * 8 + 8]
+    opt.zero_grad()
+    F.cross_entropy(net(xb), yb).backward()
+    bad = torch.randn(8, 7, dtype=torch.float64) if rank == 1 else xb
+    first = outcome(lambda: opt.step(inputs=bad))
+    opt.zero_grad()
+
+    def closure():   # (it fails after its backward: DDP's own all-reduce inside the backward needs both ranks)
+        loss = F.cross_entropy(net(xb), yb)
+        loss.backward()
+        if rank == 0:
+            raise RuntimeError("the closure failed on rank 0")
+        return loss
+    second = outcome(lambda: opt.step(closure))
+    opt.zero_grad()
+    F.cross_entropy(net(xb), yb).backward()
+    third = outcome(lambda: opt.step() or "stepped")   # the group is intact: the next step runs on both
+    return first, second, third, flat(model)
+
+
+def unequal_batches(rank):
+    """Rank 0 holds 6 examples, rank 1 holds 2: the statistics are those of the union batch of 8."""
+    model, X, y = problem()
+    net = torch.nn.parallel.DistributedDataParallel(model)
+    opt = ig.nn.NaturalGradient(net, **KW)
+    part = slice(0, 6) if rank == 0 else slice(6, 8)
+    opt.zero_grad()
+    F.cross_entropy(net(X[0, part]), y[0, part]).backward()
+    opt.step()
+    stats = {k: t.tolist() for k, t in opt.preconditioner.curvature.stats().items()}
+    return stats, flat(model)
+
+
+def adaptive_quadratic(rank):
+    """The classic recipe with per-rank closures: the quadratic model's metric and the losses compared are the
+    ranks' means, so retries and damping changes agree and the parameters stay identical."""
+    model, X, y = problem()
+    net = torch.nn.parallel.DistributedDataParallel(model)
+    opt = ig.nn.NaturalGradient(net, lr=1.0, curvature="kfac", damping=1e-2, fisher="exact", quadratic_model=True,
+                                adaptive_damping=True, damping_adaptation_period=1)
+    half = slice(rank * 8, rank * 8 + 8)
+    dampings = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for xb, yb in zip(X[:, half], y[:, half]):
+            def closure():
+                opt.zero_grad()
+                loss = F.cross_entropy(net(xb), yb)
+                loss.backward()
+                return loss
+            opt.step(closure, inputs=xb)
+            dampings.append(opt.damping)
+    return flat(model), dampings
+
+
+def refusals(rank):
+    """Sharded models are refused at construction, naming what to use instead."""
+    def mk():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 3))
+    out = {}
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        for key, kw in (("fsdp1", {}), ("fsdp1_orig", {"use_orig_params": True})):
+            out[key] = outcome(lambda: ig.nn.NaturalGradient(FSDP(mk(), device_id=torch.device("cpu"), **kw)))
+    except ImportError:
+        pass
+    try:
+        from torch.distributed.fsdp import fully_shard
+        m = mk()
+        fully_shard(m)
+        out["fsdp2"] = outcome(lambda: ig.nn.Preconditioner(m, lr=0.1))
+    except ImportError:
+        pass
+    try:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import distribute_module
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+        mesh = init_device_mesh("cpu", (2,))
+        tp = parallelize_module(mk(), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+        out["tensor_parallel"] = outcome(lambda: ig.nn.NaturalGradient(tp))
+        out["replicated"] = outcome(lambda: ig.nn.NaturalGradient(distribute_module(mk(), mesh)))
+    except ImportError:
+        pass
+    return out
+
+
+SCENARIOS = {"nan_memory": lambda r: nan_on_one_rank(r, "memory"), "nan_comm": lambda r: nan_on_one_rank(r, "comm"),
+             "adam_nan": adam_nan_on_one_rank, "error": error_on_one_rank, "unequal": unequal_batches,
+             "adaptive": adaptive_quadratic,
+             "refusals": refusals}
+
+
+def run_scenarios(rank):
+    """Every scenario on this rank (called by the two ranks of :func:`.test_distributed.two_ranks`)."""
+    return {name: outcome(lambda: run(rank)) for name, run in SCENARIOS.items()}
+
+
+@pytest.fixture(scope="module")
+def results(two_ranks):
+    return {r: two_ranks[r]["faults"] for r in range(2)}
+
+
+def ok(results, name):
+    got = [results[r][name] for r in range(2)]
+    assert all(g[0] == "ok" for g in got), got
+    return [g[1] for g in got]
+
+
+@pytest.mark.parametrize("placement", ["memory", "comm"])
+def test_nan_gradient_on_one_rank_is_skipped_on_both(results, placement):
+    (p0, lam0, n0, undone0), (p1, lam1, n1, undone1) = ok(results, f"nan_{placement}")
+    assert p0 == p1 and lam0 == lam1 and n0 == n1 == 4   # identical parameters after the recovery
+    assert undone0 == undone1 == 1
+    assert all(torch.isfinite(torch.tensor(p0)))
+
+
+def test_skipped_step_moves_nothing_under_adam_on_both_ranks(results):
+    (p0, t0), (p1, t1) = ok(results, "adam_nan")
+    assert p0 == p1 and t0 == t1
+    assert t0[1] == (False, True, True)                   # skipped, .grad None, Adam moved nothing
+    assert all(step[0] and not step[2] for k, step in enumerate(t0) if k != 1)
+
+
+def test_an_error_on_one_rank_ends_both_with_a_clear_error(results):
+    (a0, b0, c0, p0), (a1, b1, c1, p1) = ok(results, "error")
+    assert a1[0] == "ValueError" and "data of shape" in a1[1]
+    assert a0[0] == "PeerFailure" and "[1]" in a0[1]
+    assert tuple(b0) == ("RuntimeError", "the closure failed on rank 0")
+    assert b1[0] == "PeerFailure" and "[0]" in b1[1]
+    assert c0[0] == c1[0] == "ok" and p0 == p1
+
+
+def test_unequal_batches_give_the_statistics_of_the_union(results):
+    (s0, p0), (s1, p1) = ok(results, "unequal")
+    assert p0 == p1 and s0 == s1
+    model, X, y = problem()
+    opt = ig.nn.NaturalGradient(model, **KW)
+    opt.zero_grad()
+    F.cross_entropy(model(X[0, :8]), y[0, :8]).backward()
+    opt.step()
+    for k, t in opt.preconditioner.curvature.stats().items():
+        assert torch.allclose(torch.tensor(s0[k], dtype=t.dtype), t, rtol=0, atol=1e-12), k
+
+
+def test_adaptive_damping_and_the_quadratic_model_agree_over_the_ranks(results):
+    (p0, d0), (p1, d1) = ok(results, "adaptive")
+    assert p0 == p1 and d0 == d1
+    assert len(set(d0)) > 1   # the damping did adapt
+
+
+@pytest.mark.parametrize("kind", ["fsdp1", "fsdp1_orig", "fsdp2", "tensor_parallel", "replicated"])
+def test_sharded_models_are_refused_at_construction(results, kind):
+    got = ok(results, "refusals")
+    if kind not in got[0]:
+        pytest.skip(f"this torch cannot build {kind} on CPU")
+    for r in range(2):
+        name, message = got[r][kind]
+        assert name == "ValueError", (kind, name, message)
+        assert "DistributedDataParallel" in message
+        assert {"fsdp1": "FSDP1", "fsdp1_orig": "FSDP1", "fsdp2": "FSDP2", "tensor_parallel": "DTensor",
+                "replicated": "DTensor"}[kind] in message
+
+
+def test_agree_without_a_process_group():
+    assert dd.agree(None, [True, False], [3.0]) == ([True, False], torch.tensor([[3.0]], dtype=torch.float64))
+    with pytest.raises(KeyError):
+        dd.agree(KeyError("raised where it happened"))

@@ -1,0 +1,309 @@
+"""The optimizer under misuse: strict checkpoints that never alias, skipped steps that move nothing, clear refusals."""
+import copy
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import infogeo as ig  # noqa: E402
+from .conftest import mlp  # noqa: E402
+
+F = torch.nn.functional
+KW = dict(lr=0.1, damping=1e-2, fisher="mc", momentum=0.5, curvature_update_period=2, inverse_update_period=3,
+          kl_clip=1e-2, seed=3)
+
+
+def batch(i, n=16, dtype=torch.float64):
+    g = torch.Generator().manual_seed(100 + i)
+    X = torch.randn(n, 4, generator=g, dtype=torch.float64).to(dtype)
+    return X, (X[:, 0] > 0).long() + (X[:, 1] > 0).long()
+
+
+def train(model, opt, steps, start=0):
+    for i in range(start, start + steps):
+        X, y = batch(i, dtype=next(model.parameters()).dtype)
+        opt.zero_grad()
+        F.cross_entropy(model(X), y).backward()
+        opt.step()
+
+
+def flat(model):
+    return torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])
+
+
+def snapshot(tree):
+    """A deep copy to compare a checkpoint with after it was used."""
+    return copy.deepcopy(tree)
+
+
+def same(a, b):
+    if isinstance(a, dict):
+        return isinstance(b, dict) and set(a) == set(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    return a == b
+
+
+# ------------------------------------------------------------------ checkpoints
+@pytest.mark.parametrize("curvature", ["kfac", "diag"])
+def test_load_neither_mutates_nor_aliases_its_argument_and_loads_twice(curvature):
+    a = mlp()
+    opt = ig.nn.NaturalGradient(a, curvature=curvature, **KW)
+    train(a, opt, 3)
+    saved = opt.state_dict()
+    before = snapshot(saved)
+    b = mlp()
+    b.load_state_dict(a.state_dict())
+    opt_b = ig.nn.NaturalGradient(b, curvature=curvature, **KW)
+    opt_b.load_state_dict(saved)
+    opt_b.load_state_dict(saved)            # twice: the first load took nothing out of it
+    assert same(saved, before)
+    train(b, opt_b, 4, 10)                  # later steps write into the optimizer, not into the checkpoint
+    assert same(saved, before)
+    train(a, opt, 4, 10)
+    assert torch.equal(flat(a), flat(b))    # and the resume is exact
+
+
+def test_a_resaved_checkpoint_keeps_the_curvature():
+    a = mlp()
+    opt = ig.nn.NaturalGradient(a, **KW)
+    train(a, opt, 3)
+    saved = opt.state_dict()
+    opt2 = ig.nn.NaturalGradient(mlp(), **KW)
+    opt2.load_state_dict(saved)
+    again = opt2.state_dict()
+    assert same(again["state"]["natural_gradient"]["preconditioner"]["curvature"],
+                saved["state"]["natural_gradient"]["preconditioner"]["curvature"])
+
+
+def _saved(**kw):
+    a = mlp()
+    opt = ig.nn.NaturalGradient(a, **dict(KW, **kw))
+    train(a, opt, 3)
+    return opt.state_dict()
+
+
+@pytest.mark.parametrize("other,match", [
+    (dict(curvature="diag"), "kind='kfac'"),
+    (dict(fisher="exact"), "fisher='mc'"),
+])
+def test_a_checkpoint_of_another_kind_is_refused_by_name(other, match):
+    saved = _saved()
+    opt = ig.nn.NaturalGradient(mlp(), **dict(KW, **other))
+    with pytest.raises(ValueError, match=match):
+        opt.load_state_dict(saved)
+    assert opt.preconditioner.steps == 0
+
+
+def test_a_checkpoint_of_another_width_is_refused_before_anything_changes():
+    saved = _saved()
+    model = mlp(sizes=(4, 7, 3))
+    opt = ig.nn.NaturalGradient(model, **KW)
+    train(model, opt, 1)
+    with pytest.raises(ValueError, match=r"shapes differ.*0.weight: \(5, 4\) saved, \(7, 4\) here"):
+        opt.load_state_dict(saved)
+    assert opt.preconditioner.steps == 1 and opt.state[model[0].weight]["momentum_buffer"].shape == (7, 4)
+
+
+@pytest.mark.parametrize("bad,match", [
+    ({}, "not an optimizer checkpoint"),
+    ([], "not an optimizer checkpoint"),
+    ("state", "not an optimizer checkpoint"),
+    ({"state": {}, "param_groups": []}, "not a NaturalGradient checkpoint"),
+])
+def test_empty_and_foreign_dicts_are_refused(bad, match):
+    opt = ig.nn.NaturalGradient(mlp(), **KW)
+    with pytest.raises(ValueError, match=match):
+        opt.load_state_dict(bad)
+
+
+def test_an_adam_checkpoint_is_refused():
+    model = mlp()
+    adam = torch.optim.Adam(model.parameters())
+    F.cross_entropy(model(batch(0)[0]), batch(0)[1]).backward()
+    adam.step()
+    with pytest.raises(ValueError, match="not a NaturalGradient checkpoint"):
+        ig.nn.NaturalGradient(model, **KW).load_state_dict(adam.state_dict())
+
+
+@pytest.mark.parametrize("edit,match", [
+    (lambda s: s.pop("rng"), "keys \\['rng'\\] are missing"),
+    (lambda s: s.update(rng=torch.zeros(3, dtype=torch.uint8)), "not a random generator state"),
+    (lambda s: s.update(step=-1), "step must be"),
+    (lambda s: s.update(damping=float("inf")), "damping must be"),
+    (lambda s: s["curvature"].update({k: v * float("nan") for k, v in s["curvature"].items()}), "not finite"),
+])
+def test_a_damaged_preconditioner_checkpoint_is_refused(edit, match):
+    model = mlp()
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    pre = ig.nn.Preconditioner(model, lr=sgd, curvature="kfac", curvature_update_period=1)
+    for i in range(2):
+        X, y = batch(i)
+        sgd.zero_grad()
+        F.cross_entropy(model(X), y).backward()
+        if pre.step():
+            sgd.step()
+    saved = pre.state_dict()
+    edit(saved)
+    fresh = ig.nn.Preconditioner(mlp(), lr=0.1)
+    with pytest.raises((ValueError, TypeError), match=match):
+        fresh.load_state_dict(saved)
+    assert fresh.steps == 0
+
+
+def test_a_float32_checkpoint_loads_into_a_float64_model():
+    """The statistics are converted: the float64 continuation tracks the float32 one to float32 accuracy."""
+    a = mlp().float()
+    opt = ig.nn.NaturalGradient(a, **dict(KW, fisher="exact"))
+    train(a, opt, 3)
+    saved = opt.state_dict()
+    b = mlp().float()
+    b.load_state_dict(a.state_dict())
+    b.double()
+    opt_b = ig.nn.NaturalGradient(b, **dict(KW, fisher="exact"))
+    opt_b.load_state_dict(saved)
+    train(b, opt_b, 3, 10)
+    train(a, opt, 3, 10)
+    assert all(t.dtype == torch.float64 for t in opt_b.preconditioner.curvature.stats().values())
+    assert all(v.dtype == torch.float64 for s in opt_b.state.values() if isinstance(s, dict)
+               for v in s.values() if isinstance(v, torch.Tensor) and v.is_floating_point())
+    assert torch.allclose(flat(b), flat(a).double(), rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------ skipped steps
+def test_a_skipped_step_moves_nothing_under_adam():
+    model = mlp()
+    adam = torch.optim.Adam(model.parameters(), lr=1e-2)
+    pre = ig.nn.Preconditioner(model, lr=adam, curvature="kfac", damping=1e-2)
+    for i in range(2):
+        adam.zero_grad()
+        F.cross_entropy(model(batch(i)[0]), batch(i)[1]).backward()
+        assert pre.step()
+        adam.step()
+    moments = snapshot(adam.state_dict())
+    before = flat(model)
+    adam.zero_grad()
+    X, y = batch(5)
+    F.cross_entropy(model(X), y).backward()
+    model[0].weight.grad[0, 0] = float("nan")
+    with pytest.warns(RuntimeWarning, match="step skipped"):
+        assert pre.step() is False
+    assert pre.skip_reason == "gradient" and all(p.grad is None for p in model.parameters())
+    adam.step()                                     # the user's loop without `if pre.step()`: still nothing moves
+    assert torch.equal(flat(model), before) and same(adam.state_dict(), moments)
+
+
+def test_precondition_returns_the_direction_and_leaves_grad_alone():
+    model = mlp()
+    pre = ig.nn.Preconditioner(model, lr=0.1, curvature="dense", fisher="exact", kl_clip=None)
+    X, y = batch(0)
+    F.cross_entropy(model(X), y).backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    delta = pre.precondition(inputs=X)
+    assert all(torch.equal(p.grad, grads[n]) for n, p in model.named_parameters())
+    G = pre.curvature.to_dense()
+    g = torch.cat([grads[n].reshape(-1) for n in grads])
+    d = torch.cat([delta[n].reshape(-1) for n in grads])
+    assert torch.allclose((G + 1e-3 * torch.eye(len(g), dtype=g.dtype)) @ d, g, rtol=1e-9, atol=1e-12)
+
+
+def test_a_trust_region_without_lr_warns_once():
+    with pytest.warns(UserWarning, match="no lr was given"):
+        ig.nn.Preconditioner(mlp())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ig.nn.Preconditioner(mlp(), lr=0.1)
+        ig.nn.Preconditioner(mlp(), kl_clip=None)
+
+
+@pytest.mark.parametrize("lr", [lambda: float("inf"), lambda: 0.0])
+def test_a_learning_rate_function_is_checked_every_step(lr):
+    model = mlp()
+    pre = ig.nn.Preconditioner(model, lr=lr, curvature="diag")
+    F.cross_entropy(model(batch(0)[0]), batch(0)[1]).backward()
+    with pytest.raises(ValueError, match="lr must be > 0 and finite"):
+        pre.step()
+
+
+def test_a_nan_right_hand_side_is_refused():
+    model = mlp()
+    pre = ig.nn.Preconditioner(model, lr=0.1, curvature="kfac")
+    F.cross_entropy(model(batch(0)[0]), batch(0)[1]).backward()
+    pre.step()
+    with pytest.raises(ValueError, match="NaN or inf"):
+        pre.direction({n: torch.full_like(p, float("nan")) for n, p in model.named_parameters()})
+
+
+# ------------------------------------------------------------------ ordinary models
+class Bag(torch.nn.Module):
+    def __init__(self, sparse):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = torch.nn.Embedding(10, 4, sparse=sparse)
+        self.out = torch.nn.Linear(4, 3)
+
+    def forward(self, i):
+        return self.out(self.emb(i).mean(1))
+
+
+@pytest.mark.parametrize("make", [lambda m: ig.nn.NaturalGradient(m), lambda m: ig.nn.Preconditioner(m, lr=0.1)])
+def test_sparse_embeddings_are_refused_by_name(make):
+    with pytest.raises(ValueError, match="Embedding 'emb' has sparse=True"):
+        make(Bag(sparse=True).double())
+    model = Bag(sparse=True).double()
+    make_params = [model.out.weight, model.out.bias]   # leaving it out works
+    opt = ig.nn.NaturalGradient(make_params, model=model, lr=0.1, curvature="kfac")
+    i = torch.randint(0, 10, (8, 3))
+    F.cross_entropy(model(i), torch.randint(0, 3, (8,))).backward()
+    opt.step()
+
+
+def test_a_sparse_gradient_met_at_a_step_is_refused_by_name():
+    class Functional(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = torch.nn.Parameter(torch.randn(10, 3, dtype=torch.float64))
+
+        def forward(self, i):
+            return F.embedding(i, self.table, sparse=True).mean(1)
+    model = Functional()
+    opt = ig.nn.NaturalGradient(model, lr=0.1, curvature="diag")
+    F.cross_entropy(model(torch.randint(0, 10, (8, 3))), torch.randint(0, 3, (8,))).backward()
+    with pytest.raises(ValueError, match="'table' is a sparse tensor"):
+        opt.step()
+
+
+@pytest.mark.parametrize("curvature", ["kfac", "diag", "dense"])
+def test_an_empty_batch_is_refused_and_the_next_step_works(curvature):
+    model = mlp()
+    opt = ig.nn.NaturalGradient(model, lr=0.1, curvature=curvature)
+    X, y = batch(0)
+    opt.zero_grad()
+    F.cross_entropy(model(X[:0]), y[:0]).backward()
+    before = flat(model)
+    with pytest.raises(ValueError, match="empty"):
+        opt.step(inputs=X[:0]) if curvature == "dense" else opt.step()
+    assert torch.equal(flat(model), before) and opt.preconditioner.steps == 0
+    opt.zero_grad()
+    F.cross_entropy(model(X), y).backward()
+    opt.step(inputs=X) if curvature == "dense" else opt.step()
+    assert not torch.equal(flat(model), before)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("curvature", ["kfac", "ekfac", "diag", "block", "dense", "cg"])
+def test_half_precision_models_train_with_every_representation(dtype, curvature):
+    torch.manual_seed(0)
+    model = mlp().to(dtype)
+    opt = ig.nn.NaturalGradient(model, lr=0.1, curvature=curvature, curvature_update_period=1)
+    X, y = batch(0, dtype=dtype)
+    before = flat(model)
+    for _ in range(2):
+        opt.zero_grad()
+        F.cross_entropy(model(X).float(), y).backward()
+        opt.step(inputs=X) if curvature in ("dense", "cg") else opt.step()
+    after = flat(model)
+    assert after.dtype == dtype and bool(torch.isfinite(after).all()) and not torch.equal(after, before)
+    assert opt.preconditioner.skip_reason is None
