@@ -127,8 +127,8 @@ CONTESTANTS: Dict[str, Contestant] = {c.name: c for c in (
     Contestant("Muon", (3e-3, 1e-2, 3e-2, 1e-1), _muon, needs="pytorch_optimizer"),
     Contestant("kfac-pytorch", SGD_GRID, _kfac_pytorch, needs="kfac"),
     Contestant("Pre+AdamW", ADAM_GRID, _preconditioned_adamw, infogeo=True),
-    Contestant("NG clip", (0.03, 0.1, 0.3, 1.0), _natural_gradient(), infogeo=True),
-    Contestant("NG", (0.03, 0.1, 0.3, 1.0), _natural_gradient(), infogeo=True),
+    Contestant("NG clip", (0.03, 0.1, 0.3, 1.0), _natural_gradient(step_rule="clip"), infogeo=True),
+    Contestant("NG", ADAM_GRID, _natural_gradient(), infogeo=True),
     Contestant("NG defaults", (None,), _natural_gradient(), infogeo=True),
 )}
 
