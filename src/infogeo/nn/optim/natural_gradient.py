@@ -1,12 +1,14 @@
 r"""Natural gradient descent for torch modules, a drop-in :class:`torch.optim.Optimizer`.
 
-``NaturalGradient`` is exactly a :class:`~.preconditioner.Preconditioner` followed by
-an SGD step: the gradient :math:`g` in ``.grad`` (the differential, a covector) is
-turned into :math:`\delta = \nu(C + \lambda I)^{-1}g` (its ``sharp``, trust-region
-clipped), and the parameters are retracted along it, :math:`w \leftarrow w - \eta\,\delta`
-(with heavy-ball momentum if asked)::
+``NaturalGradient`` is a :class:`~.preconditioner.Preconditioner` followed by a step rule
+(:mod:`.step`): the gradient :math:`g` in ``.grad`` (the differential, a covector) is
+turned into the direction :math:`\delta = (C + \lambda I)^{-1}g` (its ``sharp``), and the rule
+decides how far to move along it.  ``step_rule="graft"`` (the default) takes the running
+mean of the directions with the length of Adam's step, per parameter tensor; ``"clip"`` is the
+exact step :math:`w \leftarrow w - \eta\nu\delta` with KL clipping :math:`\nu` (and heavy-ball
+momentum if asked)::
 
-    opt = ig.nn.NaturalGradient(model, lr=0.1, curvature="kfac", damping=1e-3)
+    opt = ig.nn.NaturalGradient(model, curvature="kfac", damping=1e-3)
     for x, y in loader:
         opt.zero_grad()
         loss = F.cross_entropy(model(x), y)
@@ -56,7 +58,7 @@ __all__ = ["NaturalGradient"]
 
 _KEY = "natural_gradient"
 #: the learning rate of each step rule when none is given
-DEFAULT_LR = {"graft": 1e-3, "clip": 0.1}
+DEFAULT_LR = {"graft": 1e-2, "clip": 0.1}
 
 
 class NaturalGradient(torch.optim.Optimizer):
@@ -67,19 +69,26 @@ class NaturalGradient(torch.optim.Optimizer):
     params : torch.nn.Module or iterable
         The model (possibly ``DistributedDataParallel``-wrapped), or ``model.parameters()``
         / parameter groups (each may set ``lr`` and ``momentum``) together with ``model=``.
-    lr : float
-        Step size :math:`\eta`.
+    lr : float, optional
+        Learning rate :math:`\eta` (default ``DEFAULT_LR[step_rule]``).
     curvature : {"kfac", "ekfac", "diag", "block", "dense", "cg"}
         Representation of the metric (see :class:`~.preconditioner.Preconditioner`).
     damping : float
         Tikhonov damping :math:`\lambda > 0`.
     model : torch.nn.Module, optional
         The network, when ``params`` are its parameters.
+    step_rule : {"graft", "clip"}, optional
+        How far to move along the direction (:mod:`.step`); default ``"graft"``, or ``"clip"`` with
+        ``quadratic_model`` or ``adaptive_damping``.
+    betas, eps : (float, float), float
+        ``"graft"``: decay of the first moments (gradients and directions) and of the squared
+        gradients, and Adam's :math:`\epsilon`.
     momentum : float
-        Heavy-ball momentum on the natural-gradient direction (torch SGD's rule).
-    kl_clip : float or None
-        Trust region: the predicted KL of a step, :math:`\tfrac12\eta^2\delta^T(C+\lambda I)\delta`
-        (with ``quadratic_model``: :math:`s^T(G+\lambda I)s`), is at most ``kl_clip``.
+        ``"clip"``: heavy-ball momentum on the natural-gradient direction (torch SGD's rule).
+    kl_clip : float, None or "auto"
+        ``"clip"``'s trust region: the predicted KL of a step, :math:`\tfrac12\eta^2\delta^T(C+\lambda I)\delta`
+        (with ``quadratic_model``: :math:`s^T(G+\lambda I)s`), is at most ``kl_clip``; ``"auto"``:
+        ``1e-3`` under ``"clip"``, none under ``"graft"`` (whose length is Adam's).
     quadratic_model, adaptive_damping : bool
         The classic K-FAC recipe (module docstring); ``adaptive_damping`` needs a closure.
     damping_adaptation_period, damping_factor : int, float
