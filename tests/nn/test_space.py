@@ -395,7 +395,7 @@ def test_gradient_descent_is_the_natural_gradient_optimizer():
     # the solvers' NaturalGradient (a deprecated alias of GradientDescent), and GradientDescent under a curvature
     # frozen at x0, take the same first step
     with pytest.warns(DeprecationWarning, match="GradientDescent"):
-        nat = ig.solvers.NaturalGradient(step_size=1.0, damping=lam, max_iter=1, step_rule="clip").minimize(space, space.cost(),
+        nat = ig.solvers.NaturalGradient(step_size=1.0, damping=lam, max_iter=1).minimize(space, space.cost(),
                                                                                          space.point)
     frozen = ig.solvers.GradientDescent(step_size=1.0, damping=lam, max_iter=1).minimize(
         space.with_metric(space.curvature("dense")), space.cost(), space.point)
