@@ -142,7 +142,8 @@ def spread(values: List[float]) -> str:
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
         return "-"
-    return f"{min(finite):.3g}-{max(finite):.3g}" + ("" if len(finite) == len(values) else f" ({len(finite)}/{len(values)})")
+    missing = "" if len(finite) == len(values) else f" ({len(finite)}/{len(values)})"
+    return f"{min(finite):.3g}-{max(finite):.3g}{missing}"
 
 
 def score(runs: Dict[float, List[Dict[str, Any]]], tight: float, loose: float) -> Dict[str, Any]:
