@@ -17,7 +17,8 @@ every ``steps/30`` steps (not timed).
 * Reported: per contestant its best rate, median steps / CPU s / wall s to both targets with the
   spread over seeds, final training and validation loss, ms per step, and peak memory (RSS growth
   while running 30 steps in a forked child, sampled every millisecond); per infogeo contestant the
-  ratio to the best peer (medians of the per-seed ratios, with their range); PASS/FAIL against the
+  ratio to the best peer (medians of the per-seed ratios, with their range; 0.00 marks a seed where the
+  peer did not reach the target and infogeo did); PASS/FAIL against the
   goals of issue 22: the best infogeo variant <= 0.8x the best tuned peer's CPU time to the tight
   target on at least 4 of 5 workloads and never above 1.2x; ``NG defaults`` <= 1.0x tuned AdamW.
 
