@@ -38,8 +38,9 @@ _spec.loader.exec_module(nn_digits)
 
 BATCH = 64
 METHODS: Dict[str, Callable[[torch.nn.Module], torch.optim.Optimizer]] = {
-    "natural gradient (K-FAC, defaults)": lambda m: ig.nn.NaturalGradient(m, lr=0.1),
-    "natural gradient (empirical Fisher)": lambda m: ig.nn.NaturalGradient(m, lr=0.1, fisher="empirical"),
+    "natural gradient (K-FAC, clipped step)": lambda m: ig.nn.NaturalGradient(m, lr=0.1, step_rule="clip"),
+    "natural gradient (empirical Fisher)": lambda m: ig.nn.NaturalGradient(m, lr=0.1, fisher="empirical",
+                                                                         step_rule="clip"),
     "Adam (lr 1e-2)": lambda m: torch.optim.Adam(m.parameters(), lr=1e-2),
 }
 

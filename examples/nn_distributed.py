@@ -49,7 +49,7 @@ def main(argv=None) -> Dict[str, Any]:
         Xtr, ytr, Xte, yte = Xtr.to(device), ytr.to(device), Xte.to(device), yte.to(device)
         model = nn_digits.mlp(nn_digits.PROBLEMS["classifier"]["sizes"], seed=0).to(device)  # same start everywhere
         net = torch.nn.parallel.DistributedDataParallel(model) if launched else model
-        opt = ig.nn.NaturalGradient(net, lr=0.3, curvature="kfac", damping=1e-3)
+        opt = ig.nn.NaturalGradient(net, lr=0.3, curvature="kfac", damping=1e-3, step_rule="clip")
         iterations, batch = (40, 128) if a.quick else (300, 256)
         gen = torch.Generator().manual_seed(1)          # the same batches on every rank ...
         record = {"iteration": [], "loss": []}

@@ -41,7 +41,7 @@ def frozen_statistics_jacobians(model, X):
 def test_batchnorm_in_training_mode_trains_with_every_representation():
     for curvature in ("kfac", "ekfac", "diag", "block"):
         model, X, y = model_and_batch()
-        opt = ig.nn.NaturalGradient(model, lr=0.2, curvature=curvature)
+        opt = ig.nn.NaturalGradient(model, lr=0.2, curvature=curvature, step_rule="clip")
         with torch.no_grad():
             before = F.cross_entropy(model(X), y).item()
         for _ in range(5):
@@ -99,7 +99,7 @@ def test_the_parameter_space_still_refuses_per_example_curvatures():
 
 def test_running_statistics_advance_once_per_forward_of_the_user():
     model, X, y = model_and_batch()
-    opt = ig.nn.NaturalGradient(model, lr=0.2, curvature_update_period=1)
+    opt = ig.nn.NaturalGradient(model, lr=0.2, curvature_update_period=1, step_rule="clip")
     for _ in range(3):
         opt.zero_grad()
         F.cross_entropy(model(X), y).backward()

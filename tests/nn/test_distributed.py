@@ -41,7 +41,7 @@ def train(model, X, y, curvature, placement, fisher="exact", hidden=(6,), ddp=Fa
     curvature, _, inverse = curvature.partition(":")   # "kfac:eigen": K-FAC with the exact eigenvalue damping
     opt = ig.nn.NaturalGradient(net, lr=0.3, curvature=curvature, damping=1e-2, fisher=fisher, momentum=0.5,
                                 curvature_update_period=2, inverse_update_period=3, placement=placement,
-                                **({"inverse": inverse} if inverse else {}))
+                                **({"inverse": inverse} if inverse else {}), step_rule="clip")
     for xb, yb in zip(X, y):
         opt.zero_grad()
         F.cross_entropy(net(xb), yb).backward()

@@ -36,7 +36,7 @@ def nan_on_one_rank(rank, placement):
     """Rank 1 alone sees a NaN gradient at step 2 (after DDP's all-reduce): both skip it and undo step 1."""
     model, X, y = problem()
     net = torch.nn.parallel.DistributedDataParallel(model)
-    opt = ig.nn.NaturalGradient(net, placement=placement, **KW)
+    opt = ig.nn.NaturalGradient(net, placement=placement, **KW, step_rule="clip")
     half = slice(rank * 8, rank * 8 + 8)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -76,7 +76,7 @@ def error_on_one_rank(rank):
     """Rank 1 names a batch of the wrong shape: it raises its error, rank 0 a PeerFailure; both go on after."""
     model, X, y = problem()
     net = torch.nn.parallel.DistributedDataParallel(model)
-    opt = ig.nn.NaturalGradient(net, **KW)
+    opt = ig.nn.NaturalGradient(net, **KW, step_rule="clip")
     xb, yb = X[0, rank * 8:rank * 8 + 8], y[0, rank * 8:rank * 8 + 8]
     opt.zero_grad()
     F.cross_entropy(net(xb), yb).backward()
@@ -101,7 +101,7 @@ def unequal_batches(rank):
     """Rank 0 holds 6 examples, rank 1 holds 2: the statistics are those of the union batch of 8."""
     model, X, y = problem()
     net = torch.nn.parallel.DistributedDataParallel(model)
-    opt = ig.nn.NaturalGradient(net, **KW)
+    opt = ig.nn.NaturalGradient(net, **KW, step_rule="clip")
     part = slice(0, 6) if rank == 0 else slice(6, 8)
     opt.zero_grad()
     F.cross_entropy(net(X[0, part]), y[0, part]).backward()
@@ -141,7 +141,7 @@ def refusals(rank):
     try:
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
         for key, kw in (("fsdp1", {}), ("fsdp1_orig", {"use_orig_params": True})):
-            out[key] = outcome(lambda: ig.nn.NaturalGradient(FSDP(mk(), device_id=torch.device("cpu"), **kw)))
+            out[key] = outcome(lambda: ig.nn.NaturalGradient(FSDP(mk(), device_id=torch.device("cpu"), **kw), step_rule="clip"))
     except ImportError:
         pass
     try:
@@ -157,8 +157,8 @@ def refusals(rank):
         from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
         mesh = init_device_mesh("cpu", (2,))
         tp = parallelize_module(mk(), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
-        out["tensor_parallel"] = outcome(lambda: ig.nn.NaturalGradient(tp))
-        out["replicated"] = outcome(lambda: ig.nn.NaturalGradient(distribute_module(mk(), mesh)))
+        out["tensor_parallel"] = outcome(lambda: ig.nn.NaturalGradient(tp, step_rule="clip"))
+        out["replicated"] = outcome(lambda: ig.nn.NaturalGradient(distribute_module(mk(), mesh), step_rule="clip"))
     except ImportError:
         pass
     return out
@@ -214,7 +214,7 @@ def test_unequal_batches_give_the_statistics_of_the_union(results):
     (s0, p0), (s1, p1) = ok(results, "unequal")
     assert p0 == p1 and s0 == s1
     model, X, y = problem()
-    opt = ig.nn.NaturalGradient(model, **KW)
+    opt = ig.nn.NaturalGradient(model, **KW, step_rule="clip")
     opt.zero_grad()
     F.cross_entropy(model(X[0, :8]), y[0, :8]).backward()
     opt.step()

@@ -92,7 +92,7 @@ def test_every_setting_refuses_invalid_values_by_name(name, value, kind):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            opt = ig.nn.NaturalGradient(model, **kw)
+            opt = ig.nn.NaturalGradient(model, **kw, step_rule="clip")
     except Exception as exc:
         assert not VALID[name](value), (name, value, exc)
         assert clear(exc, name.split("_")[0]), (name, value, type(exc).__name__, exc)
@@ -147,7 +147,7 @@ def test_every_kind_survives_bad_batches_and_gradients(kind, fisher, grad, data,
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if which == "natural_gradient":
-            opt = ig.nn.NaturalGradient(model, lr=0.1, curvature=kind, fisher=fisher, curvature_update_period=1)
+            opt = ig.nn.NaturalGradient(model, lr=0.1, curvature=kind, fisher=fisher, curvature_update_period=1, step_rule="clip")
         else:
             sgd = torch.optim.SGD(model.parameters(), lr=0.1)
             opt = ig.nn.Preconditioner(model, lr=sgd, curvature=kind, fisher=fisher, curvature_update_period=1)
@@ -183,7 +183,7 @@ def test_every_kind_survives_bad_batches_and_gradients(kind, fisher, grad, data,
 # ------------------------------------------------------------------ checkpoints x damage
 def _trained(kind="kfac", width=5, fisher="mc"):
     model = mlp(sizes=(4, width, 3))
-    opt = ig.nn.NaturalGradient(model, lr=0.1, curvature=kind, fisher=fisher, curvature_update_period=1)
+    opt = ig.nn.NaturalGradient(model, lr=0.1, curvature=kind, fisher=fisher, curvature_update_period=1, step_rule="clip")
     X, y = batch()
     for _ in range(2):
         opt.zero_grad()

@@ -55,7 +55,7 @@ def test_dense_exact_step_is_damped_natural_gradient(plain):
     G = reference_metric(model, X, categorical_Gz)
     g = flat_grad(model, X, y)
     before = flat_params(model)
-    opt = ig.nn.NaturalGradient(model, lr=0.5, curvature="dense", damping=1e-2, fisher="exact", kl_clip=None)
+    opt = ig.nn.NaturalGradient(model, lr=0.5, curvature="dense", damping=1e-2, fisher="exact", kl_clip=None, step_rule="clip")
     if plain:
         plain_step(opt, model, X, y)
     else:
@@ -70,7 +70,7 @@ def test_plain_loop_records_the_statistics_of_the_users_backward(curvature):
     kw = dict(lr=0.2, curvature=curvature, damping=1e-2, fisher="mc", samples=2, curvature_update_period=2,
               inverse_update_period=3, momentum=0.5, seed=4)
     a, b = mlp(), mlp()
-    opt_a, opt_b = ig.nn.NaturalGradient(a, **kw), ig.nn.NaturalGradient(b, **kw)
+    opt_a, opt_b = ig.nn.NaturalGradient(a, **kw, step_rule="clip"), ig.nn.NaturalGradient(b, **kw, step_rule="clip")
     for i in range(5):
         X, y = data(16, seed=i)
         plain_step(opt_a, a, X, y)
@@ -87,7 +87,7 @@ def test_no_extra_forward_pass_in_the_plain_loop():
     model = mlp()
     calls = []
     model.register_forward_hook(lambda m, args, out: None if args[0].is_meta else calls.append(1))
-    opt = ig.nn.NaturalGradient(model, lr=0.1, curvature="kfac", curvature_update_period=3)
+    opt = ig.nn.NaturalGradient(model, lr=0.1, curvature="kfac", curvature_update_period=3, step_rule="clip")
     for i in range(7):
         X, y = data(16, seed=i)
         plain_step(opt, model, X, y)
@@ -100,7 +100,7 @@ def test_evaluation_forwards_are_ignored():
     """A forward under no_grad between steps (evaluation) neither records nor breaks the next refresh."""
     kw = dict(lr=0.2, curvature="kfac", damping=1e-2, curvature_update_period=2, seed=1)
     a, b = mlp(), mlp()
-    opt_a, opt_b = ig.nn.NaturalGradient(a, **kw), ig.nn.NaturalGradient(b, **kw)
+    opt_a, opt_b = ig.nn.NaturalGradient(a, **kw, step_rule="clip"), ig.nn.NaturalGradient(b, **kw, step_rule="clip")
     Xe, _ = data(40, seed=99)
     for i in range(4):
         X, y = data(16, seed=i)
@@ -113,11 +113,11 @@ def test_evaluation_forwards_are_ignored():
 
 def test_first_argument_forms():
     model = mlp()
-    a = ig.nn.NaturalGradient(model)
-    b = ig.nn.NaturalGradient(model.parameters(), model=model)
+    a = ig.nn.NaturalGradient(model, step_rule="clip")
+    b = ig.nn.NaturalGradient(model.parameters(), model=model, step_rule="clip")
     assert a.preconditioner.names == b.preconditioner.names
     with pytest.raises(ValueError, match="pass the model once"):
-        ig.nn.NaturalGradient(model, model=mlp())
+        ig.nn.NaturalGradient(model, model=mlp(), step_rule="clip")
 
 
 @pytest.mark.parametrize("curvature", ["kfac", "ekfac", "diag", "block", "dense", "cg"])
@@ -125,7 +125,7 @@ def test_training_decreases_loss(curvature):
     torch.manual_seed(0)
     model = mlp(sizes=(4, 16, 3)).float()
     X, y = data(64, dtype=torch.float32)
-    opt = ig.nn.NaturalGradient(model, lr=0.2, curvature=curvature, damping=1e-2)
+    opt = ig.nn.NaturalGradient(model, lr=0.2, curvature=curvature, damping=1e-2, step_rule="clip")
     with torch.no_grad():
         l0 = float(F.cross_entropy(model(X), y))
     for _ in range(15):
@@ -136,30 +136,30 @@ def test_training_decreases_loss(curvature):
 def test_bad_arguments():
     model = mlp()
     with pytest.raises(ValueError, match="parameter group after construction"):
-        ig.nn.NaturalGradient(model).add_param_group({"params": [torch.nn.Parameter(torch.zeros(2))]})
+        ig.nn.NaturalGradient(model, step_rule="clip").add_param_group({"params": [torch.nn.Parameter(torch.zeros(2))]})
     with pytest.raises(ValueError, match="damping must be > 0"):
-        ig.nn.NaturalGradient(model, damping=0.0)
+        ig.nn.NaturalGradient(model, damping=0.0, step_rule="clip")
     with pytest.raises(ValueError, match="damping must be > 0"):
-        ig.nn.NaturalGradient(model, damping=-1.0)
+        ig.nn.NaturalGradient(model, damping=-1.0, step_rule="clip")
     with pytest.raises(ValueError, match="model="):
-        ig.nn.NaturalGradient(model.parameters())
+        ig.nn.NaturalGradient(model.parameters(), step_rule="clip")
     with pytest.raises(ValueError, match="does not belong to model"):
-        ig.nn.NaturalGradient(mlp().parameters(), model=model)
+        ig.nn.NaturalGradient(mlp().parameters(), model=model, step_rule="clip")
     with pytest.raises(ValueError, match="unknown curvature"):
-        ig.nn.NaturalGradient(model, curvature="shampoo")
+        ig.nn.NaturalGradient(model, curvature="shampoo", step_rule="clip")
     with pytest.raises(ValueError, match="lr must be > 0"):
-        ig.nn.NaturalGradient(model, lr=0.0)
+        ig.nn.NaturalGradient(model, lr=0.0, step_rule="clip")
     frozen = mlp()
     for p in frozen.parameters():
         p.requires_grad_(False)
     with pytest.raises(ValueError, match="requires_grad"):
-        ig.nn.NaturalGradient(frozen)
-    opt = ig.nn.NaturalGradient(mlp(seed=3), curvature="dense")
+        ig.nn.NaturalGradient(frozen, step_rule="clip")
+    opt = ig.nn.NaturalGradient(mlp(seed=3), curvature="dense", step_rule="clip")
     with pytest.raises(ValueError, match="no batch"):
         opt.step()
     X, y = data(4)
     before = flat_params(model)
-    opt = ig.nn.NaturalGradient(model)
+    opt = ig.nn.NaturalGradient(model, step_rule="clip")
     with pytest.raises(ValueError, match="data of shape"):
         opt.step(closure_for(opt, model, X, y), inputs=torch.randn(4, 7, dtype=torch.float64))
     assert torch.equal(flat_params(model), before)
@@ -172,7 +172,7 @@ def test_kl_clip_uses_each_groups_lr():
     lam, lrs = 1e-3, (10.0, 3.0)
     first, second = list(model[0].parameters()), list(model[2].parameters())
     opt = ig.nn.NaturalGradient([{"params": first, "lr": lrs[0]}, {"params": second, "lr": lrs[1]}], model=model,
-                                curvature="dense", damping=lam, fisher="exact", kl_clip=1e-4)
+                                curvature="dense", damping=lam, fisher="exact", kl_clip=1e-4, step_rule="clip")
     G = reference_metric(model, X, categorical_Gz) + lam * torch.eye(flat_params(model).numel(), dtype=torch.float64)
     g = flat_grad(model, X, y)
     before = flat_params(model)
@@ -204,8 +204,8 @@ def test_empirical_fisher_from_the_users_backward_equals_the_explicit_form(curva
     X, y = data(8)
     model = mlp()
     twin = copy.deepcopy(model)
-    plain = ig.nn.NaturalGradient(model, curvature=curvature, fisher="empirical", lr=0.1)
-    named = ig.nn.NaturalGradient(twin, curvature=curvature, fisher="empirical", lr=0.1)
+    plain = ig.nn.NaturalGradient(model, curvature=curvature, fisher="empirical", lr=0.1, step_rule="clip")
+    named = ig.nn.NaturalGradient(twin, curvature=curvature, fisher="empirical", lr=0.1, step_rule="clip")
     for _ in range(3):
         plain_step(plain, model, X, y)
         named.step(closure_for(named, twin, X, y), inputs=X, targets=y)
@@ -239,7 +239,7 @@ def test_tiny_transformer_trains(curvature):
     model = TinyTransformer(vocab=7, d=8, classes=2)
     X = torch.randint(0, 7, (32, 5))
     y = (X == 3).any(1).long()
-    opt = ig.nn.NaturalGradient(model, lr=0.3, curvature=curvature, damping=1e-2, kl_clip=1e-2, cg_max_iter=10)
+    opt = ig.nn.NaturalGradient(model, lr=0.3, curvature=curvature, damping=1e-2, kl_clip=1e-2, cg_max_iter=10, step_rule="clip")
     with torch.no_grad():
         l0 = F.cross_entropy(model(X), y).item()
     for _ in range(10):
@@ -282,7 +282,7 @@ def test_autocast_cnn_with_batchnorm_keeps_float32_factors(device, fisher):
                                 torch.nn.Conv2d(4, 8, 3, stride=2, padding=1), torch.nn.ReLU(),
                                 torch.nn.Flatten(), torch.nn.Linear(8 * 4 * 4, 3)).to(device)
     X, y = torch.randn(32, 1, 8, 8, device=device), torch.randint(0, 3, (32,), device=device)
-    opt = ig.nn.NaturalGradient(model, lr=0.1, curvature="kfac", fisher=fisher, curvature_update_period=1)
+    opt = ig.nn.NaturalGradient(model, lr=0.1, curvature="kfac", fisher=fisher, curvature_update_period=1, step_rule="clip")
     losses = []
     for _ in range(4):
         opt.zero_grad()
@@ -363,7 +363,7 @@ def test_quadratic_model_in_the_plain_loop_advances_batchnorm_once():
 def test_non_finite_gradient_undoes_the_last_step_and_raises_damping():
     model = mlp()
     X, y = data(8)
-    opt = ig.nn.NaturalGradient(model, lr=0.1, curvature="diag", damping=1e-2)
+    opt = ig.nn.NaturalGradient(model, lr=0.1, curvature="diag", damping=1e-2, step_rule="clip")
     start = flat_params(model)
     plain_step(opt, model, X, y)
     assert not torch.equal(flat_params(model), start)
@@ -383,7 +383,7 @@ def test_a_dropped_optimizer_takes_its_hooks_with_it():
     import gc
     model = mlp()
     hooks = lambda: sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())  # noqa: E731
-    opt = ig.nn.NaturalGradient(model)
+    opt = ig.nn.NaturalGradient(model, step_rule="clip")
     X, y = data(8)
     plain_step(opt, model, X, y)
     assert hooks() == 4     # pre and post on the model, one per layer

@@ -50,13 +50,13 @@ def same(a, b):
 @pytest.mark.parametrize("curvature", ["kfac", "diag"])
 def test_load_neither_mutates_nor_aliases_its_argument_and_loads_twice(curvature):
     a = mlp()
-    opt = ig.nn.NaturalGradient(a, curvature=curvature, **KW)
+    opt = ig.nn.NaturalGradient(a, curvature=curvature, **KW, step_rule="clip")
     train(a, opt, 3)
     saved = opt.state_dict()
     before = snapshot(saved)
     b = mlp()
     b.load_state_dict(a.state_dict())
-    opt_b = ig.nn.NaturalGradient(b, curvature=curvature, **KW)
+    opt_b = ig.nn.NaturalGradient(b, curvature=curvature, **KW, step_rule="clip")
     opt_b.load_state_dict(saved)
     opt_b.load_state_dict(saved)            # twice: the first load took nothing out of it
     assert same(saved, before)
@@ -68,10 +68,10 @@ def test_load_neither_mutates_nor_aliases_its_argument_and_loads_twice(curvature
 
 def test_a_resaved_checkpoint_keeps_the_curvature():
     a = mlp()
-    opt = ig.nn.NaturalGradient(a, **KW)
+    opt = ig.nn.NaturalGradient(a, **KW, step_rule="clip")
     train(a, opt, 3)
     saved = opt.state_dict()
-    opt2 = ig.nn.NaturalGradient(mlp(), **KW)
+    opt2 = ig.nn.NaturalGradient(mlp(), **KW, step_rule="clip")
     opt2.load_state_dict(saved)
     again = opt2.state_dict()
     assert same(again["state"]["natural_gradient"]["preconditioner"]["curvature"],
@@ -80,7 +80,7 @@ def test_a_resaved_checkpoint_keeps_the_curvature():
 
 def _saved(**kw):
     a = mlp()
-    opt = ig.nn.NaturalGradient(a, **dict(KW, **kw))
+    opt = ig.nn.NaturalGradient(a, **dict(KW, **kw), step_rule="clip")
     train(a, opt, 3)
     return opt.state_dict()
 
@@ -91,7 +91,7 @@ def _saved(**kw):
 ])
 def test_a_checkpoint_of_another_kind_is_refused_by_name(other, match):
     saved = _saved()
-    opt = ig.nn.NaturalGradient(mlp(), **dict(KW, **other))
+    opt = ig.nn.NaturalGradient(mlp(), **dict(KW, **other), step_rule="clip")
     with pytest.raises(ValueError, match=match):
         opt.load_state_dict(saved)
     assert opt.preconditioner.steps == 0
@@ -100,7 +100,7 @@ def test_a_checkpoint_of_another_kind_is_refused_by_name(other, match):
 def test_a_checkpoint_of_another_width_is_refused_before_anything_changes():
     saved = _saved()
     model = mlp(sizes=(4, 7, 3))
-    opt = ig.nn.NaturalGradient(model, **KW)
+    opt = ig.nn.NaturalGradient(model, **KW, step_rule="clip")
     train(model, opt, 1)
     with pytest.raises(ValueError, match=r"shapes differ.*0.weight: \(5, 4\) saved, \(7, 4\) here"):
         opt.load_state_dict(saved)
@@ -114,7 +114,7 @@ def test_a_checkpoint_of_another_width_is_refused_before_anything_changes():
     ({"state": {}, "param_groups": []}, "not a NaturalGradient checkpoint"),
 ])
 def test_empty_and_foreign_dicts_are_refused(bad, match):
-    opt = ig.nn.NaturalGradient(mlp(), **KW)
+    opt = ig.nn.NaturalGradient(mlp(), **KW, step_rule="clip")
     with pytest.raises(ValueError, match=match):
         opt.load_state_dict(bad)
 
@@ -125,7 +125,7 @@ def test_an_adam_checkpoint_is_refused():
     F.cross_entropy(model(batch(0)[0]), batch(0)[1]).backward()
     adam.step()
     with pytest.raises(ValueError, match="not a NaturalGradient checkpoint"):
-        ig.nn.NaturalGradient(model, **KW).load_state_dict(adam.state_dict())
+        ig.nn.NaturalGradient(model, **KW, step_rule="clip").load_state_dict(adam.state_dict())
 
 
 @pytest.mark.parametrize("edit,match", [
@@ -156,13 +156,13 @@ def test_a_damaged_preconditioner_checkpoint_is_refused(edit, match):
 def test_a_float32_checkpoint_loads_into_a_float64_model():
     """The statistics are converted: the float64 continuation tracks the float32 one to float32 accuracy."""
     a = mlp().float()
-    opt = ig.nn.NaturalGradient(a, **dict(KW, fisher="exact"))
+    opt = ig.nn.NaturalGradient(a, **dict(KW, fisher="exact"), step_rule="clip")
     train(a, opt, 3)
     saved = opt.state_dict()
     b = mlp().float()
     b.load_state_dict(a.state_dict())
     b.double()
-    opt_b = ig.nn.NaturalGradient(b, **dict(KW, fisher="exact"))
+    opt_b = ig.nn.NaturalGradient(b, **dict(KW, fisher="exact"), step_rule="clip")
     opt_b.load_state_dict(saved)
     train(b, opt_b, 3, 10)
     train(a, opt, 3, 10)
@@ -248,13 +248,13 @@ class Bag(torch.nn.Module):
         return self.out(self.emb(i).mean(1))
 
 
-@pytest.mark.parametrize("make", [lambda m: ig.nn.NaturalGradient(m), lambda m: ig.nn.Preconditioner(m, lr=0.1)])
+@pytest.mark.parametrize("make", [lambda m: ig.nn.NaturalGradient(m, step_rule="clip"), lambda m: ig.nn.Preconditioner(m, lr=0.1)])
 def test_sparse_embeddings_are_refused_by_name(make):
     with pytest.raises(ValueError, match="Embedding 'emb' has sparse=True"):
         make(Bag(sparse=True).double())
     model = Bag(sparse=True).double()
     make_params = [model.out.weight, model.out.bias]   # leaving it out works
-    opt = ig.nn.NaturalGradient(make_params, model=model, lr=0.1, curvature="kfac")
+    opt = ig.nn.NaturalGradient(make_params, model=model, lr=0.1, curvature="kfac", step_rule="clip")
     i = torch.randint(0, 10, (8, 3))
     F.cross_entropy(model(i), torch.randint(0, 3, (8,))).backward()
     opt.step()
@@ -269,7 +269,7 @@ def test_a_sparse_gradient_met_at_a_step_is_refused_by_name():
         def forward(self, i):
             return F.embedding(i, self.table, sparse=True).mean(1)
     model = Functional()
-    opt = ig.nn.NaturalGradient(model, lr=0.1, curvature="diag")
+    opt = ig.nn.NaturalGradient(model, lr=0.1, curvature="diag", step_rule="clip")
     F.cross_entropy(model(torch.randint(0, 10, (8, 3))), torch.randint(0, 3, (8,))).backward()
     with pytest.raises(ValueError, match="'table' is a sparse tensor"):
         opt.step()
@@ -278,7 +278,7 @@ def test_a_sparse_gradient_met_at_a_step_is_refused_by_name():
 @pytest.mark.parametrize("curvature", ["kfac", "diag", "dense"])
 def test_an_empty_batch_is_refused_and_the_next_step_works(curvature):
     model = mlp()
-    opt = ig.nn.NaturalGradient(model, lr=0.1, curvature=curvature)
+    opt = ig.nn.NaturalGradient(model, lr=0.1, curvature=curvature, step_rule="clip")
     X, y = batch(0)
     opt.zero_grad()
     F.cross_entropy(model(X[:0]), y[:0]).backward()
@@ -297,7 +297,7 @@ def test_an_empty_batch_is_refused_and_the_next_step_works(curvature):
 def test_half_precision_models_train_with_every_representation(dtype, curvature):
     torch.manual_seed(0)
     model = mlp().to(dtype)
-    opt = ig.nn.NaturalGradient(model, lr=0.1, curvature=curvature, curvature_update_period=1)
+    opt = ig.nn.NaturalGradient(model, lr=0.1, curvature=curvature, curvature_update_period=1, step_rule="clip")
     X, y = batch(0, dtype=dtype)
     before = flat(model)
     for _ in range(2):

@@ -41,7 +41,7 @@ def test_preconditioner_then_sgd_is_natural_gradient():
     a, b = mlp(), mlp()
     sgd = torch.optim.SGD(groups(a), lr=0.3, momentum=0.9)
     pre = ig.nn.Preconditioner(a, lr=sgd, **OPTIONS)
-    ng = ig.nn.NaturalGradient(groups(b), model=b, lr=0.3, momentum=0.9, **OPTIONS)
+    ng = ig.nn.NaturalGradient(groups(b), model=b, lr=0.3, momentum=0.9, **OPTIONS, step_rule="clip")
     for i in range(7):
         X, y = batch(i)
         preconditioned_step(a, pre, sgd, X, y)
@@ -130,7 +130,7 @@ def test_weights_only_resume_is_bit_identical(tmp_path, curvature, quadratic, st
               kl_clip=1e-2, seed=3, quadratic_model=quadratic, adaptive_damping=quadratic,
               damping_adaptation_period=2)
     a = mlp()
-    opt_a = ig.nn.NaturalGradient(a, **kw)
+    opt_a = ig.nn.NaturalGradient(a, **kw, step_rule="clip")
     _train(a, opt_a, steps, 0, explicit=quadratic)
     torch.save({"model": a.state_dict(), "opt": opt_a.state_dict()}, tmp_path / "ckpt.pt")
     _train(a, opt_a, 5, 10, explicit=quadratic)
@@ -138,7 +138,7 @@ def test_weights_only_resume_is_bit_identical(tmp_path, curvature, quadratic, st
     ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
     b = mlp(seed=5)
     b.load_state_dict(ckpt["model"])
-    opt_b = ig.nn.NaturalGradient(b, **dict(kw, seed=99))
+    opt_b = ig.nn.NaturalGradient(b, **dict(kw, seed=99), step_rule="clip")
     opt_b.load_state_dict(ckpt["opt"])
     _train(b, opt_b, 5, 10, explicit=quadratic)
     assert torch.equal(flat(a), flat(b))

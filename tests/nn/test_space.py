@@ -403,7 +403,7 @@ def test_gradient_descent_is_the_natural_gradient_optimizer():
     for curvature in ("dense", "cg"):
         net = copy.deepcopy(model)
         opt = ig.nn.NaturalGradient(net.parameters(), lr=1.0, curvature=curvature, damping=lam, model=net,
-                                    fisher="exact", cg_max_iter=500, kl_clip=None)
+                                    fisher="exact", cg_max_iter=500, kl_clip=None, step_rule="clip")
         opt.zero_grad()
         torch.nn.functional.cross_entropy(net(X), y).backward()
         opt.step(inputs=X)

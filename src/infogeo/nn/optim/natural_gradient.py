@@ -1,12 +1,14 @@
 r"""Natural gradient descent for torch modules, a drop-in :class:`torch.optim.Optimizer`.
 
-``NaturalGradient`` is exactly a :class:`~.preconditioner.Preconditioner` followed by
-an SGD step: the gradient :math:`g` in ``.grad`` (the differential, a covector) is
-turned into :math:`\delta = \nu(C + \lambda I)^{-1}g` (its ``sharp``, trust-region
-clipped), and the parameters are retracted along it, :math:`w \leftarrow w - \eta\,\delta`
-(with heavy-ball momentum if asked)::
+``NaturalGradient`` is a :class:`~.preconditioner.Preconditioner` followed by a step rule
+(:mod:`.step`): the gradient :math:`g` in ``.grad`` (the differential, a covector) is
+turned into the direction :math:`\delta = (C + \lambda I)^{-1}g` (its ``sharp``), and the rule
+decides how far to move along it.  ``step_rule="graft"`` (the default) takes the running
+mean of the directions with the length of Adam's step, per parameter tensor; ``"clip"`` is the
+exact step :math:`w \leftarrow w - \eta\nu\delta` with KL clipping :math:`\nu` (and heavy-ball
+momentum if asked)::
 
-    opt = ig.nn.NaturalGradient(model, lr=0.1, curvature="kfac", damping=1e-3)
+    opt = ig.nn.NaturalGradient(model, curvature="kfac", damping=1e-3)
     for x, y in loader:
         opt.zero_grad()
         loss = F.cross_entropy(model(x), y)
@@ -39,7 +41,7 @@ import copy
 import logging
 import math
 import warnings
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 import torch
 
@@ -48,12 +50,15 @@ from ..space import ParameterSpace
 from . import quadratic, state
 from .preconditioner import Preconditioner
 from .settings import check_learning_rate, positive_int, positive_number
+from .step import STEP_RULES, graft, heavy_ball
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["NaturalGradient"]
 
 _KEY = "natural_gradient"
+#: the learning rate of each step rule when none is given
+DEFAULT_LR = {"graft": 1e-2, "clip": 0.1}
 
 
 class NaturalGradient(torch.optim.Optimizer):
@@ -64,19 +69,26 @@ class NaturalGradient(torch.optim.Optimizer):
     params : torch.nn.Module or iterable
         The model (possibly ``DistributedDataParallel``-wrapped), or ``model.parameters()``
         / parameter groups (each may set ``lr`` and ``momentum``) together with ``model=``.
-    lr : float
-        Step size :math:`\eta`.
+    lr : float, optional
+        Learning rate :math:`\eta` (default ``DEFAULT_LR[step_rule]``).
     curvature : {"kfac", "ekfac", "diag", "block", "dense", "cg"}
         Representation of the metric (see :class:`~.preconditioner.Preconditioner`).
     damping : float
         Tikhonov damping :math:`\lambda > 0`.
     model : torch.nn.Module, optional
         The network, when ``params`` are its parameters.
+    step_rule : {"graft", "clip"}, optional
+        How far to move along the direction (:mod:`.step`); default ``"graft"``, or ``"clip"`` with
+        ``quadratic_model`` or ``adaptive_damping``.
+    betas, eps : (float, float), float
+        ``"graft"``: decay of the first moments (gradients and directions) and of the squared
+        gradients, and Adam's :math:`\epsilon`.
     momentum : float
-        Heavy-ball momentum on the natural-gradient direction (torch SGD's rule).
-    kl_clip : float or None
-        Trust region: the predicted KL of a step, :math:`\tfrac12\eta^2\delta^T(C+\lambda I)\delta`
-        (with ``quadratic_model``: :math:`s^T(G+\lambda I)s`), is at most ``kl_clip``.
+        ``"clip"``: heavy-ball momentum on the natural-gradient direction (torch SGD's rule).
+    kl_clip : float, None or "auto"
+        ``"clip"``'s trust region: the predicted KL of a step, :math:`\tfrac12\eta^2\delta^T(C+\lambda I)\delta`
+        (with ``quadratic_model``: :math:`s^T(G+\lambda I)s`), is at most ``kl_clip``; ``"auto"``:
+        ``1e-3`` under ``"clip"``, none under ``"graft"`` (whose length is Adam's).
     quadratic_model, adaptive_damping : bool
         The classic K-FAC recipe (module docstring); ``adaptive_damping`` needs a closure.
     damping_adaptation_period, damping_factor : int, float
@@ -93,9 +105,11 @@ class NaturalGradient(torch.optim.Optimizer):
         ``factor_dtype``, ``placement``, ``seed``, ``cg_max_iter``, ...
     """
 
-    def __init__(self, params: Any, lr: float = 0.1, curvature: str = "kfac", damping: float = 1e-3, *,
-                 model: Optional[torch.nn.Module] = None, momentum: float = 0.0, kl_clip: Optional[float] = 1e-3,
-                 quadratic_model: bool = False, adaptive_damping: bool = False, damping_adaptation_period: int = 5,
+    def __init__(self, params: Any, lr: Optional[float] = None, curvature: str = "kfac", damping: float = 1e-3, *,
+                 model: Optional[torch.nn.Module] = None, step_rule: Optional[str] = None,
+                 betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, momentum: float = 0.0,
+                 kl_clip: Union[float, None, str] = "auto", quadratic_model: bool = False,
+                 adaptive_damping: bool = False, damping_adaptation_period: int = 5,
                  damping_factor: float = 0.95 ** 5, min_damping: Optional[float] = None, max_retries: int = 3,
                  **options: Any):
         if isinstance(params, torch.nn.Module):
@@ -108,12 +122,32 @@ class NaturalGradient(torch.optim.Optimizer):
         if not isinstance(model, torch.nn.Module):
             raise ValueError("NaturalGradient needs the network to compute its curvature: pass the module first, "
                              "or model=<the module whose parameters these are>")
-        lr = check_learning_rate(lr)
+        rule = step_rule if step_rule is not None else ("clip" if quadratic_model or adaptive_damping else "graft")
+        if rule not in STEP_RULES:
+            raise ValueError(f"unknown step_rule {step_rule!r}; expected one of {STEP_RULES}")
+        if rule == "graft" and (quadratic_model or adaptive_damping):
+            raise ValueError("quadratic_model and adaptive_damping are defined on the exact step: pass "
+                             "step_rule='clip' (or leave step_rule unset)")
+        lr = check_learning_rate(DEFAULT_LR[rule] if lr is None else lr)
         momentum = positive_number("momentum", momentum, inclusive=True, maximum=1.0)
         if quadratic_model and momentum:
             raise ValueError("quadratic_model=True chooses the momentum itself; pass momentum=0")
-        if kl_clip is not None:
+        if rule == "graft" and momentum:
+            raise ValueError("step_rule='graft' averages its directions with betas[0]; momentum belongs to "
+                             "step_rule='clip'")
+        if isinstance(kl_clip, str):
+            if kl_clip != "auto":
+                raise ValueError(f"kl_clip must be a positive number, None or 'auto', got {kl_clip!r}")
+            kl_clip = 1e-3 if rule == "clip" else None
+        elif kl_clip is not None:
+            if rule == "graft":
+                raise ValueError("kl_clip bounds the length of step_rule='clip'; step_rule='graft' takes Adam's "
+                                 "length (leave kl_clip='auto' or pass step_rule='clip')")
             positive_number("kl_clip", kl_clip)
+        if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
+            raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+        betas = tuple(positive_number(f"betas[{i}]", b, inclusive=True, maximum=1.0) for i, b in enumerate(betas))
+        eps = positive_number("eps", eps)
         period = positive_int("damping_adaptation_period", damping_adaptation_period)
         factor = positive_number("damping_factor", damping_factor, maximum=1.0)
         positive_number("damping", damping)
@@ -130,6 +164,7 @@ class NaturalGradient(torch.optim.Optimizer):
             **options)
         self.model = model
         self.kl_clip, self.quadratic_model = kl_clip, bool(quadratic_model)
+        self.step_rule, self.betas, self.eps = rule, betas, eps
         self.adaptive_damping, self.damping_adaptation_period = bool(adaptive_damping), period
         self.damping_factor, self.max_retries = factor, self.preconditioner.max_retries
         self.state[_KEY] = {"previous_step": None}
@@ -229,16 +264,12 @@ class NaturalGradient(torch.optim.Optimizer):
                     name = by_id.get(id(p))
                     if name is None:
                         continue
-                    d = delta[name]
-                    if group["momentum"]:
-                        buf = self.state[p].get("momentum_buffer")
-                        if buf is None:
-                            buf = self.state[p]["momentum_buffer"] = torch.clone(d).detach()
-                        else:
-                            buf.mul_(group["momentum"]).add_(d)
-                        d = buf
-                    p.add_(d, alpha=-group["lr"])
-                    steps[name] = -group["lr"] * d
+                    if self.step_rule == "graft":
+                        s = graft(self.state[p], raw[name], delta[name], group["lr"], self.betas, self.eps)
+                    else:
+                        s = heavy_ball(self.state[p], delta[name], group["lr"], group["momentum"])
+                    p.add_(s)
+                    steps[name] = s
             if self.adaptive_damping:
                 Cs = pre.curvature_mv(steps)
                 model_decrease = float(sum((raw[n] * steps[n]).sum() + 0.5 * (steps[n] * Cs[n]).sum()

@@ -1,0 +1,52 @@
+"""Smoke test of benchmarks/optimizer_race.py: the bookkeeping of the race (the goals are checked by running it)."""
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("sklearn")
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load():
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location("_optimizer_race", BENCH / "optimizer_race.py")
+        race = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(race)
+        return race
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_reach_and_ratio():
+    race = _load()
+    curve = {"step": [0, 5, 10], "cpu": [0.0, 1.0, 2.0], "wall": [0.0, 1.5, 3.0], "loss": [3.0, 2.0, 1.0]}
+    assert race.reach(curve, 2.0) == {"steps": 5, "cpu": 1.0, "wall": 1.5}
+    assert race.reach(curve, 0.5)["steps"] == math.inf
+    r = race.ratio([1.0, 2.0, math.inf], [2.0, 2.0, 1.0])
+    assert r["median"] == 1.0 and r["lo"] == 0.5 and r["hi"] == math.inf
+    # unreached by most seeds: no median
+    assert race.med([1.0, math.inf, math.inf]) == math.inf
+
+
+def test_quick_race_runs_every_installed_contestant(tmp_path, capsys):
+    race = _load()
+    out = race.main(["--quick", "--workloads", "classifier", "masked", "--out", str(tmp_path)])
+    names = out["names"]
+    assert {"AdamW", "SGD", "NG", "NG defaults", "Pre+AdamW"} <= set(names)
+    for w in ("classifier", "masked"):
+        res = out["results"][w]
+        assert set(res["scores"]) == set(names)
+        assert math.isfinite(res["tight"]) and res["loose"] >= res["tight"]
+        for n in names:   # every run trained and was evaluated on the same data
+            assert all(math.isfinite(r["final"]) or r["diverged"] for r in res["scores"][n]["runs"])
+        assert (tmp_path / f"race_{w}.png").stat().st_size > 0
+    # AdamW reaches its own final loss, so its ratio to itself is defined
+    assert math.isfinite(race.med([x["cpu"] for x in out["results"]["classifier"]["scores"]["AdamW"]["tight"]]))
+    assert (tmp_path / "race.json").exists()
+    assert "ratios infogeo / best peer" in capsys.readouterr().out
