@@ -148,10 +148,10 @@ def test_conv1d_kfac_is_exact_for_one_layer_under_the_euclidean_metric():
 def test_gpt2_trains_with_natural_gradient_in_the_plain_loop(curvature, fisher):
     model = tiny_gpt2(seed=2).train()
     ids = torch.randint(0, 23, (4, 6), generator=torch.Generator().manual_seed(3))
-    opt = ig.nn.NaturalGradient(model, lr=0.3, curvature=curvature, fisher=fisher, output_fn=lambda o: o.logits,
-                                curvature_update_period=2)
+    opt = ig.nn.NaturalGradient(model, curvature=curvature, fisher=fisher, output_fn=lambda o: o.logits,
+                                curvature_update_period=2)    # the default step rule and learning rate
     losses = []
-    for _ in range(8):
+    for _ in range(10):
         opt.zero_grad()
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
