@@ -379,3 +379,25 @@ def test_a_factor_too_large_falls_back_to_the_exact_diagonal_and_says_so(kind):
     got = C.diagonal()
     for n in ("2.weight", "2.bias"):
         assert rel(got[n], exact[n]) < 1e-12
+
+
+@pytest.mark.parametrize("kind", ["kfac", "ekfac", "diag", "block", "dense", "implicit"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_models_solve_in_the_curvatures_precision(kind, dtype):
+    """space.curvature(kind).solve(space.differential()) on a half-precision model: statistics in float32, the
+    direction finite and returned in the parameters' dtype; a NaN right-hand side is refused."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2)).to(dtype)
+    X, y = torch.randn(8, 3).to(dtype), torch.randint(0, 2, (8,))
+    space = ig.nn.ParameterSpace(model, "categorical", data=X, targets=y)
+    C = space.curvature(kind)
+    g = space.differential().components
+    d = C.solve(g, damping=1e-2)
+    assert all(d[n].dtype == dtype and bool(torch.isfinite(d[n]).all()) for n in space.names)
+    ref = space.curvature(kind) if kind in ("dense", "implicit") else C
+    d32 = ref.solve({n: t.float() for n, t in g.items()}, damping=1e-2)
+    for n in space.names:
+        assert rel(d[n].float(), d32[n].float()) < 2e-2, n
+    bad = dict(g, **{space.names[0]: torch.full_like(g[space.names[0]], float("nan"))})
+    with pytest.raises(ValueError, match="NaN or inf"):
+        C.solve(bad, damping=1e-2)

@@ -70,12 +70,38 @@ class Curvature(Metric):
         return v
 
     def mv(self, v: Vector) -> Params:
-        r""":math:`Cv`, components ``{name: tensor}`` (``v``: components or a :class:`TangentVector`)."""
-        return self._mv(self._components(v, TangentVector, "the vector"))
+        r""":math:`Cv`, components ``{name: tensor}`` (``v``: components or a :class:`TangentVector`).
+
+        Computed in the curvature's own precision (float32 statistics of a half-precision model) and
+        returned in the vector's.
+        """
+        v = self._components(v, TangentVector, "the vector")
+        return self._in_own_precision(self._mv, v)
 
     def solve(self, w: Union[Params, Covector], *, damping: float = 0.0) -> Params:
-        r""":math:`(C + \lambda I)^{-1} w` (``w``: components or a :class:`Covector`)."""
-        return self._solve(self._components(w, Covector, "the right-hand side"), _check_damping(damping))
+        r""":math:`(C + \lambda I)^{-1} w` (``w``: components or a :class:`Covector`).
+
+        A right-hand side holding NaN or inf is refused (its solve would be all NaN); the solve runs in
+        the curvature's own precision and returns the right-hand side's.
+        """
+        w = self._components(w, Covector, "the right-hand side")
+        damping = _check_damping(damping)
+        if not all_finite(w.values()):
+            bad = [n for n, t in w.items() if not bool(torch.isfinite(t).all())]
+            raise ValueError(f"the right-hand side of solve holds NaN or inf (in {bad[:3]}); nothing to solve")
+        return self._in_own_precision(lambda x: self._solve(x, damping), w)
+
+    def _in_own_precision(self, op, v: Params) -> Params:
+        """``op(v)`` with ``v`` in the curvature's working precision (at least float32), the result cast back to
+        ``v``'s dtype."""
+        dt = self._reference().dtype
+        if dt.is_floating_point:
+            dt = torch.promote_types(dt, torch.float32)
+        given = {n: t.dtype for n, t in v.items()}
+        if not dt.is_floating_point or all(d == dt for d in given.values()):
+            return op(v)
+        out = op({n: t.to(dt) for n, t in v.items()})
+        return {n: t.to(given[n]) for n, t in out.items()}
 
     def sharp(self, w: Covector, damping: float = 0.0) -> TangentVector:
         r"""The vector :math:`(C + \lambda I)^{-1} w` of a covector (natural gradient for :math:`w = d\mathcal L`)."""

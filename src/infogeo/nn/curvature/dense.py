@@ -24,7 +24,8 @@ class Dense(BlockCurvature):
     @classmethod
     def build(cls, space: Any, metric: Any, **ignored: Any) -> "Dense":
         """The dense matrix of ``metric`` (a network metric of ``space``) at the space's point."""
-        return cls(space.layout, metric.matrix(), space.point)
+        M = metric.matrix()
+        return cls(space.layout, M.to(torch.promote_types(M.dtype, torch.float32)), space.point)   # half: float32
 
     @property
     def M(self) -> torch.Tensor:

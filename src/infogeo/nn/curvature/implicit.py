@@ -36,7 +36,9 @@ class Implicit(Curvature):
                    rtol=space.cg_rtol if rtol is None else rtol)
 
     def _mv(self, v):
-        out = self.metric.mv(self.point, v)
+        # products in the network's precision; CG itself (see solve) in at least float32
+        own = {n: t.to(self.point[n].dtype) for n, t in v.items()} if self.point else v
+        out = {n: t.to(v[n].dtype) for n, t in self.metric.mv(self.point, own).items()}
         if self.outer is not None:  # C - g g^T (gradient covariance)
             c = sum((self.outer[n] * v[n]).sum() for n in self.layout.names)
             out = {n: out[n] - c * self.outer[n] for n in self.layout.names}
