@@ -31,7 +31,10 @@ class ForeignUses(TorchFunctionMode):
     Enter before the forward pass and exit after it; :attr:`foreign` holds the names found.
     """
 
-    def __init__(self, tensors: Dict[str, torch.Tensor], owners: Dict[str, List[torch.nn.Module]]):
+    def __init__(self, tensors: Dict[str, torch.Tensor], owners: Dict[str, List[torch.nn.Module]],
+                 inside: Iterable[torch.nn.Module] = ()):
+        """``inside``: modules whose forward is already running when the watch starts (entered from their
+        own forward pre-hook): they count as active until the watch ends."""
         super().__init__()
         self._ids = {id(t): n for n, t in tensors.items()}
         self._tensors = list(tensors.values())   # kept alive, so that their ids stay theirs
@@ -40,6 +43,9 @@ class ForeignUses(TorchFunctionMode):
         self.foreign: Set[str] = set()
         self._handles: list = []
         modules = {id(m): m for ms in owners.values() for m in ms}
+        for m in inside:
+            self._active[id(m)] = 1
+            modules.pop(id(m), None)
         for m in modules.values():
             self._handles.append(m.register_forward_pre_hook(self._enter_module))
             self._handles.append(m.register_forward_hook(self._leave_module, always_call=True))
@@ -48,7 +54,7 @@ class ForeignUses(TorchFunctionMode):
         self._active[id(module)] = self._active.get(id(module), 0) + 1
 
     def _leave_module(self, module, args, output):
-        self._active[id(module)] -= 1
+        self._active[id(module)] = self._active.get(id(module), 0) - 1
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

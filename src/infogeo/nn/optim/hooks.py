@@ -154,7 +154,7 @@ class ForwardRecorder:
             self._calls = Recorded({l.path: [] for l in self.layers})
             self._sinks = {p: bp.recording_hook(self._calls, p) for p in self._calls}
             # which parameters this forward uses outside their modules (they take the whole-network route)
-            self._watch = ForeignUses(self._owned, self._owners)
+            self._watch = ForeignUses(self._owned, self._owners, inside=(self.module,))
             self._watch.__enter__()
             self._calls.foreign = self._watch.foreign
         else:
