@@ -82,7 +82,11 @@ def _kfac_pytorch(model, lr, workload):
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     pre = KFACPreconditioner(model, factor_update_steps=10, inv_update_steps=100, damping=0.003, lr=lambda k: lr,
                              skip_layers=["Embedding"])
+    return _preconditioned_step(pre, opt)
 
+
+def _preconditioned_step(pre, opt):
+    """A step of a preconditioner followed by a torch optimizer, the drop-in loop of both libraries."""
     def step(closure):
         opt.zero_grad(set_to_none=True)
         loss = closure()
@@ -96,14 +100,7 @@ def _preconditioned_adamw(model, lr, workload):
     """The K-FAC direction handed to AdamW (the Preconditioner's drop-in form)."""
     pre = ig.nn.Preconditioner(model, "kfac", 1e-3, output_metric=workload.output_metric, kl_clip=None)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-
-    def step(closure):
-        opt.zero_grad(set_to_none=True)
-        loss = closure()
-        pre.step()
-        opt.step()
-        return loss
-    return step
+    return _preconditioned_step(pre, opt)
 
 
 def _natural_gradient(**fixed):

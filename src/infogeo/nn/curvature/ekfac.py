@@ -184,27 +184,20 @@ class EKFAC(BlockCurvature):
     Build with ``space.curvature("ekfac", method=..., kfac_approx="expand" | "reduce")``
     (the basis is K-FAC's, see :mod:`.kfac`).
 
-    Two options serve the optimizer (George et al. 2018 refresh the basis rarely and the scales
-    often): ``basis`` (``{weight name: (U_A, U_G)}``) computes the scales in a given basis instead of
-    the eigenvectors of this batch's factors; ``reduce`` (a function of a list of tensors, e.g. their
-    mean over the ranks of a process group) is applied to every layer's factors before the basis is
-    taken from them, so that under data parallelism every rank computes its scales in one common basis
-    and their mean is the scales of the whole batch.
+    ``basis`` (``{weight name: (U_A, U_G)}``) computes the scales in a given basis instead of the
+    eigenvectors of this batch's factors.  ``defer=True`` (the optimizers' form) keeps each layer's inputs
+    and output gradients and leaves the scales to :meth:`refreshed`, once the basis is known on every
+    rank (George et al. 2018 refresh the basis rarely and the scales often).
     """
 
     @classmethod
     def build(cls, space, factor_fn, chunk_elements: int = CHUNK_ELEMENTS, kfac_approx: str = "expand",
-              per_position: bool = True, basis: Optional[Basis] = None,
-              reduce: Optional[Callable[[List[torch.Tensor]], List[torch.Tensor]]] = None,
-              defer: bool = False, max_factor_dim: int = MAX_FACTOR_DIM) -> "EKFAC":
+              per_position: bool = True, basis: Optional[Basis] = None, defer: bool = False,
+              max_factor_dim: int = MAX_FACTOR_DIM) -> "EKFAC":
         mask = position_mask(space)
 
         def make_blocks(layers: List[bp.Layer], cols: bp.Columns) -> List[EigenKronBlock]:
             krons = [kron_block(space, l, "eigen", kfac_approx, mask) for l in layers]
-            if reduce is not None and krons:
-                flat = reduce([t for k in krons for t in (k.A, k.G)])
-                for i, k in enumerate(krons):
-                    k.A, k.G = flat[2 * i], flat[2 * i + 1]
             blocks = []
             for layer, kron in zip(layers, krons):
                 if defer:   # the layer's inputs and output gradients are kept until the basis is known

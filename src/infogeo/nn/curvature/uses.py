@@ -74,7 +74,3 @@ class ForeignUses(TorchFunctionMode):
                 h.remove()
             self._handles = []
 
-
-def owned_tensors(names: Iterable[str], values: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-    """``{name: values[name]}`` for ``names`` (the tensors a forward pass will read for them)."""
-    return {n: values[n] for n in names}
