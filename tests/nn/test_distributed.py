@@ -87,12 +87,15 @@ def _worker(rank, port, queue, world=2):
         dist.destroy_process_group()
 
 
-def spawn_ranks(world):
-    """What ``world`` spawned gloo ranks computed, ``{rank: {"cases": ..., "faults": ...}}``, in bounded time."""
+def spawn_ranks(world, target=None):
+    """What ``world`` spawned gloo ranks computed, ``{rank: {"cases": ..., "faults": ...}}``, in bounded time.
+
+    ``target(rank, port, queue, world)`` runs on each rank (default: this module's DDP cases and faults) and puts
+    ``(rank, result)`` on the queue."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_worker, args=(r, port, queue, world)) for r in range(world)]
+    procs = [ctx.Process(target=target or _worker, args=(r, port, queue, world)) for r in range(world)]
     for p in procs:
         p.start()
     results, start = {}, time.monotonic()

@@ -39,6 +39,7 @@ from ._layers import batch_statistics_layers, warn_random_layers
 from .batch import Batch
 from ._params import CurrentPoint, ParamLayout, Params
 from .curvature import Curvature, build as _build_curvature, kinds
+from .curvature import _backprop as _bp
 from .network_metric import NetworkMetric
 from .output_metrics import OutputMetric, output_metric as _resolve_metric
 
@@ -146,7 +147,12 @@ class ParameterSpace(Manifold):
     # ------------------------------------------------------------ the map
     def _output_shape(self) -> torch.Tensor:
         """Outputs as a tensor of the right shape and dtype, cheaply: a forward pass on the
-        ``meta`` device (no arithmetic), or the real forward pass where the model cannot run there."""
+        ``meta`` device (no arithmetic), or the real forward pass where the model cannot run there; inside
+        :func:`~.curvature._backprop.recorded_forward`, the recorded outputs (no forward at all: a model
+        sharded with ``fully_shard`` cannot run on the point's sharded values)."""
+        recorded = _bp.recorded_outputs()
+        if recorded is not None:
+            return recorded.detach()
         meta = {n: torch.empty_like(t, device="meta")
                 for n, t in list(self.model.named_parameters()) + list(self.model.named_buffers())}
         try:

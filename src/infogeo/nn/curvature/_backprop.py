@@ -66,6 +66,12 @@ def recorded_forward(z: torch.Tensor, calls: Dict[str, list],
         _RECORDED.reset(token)
 
 
+def recorded_outputs() -> Optional[torch.Tensor]:
+    """The outputs :math:`z` of the forward :func:`recorded_forward` stands for (``None`` outside it)."""
+    recorded = _RECORDED.get()
+    return None if recorded is None else recorded[0]
+
+
 #: set by :func:`constant_batch_statistics`
 _CONSTANT_STATISTICS: contextvars.ContextVar = contextvars.ContextVar("constant_batch_statistics", default=False)
 

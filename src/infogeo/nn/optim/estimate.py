@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 
 from .. import distributed as dd
+from .. import fsdp
 from ..batch import Batch
 from ..curvature import _backprop as bp
 from ..space import ParameterSpace
@@ -116,7 +117,8 @@ class CurvatureEstimate:
             given = {"columns": grad.detach().unsqueeze(0) * (n / scale)} if self.fisher == "empirical" else {}
 
             def build(output_grads=None):
-                with bp.recorded_forward(z, calls, output_grads), self.recorder.paused():
+                with bp.recorded_forward(z, calls, output_grads), self.recorder.paused(), \
+                        fsdp.no_reshard_in_backward(self.module):
                     return self._build(self.space(inputs), **given)
             if given and z.dim() == 2 and n > 0:
                 grads = OutputGradients(calls, n / scale)

@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
+from .. import fsdp
 from ..batch import Batch
 from ..curvature import _backprop as bp
 from ..curvature.uses import ForeignUses
@@ -31,44 +32,46 @@ __all__ = ["ForwardRecorder", "OutputGradients", "unwrap", "MAX_PENDING"]
 MAX_PENDING = 4
 
 
-def _class_names(obj: Any) -> List[str]:
-    return [f"{c.__module__}.{c.__qualname__}" for c in type(obj).__mro__]
-
-
 def _sharded(module: torch.nn.Module) -> Optional[str]:
-    """What shards ``module``'s parameters, by name (no import of torch.distributed's optional parts)."""
+    """Why ``module``'s parameters cannot be preconditioned, by name (no import of torch.distributed's optional
+    parts); ``None`` for plain parameters and those FSDP2 shards."""
     for path, m in module.named_modules():
-        names = _class_names(m)
+        names = fsdp.class_names(m)
         where = f" (module {path!r})" if path else ""
         if any(n.startswith("torch.distributed.fsdp") and n.endswith(".FullyShardedDataParallel") for n in names):
             return (f"the model is wrapped in FullyShardedDataParallel (FSDP1){where}: its flat, sharded "
                     f"parameters hide the layers the curvature is built from, and with use_orig_params=True "
                     f"each rank holds only a slice")
-        if any(n.endswith(".FSDPModule") for n in names):
-            return (f"the model is sharded with fully_shard (FSDP2){where}: K-FAC on sharded parameters is not "
-                    f"supported yet")
+    fsdp2 = fsdp.managed(module)
     for name, p in module.named_parameters():
-        if any(n.endswith(".DTensor") for n in _class_names(p)):
+        if fsdp2.get(id(p)):
+            return (f"parameter {name!r} is sharded by fully_shard (FSDP2) on top of tensor parallelism "
+                    f"(a DTensor before fully_shard): each rank's layers compute a slice of the outputs")
+        if id(p) not in fsdp2 and fsdp.is_dtensor(p):
             return (f"parameter {name!r} is a DTensor (tensor parallelism or a replicated/sharded DeviceMesh "
-                    f"layout): each rank's curvature would see a different slice of the layers")
+                    f"layout) not sharded by fully_shard: each rank's curvature would see a different slice of "
+                    f"the layers")
     return None
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     """The module a ``DistributedDataParallel`` (or ``DataParallel``) wrapper holds, else ``model``.
 
-    Sharded models are refused here, at construction, with what to use instead: FSDP1
-    (``FullyShardedDataParallel``, flat parameters or ``use_orig_params``), FSDP2 (``fully_shard``) and any
-    DTensor parameter (tensor parallelism, replicated meshes).
+    Models sharded with ``fully_shard`` (FSDP2) are supported (:mod:`infogeo.nn.fsdp`); other sharded models
+    are refused here, at construction, with what to use instead: FSDP1 (``FullyShardedDataParallel``, flat
+    parameters or ``use_orig_params``), tensor parallelism (also under ``fully_shard``) and any other DTensor
+    parameter (replicated meshes).
     """
     wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
     while isinstance(model, wrappers):
         model = model.module
     why = _sharded(model)
     if why is not None:
-        raise ValueError(f"{why}. infogeo's natural gradient supports data parallelism: wrap the plain model in "
-                         f"torch.nn.parallel.DistributedDataParallel (each rank holds the whole model; the "
-                         f"curvature statistics are all-reduced and the factorisations spread over the ranks)")
+        raise ValueError(f"{why}. infogeo's natural gradient supports data parallelism and FSDP2: shard the plain "
+                         f"model with torch.distributed.fsdp.fully_shard (FSDP2; each rank holds a shard of every "
+                         f"parameter), or wrap it in torch.nn.parallel.DistributedDataParallel (each rank holds the "
+                         f"whole model); the curvature statistics are all-reduced and the factorisations spread "
+                         f"over the ranks")
     return model
 
 

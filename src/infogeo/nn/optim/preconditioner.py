@@ -32,6 +32,7 @@ import torch
 
 from ...linalg import NotPositiveDefiniteError
 from .. import distributed as dd
+from .. import fsdp
 from .._params import all_finite
 from ..output_metrics import output_metric as _resolve_output_metric
 from ..batch import Batch
@@ -141,6 +142,8 @@ class Preconditioner:
         named = trainable(self.module, params)
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
+        #: whether some parameters are sharded by ``fully_shard`` (their gradients are gathered, :mod:`~infogeo.nn.fsdp`)
+        self.sharded = any(fsdp.is_dtensor(p) for p in self.params)
         self.kind = CURVATURES[str(curvature).lower()]
         if self.kind == "implicit" and dd.world_size() > 1:
             raise ValueError("curvature='cg' solves with the local batch only, so the ranks of a process group "
@@ -242,9 +245,19 @@ class Preconditioner:
         Returns ``None`` when no curvature is available or ``1 + max_retries`` solves failed (the
         curvature is kept).  Under ``torch.distributed`` the ranks agree on each outcome.
         """
+        given, grads = grads, self._whole(grads)
         if self.solver is not None and not all_finite(grads.values()):   # a solve would only carry the NaN along
             dd.agree(ValueError("the gradient to precondition contains NaN or inf"))
-        return self._direction(grads)
+        delta = self._direction(grads)
+        return None if delta is None else self._shards(delta, given)
+
+    def _whole(self, grads: Params) -> Params:
+        """The whole gradients behind sharded ones (FSDP2: an all-gather each; the others as they are)."""
+        return fsdp.gather(grads) if self.sharded else grads
+
+    def _shards(self, delta: Params, like: Params) -> Params:
+        """The directions laid out like the gradients ``like`` (this rank's shards under FSDP2)."""
+        return {n: fsdp.shard_like(d, like[n]) for n, d in delta.items()} if self.sharded else delta
 
     def _direction(self, grads: Params) -> Optional[Params]:
         """:meth:`direction` of gradients known to be finite."""
@@ -327,7 +340,7 @@ class Preconditioner:
                 n = self.estimate.batch_size(inputs)
                 if n == 0:
                     raise ValueError("the batch is empty (0 examples): skip empty batches before the forward pass")
-                finite = all_finite(grads.values())
+                finite = all_finite(fsdp.local(t) for t in grads.values())
                 if finite:
                     new, template = self.estimate.local(self.steps, inputs, targets)
                     n = new[1] if new is not None else n
@@ -350,6 +363,7 @@ class Preconditioner:
                                  f"the statistics cannot be weighted by them")
             weight = float(sizes[dd.rank()] * len(sizes) / sizes.sum())
         self.estimate.install(self.steps, new, template, weight, self.damping)
+        given, grads = grads, self._whole(grads)
         delta = self._direction(grads)
         if delta is None:
             return self._skip("direction")
@@ -357,7 +371,7 @@ class Preconditioner:
         if scale != 1.0:
             delta = {k: d * scale for k, d in delta.items()}
         self.finish_step(True)
-        return delta
+        return self._shards(delta, given)
 
     def _skip(self, why: str) -> None:
         self.skip_reason = why

@@ -1,0 +1,192 @@
+"""Natural gradient on models sharded with FSDP2 (``fully_shard``, DTensor parameters), gloo on CPU.
+
+The ranks each see a part of the batch; FSDP2 all-gathers the parameters for the forward and
+reduce-scatters the gradients.  After several steps the parameters must equal those of one process
+training the unsharded model on the whole batch (float64, exact Fisher), for K-FAC (both placements),
+EKFAC, the diagonal, both step rules, on an MLP and a small transformer block.  The Monte Carlo
+Fisher and bf16 mixed precision must train (finite, decreasing losses; statistics in float32).
+"""
+import datetime
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+import infogeo as ig  # noqa: E402
+
+from .test_distributed import spawn_ranks  # noqa: E402
+
+fsdp_api = pytest.importorskip("torch.distributed.fsdp")
+if not hasattr(fsdp_api, "fully_shard"):
+    pytest.skip("this torch has no fully_shard (FSDP2)", allow_module_level=True)
+
+F = torch.nn.functional
+STEPS, N, T, VOCAB = 4, 16, 5, 11
+
+#: a collective that waits longer than this on a missing rank raises (instead of hanging)
+PG_TIMEOUT = datetime.timedelta(seconds=20)
+
+
+class Block(torch.nn.Module):
+    """A pre-norm transformer block (attention from Linear layers, a GELU MLP) on embedded tokens, mean-pooled."""
+
+    def __init__(self, d=8, classes=3):
+        super().__init__()
+        self.embed = torch.nn.Embedding(VOCAB, d)
+        self.norm1, self.norm2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(d, d) for _ in range(4))
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(d, 2 * d), torch.nn.GELU(), torch.nn.Linear(2 * d, d))
+        self.head = torch.nn.Linear(d, classes)
+
+    def forward(self, tokens):
+        h = self.embed(tokens)
+        a = self.norm1(h)
+        w = torch.softmax(self.q(a) @ self.k(a).transpose(1, 2) / a.shape[-1] ** 0.5, dim=-1)
+        h = h + self.o(w @ self.v(a))
+        h = h + self.mlp(self.norm2(h))
+        return self.head(h.mean(1))
+
+
+def mlp():
+    return torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 5), torch.nn.Tanh(),
+                               torch.nn.Linear(5, 3))
+
+
+def problem(arch, dtype=torch.float64):
+    """A freshly seeded model and ``STEPS`` batches of ``N`` examples."""
+    torch.manual_seed(0)
+    model = (mlp() if arch == "mlp" else Block()).to(dtype)
+    g = torch.Generator().manual_seed(1)
+    X = torch.randn(STEPS, N, 4, generator=g, dtype=dtype) if arch == "mlp" else \
+        torch.randint(0, VOCAB, (STEPS, N, T), generator=g)
+    y = torch.randint(0, 3, (STEPS, N), generator=g)
+    return model, X, y
+
+
+def shard(model, policy=None):
+    """``fully_shard`` every Linear (and the block's MLP), then the root, as FSDP2's examples do."""
+    from torch.distributed.fsdp import fully_shard
+    kw = {} if policy is None else {"mp_policy": policy}
+    for m in list(model.modules())[1:]:
+        if isinstance(m, torch.nn.Linear) or (isinstance(m, torch.nn.Sequential) and m is not model):
+            if not any(isinstance(p, torch.distributed.tensor.DTensor) for p in m.parameters()):
+                fully_shard(m, **kw)
+    fully_shard(model, **kw)
+    return model
+
+
+def train(model, X, y, curvature, placement="memory", arch="mlp", step_rule="clip", fisher="exact"):
+    """Losses of the steps and the whole parameters after them (float64 lists)."""
+    opt = ig.nn.NaturalGradient(model, lr=0.3 if step_rule == "clip" else 0.05, curvature=curvature, damping=1e-2,
+                                fisher=fisher, curvature_update_period=2, inverse_update_period=3,
+                                placement=placement, step_rule=step_rule,
+                                **({"momentum": 0.5} if step_rule == "clip" else {}))
+    losses = []
+    for xb, yb in zip(X, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(xb), yb)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    whole = [p.full_tensor() if isinstance(p, torch.distributed.tensor.DTensor) else p for p in model.parameters()]
+    return losses, torch.cat([p.detach().reshape(-1).double() for p in whole]).tolist(), opt
+
+
+# (curvature, placement, architecture, step rule): exact Fisher, equal to one process
+CASES = [("kfac", "memory", "mlp", "clip"), ("kfac", "comm", "mlp", "clip"), ("diag", "memory", "mlp", "clip"),
+         ("ekfac", "memory", "mlp", "clip"), ("ekfac", "comm", "mlp", "clip"), ("kfac", "memory", "mlp", "graft"),
+         ("kfac", "memory", "block", "clip"), ("kfac", "comm", "block", "graft")]
+CASES_4 = [("kfac", "memory", "mlp", "clip"), ("ekfac", "comm", "block", "clip")]
+
+
+def _worker(rank, port, queue, world):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=PG_TIMEOUT)
+    try:
+        torch.set_num_threads(1)
+        part = slice(rank * N // world, (rank + 1) * N // world)
+        out = {}
+        for case in (CASES if world == 2 else CASES_4):
+            model, X, y = problem(case[2])
+            out[case] = train(shard(model), X[:, part], y[:, part], *case)[:2]
+        if world == 2:
+            out["mc"] = mc_fisher(part)
+            out["bf16"] = bf16(part)
+        queue.put((rank, out))
+    finally:
+        dist.destroy_process_group()
+
+
+def mc_fisher(part):
+    model, X, y = problem("mlp")
+    losses, params, _ = train(shard(model), X[:, part].repeat(3, 1, 1), y[:, part].repeat(3, 1), "kfac",
+                              fisher="mc")
+    return losses, params
+
+
+def bf16(part):
+    """FSDP2 mixed precision: bf16 compute, float32 parameters; statistics and factorisations in float32."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    model, X, y = problem("block", torch.float32)
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    losses, _, opt = train(shard(model, policy), X[:, part].repeat(3, 1, 1), y[:, part].repeat(3, 1), "kfac",
+                           step_rule="graft")
+    stats = opt.preconditioner.curvature.stats()
+    return (losses, sorted({str(t.dtype) for t in stats.values()}),
+            sorted({str(p.dtype) for p in opt.preconditioner.params}))
+
+
+def expected(case):
+    """The one-process run on the whole batch, unsharded."""
+    model, X, y = problem(case[2])
+    start = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    _, params, _ = train(model, X, y, *case)
+    params = torch.tensor(params, dtype=torch.float64)
+    assert (params - start).abs().max() > 1e-2   # the parameters moved
+    return params
+
+
+@pytest.fixture(scope="module")
+def two():
+    return spawn_ranks(2, _worker)
+
+
+def test_two_ranks_of_fsdp2_equal_one_process_on_the_whole_batch(two):
+    for case in CASES:
+        want = expected(case)
+        for r in range(2):
+            got = torch.tensor(two[r][case][1], dtype=torch.float64)
+            assert torch.allclose(got, want, rtol=0, atol=1e-8), (case, r, (got - want).abs().max())
+
+
+def test_four_ranks_of_fsdp2_equal_one_process_on_the_whole_batch():
+    results = spawn_ranks(4, _worker)
+    for case in CASES_4:
+        want = expected(case)
+        for r in range(4):
+            got = torch.tensor(results[r][case][1], dtype=torch.float64)
+            assert torch.allclose(got, want, rtol=0, atol=1e-8), (case, r, (got - want).abs().max())
+
+
+def test_monte_carlo_fisher_trains_under_fsdp2(two):
+    for r in range(2):
+        losses, params = two[r]["mc"]
+        assert all(torch.isfinite(torch.tensor(losses + params)))
+        assert sum(losses[-3:]) < sum(losses[:3]), losses
+    assert two[0]["mc"][1] == two[1]["mc"][1]   # one model: the ranks' whole parameters agree
+
+
+def test_bf16_mixed_precision_trains_with_float32_statistics(two):
+    for r in range(2):
+        losses, stat_dtypes, param_dtypes = two[r]["bf16"]
+        assert all(torch.isfinite(torch.tensor(losses))), losses
+        assert sum(losses[-3:]) < sum(losses[:3]), losses
+        assert stat_dtypes == ["torch.float32"] and param_dtypes == ["torch.float32"]
+
+
+def test_fsdp2_is_recognised_and_other_dtensors_refused_without_a_process_group():
+    from infogeo.nn import fsdp
+    assert fsdp.managed(mlp()) == {} and not fsdp.is_dtensor(torch.zeros(2))
+    t = torch.arange(3.0)
+    assert fsdp.gather({"a": t})["a"] is t and fsdp.shard_like(t, t) is t and fsdp.local(t) is t
