@@ -85,3 +85,17 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
+
+
+# the spawned gloo ranks of test_distributed, shared by its tests, the fault scenarios and the FSDP2 runs: defined
+# here once (a fixture imported into several test modules would spawn its processes once per module)
+@pytest.fixture(scope="session")
+def two_ranks():
+    from .test_distributed import spawn_ranks
+    return spawn_ranks(2)
+
+
+@pytest.fixture(scope="session")
+def four_ranks():
+    from .test_distributed import spawn_ranks
+    return spawn_ranks(4)

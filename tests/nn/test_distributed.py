@@ -78,24 +78,23 @@ def _worker(rank, port, queue, world=2):
             # plain floats: a tensor would be shared through a file descriptor that dies with the process
             params, used = train(model, X[:, part], y[:, part], *case, ddp=True)
             out[case] = (params.tolist(), used)
+        # the FSDP2 runs (where this torch has fully_shard) and the fault scenarios share these processes
+        out = {"cases": out, "fsdp": _fsdp(rank, world)}
         if world == 2:
-            from .test_distributed_faults import run_scenarios   # the fault scenarios share these two processes
-            queue.put((rank, {"cases": out, "faults": run_scenarios(rank)}))
-        else:
-            queue.put((rank, {"cases": out}))
+            from .test_distributed_faults import run_scenarios
+            out["faults"] = run_scenarios(rank)
+        queue.put((rank, out))
     finally:
         dist.destroy_process_group()
 
 
-def spawn_ranks(world, target=None):
-    """What ``world`` spawned gloo ranks computed, ``{rank: {"cases": ..., "faults": ...}}``, in bounded time.
-
-    ``target(rank, port, queue, world)`` runs on each rank (default: this module's DDP cases and faults) and puts
-    ``(rank, result)`` on the queue."""
+def spawn_ranks(world):
+    """What ``world`` spawned gloo ranks computed, ``{rank: {"cases": ..., "fsdp": ..., "faults": ...}}``, in
+    bounded time."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=target or _worker, args=(r, port, queue, world)) for r in range(world)]
+    procs = [ctx.Process(target=_worker, args=(r, port, queue, world)) for r in range(world)]
     for p in procs:
         p.start()
     results, start = {}, time.monotonic()
@@ -117,13 +116,18 @@ def spawn_ranks(world, target=None):
     return results
 
 
-@pytest.fixture(scope="session")
-def two_ranks():
-    return spawn_ranks(2)
+def _fsdp(rank, world):
+    """The FSDP2 runs of :mod:`.test_fsdp` on this rank, or ``None`` where torch has no ``fully_shard``."""
+    try:
+        from torch.distributed.fsdp import fully_shard  # noqa: F401
+    except ImportError:
+        return None
+    from .test_fsdp import run_fsdp
+    return run_fsdp(rank, world)
 
 
-def test_four_ranks_on_quarter_batches_equal_one_process_on_the_whole():
-    results = spawn_ranks(4)
+def test_four_ranks_on_quarter_batches_equal_one_process_on_the_whole(four_ranks):
+    results = four_ranks
     for case in CASES_4:
         model, X, y = problem(*case[3:])
         expected, _ = train(model, X, y, *case)

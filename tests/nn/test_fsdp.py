@@ -1,21 +1,16 @@
 """Natural gradient on models sharded with FSDP2 (``fully_shard``, DTensor parameters), gloo on CPU.
 
-The ranks each see a part of the batch; FSDP2 all-gathers the parameters for the forward and
+The runs share the spawned gloo ranks of :mod:`.test_distributed` (its process-group timeout and
+deadline bound them).  The ranks each see a part of the batch; FSDP2 all-gathers the parameters for the forward and
 reduce-scatters the gradients.  After several steps the parameters must equal those of one process
 training the unsharded model on the whole batch (float64, exact Fisher), for K-FAC (both placements),
 EKFAC, the diagonal, both step rules, on an MLP and a small transformer block.  The Monte Carlo
 Fisher and bf16 mixed precision must train (finite, decreasing losses; statistics in float32).
 """
-import datetime
-
 import pytest
 
 torch = pytest.importorskip("torch")
-import torch.distributed as dist  # noqa: E402
-
 import infogeo as ig  # noqa: E402
-
-from .test_distributed import spawn_ranks  # noqa: E402
 
 fsdp_api = pytest.importorskip("torch.distributed.fsdp")
 if not hasattr(fsdp_api, "fully_shard"):
@@ -23,9 +18,6 @@ if not hasattr(fsdp_api, "fully_shard"):
 
 F = torch.nn.functional
 STEPS, N, T, VOCAB = 4, 16, 5, 11
-
-#: a collective that waits longer than this on a missing rank raises (instead of hanging)
-PG_TIMEOUT = datetime.timedelta(seconds=20)
 
 
 class Block(torch.nn.Module):
@@ -97,30 +89,25 @@ def train(model, X, y, curvature, placement="memory", arch="mlp", step_rule="cli
 CASES = [("kfac", "memory", "mlp", "clip"), ("kfac", "comm", "mlp", "clip"), ("diag", "memory", "mlp", "clip"),
          ("ekfac", "memory", "mlp", "clip"), ("ekfac", "comm", "mlp", "clip"), ("kfac", "memory", "mlp", "graft"),
          ("kfac", "memory", "block", "clip"), ("kfac", "comm", "block", "graft")]
-CASES_4 = [("kfac", "memory", "mlp", "clip"), ("ekfac", "comm", "block", "clip")]
+CASES_4 = [("kfac", "memory", "mlp", "clip"), ("ekfac", "comm", "mlp", "clip")]
 
 
-def _worker(rank, port, queue, world):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=PG_TIMEOUT)
-    try:
-        torch.set_num_threads(1)
-        part = slice(rank * N // world, (rank + 1) * N // world)
-        out = {}
-        for case in (CASES if world == 2 else CASES_4):
-            model, X, y = problem(case[2])
-            out[case] = train(shard(model), X[:, part], y[:, part], *case)[:2]
-        if world == 2:
-            out["mc"] = mc_fisher(part)
-            out["bf16"] = bf16(part)
-        queue.put((rank, out))
-    finally:
-        dist.destroy_process_group()
+def run_fsdp(rank, world):
+    """This rank's share of the FSDP2 runs (called by the spawned ranks of :mod:`.test_distributed`)."""
+    part = slice(rank * N // world, (rank + 1) * N // world)
+    out = {}
+    for case in (CASES if world == 2 else CASES_4):
+        model, X, y = problem(case[2])
+        out[case] = train(shard(model), X[:, part], y[:, part], *case)[:2]
+    if world == 2:
+        out["mc"] = mc_fisher(part)
+        out["bf16"] = bf16(part)
+    return out
 
 
 def mc_fisher(part):
     model, X, y = problem("mlp")
-    losses, params, _ = train(shard(model), X[:, part].repeat(3, 1, 1), y[:, part].repeat(3, 1), "kfac",
+    losses, params, _ = train(shard(model), X[:, part].repeat(2, 1, 1), y[:, part].repeat(2, 1), "kfac",
                               fisher="mc")
     return losses, params
 
@@ -128,9 +115,9 @@ def mc_fisher(part):
 def bf16(part):
     """FSDP2 mixed precision: bf16 compute, float32 parameters; statistics and factorisations in float32."""
     from torch.distributed.fsdp import MixedPrecisionPolicy
-    model, X, y = problem("block", torch.float32)
+    model, X, y = problem("mlp", torch.float32)
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    losses, _, opt = train(shard(model, policy), X[:, part].repeat(3, 1, 1), y[:, part].repeat(3, 1), "kfac",
+    losses, _, opt = train(shard(model, policy), X[:, part].repeat(2, 1, 1), y[:, part].repeat(2, 1), "kfac",
                            step_rule="graft")
     stats = opt.preconditioner.curvature.stats()
     return (losses, sorted({str(t.dtype) for t in stats.values()}),
@@ -148,8 +135,8 @@ def expected(case):
 
 
 @pytest.fixture(scope="module")
-def two():
-    return spawn_ranks(2, _worker)
+def two(two_ranks):
+    return {r: two_ranks[r]["fsdp"] for r in range(2)}
 
 
 def test_two_ranks_of_fsdp2_equal_one_process_on_the_whole_batch(two):
@@ -160,8 +147,8 @@ def test_two_ranks_of_fsdp2_equal_one_process_on_the_whole_batch(two):
             assert torch.allclose(got, want, rtol=0, atol=1e-8), (case, r, (got - want).abs().max())
 
 
-def test_four_ranks_of_fsdp2_equal_one_process_on_the_whole_batch():
-    results = spawn_ranks(4, _worker)
+def test_four_ranks_of_fsdp2_equal_one_process_on_the_whole_batch(four_ranks):
+    results = {r: four_ranks[r]["fsdp"] for r in range(4)}
     for case in CASES_4:
         want = expected(case)
         for r in range(4):
