@@ -68,8 +68,9 @@ def shard(model, policy=None):
     return model
 
 
-def train(model, X, y, curvature, placement="memory", arch="mlp", step_rule="clip", fisher="exact"):
-    """Losses of the steps and the whole parameters after them (float64 lists)."""
+def train(model, X, y, curvature, placement="memory", arch="mlp", step_rule="clip", fisher="exact", named=False):
+    """Losses of the steps and the whole parameters after them (float64 lists); ``named``: the curvature on the
+    batch named to ``step(inputs=...)``, not recorded by the hooks."""
     opt = ig.nn.NaturalGradient(model, lr=0.3 if step_rule == "clip" else 0.05, curvature=curvature, damping=1e-2,
                                 fisher=fisher, curvature_update_period=2, inverse_update_period=3,
                                 placement=placement, step_rule=step_rule,
@@ -79,16 +80,18 @@ def train(model, X, y, curvature, placement="memory", arch="mlp", step_rule="cli
         opt.zero_grad()
         loss = F.cross_entropy(model(xb), yb)
         loss.backward()
-        opt.step()
-        losses.append(float(loss))
+        opt.step(**({"inputs": xb} if named else {}))
+        losses.append(float(loss.detach()))
     whole = [p.full_tensor() if isinstance(p, torch.distributed.tensor.DTensor) else p for p in model.parameters()]
     return losses, torch.cat([p.detach().reshape(-1).double() for p in whole]).tolist(), opt
 
 
-# (curvature, placement, architecture, step rule): exact Fisher, equal to one process
+# (curvature, placement, architecture, step rule[, Fisher, named batch]), equal to one process
 CASES = [("kfac", "memory", "mlp", "clip"), ("kfac", "comm", "mlp", "clip"), ("diag", "memory", "mlp", "clip"),
          ("ekfac", "memory", "mlp", "clip"), ("ekfac", "comm", "mlp", "clip"), ("kfac", "memory", "mlp", "graft"),
-         ("kfac", "memory", "block", "clip"), ("kfac", "comm", "block", "graft")]
+         ("block", "comm", "mlp", "clip"), ("kfac", "memory", "mlp", "clip", "empirical"),
+         ("kfac", "memory", "mlp", "clip", "exact", True), ("kfac", "memory", "block", "clip"),
+         ("kfac", "comm", "block", "graft")]
 CASES_4 = [("kfac", "memory", "mlp", "clip"), ("ekfac", "comm", "mlp", "clip")]
 
 
@@ -102,6 +105,35 @@ def run_fsdp(rank, world):
     if world == 2:
         out["mc"] = mc_fisher(part)
         out["bf16"] = bf16(part)
+        out["refused"] = refusals()
+    return out
+
+
+def outcome(fn):
+    """``("ok", None)`` or the exception's type name and message."""
+    try:
+        fn()
+        return ("ok", None)
+    except Exception as exc:   # checked by the test
+        return (type(exc).__name__, str(exc))
+
+
+def refusals():
+    """What needs the model evaluated at its (sharded) parameters is refused at construction; so is tensor
+    parallelism under fully_shard."""
+    out = {"dense": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), curvature="dense")),
+           "quadratic": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), quadratic_model=True)),
+           "adaptive": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), adaptive_damping=True))}
+    try:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+        mesh = init_device_mesh("cpu", (1, 2), mesh_dim_names=("dp", "tp"))
+        model = parallelize_module(mlp(), mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
+        fully_shard(model, mesh=mesh["dp"])
+    except Exception:   # this torch cannot build it on CPU
+        return out
+    out["tensor_parallel"] = outcome(lambda: ig.nn.NaturalGradient(model))
     return out
 
 
@@ -170,6 +202,16 @@ def test_bf16_mixed_precision_trains_with_float32_statistics(two):
         assert all(torch.isfinite(torch.tensor(losses))), losses
         assert sum(losses[-3:]) < sum(losses[:3]), losses
         assert stat_dtypes == ["torch.float32"] and param_dtypes == ["torch.float32"]
+
+
+def test_what_needs_the_sharded_parameters_is_refused_at_construction(two):
+    for r in range(2):
+        got = two[r]["refused"]
+        for key, words in (("dense", "curvature='dense'"), ("quadratic", "quadratic_model"),
+                           ("adaptive", "adaptive_damping"), ("tensor_parallel", "tensor parallelism")):
+            if key in got:
+                name, message = got[key]
+                assert name == "ValueError" and words in message and "FSDP2" in message, (key, got[key])
 
 
 def test_fsdp2_is_recognised_and_other_dtensors_refused_without_a_process_group():

@@ -162,6 +162,9 @@ class NaturalGradient(torch.optim.Optimizer):
             model, curvature, damping, params=trainable, lr=self, kl_clip=None if quadratic_model else kl_clip,
             min_damping=min(1e-4, damping) if min_damping is None else min_damping, max_retries=max_retries,
             **options)
+        if self.preconditioner.sharded and (quadratic_model or adaptive_damping):
+            raise ValueError("quadratic_model and adaptive_damping evaluate the model at its parameters, which "
+                             "fully_shard (FSDP2) keeps sharded; use the default step rules under FSDP2")
         self.model = model
         self.kl_clip, self.quadratic_model = kl_clip, bool(quadratic_model)
         self.step_rule, self.betas, self.eps = rule, betas, eps

@@ -41,7 +41,7 @@ from . import state
 from .damping import Damping
 from .estimate import CurvatureEstimate
 from .hooks import ForwardRecorder, unwrap
-from .settings import CURVATURES, FISHER, check_learning_rate, check_settings, trainable
+from .settings import CAPTURED, CURVATURES, FISHER, check_learning_rate, check_settings, trainable
 
 logger = logging.getLogger(__name__)
 
@@ -148,6 +148,10 @@ class Preconditioner:
         if self.kind == "implicit" and dd.world_size() > 1:
             raise ValueError("curvature='cg' solves with the local batch only, so the ranks of a process group "
                              "would move apart; use 'kfac', 'diag', 'block' or 'dense' (statistics all-reduced)")
+        if self.sharded and self.kind not in CAPTURED:
+            raise ValueError(f"curvature={curvature!r} evaluates the model at its parameters, which fully_shard "
+                             f"(FSDP2) keeps sharded; under FSDP2 use 'kfac', 'ekfac', 'diag' or 'block' (statistics "
+                             f"recorded in the model's own forward and backward)")
         self.fisher = FISHER[str(fisher).lower()]
         self.lr, self.kl_clip = lr, None if kl_clip is None else float(kl_clip)
         if lr is None and kl_clip is not None:
