@@ -25,7 +25,9 @@ DDP's own all-reduce of the gradients moves :math:`2bP(R-1)/R` per rank (ring).
 During the backward that records the statistics, the Monte Carlo or exact Fisher's columns are
 back-propagated through the model's graph inside the user's backward (:mod:`.optim.hooks`); that
 pass runs FSDP2's backward hooks, so it keeps the layers unsharded (:func:`no_reshard_in_backward`)
-for the user's backward to find them.  Tensor parallelism under ``fully_shard`` (parameters that
+for the user's backward to find them, which reshards each as it passes: on the steps that refresh the
+statistics (every ``curvature_update_period``) the whole model is unsharded for part of the backward,
+as with ``reshard_after_forward=False``; the empirical Fisher needs no such pass on 2-D outputs.  Tensor parallelism under ``fully_shard`` (parameters that
 were DTensors before) is not supported (each rank's layers would compute a slice of the outputs).
 """
 from __future__ import annotations
