@@ -30,16 +30,16 @@ import logging
 import math
 from typing import Any, Callable, Iterable, Optional, Tuple, Union
 
+import numpy as np
 import torch
 
 from ..geometry.linearization import Linearization, same_state, versions
 from ..geometry.manifold import Manifold
 from ..geometry.vectors import Covector, TangentVector
-from ._layers import batch_statistics_layers, warn_random_layers
+from ._layers import batch_statistics_layers, check_per_example, warn_random_layers
 from .batch import Batch
 from ._params import CurrentPoint, ParamLayout, Params
-from .curvature import Curvature, build as _build_curvature, kinds
-from .curvature import _backprop as _bp
+from .curvature import Curvature, _backprop as _bp, build as _build_curvature, kinds
 from .network_metric import NetworkMetric
 from .output_metrics import OutputMetric, output_metric as _resolve_metric
 
@@ -118,8 +118,8 @@ class ParameterSpace(Manifold):
         self.model = model
         self.names = [n for n, _ in named]
         # a view of the model's current values (no copy); the model is never written to
-        self.point = CurrentPoint(self, {n: p.detach() for n, p in named})
-        self.layout = ParamLayout.of(self.point)
+        self._point = CurrentPoint(self, {n: p.detach() for n, p in named})
+        self.layout = ParamLayout.of(self._point)
         self.batch, self.output_fn = Batch.of(data), output_fn
         self.targets = targets
         metric = _resolve_metric(output_metric)
@@ -130,9 +130,9 @@ class ParameterSpace(Manifold):
             if a.device != self.device:
                 raise ValueError(f"data on {a.device} but the model's parameters on {self.device}; "
                                  f"move them to one device")
-        self._outputs = None
+        self._outputs: Optional[Tuple[Any, torch.Tensor]] = None
         self.output_metric = metric
-        z = self._output_shape()
+        z = self._output_shape() if _bp.recorded_outputs() is None else _bp.recorded_outputs().detach()
         metric.check(z)
         self.batch_size = int(z.shape[0])
         for a in self.batch.tensors():
@@ -146,13 +146,7 @@ class ParameterSpace(Manifold):
 
     # ------------------------------------------------------------ the map
     def _output_shape(self) -> torch.Tensor:
-        """Outputs as a tensor of the right shape and dtype, cheaply: a forward pass on the
-        ``meta`` device (no arithmetic), or the real forward pass where the model cannot run there; inside
-        :func:`~.curvature._backprop.recorded_forward`, the recorded outputs (no forward at all: a model
-        sharded with ``fully_shard`` cannot run on the point's sharded values)."""
-        recorded = _bp.recorded_outputs()
-        if recorded is not None:
-            return recorded.detach()
+        """Outputs of the right shape and dtype, cheaply: a ``meta``-device forward, else the real one."""
         meta = {n: torch.empty_like(t, device="meta")
                 for n, t in list(self.model.named_parameters()) + list(self.model.named_buffers())}
         try:
@@ -163,6 +157,11 @@ class ParameterSpace(Manifold):
         except Exception:  # data-dependent code, tensors held outside parameters and buffers, ...
             logger.debug("meta-device forward failed; probing the outputs with the real forward pass")
         return self.outputs
+
+    @property
+    def point(self) -> CurrentPoint:  # type: ignore[override]
+        """The model's current parameters (views); calling it is the manifold protocol's ``point(coords)``."""
+        return self._point
 
     @property
     def outputs(self) -> torch.Tensor:
@@ -184,10 +183,8 @@ class ParameterSpace(Manifold):
         return tensors, versions(tensors)
 
     def function(self, params: Params) -> torch.Tensor:
-        """Outputs :math:`z = f(w, x)` for parameter values ``params`` (dict), model untouched.
-
-        BatchNorm layers in training mode update copies of their running statistics.
-        """
+        """Outputs :math:`z = f(w, x)` for parameter values ``params`` (dict), model untouched (BatchNorm
+        layers in training mode update copies of their running statistics)."""
         stateful = {f"{path}.{b}" if path else b: t.clone()
                     for path, m in batch_statistics_layers(self.model).items() if m.track_running_stats
                     for b, t in m.named_buffers(recurse=False) if t is not None}
@@ -202,14 +199,7 @@ class ParameterSpace(Manifold):
 
     def check_per_example(self) -> None:
         """Raise ``ValueError`` if a layer couples the examples of the batch (per-example curvature undefined)."""
-        coupled = batch_statistics_layers(self.model)
-        if coupled:
-            path, m = next(iter(coupled.items()))
-            raise ValueError(
-                f"layer {path!r} ({type(m).__name__} in training mode) normalises with statistics of the whole "
-                f"batch, so the examples are coupled and the per-example curvatures ('diag', 'kfac', 'block') "
-                f"are not defined; call model.eval() first, or use kind='implicit' or 'dense' (exact for the "
-                f"coupled batch)")
+        check_per_example(self.model)
 
     # ------------------------------------------------------------ the manifold
     def check_point(self, x: Any) -> None:
@@ -220,7 +210,7 @@ class ParameterSpace(Manifold):
         if not all(bool(torch.isfinite(t).all()) for t in x.values()):
             raise ValueError("the point (parameters) contains NaN or inf")
 
-    def _as_point(self, coords: Any = None) -> Params:
+    def _as_point(self, coords: Any = None, what: str = "the point") -> Params:
         """A validated point: ``None`` (the model's current parameters), a dict, or a flat vector in layout order."""
         if coords is None:
             coords = self.point
@@ -231,9 +221,16 @@ class ParameterSpace(Manifold):
         self.check_point(coords)
         return dict(coords)  # a plain dict (a pytree for torch.func), sharing the tensors
 
-    def random_point(self, rng: Optional[torch.Generator] = None, scale: float = 1.0) -> Params:
-        """The current parameters plus Gaussian noise of standard deviation ``scale``."""
-        return {n: t + scale * torch.randn(t.shape, dtype=t.dtype, device=t.device, generator=rng)
+    def random_point(self, rng: Union[None, int, np.random.Generator, torch.Generator] = None,
+                     scale: float = 1.0) -> Params:
+        """The current parameters plus Gaussian noise of standard deviation ``scale``; ``rng`` a torch
+        ``Generator``, or a seed / numpy ``Generator`` (as the other manifolds take) that seeds one."""
+        if rng is not None and not isinstance(rng, torch.Generator):
+            seed = int(np.random.default_rng(rng).integers(2 ** 63 - 1))
+            rng = torch.Generator().manual_seed(seed)
+        on_cpu = rng is not None and rng.device.type == "cpu"
+        return {n: t + scale * torch.randn(t.shape, dtype=t.dtype, device="cpu" if on_cpu else t.device,
+                                           generator=rng).to(t.device)
                 for n, t in self.point.items()}
 
     def _at(self, args: tuple, cls: type, what: str):

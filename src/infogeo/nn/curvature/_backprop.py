@@ -67,7 +67,9 @@ def recorded_forward(z: torch.Tensor, calls: Dict[str, list],
 
 
 def recorded_outputs() -> Optional[torch.Tensor]:
-    """The outputs :math:`z` of the forward :func:`recorded_forward` stands for (``None`` outside it)."""
+    """The outputs :math:`z` of the forward :func:`recorded_forward` stands for (``None`` outside it): a
+    :class:`~infogeo.nn.space.ParameterSpace` built inside takes its output shape from them, as a model sharded
+    with ``fully_shard`` (FSDP2) cannot run on its sharded parameters there."""
     recorded = _RECORDED.get()
     return None if recorded is None else recorded[0]
 
@@ -201,7 +203,7 @@ def _classify(layer: Layer, calls: List[_Call], N: int) -> Optional[LayerRule]:
         return None
     c = calls[0]
     args, kwargs = c.args, c.kwargs
-    if c.edge is None or c.modified_in_place() or len(c.shape) == 0 or c.shape[0] != N:
+    if c.edge is None or c.shape is None or c.modified_in_place() or len(c.shape) == 0 or c.shape[0] != N:
         return None  # unusual output, or modified in place after the layer (e.g. ReLU(inplace=True))
     if not args or not all(isinstance(a, torch.Tensor) and a.dim() and a.shape[0] == N for a in args):
         return None

@@ -11,7 +11,7 @@ from typing import Any, Optional
 import torch
 
 from .._params import ParamLayout, Params
-from .base import BlockCurvature
+from .blockwise import BlockCurvature
 from .blocks import DenseBlock
 
 
@@ -30,7 +30,9 @@ class Dense(BlockCurvature):
     @property
     def M(self) -> torch.Tensor:
         """The matrix."""
-        return self.blocks[0].M
+        block = self.blocks[0]
+        assert isinstance(block, DenseBlock)
+        return block.M
 
     def to_dense(self) -> torch.Tensor:
         return self.M

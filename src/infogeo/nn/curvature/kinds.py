@@ -12,7 +12,7 @@ Methods (how the output metric's columns are obtained, :meth:`~infogeo.nn.Parame
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Dict, Tuple
 
 __all__ = ["Kind", "KINDS", "METHODS", "ALIASES", "kind", "method", "table"]
 
@@ -41,7 +41,7 @@ class Kind:
     #: usable under torch.distributed by the optimizers (statistics averaged over the ranks)
     distributed: bool = True
 
-    def load(self) -> Callable:
+    def load(self) -> Any:
         """The class that builds this kind."""
         import importlib
         module, cls = self.builder.split(":")
