@@ -7,7 +7,7 @@ import pytest
 
 import infogeo as ig
 from infogeo import backend as B
-from infogeo.solvers import DiscreteIGO, natural_gradient_flow
+from infogeo.solvers import DiscreteIGO, natural_gradient_flow, relaxation_natural_gradient
 
 EDGES = [(0, 1), (1, 2), (2, 3), (0, 3)]
 
@@ -130,26 +130,69 @@ def test_observation_and_mean_chart_validation():
         ig.IsingModel(3, edges=[(0, 1, 2)])
 
 
-
-
 def f_seed(X):
     return X[:, 0] + 2 * X[:, 1] + 3 * X[:, 0] * X[:, 1]
 
 
 def test_flow_with_f_in_the_span_reaches_the_minimum_from_every_start():
-    """Malagò & Pistone (2015): f = x1 + 2 x2 + 3 x1 x2 is in the span of the interaction model."""
+    """Malagò & Pistone (2015): f = x1 + 2 x2 + 3 x1 x2 is in the span of the interaction model, so the
+    natural gradient is the constant (1, 2, 3) and the flow is the straight line theta0 - t (1, 2, 3)."""
     M = ig.IsingModel(2, edges=[(0, 1)])
-    for t1, t2, t12 in itertools.product([-2.0, 0.0, 2.0], repeat=3):
-        r = natural_gradient_flow(M, f_seed, [t1, t2, t12], t_max=40)
-        assert r.success and list(r.mode) == [1.0, -1.0] and r.mode_prob >= 1 - 1e-6
+    c = np.array([1.0, 2.0, 3.0])
+    for start in itertools.product([-2.0, 0.0, 2.0], repeat=3):
+        r = natural_gradient_flow(M, f_seed, start, tol=1e-10)
+        assert r.success and r.at_minimum and list(r.mode) == [1.0, -1.0] and r.mode_prob >= 1 - 1e-10
+        assert r.gap <= 6 * 1e-10 + 1e-15   # E[f] - min f <= (max f - min f) (1 - p_max)
+        np.testing.assert_allclose(r.thetas, np.asarray(start) - r.t[:, None] * c, atol=1e-9)
+
+
+def test_natural_gradient_stays_exact_near_the_point_mass():
+    """The regression weights span ~1e-200 here: an SVD solve drops the light outcomes and returns a wrong
+    vector field (the flow from (-2, -2, -2) then never finished); the row-sorted QR keeps (1, 2, 3)."""
+    M = ig.IsingModel(2, edges=[(0, 1)])
+    c = np.array([1.0, 2.0, 3.0])
+    for t in [0.0, 5.0, 8.0, 20.0, 60.0]:
+        value, grad, nat = relaxation_natural_gradient(M, np.full(3, -2.0) - t * c, f_seed)
+        np.testing.assert_allclose(nat, c, rtol=1e-9)
+    # against the definition F^{-1} Cov(f, t), by brute force, where F is well conditioned
+    theta = np.array([0.3, -0.4, 0.2])
+    X, T, p, _, eta, cov = brute(2, [(0,), (1,), (0, 1)], theta)
+    fx = f_seed(X)
+    g_ref = (p * (fx - p @ fx)) @ (T - eta)
+    value, grad, nat = relaxation_natural_gradient(M, theta, f_seed)
+    assert value == pytest.approx(p @ fx, abs=1e-13)
+    np.testing.assert_allclose(grad, g_ref, atol=1e-13)
+    np.testing.assert_allclose(nat, np.linalg.solve(cov, g_ref), atol=1e-10)
+    # outside the span (independence model) too: nat = Cov(t)^{-1} Cov(f, t)
+    X, T, p, _, eta, cov = brute(2, [(0,), (1,)], theta[:2])
+    value, grad, nat = relaxation_natural_gradient(ig.IsingModel(2), theta[:2], f_seed)
+    np.testing.assert_allclose(nat, np.linalg.solve(cov, (p * (fx - p @ fx)) @ (T - eta)), atol=1e-10)
 
 
 def test_independence_flow_can_end_at_a_non_optimal_vertex():
-    I = ig.IsingModel(2)   # first-order statistics only
-    bad = natural_gradient_flow(I, f_seed, [-1.0, 1.0], t_max=40)
-    assert bad.success and list(bad.mode) == [-1.0, 1.0]        # f = -2 there; the minimum is -4
-    good = natural_gradient_flow(I, f_seed, [1.0, -1.0], t_max=40)
-    assert list(good.mode) == [1.0, -1.0]
+    I = ig.IsingModel(2)   # first-order statistics only: f_seed is outside the span
+    bad = natural_gradient_flow(I, f_seed, [-1.0, 1.0])
+    assert bad.success and not bad.at_minimum and list(bad.mode) == [-1.0, 1.0]   # f = -2 there; min f = -4
+    assert bad.gap == pytest.approx(2.0, abs=1e-6)
+    good = natural_gradient_flow(I, f_seed, [1.0, -1.0])
+    assert good.success and good.at_minimum and list(good.mode) == [1.0, -1.0]
+    # the interaction model from the same marginals (theta_12 = 0) reaches the minimum
+    M = ig.IsingModel(2, edges=[(0, 1)])
+    assert natural_gradient_flow(M, f_seed, [-1.0, 1.0, 0.0]).at_minimum
+
+
+def test_flow_budget_and_validation():
+    M = ig.IsingModel(2, edges=[(0, 1)])
+    r = natural_gradient_flow(M, f_seed, [0.0, 0.0, 0.0], max_steps=1)
+    assert r.nit == 1 and not r.success and "max_steps" in r.message
+    r = natural_gradient_flow(M, f_seed, [0.0, 0.0, 0.0], t_max=0.5)
+    assert not r.success and r.t[-1] == pytest.approx(0.5) and "t_max" in r.message
+    with pytest.raises(ValueError, match="theta0"):
+        natural_gradient_flow(M, f_seed, [0.0, 0.0])
+    with pytest.raises(ValueError, match="4 finite values"):
+        natural_gradient_flow(M, lambda X: X[:, 0] * np.nan, [0.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match="tol"):
+        natural_gradient_flow(M, f_seed, [0.0, 0.0, 0.0], tol=0)
 
 
 def test_discrete_igo_solves_onemax_30_within_budget():
