@@ -19,8 +19,14 @@ beyond ``exact_up_to`` variables the step is taken in :math:`\theta` with a Mont
 Fisher matrix, :math:`\theta \leftarrow \theta + \delta t\,\hat F^{-1}\sum_i w_i(t(x_i) - \hat\eta)`,
 :math:`\hat F, \hat\eta` from persistent Gibbs chains (no evaluations of :math:`f`).
 
-Defaults, none tuned per problem: :math:`\lambda = 2` with the cGA weights above... see
-:class:`DiscreteIGO` for the values; every natural parameter stays in
+Defaults, none tuned per problem: the population :math:`\lambda = 4 + \lfloor 3\ln n\rfloor` of
+CMA-ES (Hansen 2016), which the IGO paper inherits, with the quantile rank weights, ties sharing
+the mean weight of their ranks (Ollivier et al. 2017, Sec. 2.3); the learning rate
+:math:`\delta t = \min(\tfrac12, \sqrt{\mu_{\mathrm{eff}}/k})` for :math:`k` statistics, which gives
+the step on a flat function (pure sampling noise, of covariance :math:`F/\mu_{\mathrm{eff}}` in
+:math:`\eta`) a squared Fisher length of about one per iteration whatever the family: on the
+independence model each marginal then random-walks by about :math:`1/\sqrt n` per iteration, the
+scale of cGA's :math:`1/K` with :math:`K \approx \sqrt n` (Sudholt & Witt 2019).  Every natural parameter stays in
 :math:`|\theta_m| \le \tfrac12\log(n - 1)`, i.e. on the independence model every marginal
 keeps :math:`1/n \le P(x_i = +1) \le 1 - 1/n` (the borders of cGA and PBIL variants in
 the runtime literature, e.g. Droste 2006), so the search never freezes at a corner.
@@ -53,10 +59,10 @@ class DiscreteIGO:
     edges : sequence of pairs, optional
         Shorthand for ``family=IsingModel(n, edges)`` (give ``family`` or ``edges``, not both).
     population : int, optional
-        :math:`\lambda`, default :math:`\max(2, \lfloor\ln n\rfloor)` rounded up to an even number.
+        :math:`\lambda`, default :math:`4 + \lfloor 3\ln n\rfloor`.
     learning_rate : float, optional
-        :math:`\delta t`; default :math:`1/\sqrt{n}` times :math:`\sqrt{\dim/n}` (more
-        statistics, smaller steps), capped at 1/2.
+        :math:`\delta t`; default :math:`\min(\tfrac12, \sqrt{\mu_{\mathrm{eff}}/k})` with :math:`k` the
+        number of statistics and :math:`\mu_{\mathrm{eff}} = (\sum|w_i|)^2/\sum w_i^2` (module notes).
     weights : {"quantile", "truncation"}
         Rank weights: the quantile weights :math:`\log\frac{\lambda+1}{2} - \log i` (positive for the
         better half, negative for the worse; Hansen 2016), scaled to :math:`\sum_i|w_i| = 1`, or
@@ -118,17 +124,18 @@ class DiscreteIGO:
             raise TypeError("family must be a BinaryExponentialFamily (IsingModel) or an IndependenceModel, got "
                             f"{type(family).__name__}")
         self.dim = len(self.statistics)
-        lam = population if population is not None else max(2, 2 * math.ceil(math.log(self.n) / 2))
+        lam = population if population is not None else 4 + int(3 * math.log(self.n))
         if isinstance(lam, bool) or not isinstance(lam, (int, np.integer)) or lam < 2:
             raise ValueError(f"population must be an integer >= 2, got {population!r}")
         self.population = int(lam)
-        lr = learning_rate if learning_rate is not None else min(0.5, math.sqrt(self.dim) / self.n)
-        if not (isinstance(lr, (int, float)) and 0 < lr <= 1):
-            raise ValueError(f"learning_rate must be in (0, 1], got {learning_rate!r}")
-        self.learning_rate = float(lr)
         if weights not in ("quantile", "truncation"):
             raise ValueError(f"weights must be 'quantile' or 'truncation', got {weights!r}")
         self.weights = weights
+        w = self._rank_weights()
+        lr = learning_rate if learning_rate is not None else min(0.5, math.sqrt(1.0 / np.sum(w ** 2) / self.dim))
+        if isinstance(lr, bool) or not (isinstance(lr, (int, float)) and 0 < lr <= 1):
+            raise ValueError(f"learning_rate must be in (0, 1], got {learning_rate!r}")
+        self.learning_rate = float(lr)
         tm = theta_max if theta_max is not None else 0.5 * math.log(max(self.n - 1, 2))
         if not (isinstance(tm, (int, float)) and tm > 0 and math.isfinite(tm)):
             raise ValueError(f"theta_max must be a positive finite number, got {theta_max!r}")
@@ -174,7 +181,7 @@ class DiscreteIGO:
                 best_f, best_x, stall = float(fx[order[0]]), X[order[0]].copy(), 0
             else:
                 stall += 1
-            step.update(X[order], w)
+            step.update(X[order], _tie_averaged(w, fx[order]))
             if self.callback is not None and self.callback({"iter": it, "nfev": nfev, "best": best_f,
                                                             "theta": step.theta.copy()}):
                 status, message = 2, "stopped by the callback"
@@ -192,6 +199,22 @@ class DiscreteIGO:
         if self.family is None:
             out["probs"] = 0.5 * (1.0 + np.tanh(step.theta))
         return out
+
+
+def _tie_averaged(w: np.ndarray, f_sorted: np.ndarray) -> np.ndarray:
+    """Rank weights with every group of equal values given the mean weight of its ranks.
+
+    Ollivier et al. (2017, Sec. 2.3): the IGO utility of a point is the average of the weight
+    function over the quantiles its value occupies, so ties carry no spurious ranking signal
+    (plateaus such as LeadingOnes' are full of ties).
+    """
+    out = w.copy()
+    key = np.where(np.isnan(f_sorted), np.inf, f_sorted)
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    for a, b in zip(starts, np.r_[starts[1:], len(key)]):
+        if b - a > 1:
+            out[a:b] = w[a:b].mean()
+    return out
 
 
 class _IndependentStep:
