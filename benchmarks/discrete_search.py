@@ -161,12 +161,13 @@ def main(argv=None) -> List[Dict]:
     ap.add_argument("--no-nevergrad", action="store_true")
     args = ap.parse_args(argv)
     seeds, budget = (2, 5000) if args.quick else (args.seeds, args.budget)
-    try:
-        import nevergrad  # noqa: F401
-        peers = [] if args.no_nevergrad else ["DiscreteOnePlusOne", "PortfolioDiscreteOnePlusOne"]
-    except ImportError:
-        peers = []
-        print("nevergrad is not installed: its rows are skipped")
+    peers = []
+    if not args.no_nevergrad:
+        try:
+            import nevergrad  # noqa: F401
+            peers = ["DiscreteOnePlusOne", "PortfolioDiscreteOnePlusOne"]
+        except ImportError:
+            print("nevergrad is not installed: its rows are skipped")
     baselines = ["cGA", "PBIL", "UMDA"]
     rows = []
     for p in problems(args.quick):

@@ -230,3 +230,32 @@ def test_discrete_igo_input_validation(kw, err):
 def test_discrete_igo_checks_f_output():
     with pytest.raises(ValueError, match="one value per row"):
         DiscreteIGO(4, seed=0, max_evals=100).minimize(lambda X: X.sum())
+
+
+def test_discrete_igo_public_signature_and_result():
+    onemax = lambda X: -(X > 0).sum(axis=1)  # noqa: E731
+    r = ig.solvers.DiscreteIGO(n=10, family=None, seed=3, max_evals=500).minimize(onemax)
+    assert set(r) >= {"x", "fun", "nfev", "nit", "success", "message"}
+    assert r.nfev <= 500 and r.x.shape == (10,) and set(np.unique(r.x)) <= {-1.0, 1.0}
+    assert r.fun == onemax(r.x[None])[0]
+    # an IndependenceModel family, or a BinaryExponentialFamily with first-order statistics, is the default path
+    a = ig.solvers.DiscreteIGO(n=10, family=ig.IndependenceModel(10), seed=3, max_evals=500).minimize(onemax)
+    b = ig.solvers.DiscreteIGO(n=10, family=ig.IsingModel(10), seed=3, max_evals=500).minimize(onemax)
+    assert a.nfev == r.nfev == b.nfev and np.array_equal(a.theta, r.theta) and np.array_equal(b.theta, r.theta)
+
+
+def test_ties_share_the_mean_weight_of_their_ranks():
+    from infogeo.solvers.discrete_igo import _tie_averaged
+    w = np.array([0.5, 0.3, 0.1, -0.2, -0.7])
+    out = _tie_averaged(w, np.array([1.0, 2.0, 2.0, 2.0, 5.0]))
+    np.testing.assert_allclose(out, [0.5, 0.2 / 3, 0.2 / 3, 0.2 / 3, -0.7])
+    assert out.sum() == pytest.approx(w.sum())
+    # a flat function gives every point the same weight: no move of the mean parameters on average
+    assert np.ptp(_tie_averaged(w, np.zeros(5))) == 0
+
+
+def test_gibbs_on_bits_within_four_standard_errors():
+    M = ig.IsingModel(4, edges=[(0, 1), (1, 2), (2, 3)], values=(0, 1))
+    theta = np.array([0.3, -0.5, 0.2, 0.1, 0.8, -0.6, 0.4])
+    est = M.estimate_moments(theta, 6400, rng=0, chains=32, burn_in=50)   # t with 31 dof: 4 SE is a wide band
+    assert np.all(np.abs(est.value - M.moments(theta)) <= 4 * est.stderr)
