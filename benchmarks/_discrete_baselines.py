@@ -2,7 +2,7 @@
 
 All three keep a vector p of marginal probabilities P(x_i = +1) of an independence model, start at
 p = 1/2, and keep p within the borders [1/n, 1 - 1/n] used in the runtime analyses of these
-algorithms (Droste 2006; Witt 2017), so that none freezes at a corner.  Each minimises f on a batch of
+algorithms (Droste 2006; Witt 2019), so that none freezes at a corner.  Each minimises f on a batch of
 +-1 rows and returns the number of evaluations until a value <= f_target was first drawn
 (``None`` when the budget ran out first).
 
