@@ -270,7 +270,8 @@ def test_rst_roles_become_markdown():
 
 
 # ----------------------------------------------------------------------------- the pages' snippets run
-PAGES = ["getting-started.md", "concepts.md", "statistics.md", "solvers.md", "nn.md", "nn-layers.md", "wake-sleep.md",
+PAGES = ["getting-started.md", "concepts.md", "statistics.md", "solvers.md", "discrete-search.md", "nn.md",
+         "nn-layers.md", "wake-sleep.md",
          "manifolds/discrete.md",
          "manifolds/gaussian.md", "manifolds/exponential-family.md", "manifolds/contributed.md",
          "manifolds/writing.md"]

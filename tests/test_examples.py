@@ -49,3 +49,15 @@ def test_gaussian_statistics_example_means_and_clusters(tmp_path):
     # the Fisher-Rao mean is not the average of the parameters
     assert np.max(np.abs(res["mean"] - res["average"])) > 0.05
     assert res["agreement"] == 1.0
+
+
+def test_interaction_flows_example(tmp_path):
+    pytest.importorskip("matplotlib")
+    res = load("interaction_flows").main(["--quick", "--out", str(tmp_path)])
+    assert [Path(f).name for f in res["figures"]] == ["interaction_flows_theta.png", "interaction_flows_eta.png"]
+    assert all(Path(f).stat().st_size > 10_000 for f in res["figures"])
+    # Malagò & Pistone (2015): f in the span of the statistics -> every flow reaches the minimum
+    assert all(r["success"] and r["at_minimum"] for r in res["interaction"])
+    # outside the span (independence model), some starts end at the vertex (-1, +1)
+    bad = [r for r in res["independence"] if not r["at_minimum"]]
+    assert bad and all(r["success"] and list(r["mode"]) == [-1.0, 1.0] for r in bad)

@@ -9,8 +9,8 @@ from .divergences import Bregman, Divergence, SquaredEuclidean
 from .geometry import (Covector, DampedMetric, DivergenceMetric, Euclidean, EuclideanMetric, Manifold,
                        MatrixMetric, Metric, PullbackMetric, TangentVector, metric_from_divergence, pullback)
 from .linalg import NotPositiveDefiniteError
-from .statistical import (Bernoulli, Categorical, ExponentialFamily, Gaussian,  # statistical manifolds
-                          GaussianGraphical, IndependenceModel)
+from .statistical import (Bernoulli, BinaryExponentialFamily, Categorical,  # statistical manifolds
+                          ExponentialFamily, Gaussian, GaussianGraphical, IndependenceModel, IsingModel)
 
 __version__ = "0.1.0"
 
@@ -38,5 +38,6 @@ __all__ = ["backend", "divergences", "linalg", "solvers", "stats",
            "PullbackMetric", "DivergenceMetric", "metric_from_divergence", "pullback",
            "TangentVector", "Covector", "Divergence", "SquaredEuclidean", "Bregman",
            "NotPositiveDefiniteError",
-           "ExponentialFamily", "Gaussian", "GaussianGraphical", "Categorical", "Bernoulli", "IndependenceModel"]
+           "ExponentialFamily", "Gaussian", "GaussianGraphical", "Categorical", "Bernoulli", "IndependenceModel",
+           "BinaryExponentialFamily", "IsingModel"]
 

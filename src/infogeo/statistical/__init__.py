@@ -3,9 +3,10 @@
 Every family is an :class:`~infogeo.geometry.manifold.Manifold` whose points are
 flat coordinate arrays in one chart (``"natural"``, ``"mean"``, ``"standard"``);
 its metric is a :class:`FisherMetric`.  See :mod:`.exponential_family` for the
-machinery, :mod:`.discrete` and the ``gaussian*`` modules for the families.
+machinery, :mod:`.discrete`, :mod:`.binary` and the ``gaussian*`` modules for the families.
 """
 from ..geometry.charts import Chart
+from .binary import BinaryExponentialFamily, IsingModel, MonteCarloEstimate
 from .discrete import Bernoulli, Categorical, FiniteFamily, IndependenceModel
 from .exponential_family import ExponentialFamily
 from .fisher import ClosedGeodesics, FisherMetric
@@ -25,6 +26,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["Chart", "ClosedGeodesics", "ExponentialFamily", "FisherMetric", "FiniteFamily", "Bernoulli", "Categorical",
-           "IndependenceModel", "Gaussian", "UnivariateGaussian", "DiagonalGaussian", "FullGaussian",
+           "IndependenceModel", "BinaryExponentialFamily", "IsingModel", "MonteCarloEstimate",
+           "Gaussian", "UnivariateGaussian", "DiagonalGaussian", "FullGaussian",
            "FixedCovarianceGaussian", "ZeroMeanGaussian", "GaussianGraphical", "GaussianShootingError",
            "log_gamma_variates", "simplex_from_logs"]

@@ -269,7 +269,7 @@ class ExponentialFamily(Observations, ChartedManifold):
 
     @property
     def has_base_measure(self) -> bool:
-        """Whether :math:`h` is declared (else :math:`h = 1` and :math:`\log h` is not evaluated)."""
+        r"""Whether :math:`h` is declared (else :math:`h = 1` and :math:`\log h` is not evaluated)."""
         return self._log_h_fn is not None or type(self).log_base_measure is not ExponentialFamily.log_base_measure
 
     def moments(self, theta: Any):

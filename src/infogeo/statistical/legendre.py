@@ -25,7 +25,8 @@ DEFAULT_BUDGET = Budget(max_iter=500, max_time=20.0)
 
 def newton_legendre(psi: Callable, eta: np.ndarray, theta0: Any,
                     in_domain: Callable[[Any], bool], tol: float = 1e-13,
-                    budget: Optional[Budget] = None) -> np.ndarray:
+                    budget: Optional[Budget] = None, grad: Optional[Callable] = None,
+                    hessian: Optional[Callable] = None) -> np.ndarray:
     r"""Solve :math:`\nabla\psi(\theta) = \eta` by damped Newton on the convex
     :math:`f(\theta) = \psi(\theta) - \eta^T\theta`.
 
@@ -36,8 +37,12 @@ def newton_legendre(psi: Callable, eta: np.ndarray, theta0: Any,
     interior start when :math:`\eta` lies in the interior of the moment space.
     Raises ``ValueError`` when :math:`\eta` is not attained and
     :class:`~infogeo.budget.BudgetExceededError` when the budget runs out.
+    ``grad`` and ``hessian`` give :math:`\nabla\psi` and :math:`\nabla^2\psi` in closed form
+    (default: autodiff of ``psi``).
     """
     eta = np.asarray(eta, dtype=float)
+    grad = grad or (lambda th: B.grad(psi, th))
+    hessian = hessian or (lambda th: B.hessian(psi, th))
     b = as_budget(budget, DEFAULT_BUDGET).start(
         "Legendre inversion (mean to natural parameters)", f"eta = {np.array2string(eta, precision=4)}",
         "a larger Budget(max_iter=..., max_time=...) via budget=, or mean parameters farther from the "
@@ -56,14 +61,14 @@ def newton_legendre(psi: Callable, eta: np.ndarray, theta0: Any,
     norm0 = float(np.linalg.norm(theta))
     while True:
         with np.errstate(all="ignore"):
-            g = B.to_numpy(B.grad(psi, theta)) - eta
+            g = B.to_numpy(grad(theta)) - eta
         if not np.all(np.isfinite(g)):
             break
         if np.linalg.norm(g) <= tol * (1.0 + np.linalg.norm(eta)):
             return theta
         b.tick()
         with np.errstate(all="ignore"):
-            H = B.to_numpy(B.hessian(psi, theta))
+            H = B.to_numpy(hessian(theta))
         try:
             step = -np.linalg.solve(H, g)
         except np.linalg.LinAlgError:
@@ -82,7 +87,7 @@ def newton_legendre(psi: Callable, eta: np.ndarray, theta0: Any,
                     break
                 # near the solution f is flat to rounding: accept a step that shrinks the moment error
                 with np.errstate(all="ignore"):
-                    g_new = B.to_numpy(B.grad(psi, cand)) - eta
+                    g_new = B.to_numpy(grad(cand)) - eta
                 if np.linalg.norm(g_new) <= (1 - 1e-4 * t) * np.linalg.norm(g):
                     f_new = obj(cand)
                     break
@@ -93,7 +98,7 @@ def newton_legendre(psi: Callable, eta: np.ndarray, theta0: Any,
         if np.linalg.norm(theta) > 1e8 * (1.0 + norm0):
             break  # running off to infinity: eta is outside the moment space (or on its boundary)
     with np.errstate(all="ignore"):
-        g = B.to_numpy(B.grad(psi, theta)) - eta
+        g = B.to_numpy(grad(theta)) - eta
     if np.all(np.isfinite(g)) and np.linalg.norm(g) <= 1e-8 * (1.0 + np.linalg.norm(eta)):
         return theta
     raise ValueError(f"mean parameters {eta} are not attained by any natural parameter "
@@ -113,21 +118,23 @@ def _candidate_starts(family: Any, eta: np.ndarray) -> list:
     return starts
 
 
-def legendre_primitive(family: Any):
+def legendre_primitive(family: Any, closed_derivatives: bool = False):
     """``eta -> theta(eta)`` as an autograd primitive: Newton forward, :math:`F^{-1}` backward.
 
     The Jacobian of the inverse moment map is :math:`(\\nabla^2\\psi)^{-1}` (Legendre duality),
     symmetric, so the vector-Jacobian product is a solve with the Fisher matrix;
     written with backend ops it is itself differentiable (Hessians of KL in the
-    mean chart work).
+    mean chart work).  ``closed_derivatives``: Newton takes the family's own ``moments`` and
+    ``fisher_natural`` (exact sums, say) instead of autodiff of its log-partition.
     """
     from autograd.extend import defvjp, primitive
 
     @primitive
     def theta_of_eta(eta):
         eta = np.asarray(eta, dtype=float)
+        derivatives = {"grad": family.moments, "hessian": family.fisher_natural} if closed_derivatives else {}
         return newton_legendre(family.log_partition, eta, _candidate_starts(family, eta),
-                               family.in_natural_domain, budget=getattr(family, "budget", None))
+                               family.in_natural_domain, budget=getattr(family, "budget", None), **derivatives)
 
     defvjp(theta_of_eta, lambda theta, eta: lambda g: B.solve(family.fisher_natural(theta), g))
     return theta_of_eta
