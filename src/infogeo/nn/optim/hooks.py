@@ -23,6 +23,7 @@ from .. import fsdp
 from ..batch import Batch
 from ..curvature import _backprop as bp
 from ..curvature.uses import ForeignUses
+from .compiled import EagerWhileArmed, compiling
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +111,8 @@ class ForwardRecorder:
         self._owners = bp.owners(module, list(names))
         self._watch: Optional[ForeignUses] = None
         self.on_backward = on_backward
-        self.armed = False
+        self._eager = EagerWhileArmed()   # a refresh runs uncompiled (:mod:`.compiled`)
+        self._armed = False
         self._paused = False
         self._live = False
         #: per-step recorder of Linear layers' rows (:class:`.rows.RowCapture`), or ``None``
@@ -130,6 +132,17 @@ class ForwardRecorder:
             self._handles.append(layer.module.register_forward_hook(_weak(me, "_layer_hook", layer.path),
                                                                     with_kwargs=True))
         weakref.finalize(self, _remove, self._handles)
+        weakref.finalize(self, self._eager.set, False)
+
+    @property
+    def armed(self) -> bool:
+        """Whether the next forward and backward record the curvature statistics (a refresh)."""
+        return self._armed
+
+    @armed.setter
+    def armed(self, value: bool) -> None:
+        self._armed = bool(value)
+        self._eager.set(self._armed)
 
     @contextlib.contextmanager
     def paused(self):
@@ -167,7 +180,8 @@ class ForwardRecorder:
     def _layer_hook(self, path: str, module, args, kwargs, output):
         if self._calls is not None:
             self._sinks[path](module, args, kwargs, output)
-        if self.rows is not None and not self._paused and torch.is_grad_enabled():
+        # not inside a compiled region: the rows' tensor hooks would break its graph (the solve then reads .grad)
+        if self.rows is not None and not self._paused and torch.is_grad_enabled() and not compiling():
             self.rows.record(path, args, kwargs, output)
 
     def _post(self, module, args, output):
@@ -183,6 +197,8 @@ class ForwardRecorder:
             output = self.output_fn(output)   # the outputs z in what the model returns
         if not live or not (isinstance(output, torch.Tensor) and output.requires_grad) or self.inputs is None:
             return
+        if calls is None and compiling():
+            return   # nothing to record, and the hook below would break the compiled graph (it sets self.inputs)
         inputs, box = self.inputs, []
         if calls is not None:
             # the capture needs the output itself (its graph), which the loss may not keep: held in a box that
@@ -210,6 +226,7 @@ class ForwardRecorder:
     def remove(self) -> None:
         """Remove every hook from the model."""
         _remove(self._handles)
+        self._eager.set(False)
 
 
 class Recorded(dict):
