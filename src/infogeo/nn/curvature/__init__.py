@@ -11,7 +11,7 @@ from ..network_metric import NetworkMetric
 from ..output_metrics import FactorOutput
 from . import kinds, layers, operators
 from .base import BlockCurvature, Curvature, LinearCombination, ScaledIdentity
-from .blocks import Block, DenseBlock, DiagBlock, KronBlock
+from .blocks import Block, DenseBlock, DiagBlock, EigenbasisKronBlock, ExactKronBlock, KronBlock, TikhonovKronBlock
 from .block import BlockDiagonal
 from .dense import Dense
 from .diagonal import Diagonal
@@ -20,7 +20,7 @@ from .implicit import Implicit
 from .kfac import KFAC
 
 __all__ = ["Curvature", "BlockCurvature", "LinearCombination", "ScaledIdentity", "operators",
-           "Block", "DiagBlock", "DenseBlock", "KronBlock",
+           "Block", "DiagBlock", "DenseBlock", "KronBlock", "TikhonovKronBlock", "EigenbasisKronBlock", "ExactKronBlock",
            "Implicit", "Dense", "Diagonal", "KFAC", "EKFAC", "EigenKronBlock", "BlockDiagonal", "build", "KINDS",
            "kinds", "layers"]
 
