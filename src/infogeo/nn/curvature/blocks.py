@@ -363,6 +363,7 @@ class EigenbasisKronBlock(KronBlock):
     def __init__(self, weight, bias, wshape, A, G, transposed=False):
         super().__init__(weight, bias, wshape, A, G, transposed)
         self._eig: Optional[Tuple[Any, ...]] = None
+        self._den: Optional[Tuple[float, Any, torch.Tensor]] = None   # (damping, source, damped scales)
 
     def eig(self):
         r"""``(λ_A, U_A, λ_G, U_G)``: eigendecompositions of the factors (computed once; ``U = None`` for a
@@ -395,13 +396,24 @@ class EigenbasisKronBlock(KronBlock):
         """The damped eigenvalues of the block in its eigenbasis, ``(out, in [+ 1])``."""
         raise NotImplementedError
 
+    def _scales_of(self) -> Any:
+        """What :meth:`scales` is computed from (the damped scales are kept while it stays the same object)."""
+        return self.eig()
+
+    def _damped_scales(self, damping: float) -> torch.Tensor:
+        """:meth:`scales`, checked positive once per damping and source (not on every solve)."""
+        src = self._scales_of()
+        if self._den is None or self._den[0] != damping or self._den[1] is not src:
+            den = self.scales(damping)
+            if not bool((den > 0).all()):
+                raise NotPositiveDefiniteError(f"the {self.kind.upper()} block of {self.names} is singular; "
+                                               "pass damping > 0")
+            self._den = (damping, src, den)
+        return self._den[2]
+
     def _eigen_solve(self, rotated: torch.Tensor, damping: float) -> Dict[str, torch.Tensor]:
         r""":math:`U_G\,[\tilde V \oslash \text{scales}]\,U_A^T` for a gradient already rotated, :math:`\tilde V = U_G^T\bar VU_A`."""
-        den = self.scales(damping)
-        if not bool((den > 0).all()):
-            raise NotPositiveDefiniteError(f"the {self.kind.upper()} block of {self.names} is singular; "
-                                           "pass damping > 0")
-        return self._split(self.unrotate(rotated / den))
+        return self._split(self.unrotate(rotated / self._damped_scales(damping)))
 
     def solve(self, v, damping):
         return self._eigen_solve(self.rotate(self._join(v)), damping)

@@ -20,7 +20,7 @@ output metric.  Layers without Kronecker factors get their exact diagonal block.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 import torch
 
@@ -87,6 +87,9 @@ class EigenKronBlock(EigenbasisKronBlock):
                                s.to(self.A.dtype))
         block._eig = self._eig
         return block
+
+    def _scales_of(self):
+        return self.s
 
     def scales(self, damping: float) -> torch.Tensor:
         if self.s is None:
@@ -197,7 +200,7 @@ class EKFAC(BlockCurvature):
         def make_blocks(layers: List[bp.Layer], layouts, cols: bp.Columns) -> List[EigenKronBlock]:
             blocks = []
             for layer, layout in zip(layers, layouts):
-                kron = kron_block(space, layer, EigenKronBlock, layout, kfac_approx, mask)
+                kron = cast(EigenKronBlock, kron_block(space, layer, EigenKronBlock, layout, kfac_approx, mask))
                 if defer:   # the layer's inputs and output gradients are kept until the basis is known
                     kron.pending = [(1.0, (lambda l: lambda Ua, Ug: eigen_correction(space, l, cols, Ua, Ug,
                                                                                      chunk_elements))(layer))]
