@@ -426,3 +426,24 @@ def test_trust_region_and_damped_newton_on_a_network():
         M = space.with_metric(space.metric.damped(1.0)) if isinstance(solver, ig.solvers.DampedNewton) else space
         res = solver.minimize(M, cost, x0)
         assert res.fun < f0, (type(solver).__name__, res.message)
+
+
+@pytest.mark.parametrize("rng", [0, "numpy", "torch"])
+def test_random_point_takes_the_generators_of_every_manifold(rng, small_mlp):
+    """random_point takes a seed or numpy Generator (as the other manifolds do) or a torch Generator;
+    the same seed gives the same point, the noise has the requested scale, the model is untouched."""
+    import numpy as np
+    model, X = small_mlp
+    space = ig.nn.ParameterSpace(model, data=X)
+    before = {n: t.clone() for n, t in space.point.items()}
+
+    def make():
+        return {0: 0, "numpy": np.random.default_rng(0), "torch": torch.Generator().manual_seed(0)}[rng]
+
+    a, b = space.random_point(make(), scale=0.5), space.random_point(make(), scale=0.5)
+    for n in space.names:
+        assert torch.equal(a[n], b[n])
+        assert torch.equal(space.point[n], before[n])
+    noise = torch.cat([(a[n] - before[n]).flatten() for n in space.names])
+    assert abs(float(noise.std()) - 0.5) < 0.5 * 6 / noise.numel() ** 0.5   # six standard errors of the std
+    space.check_point(a)

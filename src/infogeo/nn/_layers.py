@@ -25,7 +25,7 @@ def batch_statistics_layers(model: torch.nn.Module) -> Dict[str, torch.nn.Module
 
 def random_layers(model: torch.nn.Module) -> Dict[str, torch.nn.Module]:
     """Modules that draw random numbers in the forward pass (dropout with ``p > 0`` in training mode), by path."""
-    out = {}
+    out: Dict[str, torch.nn.Module] = {}
     for path, m in model.named_modules():
         if not m.training:
             continue

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple, Union
 
 import torch
 from torch.func import functional_call
@@ -56,10 +56,10 @@ class Batch:
         return [tuple(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__
                 for a in list(self.args) + list(self.kwargs.values())]
 
-    def batched(self, n: int) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    def batched(self, n: int) -> Tuple[Dict[Union[int, str], Any], Dict[Union[int, str], Any]]:
         """``(batched, constant)``: the inputs with a leading axis of length ``n`` (keyed by position or name),
         and the others; :meth:`join` puts them back together."""
-        items = {i: a for i, a in enumerate(self.args)}
+        items: Dict[Union[int, str], Any] = {i: a for i, a in enumerate(self.args)}
         items.update(self.kwargs)
         per = {k: a for k, a in items.items() if isinstance(a, torch.Tensor) and a.dim() and a.shape[0] == n}
         return per, {k: a for k, a in items.items() if k not in per}

@@ -70,7 +70,7 @@ class NetworkMetric(PullbackMetric):
         sp = self.space
         x = sp.point if x is None else x
         key = [x[n] for n in sp.names] + sp._state()[0][len(sp.names):]
-        return self._linearizations.get(None, x, key=key, build=lambda: sp.linearize(x))
+        return self._linearizations.get(sp.function, x, key=key, build=lambda: sp.linearize(x))
 
     @property
     def cache(self) -> bool:  # noqa: D401
@@ -163,7 +163,7 @@ class NetworkMetric(PullbackMetric):
         """A ``scipy.sparse.linalg.LinearOperator`` of :math:`G` at the current point (flat layout order)."""
         return self.at().to_scipy()
 
-    def __matmul__(self, v: torch.Tensor) -> torch.Tensor:
+    def __matmul__(self, v: Union[torch.Tensor, Params]) -> Union[torch.Tensor, Params]:
         return self.at() @ v
 
     def __add__(self, other: Any) -> Any:

@@ -30,6 +30,7 @@ import logging
 import math
 from typing import Any, Callable, Iterable, Optional, Tuple, Union
 
+import numpy as np
 import torch
 
 from ..geometry.linearization import Linearization, same_state, versions
@@ -117,8 +118,8 @@ class ParameterSpace(Manifold):
         self.model = model
         self.names = [n for n, _ in named]
         # a view of the model's current values (no copy); the model is never written to
-        self.point = CurrentPoint(self, {n: p.detach() for n, p in named})
-        self.layout = ParamLayout.of(self.point)
+        self._point = CurrentPoint(self, {n: p.detach() for n, p in named})
+        self.layout = ParamLayout.of(self._point)
         self.batch, self.output_fn = Batch.of(data), output_fn
         self.targets = targets
         metric = _resolve_metric(output_metric)
@@ -129,7 +130,7 @@ class ParameterSpace(Manifold):
             if a.device != self.device:
                 raise ValueError(f"data on {a.device} but the model's parameters on {self.device}; "
                                  f"move them to one device")
-        self._outputs = None
+        self._outputs: Optional[Tuple[Any, torch.Tensor]] = None
         self.output_metric = metric
         z = self._output_shape()
         metric.check(z)
@@ -157,6 +158,11 @@ class ParameterSpace(Manifold):
         except Exception:  # data-dependent code, tensors held outside parameters and buffers, ...
             logger.debug("meta-device forward failed; probing the outputs with the real forward pass")
         return self.outputs
+
+    @property
+    def point(self) -> CurrentPoint:  # type: ignore[override]
+        """The model's current parameters (views); calling it is the manifold protocol's ``point(coords)``."""
+        return self._point
 
     @property
     def outputs(self) -> torch.Tensor:
@@ -214,7 +220,7 @@ class ParameterSpace(Manifold):
         if not all(bool(torch.isfinite(t).all()) for t in x.values()):
             raise ValueError("the point (parameters) contains NaN or inf")
 
-    def _as_point(self, coords: Any = None) -> Params:
+    def _as_point(self, coords: Any = None, what: str = "the point") -> Params:
         """A validated point: ``None`` (the model's current parameters), a dict, or a flat vector in layout order."""
         if coords is None:
             coords = self.point
@@ -225,9 +231,19 @@ class ParameterSpace(Manifold):
         self.check_point(coords)
         return dict(coords)  # a plain dict (a pytree for torch.func), sharing the tensors
 
-    def random_point(self, rng: Optional[torch.Generator] = None, scale: float = 1.0) -> Params:
-        """The current parameters plus Gaussian noise of standard deviation ``scale``."""
-        return {n: t + scale * torch.randn(t.shape, dtype=t.dtype, device=t.device, generator=rng)
+    def random_point(self, rng: Union[None, int, np.random.Generator, torch.Generator] = None,
+                     scale: float = 1.0) -> Params:
+        """The current parameters plus Gaussian noise of standard deviation ``scale``.
+
+        ``rng``: a ``torch.Generator`` (on the parameters' device), or a seed / numpy ``Generator`` as the
+        other manifolds take, from which a CPU torch generator is seeded.
+        """
+        if rng is not None and not isinstance(rng, torch.Generator):
+            seed = int(np.random.default_rng(rng).integers(2 ** 63 - 1))
+            rng = torch.Generator().manual_seed(seed)
+        on_cpu = rng is not None and rng.device.type == "cpu"
+        return {n: t + scale * torch.randn(t.shape, dtype=t.dtype, device="cpu" if on_cpu else t.device,
+                                           generator=rng).to(t.device)
                 for n, t in self.point.items()}
 
     def _at(self, args: tuple, cls: type, what: str):

@@ -195,7 +195,7 @@ def _classify(layer: Layer, calls: List[_Call], N: int) -> Optional[LayerRule]:
         return None
     c = calls[0]
     args, kwargs = c.args, c.kwargs
-    if c.edge is None or c.modified_in_place() or len(c.shape) == 0 or c.shape[0] != N:
+    if c.edge is None or c.shape is None or c.modified_in_place() or len(c.shape) == 0 or c.shape[0] != N:
         return None  # unusual output, or modified in place after the layer (e.g. ReLU(inplace=True))
     if not args or not all(isinstance(a, torch.Tensor) and a.dim() and a.shape[0] == N for a in args):
         return None

@@ -24,7 +24,7 @@ parameters; a curvature may mix kinds.
 from __future__ import annotations
 
 import numbers
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -140,7 +140,7 @@ class Curvature(Metric):
         ref = self._reference()
         g = torch.Generator(device=ref.device).manual_seed(0)
         probe = torch.randn(self.layout.size, dtype=ref.dtype, device=ref.device, generator=g)
-        return bool(torch.isfinite(self @ probe).all())
+        return bool(torch.isfinite(self.layout.flatten(self._mv(self.layout.unflatten(probe)))).all())
 
     def precompute(self, damping: Optional[float] = None) -> "Curvature":
         """Factorise now (eigendecompositions, damped inverses at ``damping``, ...), so that later solves are cheap."""
@@ -182,7 +182,8 @@ class Curvature(Metric):
                              f"got {getattr(v, 'shape', type(v).__name__)}")
         if v.dim() == 1:
             return self.layout.flatten(self._mv(self.layout.unflatten(v)))
-        return torch.stack([self @ v[:, j] for j in range(v.shape[1])], dim=1)
+        return torch.stack([self.layout.flatten(self._mv(self.layout.unflatten(v[:, j]))) for j in range(v.shape[1])],
+                           dim=1)
 
     def __add__(self, other: "Curvature") -> "Curvature":
         if not isinstance(other, Curvature):
@@ -229,6 +230,15 @@ class Curvature(Metric):
         return f"{type(self).__name__}({self.layout!r})"
 
 
+def _total(terms: Iterable[torch.Tensor]) -> torch.Tensor:
+    """The sum of a non-empty sequence of tensors."""
+    it = iter(terms)
+    out = next(it)
+    for t in it:
+        out = out + t
+    return out
+
+
 class LinearCombination(Curvature):
     r""":math:`\sum_i c_i C_i` for curvatures on one layout (``C1 + C2``, ``c * C``, ``ema``).
 
@@ -247,7 +257,7 @@ class LinearCombination(Curvature):
         if any(C.layout != layout for _, C in flat):
             raise ValueError("cannot combine curvatures of different parameter layouts")
         super().__init__(layout, flat[0][1].point)
-        self.terms = flat
+        self.terms: List[Tuple[float, Curvature]] = flat
 
     def _mv(self, v):
         out = None
@@ -259,10 +269,10 @@ class LinearCombination(Curvature):
 
     def diagonal(self) -> Params:
         ds = [(c, C.diagonal()) for c, C in self.terms]
-        return {n: sum(c * d[n] for c, d in ds) for n in self.layout.names}
+        return {n: _total(c * d[n] for c, d in ds) for n in self.layout.names}
 
     def to_dense(self) -> torch.Tensor:
-        return sum(c * C.to_dense() for c, C in self.terms)
+        return _total(c * C.to_dense() for c, C in self.terms)
 
     def is_finite(self) -> bool:
         return all(C.is_finite() for _, C in self.terms)
@@ -389,7 +399,7 @@ class BlockCurvature(Curvature):
 
         Curvatures of another structure are averaged as operators (:class:`LinearCombination`).
         """
-        if not self.same_structure(new):
+        if not isinstance(new, BlockCurvature) or not self.same_structure(new):
             return super().ema(new, decay)
         old, cur = self.stats(), new.stats()
         return self.with_stats({k: torch.lerp(cur[k], old[k], decay) for k in old})  # one pass per statistic

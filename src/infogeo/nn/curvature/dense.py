@@ -30,7 +30,9 @@ class Dense(BlockCurvature):
     @property
     def M(self) -> torch.Tensor:
         """The matrix."""
-        return self.blocks[0].M
+        block = self.blocks[0]
+        assert isinstance(block, DenseBlock)
+        return block.M
 
     def to_dense(self) -> torch.Tensor:
         return self.M

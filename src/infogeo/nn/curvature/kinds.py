@@ -12,7 +12,7 @@ Methods (how the output metric's columns are obtained, :meth:`~infogeo.nn.Parame
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Dict, Tuple
 
 __all__ = ["Kind", "KINDS", "METHODS", "ALIASES", "kind", "method", "table"]
 
@@ -43,7 +43,7 @@ class Kind:
     #: the values of the ``inverse`` option and the block class each selects (``"module:Class"``)
     inverses: Dict[str, str] = field(default_factory=dict)
 
-    def load(self) -> Callable:
+    def load(self) -> Any:
         """The class that builds this kind."""
         return _load(self.builder)
 

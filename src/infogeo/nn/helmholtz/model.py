@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, cast
 
 import torch
 
@@ -57,6 +57,7 @@ class Conditional:
         """``a = W h + b`` for the samples of ``state``, shape ``(N, units)``."""
         if self.weight is None:
             return self.bias.expand(state[self.target].shape[0], -1)
+        assert self.source is not None   # a weighted layer reads a source
         return F.linear(state[self.source], self.weight, self.bias)
 
 
@@ -71,6 +72,8 @@ class BernoulliNet(torch.nn.Module):
     Subclasses set the wiring through :meth:`conditionals`, listed in sampling order.
     """
 
+    layers: torch.nn.ModuleList
+
     def __init__(self, sizes: Sequence[int]):
         super().__init__()
         sizes = tuple(sizes)
@@ -84,7 +87,12 @@ class BernoulliNet(torch.nn.Module):
     def log_prob(self, state: State) -> torch.Tensor:
         """Sum of the conditionals' log-probabilities, shape ``(N,)``."""
         self._check_state(state)
-        return sum(bernoulli_log_prob(state[c.target], c.logits(state)) for c in self.conditionals())
+        return cast(torch.Tensor, sum(bernoulli_log_prob(state[c.target], c.logits(state))
+                                      for c in self.conditionals()))
+
+    def _linear(self, l: int) -> torch.nn.Linear:
+        """Layer ``l`` of ``self.layers`` (typed)."""
+        return cast(torch.nn.Linear, self.layers[l])
 
     def _check_state(self, state: State) -> None:
         if len(state) != len(self.sizes):
@@ -124,7 +132,7 @@ class SigmoidBeliefNet(BernoulliNet):
         """The prior, then the layers top-down (the ancestral sampling order)."""
         L = len(self.sizes) - 1
         top = Conditional(None, self.prior, None, L)
-        return [top] + [Conditional(self.layers[l].weight, self.layers[l].bias, l + 1, l)
+        return [top] + [Conditional(self._linear(l).weight, self._linear(l).bias, l + 1, l)
                         for l in reversed(range(L))]
 
     def sample(self, n: int, generator: Optional[torch.Generator] = None) -> State:
@@ -149,11 +157,11 @@ class RecognitionNet(BernoulliNet):
 
     def conditionals(self) -> List[Conditional]:
         """The layers bottom-up (the sampling order given ``x``)."""
-        return [Conditional(lin.weight, lin.bias, l, l + 1) for l, lin in enumerate(self.layers)]
+        return [Conditional(self._linear(l).weight, self._linear(l).bias, l, l + 1) for l in range(len(self.layers))]
 
     def sample(self, x: torch.Tensor, generator: Optional[torch.Generator] = None) -> State:
         """One ``h ~ q(. | x)`` per row of ``x``; the state starts with ``x`` itself."""
-        x = check_binary(x, self.sizes[0], self.layers[0].weight)
+        x = check_binary(x, self.sizes[0], self._linear(0).weight)
         state = [x] + [torch.empty(x.shape[0], s, dtype=x.dtype, device=x.device) for s in self.sizes[1:]]
         return self._sample_from(state, generator)
 

@@ -135,8 +135,8 @@ class RowCapture:
         largest count and exchanged in one all-gather per dtype (after one of the counts).
         """
         W = dd.world_size()
-        counts = torch.tensor([0 if r is None else r[0].shape[0] for r in local], device=device)
-        counts = [c[0].tolist() for c in dd.all_gather([counts])]   # by rank, then block
+        mine = torch.tensor([0 if r is None else r[0].shape[0] for r in local], device=device)
+        counts = [c[0].tolist() for c in dd.all_gather([mine])]   # by rank, then block
         out: List[Optional[tuple]] = [None] * len(blocks)
         send, where = [], []
         for i, (block, r) in enumerate(zip(blocks, local)):

@@ -89,14 +89,14 @@ class LossOutput(WeightedOutput):
         if self.class_weight is not None and not index_targets:
             raise ValueError(f"{type(self.loss_module).__name__} with class weights needs the class-index targets "
                              "of the batch: pass targets=... to ParameterSpace")
-        if index_targets and self.elements == "one":
+        if targets is not None and index_targets and self.elements == "one":
             self.base.check_targets(z, self._targets(targets))
             w = torch.ones(targets.shape, dtype=z.dtype if z.is_floating_point() else torch.float64,
                            device=targets.device)
             if self.class_weight is not None:
                 w = self.class_weight.to(w)[self._targets(targets)]
             if self.ignore_index is not None:
-                w = w * (targets != self.ignore_index).to(w)
+                w = w * targets.ne(self.ignore_index).to(w)
             if self.reduction == "mean":
                 total = float(w.sum())
                 if not total > 0:

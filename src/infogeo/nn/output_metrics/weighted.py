@@ -72,7 +72,8 @@ class WeightedOutput(OutputMetric):
 
     def matrix(self, z: torch.Tensor) -> torch.Tensor:
         M = self.base.matrix(z)
-        return self._w(M).unsqueeze(-1) * M if isinstance(self.weight, torch.Tensor) else self.weight * M
+        w = self._w(M)
+        return w.unsqueeze(-1) * M if isinstance(w, torch.Tensor) else w * M
 
     def sqrt(self, z: torch.Tensor) -> torch.Tensor:
         return self._w(z, 0.5) * self.base.sqrt(z)
