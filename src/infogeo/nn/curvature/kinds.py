@@ -47,7 +47,7 @@ class Kind:
         """The class that builds this kind."""
         return _load(self.builder)
 
-    def inverse(self, word: Any) -> Callable:
+    def inverse(self, word: Any) -> Any:
         """The block class the ``inverse`` option ``word`` selects, or a ``ValueError`` listing the values."""
         path = self.inverses.get(str(word).lower())
         if path is None:
@@ -56,7 +56,7 @@ class Kind:
         return _load(path)
 
 
-def _load(path: str) -> Callable:
+def _load(path: str) -> Any:
     import importlib
     module, cls = path.split(":")
     return getattr(importlib.import_module(module, __package__), cls)
