@@ -27,7 +27,7 @@ import torch
 from . import _backprop as bp
 from ._reducers import accumulation_dtype
 from .base import BlockCurvature, Curvature
-from .blocks import EigenbasisKronBlock
+from .blocks import Block, EigenbasisKronBlock
 from .kfac import MAX_FACTOR_DIM, factor_layout, factored_blocks, kfac_reducer, kron_block, position_mask
 from .layers.base import CHUNK_ELEMENTS, chunks
 
@@ -249,15 +249,15 @@ class EKFAC(BlockCurvature):
         """Deferred statistics pool with deferred ones (micro-batches): factors averaged, measurements kept."""
         if not (self.deferred or getattr(new, "deferred", False)):
             return super().ema(new, decay)
-        if not (self.deferred and new.deferred and self.same_structure(new)):
+        if not (isinstance(new, EKFAC) and self.deferred and new.deferred and self.same_structure(new)):
             raise ValueError("EKFAC statistics awaiting their scales combine only with others of the same layers")
-        blocks = []
+        blocks: List[Block] = []
         for a, b in zip(self.blocks, new.blocks):
-            if isinstance(a, EigenKronBlock):
+            if isinstance(a, EigenKronBlock) and isinstance(b, EigenKronBlock):
                 blocks.append(EigenKronBlock(a.weight, a.bias, a.wshape, torch.lerp(b.A, a.A, decay),
                                              torch.lerp(b.G, a.G, decay), a.transposed, None,
-                                             [(w * decay, f) for w, f in a.pending] +
-                                             [(w * (1 - decay), f) for w, f in b.pending]))
+                                             [(w * decay, f) for w, f in a.pending or ()] +
+                                             [(w * (1 - decay), f) for w, f in b.pending or ()]))
             else:
                 old, cur = a.stats(), b.stats()
                 blocks.append(a.with_stats({k: torch.lerp(cur[k], old[k], decay) for k in old}))
@@ -278,9 +278,9 @@ class EKFAC(BlockCurvature):
             old = None
         known = {} if basis_of is None else {b.key: b.eig() for b in getattr(basis_of, "blocks", [])
                                              if isinstance(b, EigenKronBlock)}
-        blocks = []
+        blocks: List[Block] = []
         for i, b in enumerate(self.blocks):
-            o = old.blocks[i] if old is not None else None
+            o: Any = old.blocks[i] if old is not None else None
             if isinstance(b, EigenKronBlock):
                 A, G = (b.A, b.G) if o is None else (torch.lerp(b.A, o.A, decay), torch.lerp(b.G, o.G, decay))
                 fresh = EigenKronBlock(b.weight, b.bias, b.wshape, A, G, b.transposed, None, b.pending)
@@ -293,11 +293,11 @@ class EKFAC(BlockCurvature):
                 blocks.append(b if o is None else b.with_stats({k: torch.lerp(cur[k], t, decay)
                                                                 for k, t in o.stats().items()}))
         kron = [b for b in blocks if isinstance(b, EigenKronBlock)]
-        scales = [b.s for b in kron]
+        scales = [cast(torch.Tensor, b.s) for b in kron]   # measured above
         if reduce is not None and scales:
             scales = reduce(scales)
-        for i, (b, s) in enumerate(zip(kron, scales)):
+        for b, s in zip(kron, scales):
             if old is not None:
-                s = torch.lerp(s, old.blocks[blocks.index(b)].s, decay)
+                s = torch.lerp(s, cast(torch.Tensor, cast(EigenKronBlock, old.blocks[blocks.index(b)]).s), decay)
             b.s = s
         return type(self)._from_blocks(self, blocks)

@@ -39,7 +39,7 @@ above ``max_factor_dim`` is kept as its diagonal (:func:`factor_layout`).
 from __future__ import annotations
 
 import warnings
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple, cast
 
 import torch
 
@@ -77,7 +77,8 @@ def kron_block(space, layer: bp.Layer, cls: type, layout: Layout, approx: str = 
     G = layer.stat.div_(space.batch_size)
     layer.stat = None
     rule = layer.rule
-    return cls(layer.params.get("weight"), layer.params.get("bias"), tuple(layer.module.weight.shape),
+    weight = cast(torch.Tensor, layer.module.weight)
+    return cls(layer.params.get("weight"), layer.params.get("bias"), tuple(weight.shape),
                rule.input_factor(layer, approx, mask, diagonal=layout[1]), G, transposed=rule.transposed)
 
 
@@ -102,13 +103,14 @@ def factor_layout(layer: bp.Layer, max_factor_dim: int = MAX_FACTOR_DIM, approx:
     diag_inputs = getattr(rule, "diagonal_inputs", False)
     if diag_inputs and approx == "reduce":
         return None
+    weight = cast(torch.Tensor, layer.module.weight)
     out = rule.out_features(layer.module)
-    n_in = layer.module.weight.numel() // out + ("bias" in layer.params)
+    n_in = weight.numel() // out + ("bias" in layer.params)
     wide_g, wide_a = out > max_factor_dim, n_in > max_factor_dim and not diag_inputs
     if not (wide_g or wide_a):
         return (False, diag_inputs)
     key = (layer.path, out, n_in, max_factor_dim)
-    size = layer.module.weight.element_size()
+    size = weight.element_size()
     if (wide_g and wide_a) or (wide_g and diag_inputs):
         if key not in _SAID:
             _SAID.add(key)
