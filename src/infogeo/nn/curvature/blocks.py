@@ -114,8 +114,7 @@ class DenseBlock(Block):
     def _cholesky(self, damping):
         L = self._chol.get(damping)
         if L is None:
-            A = self.M + damping * torch.eye(self.M.shape[0], dtype=self.M.dtype, device=self.M.device)
-            L, info = torch.linalg.cholesky_ex(A)
+            L, info = torch.linalg.cholesky_ex(_shifted(self.M, damping))
             if int(info) != 0:
                 raise NotPositiveDefiniteError(f"the dense curvature block of {self.names} is not positive "
                                                f"definite with damping {damping}; increase damping")
@@ -461,8 +460,16 @@ def _spd_inverse(M: torch.Tensor, shift: float, names) -> torch.Tensor:
             raise NotPositiveDefiniteError(f"a damped K-FAC factor of {names} is not positive definite; "
                                            "increase damping")
         return 1 / d
-    L, info = torch.linalg.cholesky_ex(M + shift * torch.eye(M.shape[0], dtype=M.dtype, device=M.device))
+    work = _shifted(M, shift)
+    L, info = torch.linalg.cholesky_ex(work)
     if int(info) != 0:
         raise NotPositiveDefiniteError(f"a damped K-FAC factor of {names} is not positive definite; "
                                        "increase damping")
-    return torch.cholesky_inverse(L)
+    return torch.cholesky_inverse(L, out=work)   # the shifted copy's memory holds the inverse
+
+
+def _shifted(M: torch.Tensor, shift: float) -> torch.Tensor:
+    """:math:`M + sI` as one new matrix (no identity matrix allocated)."""
+    out = M.clone()
+    out.diagonal().add_(shift)
+    return out
