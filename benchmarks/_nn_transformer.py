@@ -75,7 +75,7 @@ def transformer_workload(args, device, dtype):
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(0.0)  # a new point: nothing reused
-        return space.metric.mv(v)
+        return space.metric.mv(None, v)
     add("GGN matvec (new point)", "infogeo", moved_mv)
     if "curvlinops" not in args.skip:
         try:

@@ -179,10 +179,10 @@ def main(argv=None):
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(0.0)  # bumps the tensors' version counters: the point is "new"
-        return space.metric.mv(v)
+        return space.metric.mv(None, v)
     add("GGN matvec (new point)", "infogeo", moved_mv)
     # the same point every call, as in the iterations of one CG solve: the forward pass is cached
-    add("GGN matvec (same point)", "infogeo", lambda: space.metric.mv(v))
+    add("GGN matvec (same point)", "infogeo", lambda: space.metric.mv(None, v))
 
     # hand-written torch.func jvp + vjp product, the reference for the implicit product
     from torch.func import functional_call, jvp, vjp

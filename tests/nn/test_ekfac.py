@@ -100,5 +100,5 @@ def test_follows_the_curvature_protocol():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 3)).double()
     space = ig.nn.ParameterSpace(model, "categorical", data=torch.randn(10, 4, dtype=torch.float64))
-    protocol.test_protocol_one_call_form(space, "ekfac")
+    protocol.test_protocol_is_the_metric_protocol(space, "ekfac")
     protocol.test_matmul_and_scipy_operator(space, "ekfac")

@@ -120,8 +120,8 @@ def test_conv1d_kronecker_factors_are_those_of_the_equivalent_linear():
         v = {"0.weight": torch.randn(4, 5, dtype=torch.float64), "0.bias": torch.randn(5, dtype=torch.float64)}
         vl = {"0.weight": v["0.weight"].T.contiguous(), "0.bias": v["0.bias"]}
         for op in ("mv", "solve"):
-            got = getattr(Kc, op)(v) if op == "mv" else Kc.solve(v, damping=0.1)
-            want = getattr(Kl, op)(vl) if op == "mv" else Kl.solve(vl, damping=0.1)
+            got = Kc.mv(None, v) if op == "mv" else Kc.solve(None, v, damping=0.1)
+            want = Kl.mv(None, vl) if op == "mv" else Kl.solve(None, vl, damping=0.1)
             assert rel(got["0.weight"].T, want["0.weight"]) < 1e-12 and rel(got["0.bias"], want["0.bias"]) < 1e-12
         # the dense form puts every entry at the transposed weight's place
         P = Kc.to_dense()
@@ -393,12 +393,12 @@ def test_half_precision_models_solve_in_the_curvatures_precision(kind, dtype):
     space = ig.nn.ParameterSpace(model, "categorical", data=X, targets=y)
     C = space.curvature(kind)
     g = space.differential().components
-    d = C.solve(g, damping=1e-2)
+    d = C.solve(None, g, damping=1e-2)
     assert all(d[n].dtype == dtype and bool(torch.isfinite(d[n]).all()) for n in space.names)
     ref = space.curvature(kind) if kind in ("dense", "implicit") else C
-    d32 = ref.solve({n: t.float() for n, t in g.items()}, damping=1e-2)
+    d32 = ref.solve(None, {n: t.float() for n, t in g.items()}, damping=1e-2)
     for n in space.names:
         assert rel(d[n].float(), d32[n].float()) < 2e-2, n
     bad = dict(g, **{space.names[0]: torch.full_like(g[space.names[0]], float("nan"))})
     with pytest.raises(ValueError, match="NaN or inf"):
-        C.solve(bad, damping=1e-2)
+        C.solve(None, bad, damping=1e-2)

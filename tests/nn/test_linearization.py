@@ -110,7 +110,7 @@ def test_linearization_leaves_batchnorm_buffers_alone(mode):
     v = rand_like(space)
     Jv = lin.jvp(v)
     lin.vjp(torch.ones(8, 2, dtype=torch.float64))
-    space.metric.mv(rand_like(space))
+    space.metric.mv(None, rand_like(space))
     J = jacrev(space.function)(dict(space.point))     # the batch statistics' dependence on the parameters included
     Jm = torch.cat([J[n].reshape(16, -1) for n in space.names], dim=1)
     assert rel(Jv.reshape(-1), Jm @ flat(v, space.names)) < EXACT
@@ -123,16 +123,16 @@ def test_cached_linearization_follows_in_place_updates(small_mlp):
     model = copy.deepcopy(model)
     space = ig.nn.ParameterSpace(model, "categorical", data=X)
     v = rand_like(space)
-    first = space.metric.mv(v)
+    first = space.metric.mv(None, v)
     lin = space.metric.linearize()
-    again = space.metric.mv(v)
+    again = space.metric.mv(None, v)
     assert space.metric.linearize() is lin  # same point: the forward pass is reused
     assert rel(flat(again, space.names), flat(first, space.names)) < 1e-15
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(1.5)  # an optimizer-like in-place step: the cache must not be reused
     G = reference_metric(model, X, categorical_Gz)
-    assert rel(flat(space.metric.mv(v), space.names), G @ flat(v, space.names)) < EXACT
+    assert rel(flat(space.metric.mv(None, v), space.names), G @ flat(v, space.names)) < EXACT
     # products at other points given explicitly (fresh tensors each time) are never confused
     for scale in (0.5, 2.0):
         x = {n: p.detach() * scale for n, p in model.named_parameters()}
@@ -186,7 +186,7 @@ def test_products_fall_back_to_forward_mode_without_double_backward():
     # torch's double backward silently drops the path through a once_differentiable
     # Function; the graph holds a custom Function, so J v is taken by forward mode
     assert space.linearize().forward_mode
-    assert rel(flat(space.metric.mv(v), space.names), G @ flat(v, space.names)) < EXACT
+    assert rel(flat(space.metric.mv(None, v), space.names), G @ flat(v, space.names)) < EXACT
     # forward mode asked for: the Function's jvp rule, the reference's Gauss-Newton quadratic form
     Jv = space.linearize(mode="forward").jvp_many([v, v])
     Gz = categorical_Gz(space.outputs)

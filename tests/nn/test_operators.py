@@ -20,24 +20,49 @@ def space():
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_protocol_one_call_form(space, kind):
+def test_protocol_is_the_metric_protocol(space, kind):
+    """A curvature takes geometry.Metric's signatures mv(x, v), solve(x, b, damping), and works as a
+    solver's metric; the operator forms C @ v and C.inverse(λ) @ b agree; the 0.1 one-argument forms warn."""
     C = space.curvature(kind)
     M = C.to_dense()
     v = rand_like(space)
     tv, cv = space.vector(v), space.covector(v)
-    assert rel(flat(C.mv(tv), space.names), M @ flat(v, space.names)) < EXACT       # vector types accepted
-    assert rel(flat(C.flat(tv).components, space.names), M @ flat(v, space.names)) < EXACT
+    Mv = M @ flat(v, space.names)
     inv = torch.linalg.solve(M + 0.1 * torch.eye(M.shape[0], dtype=M.dtype), flat(v, space.names))
-    assert rel(flat(C.solve(cv, damping=0.1), space.names), inv) < 1e-8
+    for x in (None, space.point, {n: t.clone() for n, t in space.point.items()}):
+        assert rel(flat(C.mv(x, v), space.names), Mv) < EXACT
+        assert rel(flat(C.solve(x, v, 0.1), space.names), inv) < 1e-8
+    assert rel(flat(C.mv(None, tv), space.names), Mv) < EXACT       # vector types accepted
+    assert rel(flat(C @ v, space.names), Mv) < EXACT
+    assert rel(flat(C.flat(tv).components, space.names), Mv) < EXACT
+    assert rel(flat(C.solve(None, cv, damping=0.1), space.names), inv) < 1e-8
+    assert rel(flat(C.inverse(0.1) @ v, space.names), inv) < 1e-8
+    assert rel(C.inverse(0.1) @ flat(v, space.names), inv) < 1e-8
     assert rel(flat(C.sharp(cv, damping=0.1).components, space.names), inv) < 1e-8
     assert abs(float(C.inner(tv, tv)) - float(flat(v, space.names) @ M @ flat(v, space.names))) < 1e-9
     assert C.is_finite() and C.dim == space.dim
+    with pytest.warns(FutureWarning, match=r"mv\(x, \.\.\.\)"):
+        old = C.mv(v)
+    assert rel(flat(old, space.names), Mv) < EXACT
+    with pytest.warns(FutureWarning, match="deprecated"):
+        old = C.solve(v, damping=0.1)
+    assert rel(flat(old, space.names), inv) < 1e-8
     with pytest.raises(TypeError):
-        C.mv(space.point, v)              # one form: no point argument
+        C.mv(None, cv)                    # a covector is not a vector
     with pytest.raises(TypeError):
-        C.solve(space.point, v, 0.1)
-    with pytest.raises(TypeError):
-        C.mv(cv)                          # a covector is not a vector
+        C.mv(flat(v, space.names), v)     # a point is a dict
+    with pytest.raises(ValueError):
+        C.mv({"nope": torch.zeros(1)}, v)
+
+
+@pytest.mark.parametrize("kind", ["kfac", "diag"])
+def test_a_curvature_is_a_solvers_metric(space, kind):
+    """Handed to a solver as its metric, a curvature preconditions gradient descent (a fixed metric): the
+    first step is -(C + λI)^{-1} df scaled by the line search, and the cost decreases."""
+    C = space.curvature(kind)
+    cost = space.cost(torch.randint(0, 3, (10,)))
+    res = ig.solvers.GradientDescent(metric=C, damping=1e-2, max_iter=5).minimize(space, cost, space.point)
+    assert res.fun < float(cost(space.point))
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -62,12 +87,12 @@ def test_linear_combinations(space):
                    (A.ema(space.metric.at(), 0.9), 0.9 * MA + 0.1 * space.metric.matrix())):
         assert rel(C.to_dense(), ref) < EXACT
         v = rand_like(space)
-        assert rel(flat(C.mv(v), space.names), ref @ flat(v, space.names)) < EXACT
+        assert rel(flat(C.mv(None, v), space.names), ref @ flat(v, space.names)) < EXACT
         assert rel(flat(C.diagonal(), space.names), torch.diagonal(ref)) < EXACT
     D = (A + B).damped(0.2)
     w = rand_like(space)
     ref = torch.linalg.solve(MA + MB + 0.2 * torch.eye(space.dim, dtype=MA.dtype), flat(w, space.names))
-    assert rel(flat(D.solve(w), space.names), ref) < 1e-8
+    assert rel(flat(D.solve(None, w), space.names), ref) < 1e-8
     assert rel(D.to_dense(), MA + MB + 0.2 * torch.eye(space.dim, dtype=MA.dtype)) < EXACT
 
 
@@ -79,7 +104,7 @@ def test_network_metric_as_operator(space):
     assert rel((space.metric + space.curvature("diag")).to_dense(), G + torch.diag(torch.diagonal(G))) < EXACT
     # space.metric.mv accepts the TangentVector that sharp returns (the README's use)
     nat = space.metric.sharp(space.covector(space.layout.unflatten(v)), damping=1e-2)
-    back = space.metric.mv(nat)
+    back = space.metric.mv(None, nat)
     assert rel(flat(back, space.names) + 1e-2 * flat(nat.components, space.names), v) < 1e-7
 
 

@@ -26,9 +26,9 @@ def check_consistent(C, space, damping=1e-2):
     M = C.to_dense()
     v = rand_like(space)
     names = space.names
-    assert rel(flat(C.mv(v), names), M @ flat(v, names)) < EXACT
+    assert rel(flat(C.mv(None, v), names), M @ flat(v, names)) < EXACT
     Minv = torch.linalg.solve(M + damping * torch.eye(M.shape[0], dtype=M.dtype), flat(v, names))
-    assert rel(flat(C.solve(v, damping=damping), names), Minv) < 1e-8
+    assert rel(flat(C.solve(None, v, damping), names), Minv) < 1e-8
     assert rel(flat(C.diagonal(), names), torch.diagonal(M)) < EXACT
     return M
 
@@ -43,7 +43,7 @@ def test_metric_is_pullback_and_matches_reference(small_mlp):
     assert isinstance(space.metric, ig.PullbackMetric) and isinstance(space.metric, ig.Metric)
     G = reference_metric(model, X, categorical_Gz)
     v = rand_like(space)
-    assert rel(flat(space.metric.mv(v), space.names), G @ flat(v, space.names)) < EXACT
+    assert rel(flat(space.metric.mv(None, v), space.names), G @ flat(v, space.names)) < EXACT
     assert rel(space.metric.matrix(), G) < EXACT
     # sharp is the damped inverse, flat the product; sharp(flat(v)) = v with damping 0 on a full-rank G + λI
     w = space.covector(v)
@@ -275,7 +275,7 @@ def test_model_untouched_and_hooks_removed(small_mlp):
     space = ig.nn.ParameterSpace(model, "categorical", data=X)
     for kind in ("implicit", "dense", "diag", "kfac", "block"):
         C = space.curvature(kind)
-        C.mv(rand_like(space))
+        C.mv(None, rand_like(space))
     space.curvature("diag", "mc")
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k])
@@ -289,7 +289,7 @@ def test_float32():
     space = ig.nn.ParameterSpace(model, "categorical", data=X)
     for kind in ("diag", "kfac", "block", "implicit"):
         C = space.curvature(kind)
-        out = C.solve(rand_like(space), damping=1e-2)
+        out = C.solve(None, rand_like(space), damping=1e-2)
         assert all(t.dtype == torch.float32 for t in out.values())
     G = reference_metric(model.double(), X.double(), categorical_Gz)
     model.float()
@@ -333,13 +333,13 @@ def test_bad_damping_and_vectors(small_mlp):
     C = space.curvature("diag")
     v = rand_like(space)
     with pytest.raises(ValueError, match="damping must be >= 0"):
-        C.solve(v, damping=-1.0)
+        C.solve(None, v, damping=-1.0)
     with pytest.raises(ValueError, match="damping must be >= 0"):
-        space.metric.solve(v, damping=-1.0)
+        space.metric.solve(None, v, damping=-1.0)
     bad = dict(v)
     bad.pop(space.names[0])
     with pytest.raises(ValueError, match="keys"):
-        C.mv(bad)
+        C.mv(None, bad)
     with pytest.raises(ValueError, match="unknown curvature kind"):
         space.curvature("lanczos")
     with pytest.raises(ValueError, match="unknown method"):

@@ -45,3 +45,15 @@ def warn_random_layers(model: torch.nn.Module) -> None:
                       f"model draws a new dropout mask, so its outputs, Jacobian and curvature are random "
                       f"({len(active)} such layer(s)); call model.eval() for the deterministic network",
                       UserWarning, stacklevel=3)
+
+
+def check_per_example(model: torch.nn.Module) -> None:
+    """Raise ``ValueError`` if a layer couples the examples of the batch (per-example curvature undefined)."""
+    coupled = batch_statistics_layers(model)
+    if coupled:
+        path, m = next(iter(coupled.items()))
+        raise ValueError(
+            f"layer {path!r} ({type(m).__name__} in training mode) normalises with statistics of the whole "
+            f"batch, so the examples are coupled and the per-example curvatures ('diag', 'kfac', 'block') "
+            f"are not defined; call model.eval() first, or use kind='implicit' or 'dense' (exact for the "
+            f"coupled batch)")

@@ -20,6 +20,7 @@ from ..geometry.linearization import Linearization, composite_attention
 from ..geometry.pullback import PullbackMetric
 from ..geometry.vectors import Covector, TangentVector
 from ..linalg import conjugate_gradient
+from ._deprecated import ONE_ARGUMENT, one_argument
 from ._params import Params
 from .output_metrics import OutputMetric
 
@@ -42,10 +43,8 @@ class NetworkMetric(PullbackMetric):
     * ``sharp(covector, damping=)``, ``flat(vector)``, ``inner(u, v)`` — at the vectors' base point;
     * ``matrix(x)`` — the dense matrix (small networks),
 
-    and, for convenience, the point may be left out: ``mv(v)`` with a
-    :class:`~infogeo.geometry.vectors.TangentVector` uses its base point, with
-    components the space's current point (likewise ``solve(b, damping=)``).
-    :meth:`at` gives the metric at one point as a curvature object
+    where ``x=None`` stands for the base point of a vector or covector argument and for the
+    space's current point otherwise.  :meth:`at` gives the metric at one point as a curvature object
     (:class:`~infogeo.nn.curvature.implicit.Implicit`, with the operator algebra and
     estimators of :mod:`infogeo.nn.curvature.operators`).
     """
@@ -90,25 +89,22 @@ class NetworkMetric(PullbackMetric):
         return None
 
     # ---------------------------------------------------------- protocol
-    def _point_and(self, args: tuple, what: str) -> tuple:
-        """``(x, components)`` from ``(x, c)``, ``(vector_or_covector,)`` or ``(components,)``."""
-        if len(args) == 2:
-            return args
-        if len(args) != 1:
-            raise TypeError(f"NetworkMetric.{what} takes (v) or (x, v), got {len(args)} positional arguments")
-        a = args[0]
-        if isinstance(a, (TangentVector, Covector)):
-            return a.base, a.components
-        return self.space.point, a
+    def _point(self, x: Optional[Params], v: Any) -> Params:
+        """The point of a product: ``x``, else the base of a vector or covector, else the current point."""
+        if x is not None:
+            return x
+        return v.base if isinstance(v, (TangentVector, Covector)) else self.space.point
 
-    def mv(self, *args: Any) -> Params:
-        r""":math:`G(x) v` as components ``{name: tensor}``.
+    def mv(self, x: Optional[Params], v: Any = ONE_ARGUMENT) -> Params:
+        r""":math:`G(x) v` as components ``{name: tensor}`` (the metric protocol).
 
-        ``mv(x, v)`` (the metric protocol), ``mv(vector)`` (a
-        :class:`~infogeo.geometry.vectors.TangentVector`, at its base point) or
-        ``mv(v)`` (components, at the space's current point).
+        ``x``: a point ``{name: tensor}``, or ``None`` for the base point of ``v`` when it is a
+        :class:`~infogeo.geometry.vectors.TangentVector` and the space's current point otherwise.
+        (The one-argument form ``mv(v)`` of infogeo 0.1 still works, with a ``FutureWarning``.)
         """
-        x, v = self._point_and(args, "mv")
+        if v is ONE_ARGUMENT:
+            x, v = None, one_argument("NetworkMetric", "mv", x, "mv(None, v), or metric.at() @ v")
+        x = self._point(x, v)
         if isinstance(v, TangentVector):
             v = v.components
         self.space.layout.check(v, "the tangent vector")
@@ -133,16 +129,17 @@ class NetworkMetric(PullbackMetric):
         m, P = z.shape[-1], Jm.shape[-1]
         return torch.einsum("rmp,rmq->pq", Jm.reshape(-1, m, P), GJ.reshape(-1, m, P)) / sp.batch_size
 
-    def solve(self, *args: Any, damping: float = 0.0, max_iter: Optional[int] = None) -> Params:
-        r""":math:`(G(x) + \lambda I)^{-1} b` by truncated conjugate gradient.
+    def solve(self, x: Optional[Params], b: Any = ONE_ARGUMENT, damping: float = 0.0,
+              max_iter: Optional[int] = None) -> Params:
+        r""":math:`(G(x) + \lambda I)^{-1} b` by truncated conjugate gradient (the metric protocol).
 
-        ``solve(x, b, damping)`` (the metric protocol), ``solve(covector, damping=)`` or
-        ``solve(b, damping=)`` (components, at the space's current point).
+        ``x``: a point, or ``None`` for the base point of a :class:`~infogeo.geometry.vectors.Covector`
+        ``b`` and the space's current point otherwise.  (The form ``solve(b, damping=)`` of infogeo 0.1
+        still works, with a ``FutureWarning``.)
         """
-        if len(args) == 3:
-            x, b, damping = args
-        else:
-            x, b = self._point_and(args, "solve")
+        if b is ONE_ARGUMENT:
+            x, b = None, one_argument("NetworkMetric", "solve", x, "solve(None, b, damping)")
+        x = self._point(x, b)
         if isinstance(b, Covector):
             b = b.components
         damping = float(damping)

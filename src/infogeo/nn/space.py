@@ -36,7 +36,7 @@ import torch
 from ..geometry.linearization import Linearization, same_state, versions
 from ..geometry.manifold import Manifold
 from ..geometry.vectors import Covector, TangentVector
-from ._layers import batch_statistics_layers, warn_random_layers
+from ._layers import batch_statistics_layers, check_per_example, warn_random_layers
 from .batch import Batch
 from ._params import CurrentPoint, ParamLayout, Params
 from .curvature import Curvature, build as _build_curvature, kinds
@@ -146,8 +146,7 @@ class ParameterSpace(Manifold):
 
     # ------------------------------------------------------------ the map
     def _output_shape(self) -> torch.Tensor:
-        """Outputs as a tensor of the right shape and dtype, cheaply: a forward pass on the
-        ``meta`` device (no arithmetic), or the real forward pass where the model cannot run there."""
+        """Outputs of the right shape and dtype, cheaply: a ``meta``-device forward, else the real one."""
         meta = {n: torch.empty_like(t, device="meta")
                 for n, t in list(self.model.named_parameters()) + list(self.model.named_buffers())}
         try:
@@ -184,10 +183,8 @@ class ParameterSpace(Manifold):
         return tensors, versions(tensors)
 
     def function(self, params: Params) -> torch.Tensor:
-        """Outputs :math:`z = f(w, x)` for parameter values ``params`` (dict), model untouched.
-
-        BatchNorm layers in training mode update copies of their running statistics.
-        """
+        """Outputs :math:`z = f(w, x)` for parameter values ``params`` (dict), model untouched (BatchNorm
+        layers in training mode update copies of their running statistics)."""
         stateful = {f"{path}.{b}" if path else b: t.clone()
                     for path, m in batch_statistics_layers(self.model).items() if m.track_running_stats
                     for b, t in m.named_buffers(recurse=False) if t is not None}
@@ -202,14 +199,7 @@ class ParameterSpace(Manifold):
 
     def check_per_example(self) -> None:
         """Raise ``ValueError`` if a layer couples the examples of the batch (per-example curvature undefined)."""
-        coupled = batch_statistics_layers(self.model)
-        if coupled:
-            path, m = next(iter(coupled.items()))
-            raise ValueError(
-                f"layer {path!r} ({type(m).__name__} in training mode) normalises with statistics of the whole "
-                f"batch, so the examples are coupled and the per-example curvatures ('diag', 'kfac', 'block') "
-                f"are not defined; call model.eval() first, or use kind='implicit' or 'dense' (exact for the "
-                f"coupled batch)")
+        check_per_example(self.model)
 
     # ------------------------------------------------------------ the manifold
     def check_point(self, x: Any) -> None:
@@ -233,11 +223,8 @@ class ParameterSpace(Manifold):
 
     def random_point(self, rng: Union[None, int, np.random.Generator, torch.Generator] = None,
                      scale: float = 1.0) -> Params:
-        """The current parameters plus Gaussian noise of standard deviation ``scale``.
-
-        ``rng``: a ``torch.Generator`` (on the parameters' device), or a seed / numpy ``Generator`` as the
-        other manifolds take, from which a CPU torch generator is seeded.
-        """
+        """The current parameters plus Gaussian noise of standard deviation ``scale``; ``rng`` a torch
+        ``Generator``, or a seed / numpy ``Generator`` (as the other manifolds take) that seeds one."""
         if rng is not None and not isinstance(rng, torch.Generator):
             seed = int(np.random.default_rng(rng).integers(2 ** 63 - 1))
             rng = torch.Generator().manual_seed(seed)

@@ -10,7 +10,8 @@ import torch
 from ..network_metric import NetworkMetric
 from ..output_metrics import FactorOutput
 from . import kinds, layers, operators
-from .base import BlockCurvature, Curvature, LinearCombination, ScaledIdentity
+from .base import Curvature, Inverse, LinearCombination, ScaledIdentity
+from .blockwise import BlockCurvature
 from .blocks import Block, DenseBlock, DiagBlock, EigenbasisKronBlock, ExactKronBlock, KronBlock, TikhonovKronBlock
 from .block import BlockDiagonal
 from .dense import Dense
@@ -19,7 +20,7 @@ from .ekfac import EKFAC, EigenKronBlock
 from .implicit import Implicit
 from .kfac import KFAC
 
-__all__ = ["Curvature", "BlockCurvature", "LinearCombination", "ScaledIdentity", "operators",
+__all__ = ["Curvature", "BlockCurvature", "Inverse", "LinearCombination", "ScaledIdentity", "operators",
            "Block", "DiagBlock", "DenseBlock", "KronBlock", "TikhonovKronBlock", "EigenbasisKronBlock", "ExactKronBlock",
            "Implicit", "Dense", "Diagonal", "KFAC", "EKFAC", "EigenKronBlock", "BlockDiagonal", "build", "KINDS",
            "kinds", "layers"]

@@ -1,25 +1,25 @@
 r"""Curvature representations: one protocol for every representation of the metric at a point.
 
 Every representation :math:`C` of the metric at a point (dense, implicit, diagonal,
-block-diagonal, K-FAC, ...) is a :class:`Curvature`, a
-:class:`~infogeo.geometry.metric.Metric` at that point with one call form per
-operation, on ``{name: tensor}`` components (or the vector types):
+block-diagonal, K-FAC, ...) is a :class:`Curvature`: a
+:class:`~infogeo.geometry.metric.Metric` defined at that one point, with the metric
+protocol's signatures, on ``{name: tensor}`` components (or the vector types):
 
-* ``mv(v)`` — :math:`Cv` (``v`` components or a :class:`TangentVector`; returns components);
-* ``solve(w, damping=λ)`` — :math:`(C + \lambda I)^{-1} w` (``w`` components or a :class:`Covector`);
+* ``mv(x, v)`` — :math:`Cv` (``x`` the point, ``None`` for the curvature's own: a curvature is
+  the metric frozen where it was built, the same matrix at every ``x``);
+* ``solve(x, b, damping=λ)`` — :math:`(C + \lambda I)^{-1} b`;
 * ``sharp(covector, damping=λ)`` / ``flat(vector)`` / ``inner(u, v)`` — the musical isomorphisms;
 * ``diagonal()`` — :math:`\operatorname{diag} C`;
-* ``to_dense()`` — the matrix, in :class:`~infogeo.nn._params.ParamLayout` order;
+* ``to_dense()`` / ``matrix(x)`` — the matrix, in :class:`~infogeo.nn._params.ParamLayout` order;
 * ``ema(new, decay)`` — :math:`\beta C + (1-\beta) C_\text{new}`; ``is_finite()``; ``precompute()``;
 
-and the operator algebra: ``C1 + C2``, ``c * C``, ``C @ v`` on flat vectors or
-matrices, ``to_scipy()``, and the estimators of :mod:`.operators` (Hutchinson and
+so a curvature can be handed to any solver that takes a ``metric=`` (a fixed preconditioner).
+The operator forms are shorter: ``C @ v`` and ``C.inverse(damping) @ b`` (components, flat
+vectors or matrices in layout order), with the algebra ``C1 + C2``, ``c * C``,
+``to_scipy()``, and the estimators of :mod:`.operators` (Hutchinson and
 Hutch++ traces and diagonals, top eigenvalues by Lanczos).
 
-Block-structured representations (:class:`Dense`, :class:`Diagonal`, :class:`KFAC`,
-:class:`BlockDiagonal`) are :class:`BlockCurvature` objects: lists of independent
-blocks (:mod:`.blocks`) — diagonal, Kronecker or dense — each covering some
-parameters; a curvature may mix kinds.
+Block-structured representations are :class:`~.blockwise.BlockCurvature` objects.
 """
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ import torch
 from ...geometry.metric import Metric
 from ...geometry.vectors import Covector, TangentVector
 from ...linalg import conjugate_gradient
+from .._deprecated import ONE_ARGUMENT, one_argument
 from .._params import ParamLayout, Params, all_finite
 from . import operators
-from .blocks import Block
 
 Vector = Union[Params, TangentVector]
 
@@ -69,27 +69,51 @@ class Curvature(Metric):
         self.layout.check(v, what)
         return v
 
-    def mv(self, v: Vector) -> Params:
-        r""":math:`Cv`, components ``{name: tensor}`` (``v``: components or a :class:`TangentVector`).
+    def _check_point(self, x: Any) -> None:
+        """``x`` is ``None`` (this curvature's point) or a point of its parameter layout."""
+        if x is not None:
+            if not isinstance(x, dict):
+                raise TypeError(f"x must be a point {{name: tensor}} or None, got {type(x).__name__}")
+            self.layout.check(x, "the point x")
 
+    def mv(self, x: Any, v: Any = ONE_ARGUMENT) -> Params:
+        r""":math:`Cv` as components ``{name: tensor}`` (the metric protocol's ``mv(x, v)``).
+
+        ``x``: a point (``None``: the curvature's own).  The curvature is the metric frozen at the point
+        it was built at, so the product is the same at every ``x`` (the way a preconditioner is reused
+        between refreshes); ``v``: components or a :class:`TangentVector`.
         Computed in the curvature's own precision (float32 statistics of a half-precision model) and
-        returned in the vector's.
+        returned in the vector's.  (The one-argument form ``mv(v)`` of infogeo 0.1 still works, with a
+        ``FutureWarning``; it will be removed.)
         """
+        if v is ONE_ARGUMENT:
+            x, v = None, one_argument(type(self).__name__, "mv", x, "C @ v or C.mv(None, v)")
+        self._check_point(x)
         v = self._components(v, TangentVector, "the vector")
         return self._in_own_precision(self._mv, v)
 
-    def solve(self, w: Union[Params, Covector], *, damping: float = 0.0) -> Params:
-        r""":math:`(C + \lambda I)^{-1} w` (``w``: components or a :class:`Covector`).
+    def solve(self, x: Any, b: Any = ONE_ARGUMENT, damping: float = 0.0) -> Params:
+        r""":math:`(C + \lambda I)^{-1} b` (the metric protocol's ``solve(x, b, damping)``).
 
+        ``x``: a point (``None``: the curvature's own; the curvature is frozen there, see :meth:`mv`);
+        ``b``: components or a :class:`Covector`.
         A right-hand side holding NaN or inf is refused (its solve would be all NaN); the solve runs in
-        the curvature's own precision and returns the right-hand side's.
+        the curvature's own precision and returns the right-hand side's.  (The form ``solve(b, damping=)``
+        of infogeo 0.1 still works, with a ``FutureWarning``; it will be removed.)
         """
-        w = self._components(w, Covector, "the right-hand side")
+        if b is ONE_ARGUMENT:
+            x, b = None, one_argument(type(self).__name__, "solve", x, "C.inverse(damping) @ b or C.solve(None, b, damping)")
+        self._check_point(x)
+        w = self._components(b, Covector, "the right-hand side")
         damping = _check_damping(damping)
         if not all_finite(w.values()):
             bad = [n for n, t in w.items() if not bool(torch.isfinite(t).all())]
             raise ValueError(f"the right-hand side of solve holds NaN or inf (in {bad[:3]}); nothing to solve")
-        return self._in_own_precision(lambda x: self._solve(x, damping), w)
+        return self._in_own_precision(lambda y: self._solve(y, damping), w)
+
+    def inverse(self, damping: float = 0.0) -> "Inverse":
+        r"""The operator :math:`(C + \lambda I)^{-1}` at this point: ``C.inverse(damping) @ b``."""
+        return Inverse(self, _check_damping(damping))
 
     def _in_own_precision(self, op, v: Params) -> Params:
         """``op(v)`` with ``v`` in the curvature's working precision (at least float32), the result cast back to
@@ -107,13 +131,13 @@ class Curvature(Metric):
         r"""The vector :math:`(C + \lambda I)^{-1} w` of a covector (natural gradient for :math:`w = d\mathcal L`)."""
         if not isinstance(w, Covector):
             raise TypeError(f"sharp takes a Covector, got {type(w).__name__}")
-        return TangentVector(w.base, self.solve(w, damping=damping), w.chart)
+        return TangentVector(w.base, self.solve(None, w, damping), w.chart)
 
     def flat(self, v: TangentVector) -> Covector:
         r"""The covector :math:`Cv = \langle v, \cdot\rangle_C` of a vector."""
         if not isinstance(v, TangentVector):
             raise TypeError(f"flat takes a TangentVector, got {type(v).__name__}")
-        return Covector(v.base, self.mv(v), v.chart)
+        return Covector(v.base, self.mv(None, v), v.chart)
 
     def inner(self, u: TangentVector, v: TangentVector) -> torch.Tensor:
         r""":math:`u^T C v`."""
@@ -175,8 +199,8 @@ class Curvature(Metric):
     # ------------------------------------------------------------ operator algebra
     def __matmul__(self, v: Union[torch.Tensor, Params]) -> Union[torch.Tensor, Params]:
         """``C @ v`` for a flat vector ``(P,)`` or matrix ``(P, k)`` in layout order (or components)."""
-        if isinstance(v, dict):
-            return self.mv(v)
+        if isinstance(v, (dict, TangentVector)):
+            return self.mv(None, v)
         if not isinstance(v, torch.Tensor) or v.dim() not in (1, 2) or v.shape[0] != self.layout.size:
             raise ValueError(f"C @ v needs a tensor of shape ({self.layout.size},) or ({self.layout.size}, k), "
                              f"got {getattr(v, 'shape', type(v).__name__)}")
@@ -228,6 +252,27 @@ class Curvature(Metric):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.layout!r})"
+
+
+class Inverse:
+    r"""The operator :math:`(C + \lambda I)^{-1}` of a curvature (``C.inverse(damping)``): ``@`` solves."""
+
+    def __init__(self, curvature: Curvature, damping: float):
+        self.curvature, self.damping = curvature, damping
+
+    def __matmul__(self, b: Union[torch.Tensor, Params, Covector]) -> Union[torch.Tensor, Params]:
+        C = self.curvature
+        if isinstance(b, (dict, Covector)):
+            return C.solve(None, b, self.damping)
+        if not isinstance(b, torch.Tensor) or b.dim() not in (1, 2) or b.shape[0] != C.layout.size:
+            raise ValueError(f"C.inverse(damping) @ b needs a tensor of shape ({C.layout.size},) or "
+                             f"({C.layout.size}, k), got {getattr(b, 'shape', type(b).__name__)}")
+        cols = [b] if b.dim() == 1 else [b[:, j] for j in range(b.shape[1])]
+        out = [C.layout.flatten(C.solve(None, C.layout.unflatten(c), self.damping)) for c in cols]
+        return out[0] if b.dim() == 1 else torch.stack(out, dim=1)
+
+    def __repr__(self) -> str:
+        return f"Inverse({self.curvature!r}, damping={self.damping})"
 
 
 def _total(terms: Iterable[torch.Tensor]) -> torch.Tensor:
@@ -317,103 +362,3 @@ class ScaledIdentity(Curvature):
 
     def _reference(self):
         return self._like if self._like is not None else super()._reference()
-
-
-class BlockCurvature(Curvature):
-    """A curvature made of independent blocks covering all parameters once."""
-
-    def __init__(self, layout: ParamLayout, blocks: Sequence[Block], point: Optional[Params] = None):
-        super().__init__(layout, point)
-        covered = [n for b in blocks for n in b.names]
-        if sorted(covered) != sorted(layout.names):
-            raise ValueError(f"blocks cover {sorted(covered)}, expected each of {layout.names} once")
-        self.blocks: List[Block] = list(blocks)
-
-    def _mv(self, v):
-        out = {}
-        for b in self.blocks:
-            out.update(b.mv(v))
-        return {n: out[n] for n in self.layout.names}
-
-    def _solve(self, w, damping):
-        out = {}
-        for b in self.blocks:
-            out.update(b.solve(w, damping))
-        return {n: out[n] for n in self.layout.names}
-
-    def diagonal(self) -> Params:
-        out = {}
-        for b in self.blocks:
-            out.update(b.diagonal())
-        return {n: out[n] for n in self.layout.names}
-
-    def to_dense(self) -> torch.Tensor:
-        ref = next(iter(self.blocks[0].stats().values()))
-        M = torch.zeros(self.layout.size, self.layout.size, dtype=ref.dtype, device=ref.device)
-        for b in self.blocks:
-            idx, Mb = b.dense(self.layout)
-            M[idx.unsqueeze(1), idx.unsqueeze(0)] = Mb
-        return M
-
-    def precompute(self, damping: Optional[float] = None) -> "BlockCurvature":
-        """Factorise every block now (the optimizer's inverse update)."""
-        for b in self.blocks:
-            b.precompute(damping)
-        return self
-
-    # --------------------------------------------------- statistics
-    def stats(self) -> Dict[str, torch.Tensor]:
-        """All statistics as one flat dict ``'<block>/<stat>' -> tensor`` (for EMA, checks, checkpoints)."""
-        return {f"{i}/{k}": t for i, b in enumerate(self.blocks) for k, t in b.stats().items()}
-
-    def stat_shapes(self) -> Dict[str, Tuple[int, ...]]:
-        """The shapes of :meth:`stats` once complete (what a checkpoint of this structure holds)."""
-        return {f"{i}/{k}": s for i, b in enumerate(self.blocks) for k, s in b.stat_shapes().items()}
-
-    def with_stats(self, stats: Dict[str, torch.Tensor]) -> "BlockCurvature":
-        """The same structure with the statistics ``stats`` (keys as :meth:`stats` gives them)."""
-        blocks = [b.with_stats({k.split("/", 1)[1]: t for k, t in stats.items() if k.split("/", 1)[0] == str(i)})
-                  for i, b in enumerate(self.blocks)]
-        return type(self)._from_blocks(self, blocks)
-
-    @classmethod
-    def _from_blocks(cls, like: "BlockCurvature", blocks):
-        new = cls.__new__(cls)
-        BlockCurvature.__init__(new, like.layout, blocks, like.point)
-        return new
-
-    def _reference(self) -> torch.Tensor:
-        return next(iter(self.blocks[0].stats().values()))
-
-    def is_finite(self) -> bool:
-        """Whether every statistic is finite."""
-        return all_finite(self.stats().values())
-
-    def same_structure(self, other: Curvature) -> bool:
-        """Same type, layout and blocks (kinds and parameters), so that statistics can be averaged."""
-        return (type(self) is type(other) and self.layout == other.layout and
-                [(b.kind, b.names) for b in self.blocks] == [(b.kind, b.names) for b in other.blocks])
-
-    def ema(self, new: Curvature, decay: float) -> Curvature:
-        r"""Exponential moving average :math:`\beta\,C + (1-\beta)\,C_\text{new}`, statistic by statistic.
-
-        Curvatures of another structure are averaged as operators (:class:`LinearCombination`).
-        """
-        if not isinstance(new, BlockCurvature) or not self.same_structure(new):
-            return super().ema(new, decay)
-        old, cur = self.stats(), new.stats()
-        return self.with_stats({k: torch.lerp(cur[k], old[k], decay) for k in old})  # one pass per statistic
-
-    def minus_outer(self, g: Params) -> "BlockCurvature":
-        blocks = []
-        for b in self.blocks:
-            if not hasattr(b, "minus_outer"):
-                raise NotImplementedError(f"a {b.kind} block cannot represent C - g g^T")
-            blocks.append(b.minus_outer(g))
-        return type(self)._from_blocks(self, blocks)
-
-    def __repr__(self):
-        kinds: Dict[str, int] = {}
-        for b in self.blocks:
-            kinds[b.kind] = kinds.get(b.kind, 0) + 1
-        return f"{type(self).__name__}({self.layout!r}, blocks={kinds})"

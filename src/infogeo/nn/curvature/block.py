@@ -12,7 +12,7 @@ from typing import List
 import torch
 
 from . import _backprop as bp, _reducers as red
-from .base import BlockCurvature
+from .blockwise import BlockCurvature
 from .blocks import DenseBlock
 from .diagonal import diag_blocks
 from .layers.base import CHUNK_ELEMENTS

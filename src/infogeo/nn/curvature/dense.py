@@ -11,7 +11,7 @@ from typing import Any, Optional
 import torch
 
 from .._params import ParamLayout, Params
-from .base import BlockCurvature
+from .blockwise import BlockCurvature
 from .blocks import DenseBlock
 
 

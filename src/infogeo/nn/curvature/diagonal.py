@@ -22,7 +22,7 @@ from typing import Dict, List
 import torch
 
 from . import _backprop as bp
-from .base import BlockCurvature
+from .blockwise import BlockCurvature
 from .blocks import DiagBlock
 from .layers.base import CHUNK_ELEMENTS
 from .layers.network import network_rows
@@ -67,7 +67,7 @@ class Diagonal(BlockCurvature):
     r"""Diagonal approximation :math:`\operatorname{diag}(G)` of the pullback metric.
 
     Build with ``space.curvature("diag", method="exact" | "mc" | "empirical")``.
-    ``solve(w, damping)`` divides by :math:`\operatorname{diag}(G) + \lambda`.
+    ``solve(x, w, damping)`` divides by :math:`\operatorname{diag}(G) + \lambda`.
     """
 
     @classmethod

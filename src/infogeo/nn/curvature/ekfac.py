@@ -26,7 +26,8 @@ import torch
 
 from . import _backprop as bp
 from ._reducers import accumulation_dtype
-from .base import BlockCurvature, Curvature
+from .base import Curvature
+from .blockwise import BlockCurvature
 from .blocks import Block, EigenbasisKronBlock
 from .kfac import MAX_FACTOR_DIM, factor_layout, factored_blocks, kfac_reducer, kron_block, position_mask
 from .layers.base import CHUNK_ELEMENTS, chunks

@@ -16,7 +16,7 @@ MAX_DENSE_DIM = 20_000
 class Implicit(Curvature):
     r"""The pullback metric as an operator: ``mv`` is ``NetworkMetric.mv`` (never forms :math:`J`).
 
-    ``solve(w, damping)`` runs conjugate gradient on :math:`C + \lambda I` for at most
+    ``solve(x, w, damping)`` runs conjugate gradient on :math:`C + \lambda I` for at most
     ``max_iter`` iterations (truncated CG, Martens 2010).  ``diagonal`` and ``to_dense``
     take one product per parameter (small networks, tests).
     """

@@ -44,7 +44,7 @@ from typing import Callable, List, Optional, Sequence, Tuple, cast
 import torch
 
 from . import _backprop as bp
-from .base import BlockCurvature
+from .blockwise import BlockCurvature
 from .blocks import Block, KronBlock
 from .diagonal import diag_blocks
 from .layers.base import CHUNK_ELEMENTS

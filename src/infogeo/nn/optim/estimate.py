@@ -226,7 +226,7 @@ class CurvatureEstimate:
         C = self.curvature if self.curvature is not None else self.solver
         if C is None:
             raise ValueError("no curvature yet: take a step first")
-        return C.mv(v)
+        return C.mv(None, v)
 
     def solve(self, g: Params, damping: float, errors: list) -> Params:
         r""":math:`(C+\lambda I)^{-1}g` in the factor dtype: from the batch's rows where that pays (:mod:`.rows`),
@@ -238,7 +238,7 @@ class CurvatureEstimate:
         if dd.world_size() > 1 and blocks is not None and self.placement == "memory":
             return dd.solve_on_owners(blocks, self.owners, g, damping, plan, errors)
         try:
-            return self.solver.solve(g, damping=damping) if plan is None else rows.solve(blocks, g, damping, plan)
+            return self.solver.solve(None, g, damping) if plan is None else rows.solve(blocks, g, damping, plan)
         except (RuntimeError, IndexError) as exc:   # torch's error (e.g. a product on the batch): said clearly
             raise ValueError(f"the {self.kind} solve failed on this batch: {type(exc).__name__}: {exc}") from exc
 

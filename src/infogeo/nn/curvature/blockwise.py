@@ -1,0 +1,114 @@
+r"""Block-structured curvatures: independent blocks (:mod:`.blocks`) — diagonal, Kronecker or dense —
+each covering some parameters, together covering every parameter once.
+
+:class:`~.dense.Dense`, :class:`~.diagonal.Diagonal`, :class:`~.block.BlockDiagonal`,
+:class:`~.kfac.KFAC` and :class:`~.ekfac.EKFAC` are block curvatures; one curvature may mix
+block kinds.  Their statistics are tensors, so they can be averaged and checkpointed.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from .._params import ParamLayout, Params, all_finite
+from .base import Curvature
+from .blocks import Block
+class BlockCurvature(Curvature):
+    """A curvature made of independent blocks covering all parameters once."""
+
+    def __init__(self, layout: ParamLayout, blocks: Sequence[Block], point: Optional[Params] = None):
+        super().__init__(layout, point)
+        covered = [n for b in blocks for n in b.names]
+        if sorted(covered) != sorted(layout.names):
+            raise ValueError(f"blocks cover {sorted(covered)}, expected each of {layout.names} once")
+        self.blocks: List[Block] = list(blocks)
+
+    def _mv(self, v):
+        out = {}
+        for b in self.blocks:
+            out.update(b.mv(v))
+        return {n: out[n] for n in self.layout.names}
+
+    def _solve(self, w, damping):
+        out = {}
+        for b in self.blocks:
+            out.update(b.solve(w, damping))
+        return {n: out[n] for n in self.layout.names}
+
+    def diagonal(self) -> Params:
+        out = {}
+        for b in self.blocks:
+            out.update(b.diagonal())
+        return {n: out[n] for n in self.layout.names}
+
+    def to_dense(self) -> torch.Tensor:
+        ref = next(iter(self.blocks[0].stats().values()))
+        M = torch.zeros(self.layout.size, self.layout.size, dtype=ref.dtype, device=ref.device)
+        for b in self.blocks:
+            idx, Mb = b.dense(self.layout)
+            M[idx.unsqueeze(1), idx.unsqueeze(0)] = Mb
+        return M
+
+    def precompute(self, damping: Optional[float] = None) -> "BlockCurvature":
+        """Factorise every block now (the optimizer's inverse update)."""
+        for b in self.blocks:
+            b.precompute(damping)
+        return self
+
+    # --------------------------------------------------- statistics
+    def stats(self) -> Dict[str, torch.Tensor]:
+        """All statistics as one flat dict ``'<block>/<stat>' -> tensor`` (for EMA, checks, checkpoints)."""
+        return {f"{i}/{k}": t for i, b in enumerate(self.blocks) for k, t in b.stats().items()}
+
+    def stat_shapes(self) -> Dict[str, Tuple[int, ...]]:
+        """The shapes of :meth:`stats` once complete (what a checkpoint of this structure holds)."""
+        return {f"{i}/{k}": s for i, b in enumerate(self.blocks) for k, s in b.stat_shapes().items()}
+
+    def with_stats(self, stats: Dict[str, torch.Tensor]) -> "BlockCurvature":
+        """The same structure with the statistics ``stats`` (keys as :meth:`stats` gives them)."""
+        blocks = [b.with_stats({k.split("/", 1)[1]: t for k, t in stats.items() if k.split("/", 1)[0] == str(i)})
+                  for i, b in enumerate(self.blocks)]
+        return type(self)._from_blocks(self, blocks)
+
+    @classmethod
+    def _from_blocks(cls, like: "BlockCurvature", blocks):
+        new = cls.__new__(cls)
+        BlockCurvature.__init__(new, like.layout, blocks, like.point)
+        return new
+
+    def _reference(self) -> torch.Tensor:
+        return next(iter(self.blocks[0].stats().values()))
+
+    def is_finite(self) -> bool:
+        """Whether every statistic is finite."""
+        return all_finite(self.stats().values())
+
+    def same_structure(self, other: Curvature) -> bool:
+        """Same type, layout and blocks (kinds and parameters), so that statistics can be averaged."""
+        return (type(self) is type(other) and self.layout == other.layout and
+                [(b.kind, b.names) for b in self.blocks] == [(b.kind, b.names) for b in other.blocks])
+
+    def ema(self, new: Curvature, decay: float) -> Curvature:
+        r"""Exponential moving average :math:`\beta\,C + (1-\beta)\,C_\text{new}`, statistic by statistic.
+
+        Curvatures of another structure are averaged as operators (:class:`LinearCombination`).
+        """
+        if not isinstance(new, BlockCurvature) or not self.same_structure(new):
+            return super().ema(new, decay)
+        old, cur = self.stats(), new.stats()
+        return self.with_stats({k: torch.lerp(cur[k], old[k], decay) for k in old})  # one pass per statistic
+
+    def minus_outer(self, g: Params) -> "BlockCurvature":
+        blocks = []
+        for b in self.blocks:
+            if not hasattr(b, "minus_outer"):
+                raise NotImplementedError(f"a {b.kind} block cannot represent C - g g^T")
+            blocks.append(b.minus_outer(g))
+        return type(self)._from_blocks(self, blocks)
+
+    def __repr__(self):
+        kinds: Dict[str, int] = {}
+        for b in self.blocks:
+            kinds[b.kind] = kinds.get(b.kind, 0) + 1
+        return f"{type(self).__name__}({self.layout!r}, blocks={kinds})"
