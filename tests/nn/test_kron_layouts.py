@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 from torch.func import functional_call, jacrev  # noqa: E402
 
 import infogeo as ig  # noqa: E402
-from infogeo.nn.curvature import blocks as B  # noqa: E402
+from infogeo.nn.curvature import kron as B  # noqa: E402
 from infogeo.nn.curvature import ekfac, kfac, kinds, layers  # noqa: E402
 
 from ._dense_reference import rel  # noqa: E402

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import infogeo as ig
-from infogeo.nn.curvature.blocks import TikhonovKronBlock
+from infogeo.nn.curvature.kron import TikhonovKronBlock
 
 F = torch.nn.functional
 # preconditioners here keep the default trust region without a learning rate (warned once each)

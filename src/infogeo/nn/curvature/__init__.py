@@ -12,7 +12,8 @@ from ..output_metrics import FactorOutput
 from . import kinds, layers, operators
 from .base import Curvature, Inverse, LinearCombination, ScaledIdentity
 from .blockwise import BlockCurvature
-from .blocks import Block, DenseBlock, DiagBlock, EigenbasisKronBlock, ExactKronBlock, KronBlock, TikhonovKronBlock
+from .blocks import Block, DenseBlock, DiagBlock
+from .kron import EigenbasisKronBlock, ExactKronBlock, KronBlock, TikhonovKronBlock
 from .block import BlockDiagonal
 from .dense import Dense
 from .diagonal import Diagonal

@@ -45,7 +45,8 @@ import torch
 
 from . import _backprop as bp
 from .blockwise import BlockCurvature
-from .blocks import Block, KronBlock
+from .blocks import Block
+from .kron import KronBlock
 from .diagonal import diag_blocks
 from .layers.base import CHUNK_ELEMENTS
 
@@ -152,8 +153,8 @@ class KFAC(BlockCurvature):
 
     Build with ``space.curvature("kfac", method=..., inverse="eigen" | "tikhonov",
     kfac_approx="expand" | "reduce")``.  The ``inverse`` selects the blocks' class (the kinds table,
-    :mod:`.kinds`): :class:`~.blocks.ExactKronBlock`, the exact inverse of :math:`G\otimes A + \lambda I`
-    in the Kronecker eigenbasis (``"eigen"``), or :class:`~.blocks.TikhonovKronBlock`, the factored-Tikhonov
+    :mod:`.kinds`): :class:`~.kron.ExactKronBlock`, the exact inverse of :math:`G\otimes A + \lambda I`
+    in the Kronecker eigenbasis (``"eigen"``), or :class:`~.kron.TikhonovKronBlock`, the factored-Tikhonov
     approximation :math:`(G + \tfrac{\sqrt\lambda}{\pi}I)^{-1}\otimes(A + \pi\sqrt\lambda I)^{-1}` (``"tikhonov"``).
     """
 

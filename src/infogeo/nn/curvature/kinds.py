@@ -73,7 +73,7 @@ KINDS: Dict[str, Kind] = {k.name: k for k in [
     Kind("kfac", (), ".kfac:KFAC", "Kronecker factors G ⊗ A per layer with a rule for them, exact diagonal "
          "blocks elsewhere (Martens & Grosse 2015)", "the diagonal of blocks without Kronecker factors; a single "
          "affine layer under the Euclidean metric", optimizer_defaults={"inverse": "tikhonov"},
-         inverses={"eigen": ".blocks:ExactKronBlock", "tikhonov": ".blocks:TikhonovKronBlock"}),
+         inverses={"eigen": ".kron:ExactKronBlock", "tikhonov": ".kron:TikhonovKronBlock"}),
     Kind("ekfac", (), ".ekfac:EKFAC", "K-FAC's eigenbasis with the exact scales in it (George et al. 2018)",
          "the diagonal of the exact block in the Kronecker eigenbasis; the diagonal of blocks without factors"),
 ]}
