@@ -60,7 +60,10 @@ MODELS = {
                                         torch.nn.Linear(3 * 4 * 4, 3)),
             lambda g: torch.randn(4, 2, 4, 4, generator=g, dtype=torch.float64), 3, {"conv", "linear"}),
     "hf-conv1d": (_conv1d_model, lambda g: torch.randn(4, 3, 3, generator=g, dtype=torch.float64), 3, {"hf_conv1d"}),
-    "sequence": (Seq, lambda g: torch.randint(0, 5, (3, 4), generator=g), 4, {"module", "linear"}),
+    "sequence": (Seq, lambda g: torch.randint(0, 5, (3, 4), generator=g), 4, {"embedding", "module", "linear"}),
+    # tokens repeat within a sequence, and padding_idx (no gradient) occurs
+    "embedding": (lambda: torch.nn.Embedding(6, 3, padding_idx=0),
+                  lambda g: torch.randint(0, 6, (4, 5), generator=g), 3, {"embedding"}),
     "tied": (Tied, lambda g: torch.randint(0, 6, (4, 3), generator=g), 6, {"network", "linear"}),
 }
 
@@ -137,7 +140,8 @@ def view_ekfac(space, C, ref):
     for b in C.blocks:
         if b.kind == "ekfac":
             idx = b.flat_index(space.layout)
-            Ua, Ug = b.basis()
+            Ua, Ug = (torch.eye(F.shape[0], dtype=F.dtype) if U is None else U.contiguous()
+                      for U, F in zip(b.basis(), (b.A, b.G)))
             Q = torch.kron(Ug, Ua)
             exact = torch.diagonal(Q.T @ ref[idx][:, idx] @ Q)   # the exact block's diagonal in the eigenbasis
             assert rel(b.s.reshape(-1), exact) < TOL, b.names

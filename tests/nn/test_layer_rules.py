@@ -364,16 +364,17 @@ def test_the_empirical_fisher_of_sequence_outputs_says_once_what_it_costs():
 
 
 @pytest.mark.parametrize("kind", ["kfac", "ekfac"])
-def test_a_factor_too_large_falls_back_to_the_exact_diagonal_and_says_so(kind):
-    """A vocabulary-sized layer would need a V x V factor: it gets its exact diagonal block instead."""
+def test_factors_too_large_on_both_sides_fall_back_to_the_exact_diagonal_and_say_so(kind):
+    """A layer whose factors would both exceed max_factor_dim gets its exact diagonal block instead (one side too
+    wide keeps that side's diagonal: tests/nn/test_kron_layouts.py)."""
     from infogeo.nn.curvature import kfac
-    kfac._TOO_LARGE.clear()
+    kfac._SAID.clear()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 9)).double()
     X = torch.randn(6, 3, dtype=torch.float64)
     space = ig.nn.ParameterSpace(model, "categorical", data=X)
-    with pytest.warns(RuntimeWarning, match="a Kronecker factor of side 9"):
-        C = space.curvature(kind, max_factor_dim=8)
+    with pytest.warns(RuntimeWarning, match=r"both sides of its Kronecker factors \(9 and 5\)"):
+        C = space.curvature(kind, max_factor_dim=4)
     assert [b.kind for b in C.blocks] == [kind, "diag"]
     exact = space.curvature("diag").diagonal()
     got = C.diagonal()

@@ -134,7 +134,9 @@ def check_kronecker_family(K, space, G):
             got = torch.cat([b.d[n].reshape(-1) for n in b.names])
             assert rel(got, torch.diagonal(G)[idx]) < EXACT
         elif b.kind == "ekfac":
-            Ua, Ug = b.basis()
+            # a diagonal factor's basis (an Embedding's input side) is the identity
+            Ua, Ug = (torch.eye(F.shape[0], dtype=F.dtype) if U is None else U.contiguous()
+                      for U, F in zip(b.basis(), (b.A, b.G)))
             idx = b.flat_index(space.layout)
             Q = torch.kron(Ug, Ua)
             assert rel(b.s.reshape(-1), torch.diagonal(Q.T @ G[idx][:, idx] @ Q)) < EXACT
@@ -170,6 +172,10 @@ def test_language_model_with_frozen_recurrence(cell):
     G = ref.ggn(model, (X,), "categorical")
     assert rel(space.curvature("diag").to_dense(), torch.diag(torch.diagonal(G))) < EXACT
     (Ge,) = ref.blocks(G, model, [["emb.weight"]])
-    K = space.curvature("kfac")
+    # K-FAC-reduce: the Embedding's exact diagonal block (the mean of one-hot vectors is not one-hot)
+    K = space.curvature("kfac", kfac_approx="reduce")
     emb = next(b for b in K.blocks if "emb.weight" in b.names)
     assert rel(emb.d["emb.weight"].reshape(-1), torch.diagonal(Ge)) < EXACT
+    # K-FAC-expand: diag(token frequencies) ⊗ G
+    emb = next(b for b in space.curvature("kfac").blocks if "emb.weight" in b.names)
+    assert emb.kind == "kfac" and torch.equal(emb.A, torch.bincount(X.reshape(-1), minlength=7).double() / X.numel())

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import infogeo as ig
-from infogeo.nn.curvature.blocks import KronBlock
+from infogeo.nn.curvature.kron import TikhonovKronBlock
 
 F = torch.nn.functional
 # preconditioners here keep the default trust region without a learning rate (warned once each)
@@ -23,7 +23,7 @@ def test_solve_rows_equals_dense_kronecker_inverse(bias):
     n_out, n_in, R, lam = 5, 4, 3, 0.3
     K = n_in + bias
     A, G = spd(K, gen), spd(n_out, gen)
-    block = KronBlock("w", "b" if bias else None, (n_out, n_in), A, G, inverse="tikhonov")
+    block = TikhonovKronBlock("w", "b" if bias else None, (n_out, n_in), A, G)
     b = torch.randn(R, n_out, dtype=torch.float64, generator=gen)
     a = torch.randn(R, n_in, dtype=torch.float64, generator=gen)
     abar = torch.cat([a, torch.ones(R, 1, dtype=a.dtype)], 1) if bias else a

@@ -129,11 +129,12 @@ def test_kfac_mixed_fallback_on_transformer():
     check_consistent(K, space)
     kinds = {n: b.kind for b in K.blocks for n in b.names}
     assert kinds["q.weight"] == "kfac" and kinds["k.weight"] == "kfac" and kinds["out.weight"] == "kfac"
-    assert kinds["emb.weight"] == "diag" and kinds["ln.weight"] == "diag" and kinds["mix.proj"] == "diag"
+    assert kinds["emb.weight"] == "kfac"     # diag(token frequencies) ⊗ G
+    assert kinds["ln.weight"] == "diag" and kinds["mix.proj"] == "diag"
     G = reference_metric(model, X, categorical_Gz)
     # diagonal blocks are exact diagonals
     D = K.diagonal()
-    for n in ("emb.weight", "ln.bias", "mix.gain"):
+    for n in ("ln.bias", "mix.gain"):
         sl = slice(space.layout.offsets[n], space.layout.offsets[n] + space.layout.numels[n])
         assert rel(D[n].reshape(-1), torch.diagonal(G)[sl]) < EXACT
 

@@ -12,7 +12,8 @@ from ..output_metrics import FactorOutput
 from . import kinds, layers, operators
 from .base import Curvature, Inverse, LinearCombination, ScaledIdentity
 from .blockwise import BlockCurvature
-from .blocks import Block, DenseBlock, DiagBlock, KronBlock
+from .blocks import Block, DenseBlock, DiagBlock
+from .kron import EigenbasisKronBlock, ExactKronBlock, KronBlock, TikhonovKronBlock
 from .block import BlockDiagonal
 from .dense import Dense
 from .diagonal import Diagonal
@@ -21,7 +22,7 @@ from .implicit import Implicit
 from .kfac import KFAC
 
 __all__ = ["Curvature", "BlockCurvature", "Inverse", "LinearCombination", "ScaledIdentity", "operators",
-           "Block", "DiagBlock", "DenseBlock", "KronBlock",
+           "Block", "DiagBlock", "DenseBlock", "KronBlock", "TikhonovKronBlock", "EigenbasisKronBlock", "ExactKronBlock",
            "Implicit", "Dense", "Diagonal", "KFAC", "EKFAC", "EigenKronBlock", "BlockDiagonal", "build", "KINDS",
            "kinds", "layers"]
 

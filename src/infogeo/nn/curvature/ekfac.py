@@ -20,7 +20,7 @@ output metric.  Layers without Kronecker factors get their exact diagonal block.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 import torch
 
@@ -28,19 +28,21 @@ from . import _backprop as bp
 from ._reducers import accumulation_dtype
 from .base import Curvature
 from .blockwise import BlockCurvature
-from .blocks import KronBlock
-from .kfac import MAX_FACTOR_DIM, factored_blocks, has_factors, kfac_reducer, kron_block, position_mask
+from .blocks import Block
+from .kron import EigenbasisKronBlock
+from .kfac import MAX_FACTOR_DIM, factor_layout, factored_blocks, kfac_reducer, kron_block, position_mask
 from .layers.base import CHUNK_ELEMENTS, chunks
 
 #: a basis per layer, keyed by the weight's (or bias') parameter name: ``(U_A, U_G)``
 Basis = Dict[str, Tuple[torch.Tensor, torch.Tensor]]
 
 
-class EigenKronBlock(KronBlock):
+class EigenKronBlock(EigenbasisKronBlock):
     r"""A block :math:`Q\,\operatorname{diag}(s)\,Q^T` with :math:`Q = U_G\otimes U_A` from K-FAC's factors.
 
     ``s`` has the shape ``(out, in [+ 1])`` of the bias-augmented weight :math:`\bar W`;
-    products and damped solves act in the eigenbasis:
+    products and damped solves act in the eigenbasis (shared with K-FAC's
+    :class:`~.kron.ExactKronBlock`), with the scales :math:`s + \lambda`:
     :math:`(C + \lambda I)^{-1}\mathrm{vec}(V) = \mathrm{vec}\big(U_G[(U_G^TVU_A)\oslash(s + \lambda)]U_A^T\big)`.
     The basis is that of the factors :math:`A, G` the block holds (their eigenvectors, computed once).
     """
@@ -49,9 +51,9 @@ class EigenKronBlock(KronBlock):
     #: the optimizer measures the scales in the basis on every rank (:meth:`EKFAC.refreshed`): nothing to share
     shares_factorisation = False
 
-    def __init__(self, weight, bias, wshape, A: torch.Tensor, G: torch.Tensor, s: Optional[torch.Tensor],
-                 transposed: bool = False, pending: Optional[List[Tuple[float, Callable]]] = None):
-        super().__init__(weight, bias, wshape, A, G, "eigen", transposed)
+    def __init__(self, weight, bias, wshape, A: torch.Tensor, G: torch.Tensor, transposed: bool = False,
+                 s: Optional[torch.Tensor] = None, pending: Optional[List[Tuple[float, Callable]]] = None):
+        super().__init__(weight, bias, wshape, A, G, transposed)
         self.s = s
         #: scales still to be measured (``s is None``): ``[(weight, f(U_A, U_G) -> s)]`` of the batches pooled
         self.pending = pending
@@ -67,8 +69,8 @@ class EigenKronBlock(KronBlock):
         return {"A": self.A, "G": self.G, "s": self.s}
 
     def with_stats(self, stats):
-        return EigenKronBlock(self.weight, self.bias, self.wshape, stats["A"], stats["G"], stats.get("s"),
-                              self.transposed, None if "s" in stats else self.pending)
+        return EigenKronBlock(self.weight, self.bias, self.wshape, stats["A"], stats["G"], self.transposed,
+                              stats.get("s"), None if "s" in stats else self.pending)
 
     def stat_shapes(self):
         return {"A": tuple(self.A.shape), "G": tuple(self.G.shape), "s": (self.G.shape[0], self.A.shape[0])}
@@ -83,28 +85,13 @@ class EigenKronBlock(KronBlock):
         for w, f in self.pending or ():
             t = f(Ua, Ug).mul_(w)
             s = t if s is None else s.add_(t)
-        block = EigenKronBlock(self.weight, self.bias, self.wshape, self.A, self.G, s.to(self.A.dtype),
-                               self.transposed)
+        block = EigenKronBlock(self.weight, self.bias, self.wshape, self.A, self.G, self.transposed,
+                               s.to(self.A.dtype))
         block._eig = self._eig
         return block
 
-    def basis(self):
-        """``(U_A, U_G)``, the eigenvectors of the factors."""
-        _, Ua, _, Ug = self.eig()
-        return Ua, Ug
-
-    def precompute(self, damping: Optional[float] = None):
-        return self.eig()
-
-    def factorisation(self, damping: float) -> List[torch.Tensor]:
-        return list(self.eig())
-
-    def adopt(self, tensors: Sequence[torch.Tensor], damping: float) -> None:
-        self._eig = tuple(tensors)
-
-    def factorisation_like(self) -> List[torch.Tensor]:
-        A, G = self.A, self.G
-        return [A.new_empty(A.shape[0]), torch.empty_like(A), G.new_empty(G.shape[0]), torch.empty_like(G)]
+    def _scales_of(self):
+        return self.s
 
     def scales(self, damping: float) -> torch.Tensor:
         if self.s is None:
@@ -112,16 +99,18 @@ class EigenKronBlock(KronBlock):
         return self.s + damping
 
     def mv(self, v):
-        Ua, Ug = self.basis()
-        return self._split(Ug @ ((Ug.T @ self._join(v) @ Ua) * self.s) @ Ua.T)
+        return self._split(self.unrotate(self.rotate(self._join(v)) * self.s))
 
     def diagonal(self):
         Ua, Ug = self.basis()
-        return self._split(Ug.square() @ self.s @ Ua.square().T)
+        d = self.s if Ug is None else Ug.square() @ self.s
+        return self._split(d if Ua is None else d @ Ua.square().T)
 
     def dense(self, layout):
         Ua, Ug = self.basis()
-        Q = torch.kron(Ug, Ua)
+        eye = lambda n: torch.eye(n, dtype=self.s.dtype, device=self.s.device)  # noqa: E731
+        Q = torch.kron(eye(self.G.shape[0]) if Ug is None else Ug.contiguous(),
+                       eye(self.A.shape[0]) if Ua is None else Ua.contiguous())
         return self.flat_index(layout), (Q * self.s.reshape(-1)) @ Q.T
 
 
@@ -135,6 +124,9 @@ def eigen_correction(space, layer: bp.Layer, cols: bp.Columns, Ua: torch.Tensor,
     position per example, :math:`s = \frac1N\,(\tilde b^{\odot 2})^T(\tilde a^{\odot 2})` is one product.
     """
     rule = layer.rule
+    own = getattr(rule, "eigen_correction", None)
+    if own is not None:   # a rule with its own closed form (Embedding: one-hot inputs)
+        return own(layer, Ua, Ug).div_(space.batch_size)
     a = rule.ordered_inputs(layer)                                   # (N, T, in)
     N, T = a.shape[0], a.shape[1]
     dt = accumulation_dtype(a, layer.grad_out)
@@ -144,14 +136,18 @@ def eigen_correction(space, layer: bp.Layer, cols: bp.Columns, Ua: torch.Tensor,
         parts.append(a)
     if "bias" in layer.params:
         parts.append(torch.ones(N, T, 1, dtype=dt, device=a.device))
-    at = (torch.cat(parts, dim=2) if len(parts) > 1 else parts[0]) @ Ua.to(dt)   # (N, T, in [+ 1]) rotated
+    at = torch.cat(parts, dim=2) if len(parts) > 1 else parts[0]
+    if Ua is not None:
+        at = at @ Ua.to(dt)                                          # (N, T, in [+ 1]) rotated
     gs = layer.grad_out
     R = cols.rows
-    out = Ug.shape[0]
+    out = rule.out_features(layer.module)
     s = torch.zeros(out, at.shape[2], dtype=dt, device=a.device)
-    Ugd = Ug.to(dt)
+    Ugd = None if Ug is None else Ug.to(dt)
     for j in range(gs.shape[0]):
-        bt = rule.outputs(gs[j]).to(dt) @ Ugd                        # (N, T, out) rotated
+        bt = rule.outputs(gs[j]).to(dt)
+        if Ugd is not None:
+            bt = bt @ Ugd                                            # (N, T, out) rotated
         if T == 1:
             s.addmm_(bt[:, 0].square().T, at[:, 0].square())
             continue
@@ -161,12 +157,18 @@ def eigen_correction(space, layer: bp.Layer, cols: bp.Columns, Ua: torch.Tensor,
     return s.div_(space.batch_size)
 
 
+def _fits(basis: Tuple[Optional[torch.Tensor], Optional[torch.Tensor]], block: EigenKronBlock) -> bool:
+    """Whether a basis ``(U_A, U_G)`` is one for the factors of ``block`` (``None``: a diagonal factor's)."""
+    return all((U is None) == (F.dim() == 1) and (U is None or U.shape == F.shape)
+               for U, F in zip(basis, (block.A, block.G)))
+
+
 def ekfac_reducer(approx: str, max_factor_dim: int = MAX_FACTOR_DIM):
     """K-FAC's gradient-factor sink for layers with Kronecker factors, also keeping each column's output gradient."""
     kron = kfac_reducer(approx, max_factor_dim)
 
     def reducer(layer: bp.Layer, cols: bp.Columns):
-        if not has_factors(layer, max_factor_dim):
+        if factor_layout(layer, max_factor_dim, approx) is None:
             return layer.rule.diagonal_sink(layer, cols)
         gram_sink = kron(layer, cols)
 
@@ -197,29 +199,25 @@ class EKFAC(BlockCurvature):
               max_factor_dim: int = MAX_FACTOR_DIM) -> "EKFAC":
         mask = position_mask(space)
 
-        def make_blocks(layers: List[bp.Layer], cols: bp.Columns) -> List[EigenKronBlock]:
-            krons = [kron_block(space, l, "eigen", kfac_approx, mask) for l in layers]
+        def make_blocks(layers: List[bp.Layer], layouts, cols: bp.Columns) -> List[EigenKronBlock]:
             blocks = []
-            for layer, kron in zip(layers, krons):
+            for layer, layout in zip(layers, layouts):
+                kron = cast(EigenKronBlock, kron_block(space, layer, EigenKronBlock, layout, kfac_approx, mask))
                 if defer:   # the layer's inputs and output gradients are kept until the basis is known
-                    f = (lambda l: lambda Ua, Ug: eigen_correction(space, l, cols, Ua, Ug, chunk_elements))(layer)
-                    blocks.append(EigenKronBlock(kron.weight, kron.bias, kron.wshape, kron.A, kron.G, None,
-                                                 kron.transposed, [(1.0, f)]))
+                    kron.pending = [(1.0, (lambda l: lambda Ua, Ug: eigen_correction(space, l, cols, Ua, Ug,
+                                                                                     chunk_elements))(layer))]
+                    blocks.append(kron)
                     continue
-                key = kron.names[0]
-                given = basis.get(key) if basis is not None else None
-                if given is not None and (given[0].shape[0] != kron.A.shape[0] or given[1].shape[0] != kron.G.shape[0]):
+                given = basis.get(kron.key) if basis is not None else None
+                if given is not None and not _fits(given, kron):
                     given = None
-                Ua, Ug = given if given is not None else kron.eig()[1::2]
-                s = eigen_correction(space, layer, cols, Ua, Ug, chunk_elements)
+                Ua, Ug = given if given is not None else kron.basis()
+                kron.s = eigen_correction(space, layer, cols, Ua, Ug, chunk_elements)
                 layer.grad_out, layer.inputs = None, ()
-                block = EigenKronBlock(kron.weight, kron.bias, kron.wshape, kron.A, kron.G, s, kron.transposed)
-                if given is None:
-                    block._eig = kron._eig   # the basis s was computed in
-                blocks.append(block)
+                blocks.append(kron)
             return blocks
         blocks = factored_blocks(space, factor_fn, ekfac_reducer(kfac_approx, max_factor_dim), per_position,
-                                 chunk_elements, make_blocks, max_factor_dim)
+                                 chunk_elements, make_blocks, max_factor_dim, kfac_approx)
         return cls(space.layout, blocks, space.point)
 
     def basis(self) -> Basis:
@@ -229,18 +227,19 @@ class EKFAC(BlockCurvature):
     _EIG = ("lambda_A", "U_A", "lambda_G", "U_G")
 
     def bases(self) -> Dict[str, torch.Tensor]:
-        """The eigendecompositions the blocks use, ``{"<block>/<U_A|...>": tensor}`` (for checkpoints)."""
+        """The eigendecompositions the blocks use, ``{"<block>/<U_A|...>": tensor}`` (for checkpoints; a diagonal
+        factor's basis, the identity, is an empty tensor)."""
         return {f"{i}/{k}": t for i, b in enumerate(self.blocks) if isinstance(b, EigenKronBlock)
-                for k, t in zip(self._EIG, b.eig())}
+                for k, t in zip(self._EIG, b.factorisation(0.0))}
 
     def adopt_bases(self, saved: Dict[str, torch.Tensor]) -> None:
         """Use the eigendecompositions of :meth:`bases` (a checkpoint's) instead of the factors' own."""
         for i, b in enumerate(self.blocks):
             if isinstance(b, EigenKronBlock) and all(f"{i}/{k}" in saved for k in self._EIG):
                 eig = tuple(saved[f"{i}/{k}"] for k in self._EIG)
-                if eig[1].shape != b.A.shape or eig[3].shape != b.G.shape:
+                if not all(U.shape == (F.shape if F.dim() == 2 else (0,)) for U, F in ((eig[1], b.A), (eig[3], b.G))):
                     raise ValueError(f"checkpoint: the saved EKFAC basis of block {i} does not fit its factors")
-                b._eig = eig
+                b.adopt(eig, 0.0)
 
     # ------------------------------------------------------------ the optimizer's schedule
     @property
@@ -252,15 +251,15 @@ class EKFAC(BlockCurvature):
         """Deferred statistics pool with deferred ones (micro-batches): factors averaged, measurements kept."""
         if not (self.deferred or getattr(new, "deferred", False)):
             return super().ema(new, decay)
-        if not (self.deferred and new.deferred and self.same_structure(new)):
+        if not (isinstance(new, EKFAC) and self.deferred and new.deferred and self.same_structure(new)):
             raise ValueError("EKFAC statistics awaiting their scales combine only with others of the same layers")
-        blocks = []
+        blocks: List[Block] = []
         for a, b in zip(self.blocks, new.blocks):
-            if isinstance(a, EigenKronBlock):
+            if isinstance(a, EigenKronBlock) and isinstance(b, EigenKronBlock):
                 blocks.append(EigenKronBlock(a.weight, a.bias, a.wshape, torch.lerp(b.A, a.A, decay),
-                                             torch.lerp(b.G, a.G, decay), None, a.transposed,
-                                             [(w * decay, f) for w, f in a.pending] +
-                                             [(w * (1 - decay), f) for w, f in b.pending]))
+                                             torch.lerp(b.G, a.G, decay), a.transposed, None,
+                                             [(w * decay, f) for w, f in a.pending or ()] +
+                                             [(w * (1 - decay), f) for w, f in b.pending or ()]))
             else:
                 old, cur = a.stats(), b.stats()
                 blocks.append(a.with_stats({k: torch.lerp(cur[k], old[k], decay) for k in old}))
@@ -281,26 +280,26 @@ class EKFAC(BlockCurvature):
             old = None
         known = {} if basis_of is None else {b.key: b.eig() for b in getattr(basis_of, "blocks", [])
                                              if isinstance(b, EigenKronBlock)}
-        blocks = []
+        blocks: List[Block] = []
         for i, b in enumerate(self.blocks):
-            o = old.blocks[i] if old is not None else None
+            o: Any = old.blocks[i] if old is not None else None
             if isinstance(b, EigenKronBlock):
                 A, G = (b.A, b.G) if o is None else (torch.lerp(b.A, o.A, decay), torch.lerp(b.G, o.G, decay))
+                fresh = EigenKronBlock(b.weight, b.bias, b.wshape, A, G, b.transposed, None, b.pending)
                 eig = known.get(b.key)
-                if eig is not None and (eig[1].shape != A.shape or eig[3].shape != G.shape):
+                if eig is not None and not _fits((eig[1], eig[3]), fresh):
                     eig = None
-                blocks.append(EigenKronBlock(b.weight, b.bias, b.wshape, A, G, None, b.transposed,
-                                             b.pending).measured(eig))
+                blocks.append(fresh.measured(eig))
             else:
                 cur = b.stats()
                 blocks.append(b if o is None else b.with_stats({k: torch.lerp(cur[k], t, decay)
                                                                 for k, t in o.stats().items()}))
         kron = [b for b in blocks if isinstance(b, EigenKronBlock)]
-        scales = [b.s for b in kron]
+        scales = [cast(torch.Tensor, b.s) for b in kron]   # measured above
         if reduce is not None and scales:
             scales = reduce(scales)
-        for i, (b, s) in enumerate(zip(kron, scales)):
+        for b, s in zip(kron, scales):
             if old is not None:
-                s = torch.lerp(s, old.blocks[blocks.index(b)].s, decay)
+                s = torch.lerp(s, cast(torch.Tensor, cast(EigenKronBlock, old.blocks[blocks.index(b)]).s), decay)
             b.s = s
         return type(self)._from_blocks(self, blocks)

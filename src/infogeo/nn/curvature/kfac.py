@@ -30,21 +30,23 @@ column at all output positions at once, as curvlinops does, adds
 cross-position terms when layers mix positions, e.g. attention; on
 position-wise networks both agree.)  Which layers have Kronecker factors is
 said by their rule (:mod:`.layers`: Linear, Hugging Face ``Conv1D``,
-convolutions); the others (LayerNorm, Embedding, grouped convolutions, custom
-modules), parameters taken through the whole network, and layers whose factor
-would exceed ``max_factor_dim`` get their exact diagonal block instead, so a
-network of any architecture has a K-FAC curvature (mixed representation).
+convolutions, Embedding with a diagonal input factor); the others (LayerNorm,
+grouped convolutions, custom modules) and parameters taken through the whole
+network get their exact diagonal block instead, so a network of any
+architecture has a K-FAC curvature (mixed representation).  A factor side
+above ``max_factor_dim`` is kept as its diagonal (:func:`factor_layout`).
 """
 from __future__ import annotations
 
 import warnings
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple, cast
 
 import torch
 
 from . import _backprop as bp
 from .blockwise import BlockCurvature
-from .blocks import Block, KronBlock
+from .blocks import Block
+from .kron import KronBlock
 from .diagonal import diag_blocks
 from .layers.base import CHUNK_ELEMENTS
 
@@ -65,41 +67,73 @@ def position_mask(space) -> Optional[torch.Tensor]:
     return (w != 0).reshape(w.shape[0], -1)
 
 
-def kron_block(space, layer: bp.Layer, inverse: str = "eigen", approx: str = "expand",
+#: ``(G diagonal, A diagonal)``: which of a layer's Kronecker factors are kept as their diagonal
+Layout = Tuple[bool, bool]
+
+
+def kron_block(space, layer: bp.Layer, cls: type, layout: Layout, approx: str = "expand",
                mask: Optional[torch.Tensor] = None) -> KronBlock:
-    """The factors :math:`A, G` of one layer with Kronecker factors, from its inputs and output gradients."""
+    """The factors :math:`A, G` of one layer with Kronecker factors, from its inputs and output gradients,
+    as a block of class ``cls``."""
     G = layer.stat.div_(space.batch_size)
     layer.stat = None
     rule = layer.rule
-    return KronBlock(layer.params.get("weight"), layer.params.get("bias"), tuple(layer.module.weight.shape),
-                     rule.input_factor(layer, approx, mask), G, inverse, transposed=rule.transposed)
+    weight = cast(torch.Tensor, layer.module.weight)
+    return cls(layer.params.get("weight"), layer.params.get("bias"), tuple(weight.shape),
+               rule.input_factor(layer, approx, mask, diagonal=layout[1]), G, transposed=rule.transposed)
 
 
-#: the largest side of a Kronecker factor kept by default (a float32 factor of this side is 256 MiB)
+#: the largest side of a dense Kronecker factor kept by default (a float32 factor of this side is 256 MiB)
 MAX_FACTOR_DIM = 8192
-_TOO_LARGE: set = set()
+_SAID: set = set()
 
 
-def has_factors(layer: bp.Layer, max_factor_dim: int = MAX_FACTOR_DIM) -> bool:
-    """Whether the layer gets Kronecker factors: its rule has them and both fit (sides <= ``max_factor_dim``).
+def factor_layout(layer: bp.Layer, max_factor_dim: int = MAX_FACTOR_DIM, approx: str = "expand") -> Optional[Layout]:
+    r"""Which Kronecker factors the layer gets: ``(G diagonal, A diagonal)``, or ``None`` (its exact diagonal block).
 
-    A vocabulary-sized layer (an output projection onto 50,257 tokens) would need a factor of
-    :math:`50257^2` entries; it gets its exact diagonal block instead, and a warning says so once.
+    A factor is dense while its side is at most ``max_factor_dim``.  A vocabulary-sized side (an output
+    projection onto 50,257 tokens would need a :math:`50257^2` factor, 10 GB in float32) keeps only the
+    diagonal of its factor, the other side staying dense; a warning says so once, with the memory.
+    An Embedding's input factor is diagonal by nature (one-hot inputs: the token frequencies), except
+    under ``"reduce"`` (the mean of a sequence's one-hot vectors is not one-hot), where it gets its exact
+    diagonal block.  A layer with both sides too wide gets its exact diagonal block.
     """
-    if not layer.rule.kronecker:
-        return False
-    out = layer.rule.out_features(layer.module)
-    n_in = layer.module.weight.numel() // out + ("bias" in layer.params)
-    if max(out, n_in) <= max_factor_dim:
-        return True
-    key = (layer.path, out, n_in)
-    if key not in _TOO_LARGE:
-        _TOO_LARGE.add(key)
-        nbytes = max(out, n_in) ** 2 * layer.module.weight.element_size()
-        warnings.warn(f"layer {layer.path!r}: a Kronecker factor of side {max(out, n_in)} would take "
-                      f"{nbytes / 2 ** 30:.1f} GiB (max_factor_dim={max_factor_dim}); the layer gets its exact "
-                      f"diagonal block instead", RuntimeWarning, stacklevel=5)
-    return False
+    rule = layer.rule
+    if not rule.kronecker:
+        return None
+    diag_inputs = getattr(rule, "diagonal_inputs", False)
+    if diag_inputs and approx == "reduce":
+        return None
+    weight = cast(torch.Tensor, layer.module.weight)
+    out = rule.out_features(layer.module)
+    n_in = weight.numel() // out + ("bias" in layer.params)
+    wide_g, wide_a = out > max_factor_dim, n_in > max_factor_dim and not diag_inputs
+    if not (wide_g or wide_a):
+        return (False, diag_inputs)
+    key = (layer.path, out, n_in, max_factor_dim)
+    size = weight.element_size()
+    if (wide_g and wide_a) or (wide_g and diag_inputs):
+        if key not in _SAID:
+            _SAID.add(key)
+            warnings.warn(f"layer {layer.path!r}: both sides of its Kronecker factors ({out} and {n_in}) exceed "
+                          f"max_factor_dim={max_factor_dim} or are diagonal; the layer gets its exact diagonal "
+                          "block instead", RuntimeWarning, stacklevel=5)
+        return None
+    if key not in _SAID:
+        _SAID.add(key)
+        wide, narrow = (out, n_in) if wide_g else (n_in, out)
+        layout = f"diag(G) ({out}) ⊗ A ({n_in}×{n_in})" if wide_g else f"G ({out}×{out}) ⊗ diag(A) ({n_in})"
+        warnings.warn(f"layer {layer.path!r}: a dense Kronecker factor of side {wide} would take "
+                      f"{_size(wide ** 2 * size)} (max_factor_dim={max_factor_dim}); its factors are "
+                      f"{layout} instead, {_size((wide + narrow ** 2) * size)}",
+                      RuntimeWarning, stacklevel=5)
+    return (wide_g, wide_a)
+
+
+def _size(nbytes: int) -> str:
+    unit = next(u for u in ("GiB", "MiB", "KiB", "B") if nbytes >= 2 ** (10 * ("B", "KiB", "MiB", "GiB").index(u))
+                or u == "B")
+    return f"{nbytes / 2 ** (10 * ('B', 'KiB', 'MiB', 'GiB').index(unit)):.1f} {unit}"
 
 
 def kfac_reducer(approx: str = "expand", max_factor_dim: int = MAX_FACTOR_DIM):
@@ -107,8 +141,9 @@ def kfac_reducer(approx: str = "expand", max_factor_dim: int = MAX_FACTOR_DIM):
     check_approx(approx)
 
     def reducer(layer: bp.Layer, cols: bp.Columns):
-        if has_factors(layer, max_factor_dim):
-            return layer.rule.gradient_sink(layer, approx == "reduce")
+        layout = factor_layout(layer, max_factor_dim, approx)
+        if layout is not None:
+            return layer.rule.gradient_sink(layer, approx == "reduce", diagonal=layout[0])
         return layer.rule.diagonal_sink(layer, cols)
     return reducer
 
@@ -117,23 +152,24 @@ class KFAC(BlockCurvature):
     r"""Kronecker-factored curvature, diagonal where a layer cannot be factored.
 
     Build with ``space.curvature("kfac", method=..., inverse="eigen" | "tikhonov",
-    kfac_approx="expand" | "reduce")``.
-    ``solve`` applies, per block, the exact inverse of :math:`G\otimes A + \lambda I`
-    (``"eigen"``) or the factored-Tikhonov approximation
-    :math:`(G + \tfrac{\sqrt\lambda}{\pi}I)^{-1}\otimes(A + \pi\sqrt\lambda I)^{-1}` (``"tikhonov"``),
-    both from eigendecompositions of the factors (computed once, reused for any damping).
+    kfac_approx="expand" | "reduce")``.  The ``inverse`` selects the blocks' class (the kinds table,
+    :mod:`.kinds`): :class:`~.kron.ExactKronBlock`, the exact inverse of :math:`G\otimes A + \lambda I`
+    in the Kronecker eigenbasis (``"eigen"``), or :class:`~.kron.TikhonovKronBlock`, the factored-Tikhonov
+    approximation :math:`(G + \tfrac{\sqrt\lambda}{\pi}I)^{-1}\otimes(A + \pi\sqrt\lambda I)^{-1}` (``"tikhonov"``).
     """
 
     @classmethod
     def build(cls, space, factor_fn, chunk_elements: int = CHUNK_ELEMENTS, inverse: str = "eigen",
               kfac_approx: str = "expand", per_position: bool = True,
               max_factor_dim: int = MAX_FACTOR_DIM) -> "KFAC":
-        if inverse not in KronBlock.INVERSES:
-            raise ValueError(f"unknown K-FAC inverse {inverse!r}; expected one of {KronBlock.INVERSES}")
+        from .kinds import KINDS
+        block_cls = KINDS["kfac"].inverse(inverse)
         mask = position_mask(space)
+
+        def make_blocks(layers, layouts, cols):
+            return [kron_block(space, l, block_cls, lay, kfac_approx, mask) for l, lay in zip(layers, layouts)]
         blocks = factored_blocks(space, factor_fn, kfac_reducer(kfac_approx, max_factor_dim), per_position,
-                                 chunk_elements, lambda layers, cols: [kron_block(space, l, inverse, kfac_approx, mask)
-                                                                       for l in layers], max_factor_dim)
+                                 chunk_elements, make_blocks, max_factor_dim, kfac_approx)
         return cls(space.layout, blocks, space.point)
 
 
@@ -144,11 +180,14 @@ def check_approx(kfac_approx: str) -> str:
 
 
 def factored_blocks(space, factor_fn, reducer, per_position: bool, chunk_elements: int,
-                    make_blocks: Callable[[List[bp.Layer], bp.Columns], Sequence[Block]],
-                    max_factor_dim: int = MAX_FACTOR_DIM) -> List[Block]:
-    """One capture; ``make_blocks(layers, cols)`` for the layers with Kronecker factors, exact diagonals elsewhere."""
+                    make_blocks: Callable[[List[bp.Layer], List[Layout], bp.Columns], Sequence[Block]],
+                    max_factor_dim: int = MAX_FACTOR_DIM, approx: str = "expand") -> List[Block]:
+    """One capture; ``make_blocks(layers, layouts, cols)`` for the layers with Kronecker factors, exact diagonals
+    elsewhere."""
     cap = bp.capture(space, factor_fn, reducer, per_position)
     with bp.without_autocast():
-        kron = [l for l in cap.layers if has_factors(l, max_factor_dim)]
-        other = [l for l in cap.layers if not has_factors(l, max_factor_dim)]
-        return list(make_blocks(kron, cap.cols)) + diag_blocks(space, other, cap.network, cap.cols, chunk_elements)
+        layouts = [factor_layout(l, max_factor_dim, approx) for l in cap.layers]
+        kron = [(l, lay) for l, lay in zip(cap.layers, layouts) if lay is not None]
+        other = [l for l, lay in zip(cap.layers, layouts) if lay is None]
+        blocks = list(make_blocks([l for l, _ in kron], [lay for _, lay in kron], cap.cols)) if kron else []
+        return blocks + diag_blocks(space, other, cap.network, cap.cols, chunk_elements)

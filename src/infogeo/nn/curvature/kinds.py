@@ -40,12 +40,26 @@ class Kind:
     optimizer_defaults: Dict[str, Any] = field(default_factory=dict)
     #: usable under torch.distributed by the optimizers (statistics averaged over the ranks)
     distributed: bool = True
+    #: the values of the ``inverse`` option and the block class each selects (``"module:Class"``)
+    inverses: Dict[str, str] = field(default_factory=dict)
 
     def load(self) -> Any:
         """The class that builds this kind."""
-        import importlib
-        module, cls = self.builder.split(":")
-        return getattr(importlib.import_module(module, __package__), cls)
+        return _load(self.builder)
+
+    def inverse(self, word: Any) -> Any:
+        """The block class the ``inverse`` option ``word`` selects, or a ``ValueError`` listing the values."""
+        path = self.inverses.get(str(word).lower())
+        if path is None:
+            title = {"kfac": "K-FAC"}.get(self.name, self.name)
+            raise ValueError(f"unknown {title} inverse {word!r}; expected one of {tuple(self.inverses)}")
+        return _load(path)
+
+
+def _load(path: str) -> Any:
+    import importlib
+    module, cls = path.split(":")
+    return getattr(importlib.import_module(module, __package__), cls)
 
 
 KINDS: Dict[str, Kind] = {k.name: k for k in [
@@ -58,7 +72,8 @@ KINDS: Dict[str, Kind] = {k.name: k for k in [
          "each layer's block"),
     Kind("kfac", (), ".kfac:KFAC", "Kronecker factors G ⊗ A per layer with a rule for them, exact diagonal "
          "blocks elsewhere (Martens & Grosse 2015)", "the diagonal of blocks without Kronecker factors; a single "
-         "affine layer under the Euclidean metric", optimizer_defaults={"inverse": "tikhonov"}),
+         "affine layer under the Euclidean metric", optimizer_defaults={"inverse": "tikhonov"},
+         inverses={"eigen": ".kron:ExactKronBlock", "tikhonov": ".kron:TikhonovKronBlock"}),
     Kind("ekfac", (), ".ekfac:EKFAC", "K-FAC's eigenbasis with the exact scales in it (George et al. 2018)",
          "the diagonal of the exact block in the Kronecker eigenbasis; the diagonal of blocks without factors"),
 ]}

@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Sequence
 import torch
 
 from .. import distributed as dd
-from ..curvature.blocks import KronBlock
+from ..curvature.kron import KronBlock
 from ..curvature.layers import rule_for
 
 __all__ = ["RowCapture"]

@@ -193,11 +193,20 @@ class AffineRule(LayerRule):
             return a.mean(1), order
         return a.reshape(-1, a.shape[-1]), order
 
-    def input_factor(self, layer, approx: str = "expand", mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        r""":math:`A`, the second moment of the bias-augmented input rows (:meth:`factor_inputs`)."""
+    def input_factor(self, layer, approx: str = "expand", mask: Optional[torch.Tensor] = None,
+                     diagonal: bool = False) -> torch.Tensor:
+        r""":math:`A`, the second moment of the bias-augmented input rows (:meth:`factor_inputs`); with
+        ``diagonal``, only its diagonal (a vector: a side too wide for a dense factor)."""
         a, order = self.factor_inputs(layer, approx, mask)
         a = a.to(accumulation_dtype(a))
         R, n_in = a.shape
+        if order is not None and "bias" in layer.params:
+            order = torch.cat([order, order.new_tensor([n_in])])
+        if diagonal:
+            parts = ([a.square().sum(0)] if "weight" in layer.params else []) + \
+                ([a.new_full((1,), float(R))] if "bias" in layer.params else [])
+            A = torch.cat(parts) if len(parts) > 1 else parts[0]
+            return (A if order is None else A[order]).div_(max(R, 1))
         if "weight" in layer.params and "bias" in layer.params:
             # A of the bias-augmented input [a, 1], filled blockwise instead of concatenating a copy of a
             A = torch.empty(n_in + 1, n_in + 1, dtype=a.dtype, device=a.device)
@@ -206,8 +215,6 @@ class AffineRule(LayerRule):
             A[:n_in, n_in] = s
             A[n_in, :n_in] = s
             A[n_in, n_in] = R
-            if order is not None:
-                order = torch.cat([order, order.new_tensor([n_in])])
         elif "weight" in layer.params:
             A = gram(a)
         else:
@@ -216,10 +223,14 @@ class AffineRule(LayerRule):
             A = A[order][:, order]
         return A.div_(max(R, 1))
 
-    def gradient_sink(self, layer, reduce_positions: bool = False) -> Sink:
+    def gradient_sink(self, layer, reduce_positions: bool = False, diagonal: bool = False) -> Sink:
         r"""Column sink accumulating :math:`\sum_{j,n,t} b_{jnt} b_{jnt}^T` into ``layer.stat`` (K-FAC's :math:`G`;
-        with ``reduce_positions``, of :math:`\sum_t b_{jnt}`)."""
+        with ``reduce_positions``, of :math:`\sum_t b_{jnt}`; with ``diagonal``, only its diagonal)."""
         def sink(j, g):
             b = self.summed_outputs(g) if reduce_positions else self.position_rows(g)
+            if diagonal:
+                b = b.to(accumulation_dtype(b))
+                layer.stat = b.square().sum(0) if layer.stat is None else layer.stat.add_(b.square().sum(0))
+                return
             layer.stat = gram(b) if layer.stat is None else layer.stat.add_(gram(b))
         return sink

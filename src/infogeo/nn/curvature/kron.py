@@ -1,0 +1,351 @@
+r"""Kronecker-factored blocks :math:`G \otimes A` (K-FAC and EKFAC): the factors and their products, and one class
+per damped inverse.
+
+:class:`KronBlock` holds the factors (either may be diagonal, stored as a vector);
+:class:`TikhonovKronBlock` applies Martens & Grosse's factored damping, :class:`ExactKronBlock` the exact
+damped inverse in the Kronecker eigenbasis, which it shares (:class:`EigenbasisKronBlock`) with EKFAC's
+:class:`~.ekfac.EigenKronBlock`.  Blocks are linear algebra: they know nothing of how their factors were
+estimated.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from ...linalg import NotPositiveDefiniteError
+from .._params import ParamLayout
+from .blocks import Block, shifted
+
+
+def _left(G: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """:math:`G X` for a factor ``G`` stored whole (2-D) or as its diagonal (1-D)."""
+    return G @ X if G.dim() == 2 else G.unsqueeze(1) * X
+
+
+def _right(X: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
+    """:math:`X A` for a factor ``A`` stored whole (2-D) or as its diagonal (1-D)."""
+    return X @ A if A.dim() == 2 else X * A
+
+
+def _factor_diagonal(F: torch.Tensor) -> torch.Tensor:
+    return torch.diagonal(F) if F.dim() == 2 else F
+
+
+def _factor_dense(F: torch.Tensor) -> torch.Tensor:
+    return F if F.dim() == 2 else torch.diag(F)
+
+
+def _factor_eig(F: torch.Tensor) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """``(λ, U)`` of a factor; a diagonal factor is its own eigenvalues, with ``U = None`` (the identity)."""
+    if F.dim() == 1:
+        return F.clamp_min(0), None
+    lam, U = torch.linalg.eigh(F)
+    return lam.clamp_min(0), U
+
+
+class KronBlock(Block):
+    r"""A Kronecker-factored block :math:`G \otimes A` for a layer whose weight is a matrix (K-FAC's layout).
+
+    The weight (reshaped to ``(out, in)``, or transposed when stored ``(in, out)``) and bias are
+    concatenated to :math:`\bar W = [W\ b]`; :math:`(G \otimes A)\,\mathrm{vec}(\bar W) = \mathrm{vec}(G \bar W A)`
+    (row-major vec).  Either factor may be diagonal, stored as a vector: the input factor of an
+    Embedding (one-hot inputs: token frequencies) and the vocabulary side of an output projection
+    too wide for a dense factor.
+
+    This class holds the factors and their products; the damped inverse is its subclasses':
+    :class:`ExactKronBlock` (the exact inverse of :math:`G\otimes A + \lambda I` in the Kronecker
+    eigenbasis), :class:`TikhonovKronBlock` (Martens & Grosse's factored damping), and EKFAC's
+    :class:`~.ekfac.EigenKronBlock` (the same eigenbasis with other scales).
+    """
+
+    kind = "kfac"
+    #: under the communication-optimised placement the owner's factorisation is broadcast
+    shares_factorisation = True
+
+    def __init__(self, weight: Optional[str], bias: Optional[str], wshape: Tuple[int, ...], A: torch.Tensor,
+                 G: torch.Tensor, transposed: bool = False):
+        self.weight, self.bias, self.wshape = weight, bias, tuple(wshape)
+        #: the weight is stored ``(in, out)`` (Hugging Face ``Conv1D``, ``Embedding``): :math:`W` is its transpose
+        self.transposed = bool(transposed)
+        self.out = self.wshape[1] if self.transposed else self.wshape[0]
+        self.names = [n for n in (weight, bias) if n is not None]
+        self.A, self.G = A, G
+
+    def stats(self):
+        return {"A": self.A, "G": self.G}
+
+    def with_stats(self, stats):
+        return type(self)(self.weight, self.bias, self.wshape, stats["A"], stats["G"], self.transposed)
+
+    def _join(self, v):
+        r""":math:`\bar W = [W\ b]`, ``(out, in [+ 1])``, of the components ``v``."""
+        out = self.out
+        parts = []
+        if self.weight is not None:
+            w = v[self.weight]
+            parts.append(w.T if self.transposed else w.reshape(out, -1))
+        if self.bias is not None:
+            parts.append(v[self.bias].reshape(out, 1))
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+
+    def _split(self, Wb):
+        out = {}
+        if self.weight is not None:
+            W = Wb[:, :Wb.shape[1] - (self.bias is not None)]
+            out[self.weight] = W.T.contiguous() if self.transposed else W.reshape(self.wshape)
+        if self.bias is not None:
+            out[self.bias] = Wb[:, -1]
+        return out
+
+    def mv(self, v):
+        return self._split(_right(_left(self.G, self._join(v)), self.A))
+
+    def _inputs_times(self, a: torch.Tensor, M: Optional[torch.Tensor]) -> torch.Tensor:
+        r""":math:`\bar a M` for input rows ``a`` (R, in) with the bias column :math:`\bar a = [a, 1]` implicit
+        (``M`` whole, a diagonal vector, or ``None`` for the identity)."""
+        if M is not None and M.dim() == 2:
+            if self.bias is not None and self.weight is not None:
+                return torch.addmm(M[-1:], a, M[:-1])     # without concatenating the ones column
+            if self.weight is not None:
+                return a @ M
+            return M.expand(a.shape[0], M.shape[1])
+        parts = []
+        if self.weight is not None:
+            parts.append(a if M is None else a * M[:a.shape[1]])
+        if self.bias is not None:
+            parts.append(a.new_ones(a.shape[0], 1) if M is None else M[-1:].expand(a.shape[0], 1))
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+
+    def solve(self, v, damping):
+        return self._split(self.solve_matrix(self._join(v), damping))
+
+    def solve_matrix(self, V: torch.Tensor, damping: float) -> torch.Tensor:
+        r"""The damped inverse applied to :math:`\bar V` as an ``(out, in [+ 1])`` matrix."""
+        raise NotImplementedError
+
+    def solve_rows(self, b: torch.Tensor, a: torch.Tensor, damping: float) -> Dict[str, torch.Tensor]:
+        r"""The solve of the gradient :math:`\bar V = \sum_r b_r \bar a_r^T` from its rows ``b`` (R, out)
+        (the layer's output gradients) and ``a`` (R, in) (its inputs, the bias column implicit)."""
+        return self._split(self.solve_matrix(b.T @ self._inputs_times(a, None), damping))
+
+    def diagonal(self):
+        return self._split(torch.outer(_factor_diagonal(self.G), _factor_diagonal(self.A)))
+
+    def flat_index(self, layout: ParamLayout) -> torch.Tensor:
+        r"""Global flat index of each entry of :math:`\bar W` (row-major): weight columns, then the bias column."""
+        out = self.out
+        cols = []
+        if self.weight is not None:
+            off, n_in = layout.offsets[self.weight], layout.numels[self.weight] // out
+            idx = torch.arange(out * n_in)
+            # W[o, i] is entry (i, o) of an (in, out) weight
+            cols.append(off + (idx.reshape(n_in, out).T if self.transposed else idx.reshape(out, n_in)))
+        if self.bias is not None:
+            cols.append(layout.offsets[self.bias] + torch.arange(out).reshape(out, 1))
+        return torch.cat(cols, dim=1).reshape(-1).to(self.A.device)
+
+    def dense(self, layout):
+        return self.flat_index(layout), torch.kron(_factor_dense(self.G), _factor_dense(self.A))
+
+    def layout_name(self) -> str:
+        """``"G ⊗ A"`` with ``diag(·)`` for a diagonal factor (for logs and messages)."""
+        side = lambda F, n: f"diag({n})" if F.dim() == 1 else n  # noqa: E731
+        return f"{side(self.G, 'G')} ⊗ {side(self.A, 'A')}"
+
+    # ------------------------------------------------------------ the distributed owner's factorisation
+    def factorisation(self, damping: float) -> List[torch.Tensor]:
+        """The tensors :meth:`solve` needs at ``damping`` (what a distributed owner broadcasts)."""
+        raise NotImplementedError
+
+    def adopt(self, tensors: Sequence[torch.Tensor], damping: float) -> None:
+        """Take a factorisation computed elsewhere (the inverse of :meth:`factorisation`)."""
+        raise NotImplementedError
+
+    def factorisation_like(self) -> List[torch.Tensor]:
+        """Empty tensors of the shapes and dtypes of :meth:`factorisation` (receive buffers)."""
+        return [torch.empty_like(t) for t in self._factorisation_shapes()]
+
+    def _factorisation_shapes(self) -> List[torch.Tensor]:
+        raise NotImplementedError
+
+
+class TikhonovKronBlock(KronBlock):
+    r"""K-FAC with the factored Tikhonov damping of Martens & Grosse (2015, Sec. 6.3).
+
+    .. math:: (G\otimes A + \lambda I)^{-1} \approx
+              (G + \tfrac{\sqrt\lambda}{\pi} I)^{-1}\otimes(A + \pi\sqrt\lambda I)^{-1},\qquad
+              \pi = \sqrt{\frac{\operatorname{tr}A/\dim A}{\operatorname{tr}G/\dim G}},
+
+    exact only at :math:`\lambda = 0`.  Being a Kronecker product itself, it is applied as
+    :math:`G_\gamma^{-1}\bar V A_\gamma^{-1}` with the two damped factors inverted explicitly
+    (Cholesky, once per damping; a diagonal factor by division): two products per solve and no
+    eigendecomposition.
+    """
+
+    inverse = "tikhonov"
+
+    def __init__(self, weight, bias, wshape, A, G, transposed=False):
+        super().__init__(weight, bias, wshape, A, G, transposed)
+        self._inv: Optional[Tuple[float, torch.Tensor, torch.Tensor]] = None  # (damping, G_inv, A_inv)
+
+    def precompute(self, damping: Optional[float] = None):
+        """The damped inverses at ``damping`` (nothing without one)."""
+        return None if damping is None else self.damped_inverses(damping)
+
+    def tikhonov_split(self, damping: float) -> Tuple[float, float]:
+        r"""The factored damping :math:`(\gamma_G, \gamma_A) = (\sqrt\lambda/\pi, \pi\sqrt\lambda)`."""
+        ta = float(_factor_diagonal(self.A).mean())
+        tg = float(_factor_diagonal(self.G).mean())
+        pi = math.sqrt(ta / tg) if ta > 0 and tg > 0 and math.isfinite(ta / tg) else 1.0
+        r = math.sqrt(damping)
+        return r / pi, r * pi
+
+    def damped_inverses(self, damping: float) -> Tuple[torch.Tensor, torch.Tensor]:
+        r""":math:`\big((G + \gamma_G I)^{-1}, (A + \gamma_A I)^{-1}\big)` of the factored damping (kept for one damping)."""
+        if self._inv is None or self._inv[0] != damping:
+            gg, ga = self.tikhonov_split(damping)
+            self._inv = (damping, _spd_inverse(self.G, gg, self.names), _spd_inverse(self.A, ga, self.names))
+        return self._inv[1], self._inv[2]
+
+    def solve_matrix(self, V, damping):
+        Gi, Ai = self.damped_inverses(damping)
+        return _right(_left(Gi, V), Ai)
+
+    def solve_rows(self, b, a, damping):
+        r"""The factored inverse from the rows, :math:`(b\,G_\gamma^{-1})^T(\bar a A_\gamma^{-1})`: it saves
+        :math:`\text{out}\cdot\text{in}\,(\text{out} + \text{in}) - R(\text{out}^2 + \text{in}^2 + \text{out}\cdot\text{in})`
+        multiply-adds over :meth:`solve` (dense factors; the rows pay below that count)."""
+        Gi, Ai = self.damped_inverses(damping)
+        return self._split(_right(b, Gi).T @ self._inputs_times(a, Ai))
+
+    def factorisation(self, damping):
+        return list(self.damped_inverses(damping))
+
+    def adopt(self, tensors, damping):
+        self._inv = (damping, tensors[0], tensors[1])
+
+    def _factorisation_shapes(self):
+        return [self.G, self.A]
+
+
+class EigenbasisKronBlock(KronBlock):
+    r"""A Kronecker block solved in the Kronecker eigenbasis :math:`Q = U_G\otimes U_A` of its factors
+    (:math:`A = U_A\Lambda_A U_A^T`, :math:`G = U_G\Lambda_G U_G^T`, computed once):
+
+    .. math:: (C + \lambda I)^{-1}\mathrm{vec}(V)
+              = \mathrm{vec}\big(U_G\,[(U_G^T V U_A) \oslash \text{scales}(\lambda)]\,U_A^T\big),
+
+    for a block :math:`C` diagonal in :math:`Q` with the damped eigenvalues :meth:`scales`, ``(out, in [+ 1])``.
+    The scales are the subclass's: K-FAC's exact inverse (:class:`ExactKronBlock`) or EKFAC's measured ones.
+    A diagonal factor's eigenbasis is the identity (nothing to rotate on that side).
+    """
+
+    def __init__(self, weight, bias, wshape, A, G, transposed=False):
+        super().__init__(weight, bias, wshape, A, G, transposed)
+        self._eig: Optional[Tuple[Any, ...]] = None
+        self._den: Optional[Tuple[float, Any, torch.Tensor]] = None   # (damping, source, damped scales)
+
+    def eig(self):
+        r"""``(λ_A, U_A, λ_G, U_G)``: eigendecompositions of the factors (computed once; ``U = None`` for a
+        diagonal factor)."""
+        if self._eig is None:
+            self._eig = _factor_eig(self.A) + _factor_eig(self.G)
+        return self._eig
+
+    def basis(self):
+        """``(U_A, U_G)``, the eigenvectors of the factors (``None``: a diagonal factor's identity)."""
+        _, Ua, _, Ug = self.eig()
+        return Ua, Ug
+
+    def rotate(self, V: torch.Tensor) -> torch.Tensor:
+        r""":math:`U_G^T V U_A`."""
+        Ua, Ug = self.basis()
+        V = V if Ug is None else Ug.T @ V
+        return V if Ua is None else V @ Ua
+
+    def unrotate(self, V: torch.Tensor) -> torch.Tensor:
+        r""":math:`U_G V U_A^T`."""
+        Ua, Ug = self.basis()
+        V = V if Ug is None else Ug @ V
+        return V if Ua is None else V @ Ua.T
+
+    def precompute(self, damping: Optional[float] = None):
+        return self.eig()
+
+    def scales(self, damping: float) -> torch.Tensor:
+        """The damped eigenvalues of the block in its eigenbasis, ``(out, in [+ 1])``."""
+        raise NotImplementedError
+
+    def _scales_of(self) -> Any:
+        """What :meth:`scales` is computed from (the damped scales are kept while it stays the same object)."""
+        return self.eig()
+
+    def _damped_scales(self, damping: float) -> torch.Tensor:
+        """:meth:`scales`, checked positive once per damping and source (not on every solve)."""
+        src = self._scales_of()
+        if self._den is None or self._den[0] != damping or self._den[1] is not src:
+            den = self.scales(damping)
+            if not bool((den > 0).all()):
+                raise NotPositiveDefiniteError(f"the {self.kind.upper()} block of {self.names} is singular; "
+                                               "pass damping > 0")
+            self._den = (damping, src, den)
+        return self._den[2]
+
+    def _eigen_solve(self, rotated: torch.Tensor, damping: float) -> Dict[str, torch.Tensor]:
+        r""":math:`U_G\,[\tilde V \oslash \text{scales}]\,U_A^T` for a gradient already rotated, :math:`\tilde V = U_G^T\bar VU_A`."""
+        return self._split(self.unrotate(rotated / self._damped_scales(damping)))
+
+    def solve(self, v, damping):
+        return self._eigen_solve(self.rotate(self._join(v)), damping)
+
+    def solve_matrix(self, V, damping):
+        return self._join(self._eigen_solve(self.rotate(V), damping))
+
+    def solve_rows(self, b, a, damping):
+        r"""The gradient rotated from its rows, :math:`(bU_G)^T(\bar aU_A)`, then scaled and rotated back."""
+        Ua, Ug = self.basis()
+        bt = b if Ug is None else b @ Ug
+        return self._eigen_solve(bt.T @ self._inputs_times(a, Ua), damping)
+
+    def factorisation(self, damping):
+        # a diagonal factor's basis (None) travels as an empty placeholder
+        return [self.A.new_empty(0) if t is None else t for t in self.eig()]
+
+    def adopt(self, tensors, damping):
+        la, Ua, lg, Ug = tensors
+        self._eig = (la, Ua if self.A.dim() == 2 else None, lg, Ug if self.G.dim() == 2 else None)
+
+    def factorisation_like(self):
+        A, G = self.A, self.G
+        return [A.new_empty(A.shape[0]), torch.empty_like(A) if A.dim() == 2 else A.new_empty(0),
+                G.new_empty(G.shape[0]), torch.empty_like(G) if G.dim() == 2 else G.new_empty(0)]
+
+
+class ExactKronBlock(EigenbasisKronBlock):
+    r"""K-FAC with the exact damped inverse: the damping added to the Kronecker eigenvalues,
+    :math:`(G\otimes A+\lambda I)^{-1} = Q\,(\Lambda_G\otimes\Lambda_A + \lambda I)^{-1}Q^T`
+    (scales :math:`\lambda_G\lambda_A^T + \lambda`)."""
+
+    inverse = "eigen"
+
+    def scales(self, damping):
+        la, _, lg, _ = self.eig()
+        return lg.unsqueeze(1) * la.unsqueeze(0) + damping
+
+
+def _spd_inverse(M: torch.Tensor, shift: float, names) -> torch.Tensor:
+    r""":math:`(M + sI)^{-1}` of a symmetric positive semi-definite factor, by Cholesky (a diagonal one by division)."""
+    if M.dim() == 1:
+        d = M + shift
+        if not bool((d > 0).all()):
+            raise NotPositiveDefiniteError(f"a damped K-FAC factor of {names} is not positive definite; "
+                                           "increase damping")
+        return 1 / d
+    work = shifted(M, shift)
+    L, info = torch.linalg.cholesky_ex(work)
+    if int(info) != 0:
+        raise NotPositiveDefiniteError(f"a damped K-FAC factor of {names} is not positive definite; "
+                                       "increase damping")
+    return torch.cholesky_inverse(L, out=work)   # the shifted copy's memory holds the inverse
