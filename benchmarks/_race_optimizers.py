@@ -126,6 +126,7 @@ CONTESTANTS: Dict[str, Contestant] = {c.name: c for c in (
     Contestant("Pre+AdamW", ADAM_GRID, _preconditioned_adamw, infogeo=True),
     Contestant("NG clip", (0.03, 0.1, 0.3, 1.0), _natural_gradient(step_rule="clip"), infogeo=True),
     Contestant("NG", ADAM_GRID, _natural_gradient(), infogeo=True),
+    Contestant("NG eigen", ADAM_GRID, _natural_gradient(step_rule="eigen-adam"), infogeo=True),
     Contestant("NG defaults", (None,), _natural_gradient(), infogeo=True),
 )}
 
