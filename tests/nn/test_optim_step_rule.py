@@ -54,15 +54,15 @@ def test_grafted_steps_match_adam_length_and_dense_natural_gradient_direction():
 LRS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)
 
 
-@pytest.mark.parametrize("curvature", ["kfac", "diag"])
-def test_lr_changes_the_trajectory_at_every_value_a_user_would_try(curvature):
+@pytest.mark.parametrize("curvature, rule", [("kfac", None), ("kfac", "graft"), ("diag", None)])
+def test_lr_changes_the_trajectory_at_every_value_a_user_would_try(curvature, rule):
     """The first step's length is proportional to lr (nothing overrides it), and after three steps every pair
     of rates is at a different point (under the former default, a KL trust region set the length instead)."""
     first, final = {}, {}
     for lr in LRS:
         model = mlp()
         start = flat_params(model)
-        opt = ig.nn.NaturalGradient(model, lr=lr, curvature=curvature)
+        opt = ig.nn.NaturalGradient(model, lr=lr, curvature=curvature, step_rule=rule)
         for k in range(3):
             plain_step(opt, model, *data(16, seed=k))
             if k == 0:
@@ -93,7 +93,9 @@ def test_step_rule_options_are_checked():
     with pytest.raises(ValueError, match="eps"):
         ig.nn.NaturalGradient(model, eps=0.0)
     # the defaults of each rule
-    assert ig.nn.NaturalGradient(model).step_rule == "graft"
+    assert ig.nn.NaturalGradient(model).step_rule == "eigen-adam"
+    assert ig.nn.NaturalGradient(model, curvature="ekfac").step_rule == "eigen-adam"
+    assert ig.nn.NaturalGradient(model, curvature="diag").step_rule == "graft"
     assert ig.nn.NaturalGradient(model).preconditioner.kl_clip is None
     clip = ig.nn.NaturalGradient(model, step_rule="clip")
     assert clip.param_groups[0]["lr"] == 0.1 and clip.preconditioner.kl_clip == 1e-3
@@ -103,12 +105,12 @@ def test_step_rule_options_are_checked():
 def test_grafted_state_survives_a_checkpoint():
     """state_dict / load_state_dict carry Adam's moments and the direction average: identical continuation."""
     a = mlp()
-    opt_a = ig.nn.NaturalGradient(a, curvature="kfac", curvature_update_period=1)
+    opt_a = ig.nn.NaturalGradient(a, curvature="kfac", step_rule="graft", curvature_update_period=1)
     for k in range(2):
         plain_step(opt_a, a, *data(16, seed=k))
     b = mlp()   # (a deep copy of a would carry opt_a's hooks)
     b.load_state_dict(a.state_dict())
-    opt_b = ig.nn.NaturalGradient(b, curvature="kfac", curvature_update_period=1)
+    opt_b = ig.nn.NaturalGradient(b, curvature="kfac", step_rule="graft", curvature_update_period=1)
     opt_b.load_state_dict(opt_a.state_dict())
     for k in range(2, 4):
         plain_step(opt_a, a, *data(16, seed=k))
@@ -222,4 +224,4 @@ def test_eigen_adam_options_are_checked():
     with pytest.raises(ValueError, match="step_rule='clip'"):
         ig.nn.NaturalGradient(model, step_rule="eigen-adam", quadratic_model=True)
     opt = ig.nn.NaturalGradient(model, step_rule="eigen-adam", curvature="ekfac")
-    assert opt.param_groups[0]["lr"] == 3e-3 and opt.preconditioner.kl_clip is None
+    assert opt.param_groups[0]["lr"] == 1e-2 and opt.preconditioner.kl_clip is None

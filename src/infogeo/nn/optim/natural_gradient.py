@@ -1,12 +1,14 @@
 r"""Natural gradient descent for torch modules, a drop-in :class:`torch.optim.Optimizer`.
 
 ``NaturalGradient`` is a :class:`~.preconditioner.Preconditioner` followed by a step rule
-(:mod:`.step`): the gradient :math:`g` in ``.grad`` (the differential, a covector) is
-turned into the direction :math:`\delta = (C + \lambda I)^{-1}g` (its ``sharp``), and the rule
-decides how far to move along it.  ``step_rule="graft"`` (the default) takes the running
-mean of the directions with the length of Adam's step, per parameter tensor; ``"clip"`` is the
-exact step :math:`w \leftarrow w - \eta\nu\delta` with KL clipping :math:`\nu` (and heavy-ball
-momentum if asked)::
+(:mod:`.step`).  ``step_rule="eigen-adam"`` (the default with K-FAC or EKFAC) takes Adam's step in the
+Kronecker eigenbasis of the curvature's factors, with the second moments there renewed every step
+(EKFAC's eigenvalues as a running average, SOAP's update in the model Fisher's basis).  The other rules
+move along the direction :math:`\delta = (C + \lambda I)^{-1}g` into which the gradient :math:`g` in
+``.grad`` (the differential, a covector) is turned (its ``sharp``): ``"graft"`` (the default with the
+other curvatures) takes the running mean of the directions with the length of Adam's step, per parameter
+tensor; ``"clip"`` is the exact step :math:`w \leftarrow w - \eta\nu\delta` with KL clipping :math:`\nu`
+(and heavy-ball momentum if asked)::
 
     opt = ig.nn.NaturalGradient(model, curvature="kfac", damping=1e-3)
     for x, y in loader:
@@ -59,7 +61,7 @@ __all__ = ["NaturalGradient"]
 
 _KEY = "natural_gradient"
 #: the learning rate of each step rule when none is given
-DEFAULT_LR = {"graft": 1e-2, "clip": 0.1, "eigen-adam": 3e-3}
+DEFAULT_LR = {"graft": 1e-2, "clip": 0.1, "eigen-adam": 1e-2}
 #: the step rules that move along the preconditioner's direction (the others use its factorisation)
 _SOLVING = ("graft", "clip")
 
@@ -81,9 +83,10 @@ class NaturalGradient(torch.optim.Optimizer):
     model : torch.nn.Module, optional
         The network, when ``params`` are its parameters.
     step_rule : {"graft", "clip", "eigen-adam"}, optional
-        How far to move along the direction (:mod:`.step`); default ``"graft"``, or ``"clip"`` with
-        ``quadratic_model`` or ``adaptive_damping``.  ``"eigen-adam"`` (``curvature="kfac"`` or
-        ``"ekfac"``): Adam in the Kronecker eigenbasis of the curvature's factors (no solve, no damping).
+        How to step (:mod:`.step`).  ``"eigen-adam"`` (the default with ``curvature="kfac"`` or ``"ekfac"``):
+        Adam in the Kronecker eigenbasis of the curvature's factors (no solve, no damping); ``"graft"`` (the
+        default with the other curvatures) or ``"clip"`` (the default with ``quadratic_model`` or
+        ``adaptive_damping``) move along the damped natural-gradient direction.
     betas, eps : (float, float), float
         ``"graft"`` and ``"eigen-adam"``: decay of the first moments (gradients and directions) and of the
         squared gradients, and Adam's :math:`\epsilon`.
@@ -126,7 +129,9 @@ class NaturalGradient(torch.optim.Optimizer):
         if not isinstance(model, torch.nn.Module):
             raise ValueError("NaturalGradient needs the network to compute its curvature: pass the module first, "
                              "or model=<the module whose parameters these are>")
-        rule = step_rule if step_rule is not None else ("clip" if quadratic_model or adaptive_damping else "graft")
+        kind = CURVATURES.get(str(curvature).lower())
+        rule = step_rule if step_rule is not None else (
+            "clip" if quadratic_model or adaptive_damping else "eigen-adam" if kind in ("kfac", "ekfac") else "graft")
         if rule not in STEP_RULES:
             raise ValueError(f"unknown step_rule {step_rule!r}; expected one of {STEP_RULES}")
         if rule != "clip" and (quadratic_model or adaptive_damping):
@@ -139,10 +144,10 @@ class NaturalGradient(torch.optim.Optimizer):
         if rule != "clip" and momentum:
             raise ValueError(f"step_rule={rule!r} averages with betas[0]; momentum belongs to step_rule='clip'")
         if rule == "eigen-adam":
-            if CURVATURES.get(str(curvature).lower()) not in ("kfac", "ekfac"):
+            if kind not in ("kfac", "ekfac"):
                 raise ValueError(f"step_rule='eigen-adam' works in the Kronecker eigenbasis of K-FAC's factors: "
                                  f"pass curvature='kfac' or 'ekfac', got {curvature!r}")
-            if CURVATURES[str(curvature).lower()] == "kfac":
+            if kind == "kfac":
                 options.setdefault("inverse", "eigen")   # the factorisation is the eigenbases themselves
         if isinstance(kl_clip, str):
             if kl_clip != "auto":
