@@ -1,6 +1,5 @@
 """With its default settings the optimizer converges where the issue saw divergence: iris, minibatches of 32;
-and on the digits networks it ends below the Adam rate of the example (the default step rule, Adam in the
-K-FAC eigenbasis, lr 1e-2)."""
+and on the digits networks it ends below the Adam rate of the example (the grafted step, lr 1e-2)."""
 import warnings
 
 import pytest
@@ -50,10 +49,9 @@ def test_iris_minibatches_defaults_match_adams_best_rate():
         warnings.simplefilter("error")  # no recovery was needed either
         ours = train(lambda m: ig.nn.NaturalGradient(m), X, y)
     assert all(l == l for l in ours)
-    # the default step (Adam in the K-FAC eigenbasis, lr 1e-2) ends at 0.0607, Adam at the same rate at 0.0596,
-    # Adam's best of five rates (3e-2, a rate iris's 250 steps favour) at 0.0513: within 20 % (the grafted step
-    # ended at 0.0551; the clipped step below Adam's best, but it has no effective lr, see test_optim_step_rule)
-    assert ours[-1] <= 1.2 * adam_best, (ours[-1], adam_best)
+    # the grafted default step (lr 1e-2) ends at 0.0551 against Adam's best 0.0513 of five rates: within 10 %
+    # (the clipped step, the former default, ended below Adam's best; it has no effective lr, see test_optim_step_rule)
+    assert ours[-1] <= 1.1 * adam_best, (ours[-1], adam_best)
 
 
 @pytest.mark.slow
@@ -76,7 +74,7 @@ def test_digits_with_defaults_converges(problem, iterations):
     assert all(b < a for a, b in zip(ours, ours[1:]))            # monotone on the whole training set
     assert ours[-1] < runs["adam"][-1]                           # ahead of the example's Adam rate
     if problem == "classifier":
-        assert ours[-1] < 0.06   # measured: 0.0535
+        assert ours[-1] < 0.05
 
 
 @pytest.mark.slow

@@ -1,12 +1,11 @@
 r"""Natural gradient descent for torch modules, a drop-in :class:`torch.optim.Optimizer`.
 
 ``NaturalGradient`` is a :class:`~.preconditioner.Preconditioner` followed by a step rule
-(:mod:`.step`).  ``step_rule="eigen-adam"`` (the default with K-FAC or EKFAC) takes Adam's step in the
+(:mod:`.step`).  ``step_rule="eigen-adam"`` (K-FAC or EKFAC) takes Adam's step in the
 Kronecker eigenbasis of the curvature's factors, with the second moments there renewed every step
 (EKFAC's eigenvalues as a running average, SOAP's update in the model Fisher's basis).  The other rules
 move along the direction :math:`\delta = (C + \lambda I)^{-1}g` into which the gradient :math:`g` in
-``.grad`` (the differential, a covector) is turned (its ``sharp``): ``"graft"`` (the default with the
-other curvatures) takes the running mean of the directions with the length of Adam's step, per parameter
+``.grad`` (the differential, a covector) is turned (its ``sharp``): ``"graft"`` (the default) takes the running mean of the directions with the length of Adam's step, per parameter
 tensor; ``"clip"`` is the exact step :math:`w \leftarrow w - \eta\nu\delta` with KL clipping :math:`\nu`
 (and heavy-ball momentum if asked)::
 
@@ -83,10 +82,10 @@ class NaturalGradient(torch.optim.Optimizer):
     model : torch.nn.Module, optional
         The network, when ``params`` are its parameters.
     step_rule : {"graft", "clip", "eigen-adam"}, optional
-        How to step (:mod:`.step`).  ``"eigen-adam"`` (the default with ``curvature="kfac"`` or ``"ekfac"``):
-        Adam in the Kronecker eigenbasis of the curvature's factors (no solve, no damping); ``"graft"`` (the
-        default with the other curvatures) or ``"clip"`` (the default with ``quadratic_model`` or
-        ``adaptive_damping``) move along the damped natural-gradient direction.
+        How to step (:mod:`.step`).  ``"graft"`` (the default) or ``"clip"`` (the default with
+        ``quadratic_model`` or ``adaptive_damping``) move along the damped natural-gradient direction;
+        ``"eigen-adam"`` (``curvature="kfac"`` or ``"ekfac"``): Adam in the Kronecker eigenbasis of the
+        curvature's factors (no solve, no damping).
     betas, eps : (float, float), float
         ``"graft"`` and ``"eigen-adam"``: decay of the first moments (gradients and directions) and of the
         squared gradients, and Adam's :math:`\epsilon`.
@@ -130,8 +129,7 @@ class NaturalGradient(torch.optim.Optimizer):
             raise ValueError("NaturalGradient needs the network to compute its curvature: pass the module first, "
                              "or model=<the module whose parameters these are>")
         kind = CURVATURES.get(str(curvature).lower())
-        rule = step_rule if step_rule is not None else (
-            "clip" if quadratic_model or adaptive_damping else "eigen-adam" if kind in ("kfac", "ekfac") else "graft")
+        rule = step_rule if step_rule is not None else ("clip" if quadratic_model or adaptive_damping else "graft")
         if rule not in STEP_RULES:
             raise ValueError(f"unknown step_rule {step_rule!r}; expected one of {STEP_RULES}")
         if rule != "clip" and (quadratic_model or adaptive_damping):
