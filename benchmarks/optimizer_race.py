@@ -22,10 +22,15 @@ every ``steps/30`` steps (not timed).
   goals of issue 22: the best infogeo variant <= 0.8x the best tuned peer's CPU time to the tight
   target on at least 4 of 5 workloads and never above 1.2x; ``NG defaults`` <= 1.0x tuned AdamW.
 
-    python benchmarks/optimizer_race.py [--quick] [--workloads classifier ...] [--only NG AdamW ...]
-                                        [--seeds 0 1 2] [--out DIR]
+    python benchmarks/optimizer_race.py [--quick] [--workloads classifier ...] [--only "NG eigen" AdamW ...]
+                                        [--seeds 0 1 2] [--steps 0.5] [--grid 3] [--evals 15] [--out DIR]
+                                        [--save runs.pkl] [--merge a.pkl b.pkl ...]
 
-``--quick`` is the CI smoke test (a few steps, one seed, one rate per contestant).
+``--quick`` is the CI smoke test (a few steps, one seed, one rate per contestant).  On a loaded machine:
+``--steps`` a fraction of each budget, ``--grid N`` the top N rates of every grid (the same size for every
+contestant), ``--evals`` fewer loss evaluations; ``--save`` / ``--merge`` pool seeds raced in separate
+processes (e.g. ``--seeds 0 --save s0.pkl`` in one, ``--seeds 1 --save s1.pkl`` in another, then
+``--merge s0.pkl s1.pkl --out DIR`` scores them together).
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ import argparse
 import json
 import math
 import os
+import pickle
 import statistics
 import sys
 import threading
@@ -175,10 +181,15 @@ def fmt_ratio(r: Dict[str, float]) -> str:
 
 
 def race(workload: Workload, names: List[str], seeds: List[int], steps: int, eval_every: int,
-         quick: bool, memory: bool) -> Dict[str, Any]:
+         quick: bool, memory: bool, grid: Optional[int] = None,
+         runs: Optional[Dict[str, Dict[Any, List[Dict[str, Any]]]]] = None) -> Dict[str, Any]:
+    """Train every contestant on ``seeds`` (``runs``: those already trained, e.g. by other processes) and score."""
     contestants = [CONTESTANTS[n] for n in names]
-    grids = {c.name: (c.grid[len(c.grid) // 2:len(c.grid) // 2 + 1] if quick else c.grid) for c in contestants}
-    runs: Dict[str, Dict[Any, List[Dict[str, Any]]]] = {c.name: {} for c in contestants}
+    grids = {c.name: (c.grid[len(c.grid) // 2:len(c.grid) // 2 + 1] if quick else c.grid[-grid:] if grid else c.grid)
+             for c in contestants}
+    runs = runs if runs is not None else {}
+    for c in contestants:
+        runs.setdefault(c.name, {})
     width = max(len(g) for g in grids.values())
     for s, seed in enumerate(seeds):
         order = contestants[s % len(contestants):] + contestants[:s % len(contestants)]
@@ -188,6 +199,11 @@ def race(workload: Workload, names: List[str], seeds: List[int], steps: int, eva
                     lr = grids[c.name][i]
                     runs[c.name].setdefault(lr, []).append(train(c, workload, seed, lr, steps, eval_every))
         print(f"  seed {seed} done", flush=True)
+    return score_runs(workload, contestants, runs, steps, eval_every, memory)
+
+
+def score_runs(workload, contestants, runs, steps, eval_every, memory) -> Dict[str, Any]:
+    """Targets from tuned AdamW, each contestant scored at its best rate (and its peak memory there)."""
     best_adam = min(runs["AdamW"], key=lambda lr: med([r["final"] for r in runs["AdamW"][lr]]))
     adam_runs = runs["AdamW"][best_adam]
     tight = med([r["final"] for r in adam_runs])
@@ -197,7 +213,7 @@ def race(workload: Workload, names: List[str], seeds: List[int], steps: int, eva
     for c in contestants:
         sc = scores[c.name]
         sc["memory_mb"] = peak_memory(c, workload, sc["best_lr"]) if memory else float("nan")
-    return {"tight": tight, "loose": loose, "scores": scores, "steps": steps}
+    return {"tight": tight, "loose": loose, "scores": scores, "steps": steps, "runs": runs}
 
 
 def report(workload: Workload, result: Dict[str, Any], names: List[str]) -> Dict[str, Any]:
@@ -308,9 +324,24 @@ def main(argv=None) -> Dict[str, Any]:
     ap.add_argument("--seeds", type=int, nargs="*", default=None)
     ap.add_argument("--steps", type=float, default=1.0, help="fraction of each workload's budget")
     ap.add_argument("--out", default=None, help="folder for the plots and the JSON results")
+    ap.add_argument("--evals", type=int, default=None,
+                    help="evaluations of the training loss per run (default: the workload's, about 30)")
+    ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
+    ap.add_argument("--grid", type=int, default=None, help="race only the top N rates of every grid")
+    ap.add_argument("--save", default=None, help="pickle the runs here (to --merge those of several processes)")
+    ap.add_argument("--merge", nargs="*", default=None,
+                    help="pickles of --save: their runs are pooled (seeds of separate processes) and scored, "
+                         "after training --seeds (default: none)")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
-    seeds = a.seeds if a.seeds is not None else ([0] if a.quick else [0, 1, 2])
+    seeds = a.seeds if a.seeds is not None else ([] if a.merge else [0] if a.quick else [0, 1, 2])
+    pooled: Dict[str, Any] = {}
+    for path in a.merge or ():
+        with open(path, "rb") as f:
+            for wname, wruns in pickle.load(f).items():
+                for cname, by_lr in wruns.items():
+                    for lr, rs in by_lr.items():
+                        pooled.setdefault(wname, {}).setdefault(cname, {}).setdefault(lr, []).extend(rs)
     names = [n for n in (a.only or list(CONTESTANTS)) if n in CONTESTANTS]
     if "AdamW" not in names:
         names.insert(0, "AdamW")
@@ -323,14 +354,20 @@ def main(argv=None) -> Dict[str, Any]:
         w = WORKLOADS[wname]
         steps = 6 if a.quick else max(5, int(round(a.steps * w.steps)))
         eval_every = 2 if a.quick else max(1, int(round(a.steps * w.eval_every)))
+        if a.evals and not a.quick:
+            eval_every = max(1, steps // a.evals)
         t0 = time.perf_counter()
         print(f"\n{wname}: {len(names)} contestants, seeds {seeds}", flush=True)
-        result = race(w, names, seeds, steps, eval_every, a.quick, memory=not a.quick)
+        result = race(w, names, seeds, steps, eval_every, a.quick, memory=not (a.quick or a.no_memory), grid=a.grid,
+                      runs=pooled.get(wname))
         all_ratios[wname] = report(w, result, names)
         results[wname] = result
         print(f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
         if a.out:
             print(f"   plot: {plot(w, result, names, Path(a.out))}")
+    if a.save:
+        with open(a.save, "wb") as f:
+            pickle.dump({w: r["runs"] for w, r in results.items()}, f)
     summary = verdict(all_ratios, names)
     if a.out:
         slim = {w: {"tight": r["tight"], "loose": r["loose"], "ratios": all_ratios[w],

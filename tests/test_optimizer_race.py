@@ -38,7 +38,7 @@ def test_quick_race_runs_every_installed_contestant(tmp_path, capsys):
     race = _load()
     out = race.main(["--quick", "--workloads", "classifier", "masked", "--out", str(tmp_path)])
     names = out["names"]
-    assert {"AdamW", "SGD", "NG", "NG defaults", "Pre+AdamW"} <= set(names)
+    assert {"AdamW", "SGD", "NG eigen", "NG graft", "NG defaults", "Pre+AdamW"} <= set(names)
     for w in ("classifier", "masked"):
         res = out["results"][w]
         assert set(res["scores"]) == set(names)

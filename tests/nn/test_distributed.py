@@ -38,10 +38,13 @@ def problem(hidden=(6,)):
 def train(model, X, y, curvature, placement, fisher="exact", hidden=(6,), ddp=False):
     """Parameters after the steps, and the layers whose last solve came from the batch's rows."""
     net = torch.nn.parallel.DistributedDataParallel(model) if ddp else model
+    curvature, _, rule = curvature.partition("+")      # "kfac+eigen-adam": that step rule (default "clip")
     curvature, _, inverse = curvature.partition(":")   # "kfac:eigen": K-FAC with the exact eigenvalue damping
-    opt = ig.nn.NaturalGradient(net, lr=0.3, curvature=curvature, damping=1e-2, fisher=fisher, momentum=0.5,
-                                curvature_update_period=2, inverse_update_period=3, placement=placement,
-                                **({"inverse": inverse} if inverse else {}), step_rule="clip")
+    rule = rule or "clip"
+    opt = ig.nn.NaturalGradient(net, lr=0.3 if rule == "clip" else 0.03, curvature=curvature, damping=1e-2,
+                                fisher=fisher, momentum=0.5 if rule == "clip" else 0.0, curvature_update_period=2,
+                                inverse_update_period=3, placement=placement,
+                                **({"inverse": inverse} if inverse else {}), step_rule=rule)
     for xb, yb in zip(X, y):
         opt.zero_grad()
         F.cross_entropy(net(xb), yb).backward()
@@ -55,7 +58,9 @@ def train(model, X, y, curvature, placement, fisher="exact", hidden=(6,), ddp=Fa
 # EKFAC: the scales measured in one basis on every rank (that of the averaged factors)
 CASES = [("kfac", "memory"), ("kfac", "comm"), ("kfac:eigen", "comm"), ("diag", "memory"),
          ("kfac", "memory", "empirical"), ("kfac", "memory", "exact", (32, 32)), ("kfac", "comm", "exact", (32, 32)),
-         ("ekfac", "memory"), ("ekfac", "comm")]
+         ("ekfac", "memory"), ("ekfac", "comm"),
+         # Adam in the eigenbasis: every rank takes the same basis of the all-reduced factors
+         ("kfac+eigen-adam", "memory"), ("ekfac+eigen-adam", "comm")]
 #: the cases run with four ranks
 CASES_4 = [("ekfac", "memory"), ("kfac", "comm")]
 

@@ -54,15 +54,15 @@ def test_grafted_steps_match_adam_length_and_dense_natural_gradient_direction():
 LRS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)
 
 
-@pytest.mark.parametrize("curvature", ["kfac", "diag"])
-def test_lr_changes_the_trajectory_at_every_value_a_user_would_try(curvature):
+@pytest.mark.parametrize("curvature, rule", [("kfac", None), ("kfac", "eigen-adam"), ("diag", None)])
+def test_lr_changes_the_trajectory_at_every_value_a_user_would_try(curvature, rule):
     """The first step's length is proportional to lr (nothing overrides it), and after three steps every pair
     of rates is at a different point (under the former default, a KL trust region set the length instead)."""
     first, final = {}, {}
     for lr in LRS:
         model = mlp()
         start = flat_params(model)
-        opt = ig.nn.NaturalGradient(model, lr=lr, curvature=curvature)
+        opt = ig.nn.NaturalGradient(model, lr=lr, curvature=curvature, step_rule=rule)
         for k in range(3):
             plain_step(opt, model, *data(16, seed=k))
             if k == 0:
@@ -94,6 +94,7 @@ def test_step_rule_options_are_checked():
         ig.nn.NaturalGradient(model, eps=0.0)
     # the defaults of each rule
     assert ig.nn.NaturalGradient(model).step_rule == "graft"
+    assert ig.nn.NaturalGradient(model, curvature="ekfac").step_rule == "graft"
     assert ig.nn.NaturalGradient(model).preconditioner.kl_clip is None
     clip = ig.nn.NaturalGradient(model, step_rule="clip")
     assert clip.param_groups[0]["lr"] == 0.1 and clip.preconditioner.kl_clip == 1e-3
@@ -103,14 +104,123 @@ def test_step_rule_options_are_checked():
 def test_grafted_state_survives_a_checkpoint():
     """state_dict / load_state_dict carry Adam's moments and the direction average: identical continuation."""
     a = mlp()
-    opt_a = ig.nn.NaturalGradient(a, curvature="kfac", curvature_update_period=1)
+    opt_a = ig.nn.NaturalGradient(a, curvature="kfac", step_rule="graft", curvature_update_period=1)
     for k in range(2):
         plain_step(opt_a, a, *data(16, seed=k))
     b = mlp()   # (a deep copy of a would carry opt_a's hooks)
     b.load_state_dict(a.state_dict())
-    opt_b = ig.nn.NaturalGradient(b, curvature="kfac", curvature_update_period=1)
+    opt_b = ig.nn.NaturalGradient(b, curvature="kfac", step_rule="graft", curvature_update_period=1)
     opt_b.load_state_dict(opt_a.state_dict())
     for k in range(2, 4):
         plain_step(opt_a, a, *data(16, seed=k))
         plain_step(opt_b, b, *data(16, seed=k))
     assert torch.equal(flat_params(a), flat_params(b))
+
+
+# ------------------------------------------------------------------ "eigen-adam"
+def _kron_factors(model, X):
+    r"""By hand, for Linear(4, 3) as the last layer: :math:`A = \frac1N\sum\bar a\bar a^T` of its inputs and
+    :math:`G = \frac1N\sum_n(\operatorname{diag}p_n - p_np_n^T)`, the exact categorical Fisher at its outputs."""
+    a = model[0](X)
+    abar = torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype)], dim=1)
+    p = torch.softmax(model(X), -1).detach()
+    return (abar.T @ abar / len(X)).detach(), (torch.diag_embed(p) - p[:, :, None] * p[:, None, :]).mean(0)
+
+
+def test_eigen_adam_matches_rotate_adam_rotate_back_by_hand():
+    """LayerNorm(4) -> Linear(4, 3): the Linear layer's step is U_G [m^/(sqrt(v^) + eps)] U_A^T with m, v the Adam
+    moments of U_G^T [W b] U_A, its basis that of factors built here by hand (refreshed every step, so the moments
+    are carried between bases: m' = Q'^T Q m, v' = diag(Q'^T Q diag(v) Q^T Q') with dense Kronecker products Q);
+    the LayerNorm (no Kronecker factors) takes torch.optim.Adam's step."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.LayerNorm(4), torch.nn.Linear(4, 3)).double()
+    with torch.no_grad():   # a LayerNorm whose parameters matter
+        model[0].weight.uniform_(0.5, 1.5)
+        model[0].bias.uniform_(-0.5, 0.5)
+    norm = copy.deepcopy(model[0])
+    adam = torch.optim.Adam(norm.parameters(), lr=1.0, betas=(0.9, 0.99), eps=1e-8)
+    lr, (b1, b2), eps = 3e-2, (0.9, 0.99), 1e-8
+    opt = ig.nn.NaturalGradient(model, lr=lr, curvature="kfac", fisher="exact", step_rule="eigen-adam",
+                                betas=(b1, b2), curvature_update_period=1, inverse_update_period=1, ema_decay=0.0)
+    m = v = Q = None
+    for k in range(1, 4):
+        X, y = data(12, seed=k)
+        A, G = _kron_factors(model, X)
+        Qn = torch.kron(torch.linalg.eigh(G)[1], torch.linalg.eigh(A)[1])
+        model.zero_grad()
+        F.cross_entropy(model(X), y).backward()
+        lin = model[1]
+        g = torch.cat([lin.weight.grad, lin.bias.grad[:, None]], dim=1).reshape(-1)
+        if Q is not None:   # carry the moments into this step's basis
+            R = Qn.T @ Q
+            m, v = R @ m, torch.diagonal(R @ torch.diag(v) @ R.T)
+        gt = Qn.T @ g
+        m = (1 - b1) * gt if m is None else b1 * m + (1 - b1) * gt
+        v = (1 - b2) * gt ** 2 if v is None else b2 * v + (1 - b2) * gt ** 2
+        expected = -lr * (Qn @ ((m / (1 - b1 ** k)) / ((v / (1 - b2 ** k)).sqrt() + eps))).reshape(3, 5)
+        Q = Qn
+        for pa, p in zip(norm.parameters(), model[0].parameters()):
+            pa.grad = p.grad.clone()
+        before_norm = flat_params(norm)
+        adam.step()
+        before = [p.detach().clone() for p in model.parameters()]
+        opt.step()
+        after = [p.detach() for p in model.parameters()]
+        torch.testing.assert_close(after[2] - before[2], expected[:, :4], rtol=1e-7, atol=1e-12)
+        torch.testing.assert_close(after[3] - before[3], expected[:, 4], rtol=1e-7, atol=1e-12)
+        norm_step = torch.cat([(a - b).reshape(-1) for a, b in zip(after[:2], before[:2])])
+        torch.testing.assert_close(norm_step, lr * (flat_params(norm) - before_norm), rtol=1e-9, atol=1e-15)
+
+
+def test_eigen_adam_in_the_identity_basis_is_adam():
+    """The rule with U_A, U_G = I (and without a basis) takes torch.optim.Adam's steps, over five gradients."""
+    from infogeo.nn.optim.step import eigen_adam
+    g = torch.Generator().manual_seed(0)
+    grads = [torch.randn(3, 5, generator=g, dtype=torch.float64) for _ in range(5)]
+    w = torch.zeros(3, 5, dtype=torch.float64, requires_grad=True)
+    adam = torch.optim.Adam([w], lr=1.0, betas=(0.8, 0.95), eps=1e-6)
+    identity, raw = {}, {}
+    basis = (torch.eye(5, dtype=torch.float64), torch.eye(3, dtype=torch.float64))
+    for gk in grads:
+        before = w.detach().clone()
+        w.grad = gk.clone()
+        adam.step()
+        step = w.detach() - before
+        torch.testing.assert_close(-eigen_adam(identity, gk, basis, (0.8, 0.95), 1e-6), step, rtol=1e-12, atol=0)
+        torch.testing.assert_close(-eigen_adam(raw, gk, None, (0.8, 0.95), 1e-6), step, rtol=1e-12, atol=0)
+
+
+def test_eigen_adam_state_survives_a_checkpoint_bit_exactly():
+    """Moments and bases through state_dict / load_state_dict (and torch.save with weights_only): the same
+    parameters, bit for bit, with basis refreshes before and after the checkpoint."""
+    import io
+    kw = dict(curvature="kfac", step_rule="eigen-adam", curvature_update_period=2, inverse_update_period=2)
+    a = mlp()
+    opt_a = ig.nn.NaturalGradient(a, **kw)
+    for k in range(3):
+        plain_step(opt_a, a, *data(16, seed=k))
+    b = mlp()
+    b.load_state_dict(a.state_dict())
+    buf = io.BytesIO()
+    torch.save(opt_a.state_dict(), buf)
+    buf.seek(0)
+    opt_b = ig.nn.NaturalGradient(b, **kw)
+    opt_b.load_state_dict(torch.load(buf, weights_only=True))
+    for k in range(3, 7):
+        plain_step(opt_a, a, *data(16, seed=k))
+        plain_step(opt_b, b, *data(16, seed=k))
+    assert torch.equal(flat_params(a), flat_params(b))
+
+
+def test_eigen_adam_options_are_checked():
+    model = mlp()
+    with pytest.raises(ValueError, match="curvature='kfac' or 'ekfac'"):
+        ig.nn.NaturalGradient(model, step_rule="eigen-adam", curvature="diag")
+    with pytest.raises(ValueError, match="momentum"):
+        ig.nn.NaturalGradient(model, step_rule="eigen-adam", momentum=0.9)
+    with pytest.raises(ValueError, match="kl_clip"):
+        ig.nn.NaturalGradient(model, step_rule="eigen-adam", kl_clip=1e-3)
+    with pytest.raises(ValueError, match="step_rule='clip'"):
+        ig.nn.NaturalGradient(model, step_rule="eigen-adam", quadratic_model=True)
+    opt = ig.nn.NaturalGradient(model, step_rule="eigen-adam", curvature="ekfac")
+    assert opt.param_groups[0]["lr"] == 1e-2 and opt.preconditioner.kl_clip is None

@@ -1,12 +1,13 @@
 r"""Natural gradient descent for torch modules, a drop-in :class:`torch.optim.Optimizer`.
 
 ``NaturalGradient`` is a :class:`~.preconditioner.Preconditioner` followed by a step rule
-(:mod:`.step`): the gradient :math:`g` in ``.grad`` (the differential, a covector) is
-turned into the direction :math:`\delta = (C + \lambda I)^{-1}g` (its ``sharp``), and the rule
-decides how far to move along it.  ``step_rule="graft"`` (the default) takes the running
-mean of the directions with the length of Adam's step, per parameter tensor; ``"clip"`` is the
-exact step :math:`w \leftarrow w - \eta\nu\delta` with KL clipping :math:`\nu` (and heavy-ball
-momentum if asked)::
+(:mod:`.step`).  ``step_rule="eigen-adam"`` (K-FAC or EKFAC) takes Adam's step in the
+Kronecker eigenbasis of the curvature's factors, with the second moments there renewed every step
+(EKFAC's eigenvalues as a running average, SOAP's update in the model Fisher's basis).  The other rules
+move along the direction :math:`\delta = (C + \lambda I)^{-1}g` into which the gradient :math:`g` in
+``.grad`` (the differential, a covector) is turned (its ``sharp``): ``"graft"`` (the default) takes the running mean of the directions with the length of Adam's step, per parameter
+tensor; ``"clip"`` is the exact step :math:`w \leftarrow w - \eta\nu\delta` with KL clipping :math:`\nu`
+(and heavy-ball momentum if asked)::
 
     opt = ig.nn.NaturalGradient(model, curvature="kfac", damping=1e-3)
     for x, y in loader:
@@ -46,11 +47,12 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 import torch
 
 from .. import distributed as dd
+from ..curvature.blocks import KronBlock
 from ..space import ParameterSpace
 from . import quadratic, state
 from .preconditioner import Preconditioner
-from .settings import check_learning_rate, positive_int, positive_number
-from .step import STEP_RULES, graft, heavy_ball
+from .settings import CURVATURES, check_learning_rate, positive_int, positive_number
+from .step import STEP_RULES, eigen_adam, graft, heavy_ball
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +60,9 @@ __all__ = ["NaturalGradient"]
 
 _KEY = "natural_gradient"
 #: the learning rate of each step rule when none is given
-DEFAULT_LR = {"graft": 1e-2, "clip": 0.1}
+DEFAULT_LR = {"graft": 1e-2, "clip": 0.1, "eigen-adam": 1e-2}
+#: the step rules that move along the preconditioner's direction (the others use its factorisation)
+_SOLVING = ("graft", "clip")
 
 
 class NaturalGradient(torch.optim.Optimizer):
@@ -77,12 +81,14 @@ class NaturalGradient(torch.optim.Optimizer):
         Tikhonov damping :math:`\lambda > 0`.
     model : torch.nn.Module, optional
         The network, when ``params`` are its parameters.
-    step_rule : {"graft", "clip"}, optional
-        How far to move along the direction (:mod:`.step`); default ``"graft"``, or ``"clip"`` with
-        ``quadratic_model`` or ``adaptive_damping``.
+    step_rule : {"graft", "clip", "eigen-adam"}, optional
+        How to step (:mod:`.step`).  ``"graft"`` (the default) or ``"clip"`` (the default with
+        ``quadratic_model`` or ``adaptive_damping``) move along the damped natural-gradient direction;
+        ``"eigen-adam"`` (``curvature="kfac"`` or ``"ekfac"``): Adam in the Kronecker eigenbasis of the
+        curvature's factors (no solve, no damping).
     betas, eps : (float, float), float
-        ``"graft"``: decay of the first moments (gradients and directions) and of the squared
-        gradients, and Adam's :math:`\epsilon`.
+        ``"graft"`` and ``"eigen-adam"``: decay of the first moments (gradients and directions) and of the
+        squared gradients, and Adam's :math:`\epsilon`.
     momentum : float
         ``"clip"``: heavy-ball momentum on the natural-gradient direction (torch SGD's rule).
     kl_clip : float, None or "auto"
@@ -122,26 +128,32 @@ class NaturalGradient(torch.optim.Optimizer):
         if not isinstance(model, torch.nn.Module):
             raise ValueError("NaturalGradient needs the network to compute its curvature: pass the module first, "
                              "or model=<the module whose parameters these are>")
+        kind = CURVATURES.get(str(curvature).lower())
         rule = step_rule if step_rule is not None else ("clip" if quadratic_model or adaptive_damping else "graft")
         if rule not in STEP_RULES:
             raise ValueError(f"unknown step_rule {step_rule!r}; expected one of {STEP_RULES}")
-        if rule == "graft" and (quadratic_model or adaptive_damping):
+        if rule != "clip" and (quadratic_model or adaptive_damping):
             raise ValueError("quadratic_model and adaptive_damping are defined on the exact step: pass "
                              "step_rule='clip' (or leave step_rule unset)")
         lr = check_learning_rate(DEFAULT_LR[rule] if lr is None else lr)
         momentum = positive_number("momentum", momentum, inclusive=True, maximum=1.0)
         if quadratic_model and momentum:
             raise ValueError("quadratic_model=True chooses the momentum itself; pass momentum=0")
-        if rule == "graft" and momentum:
-            raise ValueError("step_rule='graft' averages its directions with betas[0]; momentum belongs to "
-                             "step_rule='clip'")
+        if rule != "clip" and momentum:
+            raise ValueError(f"step_rule={rule!r} averages with betas[0]; momentum belongs to step_rule='clip'")
+        if rule == "eigen-adam":
+            if kind not in ("kfac", "ekfac"):
+                raise ValueError(f"step_rule='eigen-adam' works in the Kronecker eigenbasis of K-FAC's factors: "
+                                 f"pass curvature='kfac' or 'ekfac', got {curvature!r}")
+            if kind == "kfac":
+                options.setdefault("inverse", "eigen")   # the factorisation is the eigenbases themselves
         if isinstance(kl_clip, str):
             if kl_clip != "auto":
                 raise ValueError(f"kl_clip must be a positive number, None or 'auto', got {kl_clip!r}")
             kl_clip = 1e-3 if rule == "clip" else None
         elif kl_clip is not None:
-            if rule == "graft":
-                raise ValueError("kl_clip bounds the length of step_rule='clip'; step_rule='graft' takes Adam's "
+            if rule != "clip":
+                raise ValueError(f"kl_clip bounds the length of step_rule='clip'; step_rule={rule!r} takes Adam's "
                                  "length (leave kl_clip='auto' or pass step_rule='clip')")
             positive_number("kl_clip", kl_clip)
         if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
@@ -212,7 +224,10 @@ class NaturalGradient(torch.optim.Optimizer):
             raw = pre.grads()
             if self.quadratic_model or self.adaptive_damping:
                 raw = {n: g.clone() for n, g in raw.items()}
-        delta = pre.precondition(raw, inputs, targets, error=error)
+        if self.step_rule in _SOLVING:
+            delta = pre.precondition(raw, inputs, targets, error=error)
+        else:   # the rule uses the factorisation, not a solve
+            delta = raw if pre.update(raw, inputs, targets, error=error) else None
         if delta is None:
             if pre.skip_reason == "gradient":
                 self._undo("the gradient contains NaN or inf", raise_damping=False)
@@ -259,6 +274,10 @@ class NaturalGradient(torch.optim.Optimizer):
             steps, model_decrease = self._quadratic_step(raw, delta, space)
             for n, p in zip(pre.names, pre.params):
                 p.add_(steps[n])
+        elif self.step_rule == "eigen-adam":
+            steps = self._eigen_steps(raw)
+            for n, p in zip(pre.names, pre.params):
+                p.add_(steps[n])
         else:
             by_id = {id(p): n for n, p in zip(pre.names, pre.params)}
             steps = {}
@@ -279,6 +298,23 @@ class NaturalGradient(torch.optim.Optimizer):
                                            for n in steps))
         st["previous_step"] = steps
         return model_decrease
+
+    def _eigen_steps(self, raw):
+        """``"eigen-adam"``: each Kronecker block's step in its eigenbasis, Adam's on the other parameters."""
+        pre = self.preconditioner
+        lrs = pre.learning_rates()
+        params = dict(zip(pre.names, pre.params))
+        steps = {}
+        for b in getattr(pre.solver, "blocks", ()):
+            if isinstance(b, KronBlock):
+                _, Ua, _, Ug = b.eig()
+                u = eigen_adam(self.state[params[b.names[0]]], b._join(raw), (Ua, Ug), self.betas, self.eps)
+                steps.update(b._split(u))
+        for n, p in params.items():
+            if n not in steps:
+                steps[n] = eigen_adam(self.state[p], raw[n], None, self.betas, self.eps)
+            steps[n] = steps[n].to(p.dtype).mul_(-lrs[id(p)])
+        return steps
 
     def _quadratic_step(self, raw, delta, space):
         pre, st = self.preconditioner, self.state[_KEY]

@@ -327,14 +327,28 @@ class Preconditioner:
         solve).  ``error``: an exception the caller met before the step (e.g. in its closure), agreed over
         the ranks with the step's own checks.  ``.grad`` is left alone.
         """
+        return self._guarded(grads, inputs, targets, error, solve=True)
+
+    @torch.no_grad()
+    def update(self, grads: Optional[Params] = None, inputs: Any = None, targets: Optional[torch.Tensor] = None,
+               *, error: Optional[BaseException] = None) -> bool:
+        """This step's statistics and factorisation, as :meth:`precondition` makes them, without its solve.
+
+        For step rules that use the factorisation itself (:attr:`solver`, e.g. its eigenbases) instead of the
+        direction.  Returns ``False`` if the step is skipped (:attr:`skip_reason`: ``"gradient"`` or
+        ``"overflow"``); the step is counted either way.
+        """
+        return self._guarded(grads, inputs, targets, error, solve=False) is not None
+
+    def _guarded(self, grads, inputs, targets, error, solve: bool):
         with self.recorder.paused():
             try:
-                return self._precondition(grads, inputs, targets, error)
+                return self._precondition(grads, inputs, targets, error, solve)
             except BaseException:
                 self.estimate.forget_batch()
                 raise
 
-    def _precondition(self, grads, inputs, targets, error):
+    def _precondition(self, grads, inputs, targets, error, solve=True):
         # this rank's work first (it may fail on one rank only), then one agreement, then the collectives
         new = template = None
         finite, n = True, -1
@@ -367,6 +381,9 @@ class Preconditioner:
                                  f"the statistics cannot be weighted by them")
             weight = float(sizes[dd.rank()] * len(sizes) / sizes.sum())
         self.estimate.install(self.steps, new, template, weight, self.damping)
+        if not solve:
+            self.finish_step(True)
+            return grads
         given, grads = grads, self._whole(grads)
         delta = self._direction(grads)
         if delta is None:

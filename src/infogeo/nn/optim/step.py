@@ -24,17 +24,37 @@ Adam: the learning rate changes every step's length, and Adam's usual values app
 :math:`\nu` (Ba et al. 2017) and heavy-ball momentum (torch SGD's rule), the definition of
 Martens & Grosse (2015) as K-FAC optimizers run it.  Its trust region, not :math:`\eta`, decides the
 length whenever :math:`\tfrac12\eta^2\delta^T(C+\lambda I)\delta` exceeds ``kl_clip``.
+
+``"eigen-adam"``: Adam in the Kronecker eigenbasis of the Fisher's K-FAC factors.  For a layer with
+factors :math:`A = U_A\Lambda_AU_A^T`, :math:`G = U_G\Lambda_GU_G^T` and (bias-augmented) gradient
+:math:`\bar W`, with :math:`\tilde g = U_G^T\bar WU_A` the gradient in the eigenbasis :math:`U_G\otimes U_A`::
+
+.. math:: m \leftarrow \beta_1 m + (1-\beta_1)\tilde g,\quad
+          v \leftarrow \beta_2 v + (1-\beta_2)\tilde g^{\odot 2},\quad
+          \bar W \leftarrow \bar W - \eta\,U_G\big[\hat m \oslash (\sqrt{\hat v} + \epsilon)\big]U_A^T.
+
+:math:`v` is a running estimate, renewed every step, of the curvature's eigenvalues in that basis: EKFAC's
+eigenvalue correction (George et al. 2018, "Fast approximate natural gradient descent in a Kronecker-factored
+eigenbasis") kept as Adam keeps its second moment, and its square root taken as Adam takes it.  SOAP
+(Vyas et al. 2025, "SOAP: Improving and stabilizing Shampoo using Adam") runs the same update in the
+eigenbasis of the gradients' own outer products; here the basis is the model Fisher's, refreshed on the
+curvature's schedule, and the moments are carried over to each new basis (:func:`change_basis`).
+Parameters without Kronecker factors (norms, embeddings, biases of other layers) take Adam's step on their
+raw coordinates.  With :math:`U_A, U_G` the identity the rule is Adam; :math:`\eta` means what it means
+for Adam.
 """
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 
-__all__ = ["STEP_RULES", "graft", "heavy_ball"]
+__all__ = ["STEP_RULES", "graft", "heavy_ball", "eigen_adam", "change_basis"]
 
 #: the step rules NaturalGradient accepts
-STEP_RULES = ("graft", "clip")
+STEP_RULES = ("graft", "clip", "eigen-adam")
+#: a Kronecker eigenbasis ``(U_A, U_G)``: the eigenvectors of a block's input and output-gradient factors
+Basis = Tuple[torch.Tensor, torch.Tensor]
 
 
 def heavy_ball(state: Dict[str, torch.Tensor], d: torch.Tensor, lr: float, momentum: float) -> torch.Tensor:
@@ -56,19 +76,67 @@ def graft(state: Dict[str, torch.Tensor], g: torch.Tensor, d: torch.Tensor, lr: 
     ``g`` is the raw gradient, ``d`` the natural-gradient direction; ``state`` holds ``exp_avg``,
     ``exp_avg_sq``, ``direction_avg`` and the step count ``graft_step``.
     """
-    b1, b2 = betas
     if "exp_avg" not in state:
         state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(g), torch.zeros_like(g)
         state["direction_avg"] = torch.zeros_like(d)
         state["graft_step"] = torch.zeros((), dtype=torch.float64)
     state["graft_step"] += 1
-    k = float(state["graft_step"])
-    m, v, u = state["exp_avg"], state["exp_avg_sq"], state["direction_avg"]
-    m.mul_(b1).add_(g, alpha=1 - b1)
-    v.mul_(b2).addcmul_(g, g, value=1 - b2)
-    u.mul_(b1).add_(d, alpha=1 - b1)
-    adam = (m / (1 - b1 ** k)) / ((v / (1 - b2 ** k)).sqrt_().add_(eps))
+    u = state["direction_avg"]
+    u.mul_(betas[0]).add_(d, alpha=1 - betas[0])
+    adam = _adam(state["exp_avg"], state["exp_avg_sq"], float(state["graft_step"]), g, betas, eps)
     length, norm = torch.linalg.vector_norm(adam), torch.linalg.vector_norm(u)
     if not (norm > 0 and torch.isfinite(norm)):
         return adam * -lr   # no direction yet (a zero gradient): Adam's own step
     return u * (-lr * length / norm)
+
+
+def _adam(m: torch.Tensor, v: torch.Tensor, k: float, g: torch.Tensor, betas: Tuple[float, float],
+          eps: float) -> torch.Tensor:
+    r"""Adam's moments updated in place with ``g`` at step ``k``; returns :math:`\hat m/(\sqrt{\hat v}+\epsilon)`."""
+    b1, b2 = betas
+    m.mul_(b1).add_(g, alpha=1 - b1)
+    v.mul_(b2).addcmul_(g, g, value=1 - b2)
+    return (m / (1 - b1 ** k)) / ((v / (1 - b2 ** k)).sqrt_().add_(eps))
+
+
+def eigen_adam(state: Dict[str, torch.Tensor], g: torch.Tensor, basis: Optional[Basis],
+               betas: Tuple[float, float], eps: float) -> torch.Tensor:
+    r"""Adam in a Kronecker eigenbasis: :math:`U_G\,[\hat m/(\sqrt{\hat v}+\epsilon)]\,U_A^T` (step rule ``"eigen-adam"``).
+
+    ``g`` is a block's gradient :math:`\bar W` (``(out, in [+ 1])``, the weight and bias joined) and
+    ``basis`` its eigenvectors ``(U_A, U_G)``; the moments :math:`m, v` are those of the rotated gradient
+    :math:`\tilde g = U_G^T\bar WU_A`.  A basis other than the one the moments were kept in first carries
+    them over (:func:`change_basis`).  ``basis=None``: Adam on the raw coordinates of ``g`` (a parameter
+    without Kronecker factors).  Returns the unscaled step (the caller multiplies by :math:`-\eta`);
+    ``state`` holds ``exp_avg``, ``exp_avg_sq``, ``step`` and the basis ``U_A``, ``U_G``.
+    """
+    if basis is not None:
+        change_basis(state, basis)
+        Ua, Ug = basis
+        g = Ug.T @ g.to(Ua.dtype) @ Ua
+    if "exp_avg" not in state:
+        state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(g), torch.zeros_like(g)
+        state["step"] = torch.zeros((), dtype=torch.float64)
+    state["step"] += 1
+    u = _adam(state["exp_avg"], state["exp_avg_sq"], float(state["step"]), g, betas, eps)
+    return u if basis is None else Ug @ u @ Ua.T
+
+
+def change_basis(state: Dict[str, torch.Tensor], basis: Basis) -> None:
+    r"""Carry the moments over to a new eigenbasis ``(U_A, U_G)`` (nothing to do if it is the one they are in).
+
+    With the rotations :math:`R_G = U_G'^TU_G` and :math:`R_A = U_A'^TU_A` from the old basis to the
+    new, the first moment (a vector) changes coordinates exactly, :math:`m' = R_G\,m\,R_A^T` (as SOAP
+    rotates its first moment, Vyas et al. 2025).  The second moment is a diagonal matrix in the old basis;
+    it becomes the diagonal of that matrix in the new one,
+    :math:`v' = (R_G\odot R_G)\,v\,(R_A\odot R_A)^T`, which keeps the squared scale of every direction
+    (and is :math:`v` itself when the basis only permutes or flips its vectors).
+    """
+    Ua, Ug = basis
+    old_a, old_g = state.get("U_A"), state.get("U_G")
+    same = old_a is not None and ((old_a is Ua and old_g is Ug) or (torch.equal(old_a, Ua) and torch.equal(old_g, Ug)))
+    if not same and old_a is not None and "exp_avg" in state:
+        Ra, Rg = Ua.T @ old_a, Ug.T @ old_g
+        state["exp_avg"] = Rg @ state["exp_avg"] @ Ra.T
+        state["exp_avg_sq"] = Rg.square() @ state["exp_avg_sq"] @ Ra.square().T
+    state["U_A"], state["U_G"] = Ua, Ug
