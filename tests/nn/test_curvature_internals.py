@@ -72,7 +72,7 @@ def block_vector(space, blk, seed=0):
 
 def to_wbar(blk, d):
     """Row-major vec of [W b] from a {name: tensor} block vector (the order of kron(G, A))."""
-    return blk._join(d).reshape(-1)
+    return blk.join(d).reshape(-1)
 
 
 def test_kfac_eigen_inverse_is_exact_damped_inverse():

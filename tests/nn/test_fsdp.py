@@ -154,7 +154,8 @@ def refusals():
     parallelism under fully_shard."""
     out = {"dense": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), curvature="dense")),
            "quadratic": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), quadratic_model=True)),
-           "adaptive": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), adaptive_damping=True))}
+           "adaptive": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), adaptive_damping=True)),
+           "eigen": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), step_rule="eigen-adam"))}
     try:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
@@ -239,7 +240,8 @@ def test_what_needs_the_sharded_parameters_is_refused_at_construction(two):
     for r in range(2):
         got = two[r]["refused"]
         for key, words in (("dense", "curvature='dense'"), ("quadratic", "quadratic_model"),
-                           ("adaptive", "adaptive_damping"), ("tensor_parallel", "tensor parallelism")):
+                           ("adaptive", "adaptive_damping"), ("eigen", "eigen-adam"),
+                           ("tensor_parallel", "tensor parallelism")):
             if key in got:
                 name, message = got[key]
                 assert name == "ValueError" and words in message and "FSDP2" in message, (key, got[key])

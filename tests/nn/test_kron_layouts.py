@@ -149,8 +149,8 @@ def test_a_side_wider_than_max_factor_dim_keeps_its_diagonal(inverse):
         assert rel(M, torch.kron(torch.diag(b.G) if b.G.dim() == 1 else b.G,
                                  torch.diag(b.A) if b.A.dim() == 1 else b.A)) < 1e-15
         vb = {n: v[n] for n in b.names}
-        x = b._join(vb).reshape(-1)                  # row-major vec of [W b], the order of kron(G, A)
-        got = b._join(b.solve(vb, lam)).reshape(-1)
+        x = b.join(vb).reshape(-1)                  # row-major vec of [W b], the order of kron(G, A)
+        got = b.join(b.solve(vb, lam)).reshape(-1)
         if inverse == "eigen":
             want = torch.linalg.solve(M + lam * torch.eye(M.shape[0], dtype=F64), x)
         else:

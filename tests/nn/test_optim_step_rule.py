@@ -224,3 +224,32 @@ def test_eigen_adam_options_are_checked():
         ig.nn.NaturalGradient(model, step_rule="eigen-adam", quadratic_model=True)
     opt = ig.nn.NaturalGradient(model, step_rule="eigen-adam", curvature="ekfac")
     assert opt.param_groups[0]["lr"] == 1e-2 and opt.preconditioner.kl_clip is None
+
+
+def test_eigen_adam_with_a_diagonal_factor_is_adam_in_the_other_factors_basis():
+    """An Embedding's K-FAC block has a diagonal input factor (token counts): its eigenbasis is the identity on
+    that side, so eigen-adam's step on the embedding is Adam on U_Gᵀ W (per token row), rotated back by U_G."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(7, 4), torch.nn.Tanh(), torch.nn.Flatten(),
+                                torch.nn.Linear(12, 3)).double()
+    x, y = torch.randint(0, 7, (16, 3)), torch.randint(0, 3, (16,))
+    opt = ig.nn.NaturalGradient(model, curvature="kfac", step_rule="eigen-adam", lr=1e-2, fisher="empirical",
+                                curvature_update_period=1, inverse_update_period=1)
+    before = model[0].weight.detach().clone()
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    g = model[0].weight.grad.detach().clone()
+    opt.step()
+    blocks = [b for b in opt.preconditioner.solver.blocks if "0.weight" in b.names]
+    assert len(blocks) == 1 and blocks[0].A.dim() == 1          # the diagonal input factor
+    Ua, Ug = blocks[0].basis()
+    assert Ua is None and Ug is not None
+    # first Adam step in the rotated coordinates: m̂/(√v̂+ε) = r/(|r|+ε), r = U_Gᵀ Wᵀ (W stored (V, d))
+    r = Ug.T @ g.T
+    want = before - 1e-2 * (Ug @ (r / (r.abs() + 1e-8))).T
+    assert torch.allclose(model[0].weight.detach(), want, rtol=1e-10, atol=1e-12)
+    for _ in range(5):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    assert all(bool(torch.isfinite(p).all()) for p in model.parameters())

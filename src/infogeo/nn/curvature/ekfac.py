@@ -99,12 +99,12 @@ class EigenKronBlock(EigenbasisKronBlock):
         return self.s + damping
 
     def mv(self, v):
-        return self._split(self.unrotate(self.rotate(self._join(v)) * self.s))
+        return self.split(self.unrotate(self.rotate(self.join(v)) * self.s))
 
     def diagonal(self):
         Ua, Ug = self.basis()
         d = self.s if Ug is None else Ug.square() @ self.s
-        return self._split(d if Ua is None else d @ Ua.square().T)
+        return self.split(d if Ua is None else d @ Ua.square().T)
 
     def dense(self, layout):
         Ua, Ug = self.basis()

@@ -79,7 +79,7 @@ class KronBlock(Block):
     def with_stats(self, stats):
         return type(self)(self.weight, self.bias, self.wshape, stats["A"], stats["G"], self.transposed)
 
-    def _join(self, v):
+    def join(self, v):
         r""":math:`\bar W = [W\ b]`, ``(out, in [+ 1])``, of the components ``v``."""
         out = self.out
         parts = []
@@ -90,7 +90,8 @@ class KronBlock(Block):
             parts.append(v[self.bias].reshape(out, 1))
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
-    def _split(self, Wb):
+    def split(self, Wb):
+        r"""The components ``{name: tensor}`` of :math:`\bar W = [W\ b]` (the inverse of :meth:`join`)."""
         out = {}
         if self.weight is not None:
             W = Wb[:, :Wb.shape[1] - (self.bias is not None)]
@@ -100,7 +101,7 @@ class KronBlock(Block):
         return out
 
     def mv(self, v):
-        return self._split(_right(_left(self.G, self._join(v)), self.A))
+        return self.split(_right(_left(self.G, self.join(v)), self.A))
 
     def _inputs_times(self, a: torch.Tensor, M: Optional[torch.Tensor]) -> torch.Tensor:
         r""":math:`\bar a M` for input rows ``a`` (R, in) with the bias column :math:`\bar a = [a, 1]` implicit
@@ -119,7 +120,7 @@ class KronBlock(Block):
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
     def solve(self, v, damping):
-        return self._split(self.solve_matrix(self._join(v), damping))
+        return self.split(self.solve_matrix(self.join(v), damping))
 
     def solve_matrix(self, V: torch.Tensor, damping: float) -> torch.Tensor:
         r"""The damped inverse applied to :math:`\bar V` as an ``(out, in [+ 1])`` matrix."""
@@ -128,10 +129,10 @@ class KronBlock(Block):
     def solve_rows(self, b: torch.Tensor, a: torch.Tensor, damping: float) -> Dict[str, torch.Tensor]:
         r"""The solve of the gradient :math:`\bar V = \sum_r b_r \bar a_r^T` from its rows ``b`` (R, out)
         (the layer's output gradients) and ``a`` (R, in) (its inputs, the bias column implicit)."""
-        return self._split(self.solve_matrix(b.T @ self._inputs_times(a, None), damping))
+        return self.split(self.solve_matrix(b.T @ self._inputs_times(a, None), damping))
 
     def diagonal(self):
-        return self._split(torch.outer(_factor_diagonal(self.G), _factor_diagonal(self.A)))
+        return self.split(torch.outer(_factor_diagonal(self.G), _factor_diagonal(self.A)))
 
     def flat_index(self, layout: ParamLayout) -> torch.Tensor:
         r"""Global flat index of each entry of :math:`\bar W` (row-major): weight columns, then the bias column."""
@@ -218,7 +219,7 @@ class TikhonovKronBlock(KronBlock):
         :math:`\text{out}\cdot\text{in}\,(\text{out} + \text{in}) - R(\text{out}^2 + \text{in}^2 + \text{out}\cdot\text{in})`
         multiply-adds over :meth:`solve` (dense factors; the rows pay below that count)."""
         Gi, Ai = self.damped_inverses(damping)
-        return self._split(_right(b, Gi).T @ self._inputs_times(a, Ai))
+        return self.split(_right(b, Gi).T @ self._inputs_times(a, Ai))
 
     def factorisation(self, damping):
         return list(self.damped_inverses(damping))
@@ -295,13 +296,13 @@ class EigenbasisKronBlock(KronBlock):
 
     def _eigen_solve(self, rotated: torch.Tensor, damping: float) -> Dict[str, torch.Tensor]:
         r""":math:`U_G\,[\tilde V \oslash \text{scales}]\,U_A^T` for a gradient already rotated, :math:`\tilde V = U_G^T\bar VU_A`."""
-        return self._split(self.unrotate(rotated / self._damped_scales(damping)))
+        return self.split(self.unrotate(rotated / self._damped_scales(damping)))
 
     def solve(self, v, damping):
-        return self._eigen_solve(self.rotate(self._join(v)), damping)
+        return self._eigen_solve(self.rotate(self.join(v)), damping)
 
     def solve_matrix(self, V, damping):
-        return self._join(self._eigen_solve(self.rotate(V), damping))
+        return self.join(self._eigen_solve(self.rotate(V), damping))
 
     def solve_rows(self, b, a, damping):
         r"""The gradient rotated from its rows, :math:`(bU_G)^T(\bar aU_A)`, then scaled and rotated back."""

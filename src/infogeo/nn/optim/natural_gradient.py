@@ -47,7 +47,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 import torch
 
 from .. import distributed as dd
-from ..curvature.blocks import KronBlock
+from ..curvature.kron import EigenbasisKronBlock
 from ..space import ParameterSpace
 from . import quadratic, state
 from .preconditioner import Preconditioner
@@ -177,6 +177,9 @@ class NaturalGradient(torch.optim.Optimizer):
         if self.preconditioner.sharded and (quadratic_model or adaptive_damping):
             raise ValueError("quadratic_model and adaptive_damping evaluate the model at its parameters, which "
                              "fully_shard (FSDP2) keeps sharded; use the default step rules under FSDP2")
+        if self.preconditioner.sharded and rule == "eigen-adam":
+            raise ValueError("step_rule='eigen-adam' rotates each layer's whole gradient matrix, which fully_shard "
+                             "(FSDP2) keeps sharded; use step_rule='graft' (the default) or 'clip' under FSDP2")
         self.model = model
         self.kl_clip, self.quadratic_model = kl_clip, bool(quadratic_model)
         self.step_rule, self.betas, self.eps = rule, betas, eps
@@ -306,10 +309,9 @@ class NaturalGradient(torch.optim.Optimizer):
         params = dict(zip(pre.names, pre.params))
         steps = {}
         for b in getattr(pre.solver, "blocks", ()):
-            if isinstance(b, KronBlock):
-                _, Ua, _, Ug = b.eig()
-                u = eigen_adam(self.state[params[b.names[0]]], b._join(raw), (Ua, Ug), self.betas, self.eps)
-                steps.update(b._split(u))
+            if isinstance(b, EigenbasisKronBlock):
+                u = eigen_adam(self.state[params[b.names[0]]], b.join(raw), b.basis(), self.betas, self.eps)
+                steps.update(b.split(u))
         for n, p in params.items():
             if n not in steps:
                 steps[n] = eigen_adam(self.state[p], raw[n], None, self.betas, self.eps)

@@ -54,7 +54,7 @@ __all__ = ["STEP_RULES", "graft", "heavy_ball", "eigen_adam", "change_basis"]
 #: the step rules NaturalGradient accepts
 STEP_RULES = ("graft", "clip", "eigen-adam")
 #: a Kronecker eigenbasis ``(U_A, U_G)``: the eigenvectors of a block's input and output-gradient factors
-Basis = Tuple[torch.Tensor, torch.Tensor]
+Basis = Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]
 
 
 def heavy_ball(state: Dict[str, torch.Tensor], d: torch.Tensor, lr: float, momentum: float) -> torch.Tensor:
@@ -113,13 +113,24 @@ def eigen_adam(state: Dict[str, torch.Tensor], g: torch.Tensor, basis: Optional[
     if basis is not None:
         change_basis(state, basis)
         Ua, Ug = basis
-        g = Ug.T @ g.to(Ua.dtype) @ Ua
+        g = _turn(g.to(_dtype(basis, g)), Ug.T if Ug is not None else None, Ua)
     if "exp_avg" not in state:
         state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(g), torch.zeros_like(g)
         state["step"] = torch.zeros((), dtype=torch.float64)
     state["step"] += 1
     u = _adam(state["exp_avg"], state["exp_avg_sq"], float(state["step"]), g, betas, eps)
-    return u if basis is None else Ug @ u @ Ua.T
+    return u if basis is None else _turn(u, Ug, Ua.T if Ua is not None else None)
+
+
+def _dtype(basis: Basis, g: torch.Tensor) -> torch.dtype:
+    """The basis' dtype (a diagonal factor's side has no matrix: ``None``)."""
+    return next((U.dtype for U in basis if U is not None), g.dtype)
+
+
+def _turn(V: torch.Tensor, left: Optional[torch.Tensor], right: Optional[torch.Tensor]) -> torch.Tensor:
+    """``left @ V @ right``, ``None`` standing for the identity (the eigenbasis of a diagonal factor)."""
+    V = V if left is None else left @ V
+    return V if right is None else V @ right
 
 
 def change_basis(state: Dict[str, torch.Tensor], basis: Basis) -> None:
@@ -133,10 +144,21 @@ def change_basis(state: Dict[str, torch.Tensor], basis: Basis) -> None:
     (and is :math:`v` itself when the basis only permutes or flips its vectors).
     """
     Ua, Ug = basis
+    known = "U_A" in state or "U_G" in state
     old_a, old_g = state.get("U_A"), state.get("U_G")
-    same = old_a is not None and ((old_a is Ua and old_g is Ug) or (torch.equal(old_a, Ua) and torch.equal(old_g, Ug)))
-    if not same and old_a is not None and "exp_avg" in state:
-        Ra, Rg = Ua.T @ old_a, Ug.T @ old_g
-        state["exp_avg"] = Rg @ state["exp_avg"] @ Ra.T
-        state["exp_avg_sq"] = Rg.square() @ state["exp_avg_sq"] @ Ra.square().T
-    state["U_A"], state["U_G"] = Ua, Ug
+
+    def same(old: Optional[torch.Tensor], new: Optional[torch.Tensor]) -> bool:
+        return (old is None and new is None) or (old is not None and new is not None and
+                                                  (old is new or torch.equal(old, new)))
+    if known and "exp_avg" in state and not (same(old_a, Ua) and same(old_g, Ug)):
+        # a side without a matrix (a diagonal factor) keeps its identity basis: no rotation there
+        Ra = Ua.T @ old_a if Ua is not None and old_a is not None else None
+        Rg = Ug.T @ old_g if Ug is not None and old_g is not None else None
+        state["exp_avg"] = _turn(state["exp_avg"], Rg, Ra.T if Ra is not None else None)
+        state["exp_avg_sq"] = _turn(state["exp_avg_sq"], Rg.square() if Rg is not None else None,
+                                    Ra.square().T if Ra is not None else None)
+    for key, U in (("U_A", Ua), ("U_G", Ug)):
+        if U is None:
+            state.pop(key, None)
+        else:
+            state[key] = U
