@@ -33,9 +33,12 @@ were DTensors before) is not supported (each rank's layers would compute a slice
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Dict, Iterator, List
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, TypeGuard
 
 import torch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch.distributed.tensor import DTensor
 
 __all__ = ["class_names", "is_dtensor", "managed", "local", "gather", "shard_like", "no_reshard_in_backward"]
 
@@ -45,7 +48,7 @@ def class_names(obj: Any) -> List[str]:
     return [f"{c.__module__}.{c.__qualname__}" for c in type(obj).__mro__]
 
 
-def is_dtensor(t: Any) -> bool:
+def is_dtensor(t: Any) -> "TypeGuard[DTensor]":
     """Whether ``t`` is a ``torch.distributed.tensor.DTensor`` (without importing torch.distributed.tensor)."""
     return isinstance(t, torch.Tensor) and any(n.endswith(".DTensor") for n in class_names(t))
 
@@ -56,9 +59,9 @@ def _fsdp_modules(module: torch.nn.Module) -> List[torch.nn.Module]:
 
 def _groups(module: torch.nn.Module) -> list:
     """FSDP2's parameter groups of every ``fully_shard``-ed module inside ``module``."""
-    out = []
+    out: list = []
     for m in _fsdp_modules(module):
-        state = m._get_fsdp_state()
+        state = m._get_fsdp_state()  # type: ignore[operator]  # an FSDPModule (recognised by name)
         out.extend(getattr(state, "_fsdp_param_groups", None) or [])
     return out
 

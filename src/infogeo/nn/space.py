@@ -132,7 +132,8 @@ class ParameterSpace(Manifold):
                                  f"move them to one device")
         self._outputs: Optional[Tuple[Any, torch.Tensor]] = None
         self.output_metric = metric
-        z = self._output_shape() if _bp.recorded_outputs() is None else _bp.recorded_outputs().detach()
+        recorded = _bp.recorded_outputs()
+        z = self._output_shape() if recorded is None else recorded.detach()
         metric.check(z)
         self.batch_size = int(z.shape[0])
         for a in self.batch.tensors():

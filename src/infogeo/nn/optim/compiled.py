@@ -78,6 +78,7 @@ class EagerWhileArmed:
                 if cls._holders == 0:
                     restore, cls._restore = cls._restore, None
                     try:
-                        restore.__exit__(None, None, None)
+                        if restore is not None:
+                            restore.__exit__(None, None, None)
                     except RuntimeError as exc:   # inside a compiled region: the stance stays
                         logger.debug("the compiler's stance could not be restored: %s", exc)

@@ -11,7 +11,7 @@ only (:meth:`CurvatureEstimate.local`) is kept apart from the collectives
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 import torch
 
@@ -43,8 +43,8 @@ class CurvatureEstimate:
         self.curvature_update_period, self.inverse_update_period = curvature_update_period, inverse_update_period
         self.factor_dtype, self.placement, self.cg_max_iter = factor_dtype, placement, cg_max_iter
         self.generator, self.loss_scale, self.options = generator, loss_scale, options
-        self.curvature = None    # the averaged statistics (a curvature representation)
-        self.solver = None       # the factorised curvature the directions come from
+        self.curvature: Any = None    # the averaged statistics (a curvature representation)
+        self.solver: Any = None       # the factorised curvature the directions come from
         #: statistics loaded from a checkpoint, waiting for a structure (:func:`.state.restore`)
         self.loaded: Optional[Dict[str, Any]] = None
         self.pending = StatisticsPool()   # statistics recorded by this step's backward passes
@@ -53,7 +53,7 @@ class CurvatureEstimate:
         self.recorder = ForwardRecorder(module, names, self._on_backward, self.pending.settle, output_fn)
         self.recorder.armed = self.captures
         if kind in ("kfac", "ekfac"):   # Kronecker blocks solve small batches from their rows
-            self.recorder.rows = RowCapture.of(self.recorder.layers)
+            self.recorder.rows = RowCapture.of(self.recorder.layers)  # type: ignore[assignment]
 
     @property
     def captures(self) -> bool:
@@ -81,7 +81,7 @@ class CurvatureEstimate:
                 self._spaces = {key: space}
             return space
         space.batch, space._outputs = batch, None
-        space.metric.clear_cache()
+        space.metric.clear_cache()  # type: ignore[attr-defined]  # the space's NetworkMetric
         return space
 
     def _build(self, space: ParameterSpace, generator: Optional[torch.Generator] = None, **given: Any):
@@ -193,32 +193,32 @@ class CurvatureEstimate:
         """Average the new statistics into the curvature (over the ranks, then over steps) and refactorise when
         due; ``template``: the structure for loaded statistics."""
         if self.kind == "implicit":
-            self.solver = new[0]
+            self.solver = None if new is None else new[0]
             return
         if template is not None:
             state.restore(self, template, damping)
         if new is not None and getattr(new[0], "deferred", False):
-            new = self._cast(self._all_reduce(new[0], weight))   # the factors; the scales are measured next
-            if not new.is_finite():
+            reduced = self._cast(self._all_reduce(new[0], weight))   # the factors; the scales are measured next
+            if not reduced.is_finite():
                 warnings.warn("Preconditioner: the curvature statistics contain NaN or inf; they are discarded "
                               "and the last good ones kept", RuntimeWarning, stacklevel=4)
             else:
                 reduce = None if dd.world_size() == 1 else \
                     (lambda ts: dd.all_reduce_mean(ts if weight == 1.0 else [t * weight for t in ts]))
                 renew = self.refactorise_due(step)
-                self.curvature = new.refreshed(self.curvature, self.ema_decay, reduce,
+                self.curvature = reduced.refreshed(self.curvature, self.ema_decay, reduce,
                                                basis_of=None if renew else self.solver)
                 self.solver = self.factorise(self.curvature, damping) if renew else self.curvature
                 return
         if new is not None:
-            new = self._cast(self._all_reduce(new[0], weight))
-            if not new.is_finite():
+            fresh = self._cast(self._all_reduce(new[0], weight))
+            if not fresh.is_finite():
                 warnings.warn("Preconditioner: the curvature statistics contain NaN or inf; they are discarded "
                               "and the last good ones kept", RuntimeWarning, stacklevel=4)
-            elif self.curvature is None or not self.curvature.same_structure(new):
-                self.curvature, self.solver = new, None
+            elif self.curvature is None or not self.curvature.same_structure(fresh):
+                self.curvature, self.solver = fresh, None
             else:
-                self.curvature = self.curvature.ema(new, self.ema_decay)
+                self.curvature = self.curvature.ema(fresh, self.ema_decay)
         warm = new is not None and step < self.inverse_update_period
         if self.curvature is not None and (self.solver is None or step % self.inverse_update_period == 0 or warm):
             self.solver = self.factorise(self.curvature, damping)
@@ -238,7 +238,7 @@ class CurvatureEstimate:
         rows = self.recorder.rows if blocks is not None else None
         plan = rows.plan(blocks, g) if rows is not None else None   # the rows that give each block's gradient
         if dd.world_size() > 1 and blocks is not None and self.placement == "memory":
-            return dd.solve_on_owners(blocks, self.owners, g, damping, plan, errors)
+            return dd.solve_on_owners(blocks, cast(List[int], self.owners), g, damping, plan, errors)
         try:
             return self.solver.solve(None, g, damping) if plan is None else rows.solve(blocks, g, damping, plan)
         except (RuntimeError, IndexError) as exc:   # torch's error (e.g. a product on the batch): said clearly

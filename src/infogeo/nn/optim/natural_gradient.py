@@ -111,6 +111,9 @@ class NaturalGradient(torch.optim.Optimizer):
         ``factor_dtype``, ``placement``, ``seed``, ``cg_max_iter``, ...
     """
 
+    #: torch's per-parameter state, and this optimizer's own under the key ``"natural_gradient"``
+    state: Any
+
     def __init__(self, params: Any, lr: Optional[float] = None, curvature: str = "kfac", damping: float = 1e-3, *,
                  model: Optional[torch.nn.Module] = None, step_rule: Optional[str] = None,
                  betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, momentum: float = 0.0,
@@ -158,7 +161,8 @@ class NaturalGradient(torch.optim.Optimizer):
             positive_number("kl_clip", kl_clip)
         if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
             raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
-        betas = tuple(positive_number(f"betas[{i}]", b, inclusive=True, maximum=1.0) for i, b in enumerate(betas))
+        b1, b2 = (positive_number(f"betas[{i}]", b, inclusive=True, maximum=1.0) for i, b in enumerate(betas))
+        betas = (b1, b2)
         eps = positive_number("eps", eps)
         period = positive_int("damping_adaptation_period", damping_adaptation_period)
         factor = positive_number("damping_factor", damping_factor, maximum=1.0)

@@ -26,7 +26,7 @@ import contextlib
 import logging
 import math
 import warnings
-from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple, Union, cast
 
 import torch
 
@@ -278,7 +278,8 @@ class Preconditioner:
                 errors.append(exc)
             (bad,), _ = dd.agree(errors[0] if errors else None, [delta is None or not all_finite(delta.values())])
             if not bad:
-                return {n: delta[n].to(grads[n].dtype) for n in grads}
+                found = cast(Params, delta)   # agreed finite on every rank
+                return {n: found[n].to(grads[n].dtype) for n in grads}
             if attempt == self.max_retries or self.damper.saturated:
                 break
             self.damper.fail()
@@ -411,7 +412,7 @@ class Preconditioner:
             if self.skip_reason != "overflow":
                 why = {"gradient": f"the gradient contains NaN or inf; damping raised to {self.damping:.3g}",
                        "direction": "no finite natural-gradient direction (no curvature yet, or the solve failed)"}
-                warnings.warn(f"Preconditioner: {why[self.skip_reason]}; step skipped (.grad set to None)",
+                warnings.warn(f"Preconditioner: {why[cast(str, self.skip_reason)]}; step skipped (.grad set to None)",
                               RuntimeWarning, stacklevel=3)
             for p in self.params:
                 p.grad = None

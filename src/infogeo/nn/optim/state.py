@@ -103,11 +103,11 @@ def check(pre, saved: Any) -> None:
     current = pre.estimate.curvature
     if current is not None and hasattr(current, "stats"):
         layouts.append(("this preconditioner's curvature", current.stats()))
-    layouts = [(what, {k: tuple(t.shape) for k, t in s.items()}) for what, s in layouts if s is not None]
-    for what, shapes in layouts[1:]:
-        if shapes != layouts[0][1]:
-            diff = sorted(set(shapes) ^ set(layouts[0][1])) or [k for k in shapes if shapes[k] != layouts[0][1][k]]
-            raise ValueError(f"checkpoint: the {layouts[0][0]} and the {what} statistics differ (first differences: "
+    given = [(what, {k: tuple(t.shape) for k, t in s.items()}) for what, s in layouts if s is not None]
+    for what, shapes in given[1:]:
+        if shapes != given[0][1]:
+            diff = sorted(set(shapes) ^ set(given[0][1])) or [k for k in shapes if shapes[k] != given[0][1][k]]
+            raise ValueError(f"checkpoint: the {given[0][0]} and the {what} statistics differ (first differences: "
                              f"{diff[:4]}); was it saved for another architecture?")
 
 
