@@ -36,3 +36,19 @@ def fisher_rao_normal(p, q):
     m0, s0, m1, s1 = map(float, (p[0], p[1], q[0], q[1]))
     arg = 1.0 + ((m0 - m1) ** 2 / 2.0 + (s0 - s1) ** 2) / (2.0 * s0 * s1)
     return float(np.sqrt(2.0) * np.arccosh(arg))
+
+
+def load_benchmark(name):
+    """The module ``benchmarks/<name>.py``, loaded with its folder importable (for its ``_``-prefixed helpers)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+    folder = Path(__file__).resolve().parents[1] / "benchmarks"
+    sys.path.insert(0, str(folder))
+    try:
+        spec = importlib.util.spec_from_file_location(f"_benchmark_{name}", folder / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(folder))

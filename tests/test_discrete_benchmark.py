@@ -1,26 +1,16 @@
 """Smoke test of benchmarks/discrete_search.py (the problems' optima and the bookkeeping; the goal is
 checked by running the benchmark)."""
-import importlib.util
 import itertools
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+from ._helpers import load_benchmark
 
 
 def _load():
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("_discrete_search", BENCH / "discrete_search.py")
-        bench = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(bench)
-    finally:
-        sys.path.remove(str(BENCH))
-    return bench
+    return load_benchmark("discrete_search")
 
 
 def _brute_min(f, n):

@@ -1,26 +1,14 @@
 """Smoke test of benchmarks/optimizer_race.py: the bookkeeping of the race (the goals are checked by running it)."""
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
+from ._helpers import load_benchmark  # noqa: E402
 
 def _load():
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("_optimizer_race", BENCH / "optimizer_race.py")
-        race = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(race)
-        return race
-    finally:
-        sys.path.remove(str(BENCH))
+    return load_benchmark("optimizer_race")
 
 
 def test_reach_and_ratio():

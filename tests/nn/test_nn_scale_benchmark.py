@@ -1,22 +1,15 @@
 """benchmarks/nn_scale.py: its state count against AdamW's known state, and a quick run's bookkeeping."""
-import importlib.util
 import json
-import os
 
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("matplotlib")
-
-PATH = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "nn_scale.py")
-
+from .._helpers import load_benchmark  # noqa: E402
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("nn_scale", PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("nn_scale")
 
 
 def test_held_bytes_counts_adamw_state_as_two_parameter_copies(bench):

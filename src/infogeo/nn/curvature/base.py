@@ -24,7 +24,7 @@ Block-structured representations are :class:`~.blockwise.BlockCurvature` objects
 from __future__ import annotations
 
 import numbers
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -201,13 +201,7 @@ class Curvature(Metric):
         """``C @ v`` for a flat vector ``(P,)`` or matrix ``(P, k)`` in layout order (or components)."""
         if isinstance(v, (dict, TangentVector)):
             return self.mv(None, v)
-        if not isinstance(v, torch.Tensor) or v.dim() not in (1, 2) or v.shape[0] != self.layout.size:
-            raise ValueError(f"C @ v needs a tensor of shape ({self.layout.size},) or ({self.layout.size}, k), "
-                             f"got {getattr(v, 'shape', type(v).__name__)}")
-        if v.dim() == 1:
-            return self.layout.flatten(self._mv(self.layout.unflatten(v)))
-        return torch.stack([self.layout.flatten(self._mv(self.layout.unflatten(v[:, j]))) for j in range(v.shape[1])],
-                           dim=1)
+        return _on_flat(self.layout, self._mv, v, "C @ v")
 
     def __add__(self, other: "Curvature") -> "Curvature":
         if not isinstance(other, Curvature):
@@ -254,6 +248,16 @@ class Curvature(Metric):
         return f"{type(self).__name__}({self.layout!r})"
 
 
+def _on_flat(layout: ParamLayout, op: Callable[[Params], Params], v: Any, what: str) -> torch.Tensor:
+    """``op`` on a flat vector ``(P,)`` in layout order, or on each column of a matrix ``(P, k)``."""
+    if not isinstance(v, torch.Tensor) or v.dim() not in (1, 2) or v.shape[0] != layout.size:
+        raise ValueError(f"{what} needs a tensor of shape ({layout.size},) or ({layout.size}, k), "
+                         f"got {getattr(v, 'shape', type(v).__name__)}")
+    cols = [v] if v.dim() == 1 else [v[:, j] for j in range(v.shape[1])]
+    out = [layout.flatten(op(layout.unflatten(c))) for c in cols]
+    return out[0] if v.dim() == 1 else torch.stack(out, dim=1)
+
+
 class Inverse:
     r"""The operator :math:`(C + \lambda I)^{-1}` of a curvature (``C.inverse(damping)``): ``@`` solves."""
 
@@ -264,12 +268,7 @@ class Inverse:
         C = self.curvature
         if isinstance(b, (dict, Covector)):
             return C.solve(None, b, self.damping)
-        if not isinstance(b, torch.Tensor) or b.dim() not in (1, 2) or b.shape[0] != C.layout.size:
-            raise ValueError(f"C.inverse(damping) @ b needs a tensor of shape ({C.layout.size},) or "
-                             f"({C.layout.size}, k), got {getattr(b, 'shape', type(b).__name__)}")
-        cols = [b] if b.dim() == 1 else [b[:, j] for j in range(b.shape[1])]
-        out = [C.layout.flatten(C.solve(None, C.layout.unflatten(c), self.damping)) for c in cols]
-        return out[0] if b.dim() == 1 else torch.stack(out, dim=1)
+        return _on_flat(C.layout, lambda c: C.solve(None, c, self.damping), b, "C.inverse(damping) @ b")
 
     def __repr__(self) -> str:
         return f"Inverse({self.curvature!r}, damping={self.damping})"
