@@ -39,8 +39,9 @@ eigenbasis") kept as Adam keeps its second moment, and its square root taken as 
 (Vyas et al. 2025, "SOAP: Improving and stabilizing Shampoo using Adam") runs the same update in the
 eigenbasis of the gradients' own outer products; here the basis is the model Fisher's, refreshed on the
 curvature's schedule, and the moments are carried over to each new basis (:func:`change_basis`).
-Parameters without Kronecker factors (norms, embeddings, biases of other layers) take Adam's step on their
-raw coordinates.  With :math:`U_A, U_G` the identity the rule is Adam; :math:`\eta` means what it means
+A diagonal factor (an Embedding's token side, a vocabulary-sized side) has the identity as its
+eigenbasis, so that side is not rotated; parameters without Kronecker factors (norms, biases of other
+layers) take Adam's step on their raw coordinates.  With :math:`U_A, U_G` the identity the rule is Adam; :math:`\eta` means what it means
 for Adam.
 """
 from __future__ import annotations
