@@ -89,7 +89,7 @@ def train(c, workload: Workload, seed: int, lr: Optional[float], steps: int, eva
     final = INF if diverged else curve["loss"][-1]
     val = INF if diverged else evaluate(task, task.val_eval)
     return {"curve": curve, "final": final, "val": val, "diverged": diverged, "steps": k,
-            "ms_per_step": 1e3 * cpu / k}
+            "ms_per_step": 1e3 * cpu / k, "seed": seed}
 
 
 def reach(curve: Dict[str, List[float]], target: float) -> Dict[str, float]:
@@ -316,6 +316,23 @@ def verdict(ratios: Dict[str, Dict[str, Any]], names: List[str]) -> Dict[str, An
     return out
 
 
+def merge(paths) -> Dict[str, Any]:
+    """Runs of several ``--save`` pickles pooled per workload, contestant and rate, in seed order (the per-seed
+    ratios pair runs by position); a run present in several (AdamW, raced in every process to set the targets)
+    is kept once."""
+    by_seed: Dict[str, Any] = {}
+    for path in paths:
+        with open(path, "rb") as f:
+            for wname, wruns in pickle.load(f).items():
+                for cname, by_lr in wruns.items():
+                    for lr, rs in by_lr.items():
+                        slot = by_seed.setdefault(wname, {}).setdefault(cname, {}).setdefault(lr, {})
+                        for r in rs:
+                            slot.setdefault(r["seed"], r)
+    return {w: {c: {lr: [rs[k] for k in sorted(rs)] for lr, rs in by_lr.items()} for c, by_lr in wr.items()}
+            for w, wr in by_seed.items()}
+
+
 def main(argv=None) -> Dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smoke test: a few steps, one seed, one rate each")
@@ -330,18 +347,12 @@ def main(argv=None) -> Dict[str, Any]:
     ap.add_argument("--grid", type=int, default=None, help="race only the top N rates of every grid")
     ap.add_argument("--save", default=None, help="pickle the runs here (to --merge those of several processes)")
     ap.add_argument("--merge", nargs="*", default=None,
-                    help="pickles of --save: their runs are pooled (seeds of separate processes) and scored, "
+                    help="pickles of --save: their runs are pooled (seeds or contestants of separate processes) and scored, "
                          "after training --seeds (default: none)")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     seeds = a.seeds if a.seeds is not None else ([] if a.merge else [0] if a.quick else [0, 1, 2])
-    pooled: Dict[str, Any] = {}
-    for path in a.merge or ():
-        with open(path, "rb") as f:
-            for wname, wruns in pickle.load(f).items():
-                for cname, by_lr in wruns.items():
-                    for lr, rs in by_lr.items():
-                        pooled.setdefault(wname, {}).setdefault(cname, {}).setdefault(lr, []).extend(rs)
+    pooled = merge(a.merge or ())
     names = [n for n in (a.only or list(CONTESTANTS)) if n in CONTESTANTS]
     if "AdamW" not in names:
         names.insert(0, "AdamW")
