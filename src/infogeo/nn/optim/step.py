@@ -86,9 +86,9 @@ def graft(state: Dict[str, torch.Tensor], g: torch.Tensor, d: torch.Tensor, lr: 
     u.mul_(betas[0]).add_(d, alpha=1 - betas[0])
     adam = _adam(state["exp_avg"], state["exp_avg_sq"], float(state["graft_step"]), g, betas, eps)
     length, norm = torch.linalg.vector_norm(adam), torch.linalg.vector_norm(u)
-    if not (norm > 0 and torch.isfinite(norm)):
-        return adam * -lr   # no direction yet (a zero gradient): Adam's own step
-    return u * (-lr * length / norm)
+    # chosen on the device, not by a Python branch: reading ``norm`` would wait for the GPU at every parameter
+    has_direction = (norm > 0) & torch.isfinite(norm)
+    return torch.where(has_direction, u * (-lr * length / norm), adam * -lr)   # else Adam's own step
 
 
 def _adam(m: torch.Tensor, v: torch.Tensor, k: float, g: torch.Tensor, betas: Tuple[float, float],
