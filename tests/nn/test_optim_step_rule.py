@@ -253,3 +253,19 @@ def test_eigen_adam_with_a_diagonal_factor_is_adam_in_the_other_factors_basis():
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
     assert all(bool(torch.isfinite(p).all()) for p in model.parameters())
+
+
+def test_graft_without_a_direction_takes_adams_own_step():
+    """A zero (or not finite) averaged direction has no length to graft onto: the step is Adam's, by hand."""
+    from infogeo.nn.optim.step import graft
+    torch.manual_seed(0)
+    g = torch.randn(4, 3, dtype=torch.float64)
+    lr, (b1, b2), eps = 0.1, (0.9, 0.999), 1e-8
+    adam = (1 - b1) * g / (1 - b1) / (((1 - b2) * g * g / (1 - b2)).sqrt() + eps)
+    for d in (torch.zeros_like(g), torch.full_like(g, float("nan"))):
+        step = graft({}, g, d, lr, (b1, b2), eps)
+        assert torch.allclose(step, -lr * adam, rtol=1e-12, atol=0)
+    d = torch.randn(4, 3, dtype=torch.float64)
+    step = graft({}, g, d, lr, (b1, b2), eps)
+    u = (1 - b1) * d
+    assert torch.allclose(step, -lr * torch.linalg.vector_norm(adam) * u / torch.linalg.vector_norm(u), rtol=1e-12)
