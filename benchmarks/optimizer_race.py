@@ -24,13 +24,15 @@ every ``steps/30`` steps (not timed).
 
     python benchmarks/optimizer_race.py [--quick] [--workloads classifier ...] [--only "NG eigen" AdamW ...]
                                         [--seeds 0 1 2] [--steps 0.5] [--grid 3] [--evals 15] [--out DIR]
-                                        [--save runs.pkl] [--merge a.pkl b.pkl ...]
+                                        [--save runs.pkl [--train-only]] [--merge a.pkl b.pkl ...]
 
 ``--quick`` is the CI smoke test (a few steps, one seed, one rate per contestant).  On a loaded machine:
 ``--steps`` a fraction of each budget, ``--grid N`` the top N rates of every grid (the same size for every
 contestant), ``--evals`` fewer loss evaluations; ``--save`` / ``--merge`` pool seeds raced in separate
 processes (e.g. ``--seeds 0 --save s0.pkl`` in one, ``--seeds 1 --save s1.pkl`` in another, then
-``--merge s0.pkl s1.pkl --out DIR`` scores them together).
+``--merge s0.pkl s1.pkl --out DIR`` scores them together).  On many cores, one process per workload, seed
+and contestant: ``--only SOAP --seeds 1 --train-only --save w-SOAP-1.pkl`` (``--train-only`` trains without
+scoring, so AdamW is raced only in its own processes), then one ``--merge`` per workload.
 """
 from __future__ import annotations
 
@@ -182,8 +184,9 @@ def fmt_ratio(r: Dict[str, float]) -> str:
 
 def race(workload: Workload, names: List[str], seeds: List[int], steps: int, eval_every: int,
          quick: bool, memory: bool, grid: Optional[int] = None,
-         runs: Optional[Dict[str, Dict[Any, List[Dict[str, Any]]]]] = None) -> Dict[str, Any]:
-    """Train every contestant on ``seeds`` (``runs``: those already trained, e.g. by other processes) and score."""
+         runs: Optional[Dict[str, Dict[Any, List[Dict[str, Any]]]]] = None, scored: bool = True) -> Dict[str, Any]:
+    """Train every contestant on ``seeds`` (``runs``: those already trained, e.g. by other processes) and score
+    (``scored=False``: only train, for a later ``--merge``)."""
     contestants = [CONTESTANTS[n] for n in names]
     grids = {c.name: (c.grid[len(c.grid) // 2:len(c.grid) // 2 + 1] if quick else c.grid[-grid:] if grid else c.grid)
              for c in contestants}
@@ -199,6 +202,8 @@ def race(workload: Workload, names: List[str], seeds: List[int], steps: int, eva
                     lr = grids[c.name][i]
                     runs[c.name].setdefault(lr, []).append(train(c, workload, seed, lr, steps, eval_every))
         print(f"  seed {seed} done", flush=True)
+    if not scored:
+        return {"runs": runs}
     return score_runs(workload, contestants, runs, steps, eval_every, memory)
 
 
@@ -346,6 +351,8 @@ def main(argv=None) -> Dict[str, Any]:
     ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
     ap.add_argument("--grid", type=int, default=None, help="race only the top N rates of every grid")
     ap.add_argument("--save", default=None, help="pickle the runs here (to --merge those of several processes)")
+    ap.add_argument("--train-only", action="store_true",
+                    help="train and --save the runs, score nothing (AdamW is then raced only if named)")
     ap.add_argument("--merge", nargs="*", default=None,
                     help="pickles of --save: their runs are pooled (seeds or contestants of separate processes) and scored, "
                          "after training --seeds (default: none)")
@@ -354,7 +361,9 @@ def main(argv=None) -> Dict[str, Any]:
     seeds = a.seeds if a.seeds is not None else ([] if a.merge else [0] if a.quick else [0, 1, 2])
     pooled = merge(a.merge or ())
     names = [n for n in (a.only or list(CONTESTANTS)) if n in CONTESTANTS]
-    if "AdamW" not in names:
+    if a.train_only and not a.save:
+        ap.error("--train-only needs --save")
+    if "AdamW" not in names and not a.train_only:
         names.insert(0, "AdamW")
     missing = [n for n in names if not available(CONTESTANTS[n])]
     if missing:
@@ -370,15 +379,19 @@ def main(argv=None) -> Dict[str, Any]:
         t0 = time.perf_counter()
         print(f"\n{wname}: {len(names)} contestants, seeds {seeds}", flush=True)
         result = race(w, names, seeds, steps, eval_every, a.quick, memory=not (a.quick or a.no_memory), grid=a.grid,
-                      runs=pooled.get(wname))
-        all_ratios[wname] = report(w, result, names)
+                      runs=pooled.get(wname), scored=not a.train_only)
         results[wname] = result
+        if a.train_only:
+            continue
+        all_ratios[wname] = report(w, result, names)
         print(f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
         if a.out:
             print(f"   plot: {plot(w, result, names, Path(a.out))}")
     if a.save:
         with open(a.save, "wb") as f:
             pickle.dump({w: r["runs"] for w, r in results.items()}, f)
+    if a.train_only:
+        return {"results": results, "names": names}
     summary = verdict(all_ratios, names)
     if a.out:
         slim = {w: {"tight": r["tight"], "loose": r["loose"], "ratios": all_ratios[w],

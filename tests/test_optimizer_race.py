@@ -38,3 +38,25 @@ def test_quick_race_runs_every_installed_contestant(tmp_path, capsys):
     assert math.isfinite(race.med([x["cpu"] for x in out["results"]["classifier"]["scores"]["AdamW"]["tight"]]))
     assert (tmp_path / "race.json").exists()
     assert "ratios infogeo / best peer" in capsys.readouterr().out
+
+
+def test_merge_pools_processes_split_by_seed_and_contestant(tmp_path):
+    """Runs trained in separate processes score like one process: in seed order, a duplicated run kept once."""
+    import pickle
+    race = _load()
+    run = lambda seed, final: {"seed": seed, "final": final}   # noqa: E731
+    parts = [{"cnn": {"AdamW": {1e-3: [run(1, 0.5)]}, "SGD": {0.1: [run(1, 0.7)]}}},
+             {"cnn": {"AdamW": {1e-3: [run(0, 0.4), run(1, 0.5)]}}},   # AdamW's seed 1 again
+             {"cnn": {"SGD": {0.1: [run(0, 0.6)]}}}]
+    paths = []
+    for i, p in enumerate(parts):
+        paths.append(tmp_path / f"{i}.pkl")
+        paths[-1].write_bytes(pickle.dumps(p))
+    pooled = race.merge(paths)["cnn"]
+    assert [r["final"] for r in pooled["AdamW"][1e-3]] == [0.4, 0.5]
+    assert [r["seed"] for r in pooled["SGD"][0.1]] == [0, 1]
+
+
+def test_train_only_needs_save():
+    with pytest.raises(SystemExit):
+        _load().main(["--quick", "--workloads", "cnn", "--train-only"])
