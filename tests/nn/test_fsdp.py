@@ -4,7 +4,8 @@ The runs share the spawned gloo ranks of :mod:`.test_distributed` (its process-g
 deadline bound them).  The ranks each see a part of the batch; FSDP2 all-gathers the parameters for the forward and
 reduce-scatters the gradients.  After several steps the parameters must equal those of one process
 training the unsharded model on the whole batch (float64, exact Fisher), for K-FAC (both placements),
-EKFAC, the diagonal, both step rules, on an MLP and a small transformer block.  The Monte Carlo
+EKFAC, the diagonal, both step rules, on an MLP and a small transformer block, and with hybrid sharding (HSDP) on
+four ranks.  The Monte Carlo
 Fisher and bf16 mixed precision must train (finite, decreasing losses; statistics in float32).
 """
 import pytest
@@ -56,10 +57,14 @@ def problem(arch, dtype=torch.float64):
     return model, X, y
 
 
-def shard(model, policy=None):
-    """``fully_shard`` every Linear (and the block's MLP), then the root, as FSDP2's examples do."""
+def shard(model, policy=None, hybrid=False):
+    """``fully_shard`` every Linear (and the block's MLP), then the root, as FSDP2's examples do; ``hybrid``: on a
+    2 x 2 mesh (HSDP: parameters sharded within each pair of ranks, replicated across the pairs)."""
     from torch.distributed.fsdp import fully_shard
     kw = {} if policy is None else {"mp_policy": policy}
+    if hybrid:
+        from torch.distributed.device_mesh import init_device_mesh
+        kw["mesh"] = init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))
     for m in list(model.modules())[1:]:
         if isinstance(m, torch.nn.Linear) or (isinstance(m, torch.nn.Sequential) and m is not model):
             if not any(isinstance(p, torch.distributed.tensor.DTensor) for p in m.parameters()):
@@ -93,6 +98,8 @@ CASES = [("kfac", "memory", "mlp", "clip"), ("kfac", "comm", "mlp", "clip"), ("d
          ("kfac", "memory", "mlp", "clip", "exact", True), ("kfac", "memory", "block", "clip"),
          ("kfac", "comm", "block", "graft")]
 CASES_4 = [("kfac", "memory", "mlp", "clip"), ("ekfac", "comm", "mlp", "clip")]
+# hybrid sharding (HSDP) on the four ranks
+CASES_HSDP = [("kfac", "memory", "mlp", "clip"), ("ekfac", "comm", "block", "graft")]
 
 
 def run_fsdp(rank, world):
@@ -102,6 +109,10 @@ def run_fsdp(rank, world):
     for case in (CASES if world == 2 else CASES_4):
         model, X, y = problem(case[2])
         out[case] = train(shard(model), X[:, part], y[:, part], *case)[:2]
+    if world == 4:
+        for case in CASES_HSDP:
+            model, X, y = problem(case[2])
+            out[("hsdp",) + case] = train(shard(model, hybrid=True), X[:, part], y[:, part], *case)[:2]
     if world == 2:
         out["mc"] = mc_fisher(part)
         out["bf16"] = bf16(part)
@@ -217,6 +228,15 @@ def test_four_ranks_of_fsdp2_equal_one_process_on_the_whole_batch(four_ranks):
         want = expected(case)
         for r in range(4):
             got = torch.tensor(results[r][case][1], dtype=torch.float64)
+            assert torch.allclose(got, want, rtol=0, atol=1e-8), (case, r, (got - want).abs().max())
+
+
+def test_hybrid_sharding_on_four_ranks_equals_one_process_on_the_whole_batch(four_ranks):
+    """HSDP (``fully_shard`` on a 2-D mesh: sharded over one axis, replicated over the other) trains exactly."""
+    for case in CASES_HSDP:
+        want = expected(case)
+        for r in range(4):
+            got = torch.tensor(four_ranks[r]["fsdp"][("hsdp",) + case][1], dtype=torch.float64)
             assert torch.allclose(got, want, rtol=0, atol=1e-8), (case, r, (got - want).abs().max())
 
 

@@ -8,7 +8,8 @@ on this rank's batch, exactly as under ``DistributedDataParallel``.  The curvatu
 as under DDP (:mod:`.distributed`): they are per layer, not per shard, and every rank holds them.
 
 After the backward each ``.grad`` is this rank's shard of the batch-mean gradient (FSDP2
-reduce-scatters).  A Kronecker block's direction :math:`G^{-1} W A^{-1}` mixes all rows of the
+reduce-scatters; with hybrid sharding, a 2-D mesh, it also all-reduces across the replicas, and the
+same holds).  A Kronecker block's direction :math:`G^{-1} W A^{-1}` mixes all rows of the
 gradient :math:`W`, so :func:`gather` assembles each gradient (one all-gather per parameter,
 ``full_tensor``), the direction is computed as under DDP (on the blocks' owners, see
 ``placement``), and :func:`shard_like` keeps this rank's shard of it, with the gradient's own
