@@ -272,3 +272,17 @@ def test_wide_sides_keep_the_diagonal_of_their_factor():
     assert all(b.kind == "shampoo-diag" for b in C1.blocks)
     v = torch.randn(space.layout.size, dtype=torch.float64)
     assert rel(C.to_dense() @ v, C @ v) < 1e-12 and rel(C1.to_dense() @ v, C1 @ v) < 1e-12
+
+
+def test_soap_is_shampoo_with_adam_in_its_eigenbasis():
+    """The row "soap" differs from "shampoo" by its default step rule only."""
+    runs = []
+    for kw in ({"curvature": "soap"}, {"curvature": "shampoo", "step_rule": "eigen-adam"}):
+        model = mlp()
+        opt = ig.nn.NaturalGradient(model, **kw)
+        for k in range(4):
+            opt.zero_grad()
+            backward(model, k)
+            opt.step()
+        runs.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
+    assert torch.equal(runs[0], runs[1])

@@ -82,7 +82,8 @@ class Preconditioner:
         (to follow a scheduler), or the optimizer whose groups' ``lr`` are read every step.
         ``None``: :math:`\eta = 1` (a warning says so when ``kl_clip`` is set).
     kl_clip : float or None
-        Trust-region radius :math:`\kappa` (``None`` turns clipping off).
+        Trust-region radius :math:`\kappa` (``None`` turns clipping off; it bounds a KL only under the model's
+        Fisher, so pass ``None`` with ``"shampoo"``/``"soap"``).
     ema_decay : float
         Statistics are averaged as :math:`C \leftarrow \beta C + (1-\beta) C_\text{new}`.
     curvature_update_period, inverse_update_period : int, optional
