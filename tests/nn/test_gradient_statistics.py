@@ -254,6 +254,8 @@ def test_bad_options_are_refused_by_name():
     space = ig.nn.ParameterSpace(mlp(), "categorical", data=batch(0)[0], targets=batch(0)[1])
     with pytest.raises(ValueError, match="method='empirical'"):
         space.curvature("soap", "mc")
+    with pytest.raises(ValueError, match="max_factor_dim only"):
+        space.curvature("shampoo", "empirical", chunk_elements=10)
     with pytest.raises(NotImplementedError, match="cannot represent C - g g"):
         space.curvature("shampoo", "empirical").minus_outer(space.differential().components)
 

@@ -144,8 +144,8 @@ class Shampoo(BlockCurvature):
     """
 
     @classmethod
-    def build(cls, space, gradient: Params, max_factor_dim: int = MAX_FACTOR_DIM) -> "Shampoo":
-        return cls.from_gradients(space.layout, gradient, space.point, max_factor_dim)
+    def build(cls, space, gradient: Params, max_factor_dim: int = MAX_FACTOR_DIM, **unknown: Any) -> "Shampoo":
+        return cls.from_gradients(space.layout, gradient, space.point, max_factor_dim, **unknown)
 
     @classmethod
     def from_gradients(cls, layout: ParamLayout, grads: Params, point: Optional[Params] = None,
