@@ -3,7 +3,9 @@ optimizer) and a factory ``make(model, lr, workload) -> step``, where ``step(clo
 training iteration (the closure does the forward and backward and returns the loss).
 
 Peers come from torch (SGD with momentum, AdamW), ``pytorch-optimizer`` (SOAP, Shampoo, Muon) and
-``kfac-pytorch`` (K-FAC with SGD momentum); a peer whose package is missing is skipped.
+``kfac-pytorch`` (K-FAC with SGD momentum); a peer whose package is missing is skipped.  infogeo's own
+Shampoo and SOAP ("NG shampoo", "NG soap": ``NaturalGradient`` with the gradient-statistics kinds) run
+next to its natural gradient under the model's Fisher.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ class Contestant:
     make: Callable[..., Callable]
     infogeo: bool = False
     needs: Optional[str] = None       # the module a peer needs
+    fisher: bool = True               # infogeo under the model's Fisher (the verdict's variants), not a gradient metric
 
 
 def _plain(opt: torch.optim.Optimizer) -> Callable:
@@ -130,6 +133,10 @@ CONTESTANTS: Dict[str, Contestant] = {c.name: c for c in (
     Contestant("NG clip", (0.03, 0.1, 0.3, 1.0), _natural_gradient(step_rule="clip"), infogeo=True),
     Contestant("NG eigen", EIGEN_GRID, _natural_gradient(step_rule="eigen-adam"), infogeo=True),
     Contestant("NG graft", ADAM_GRID, _natural_gradient(step_rule="graft"), infogeo=True),
+    # the gradients' metrics in the same loop (the kinds "shampoo" and "soap"): Shampoo grafted onto Adam's
+    # length, and SOAP (Adam in the gradient factors' eigenbasis)
+    Contestant("NG shampoo", ADAM_GRID, _natural_gradient(curvature="shampoo"), infogeo=True, fisher=False),
+    Contestant("NG soap", EIGEN_GRID, _natural_gradient(curvature="soap"), infogeo=True, fisher=False),
     Contestant("NG defaults", (None,), _natural_gradient(), infogeo=True),
 )}
 

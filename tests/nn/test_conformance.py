@@ -78,7 +78,7 @@ def test_every_rule_has_a_model():
 
 
 def reference(model, X, C, y):
-    """``(G, F_emp, z)``: the exact Fisher and the empirical Fisher (per position), float64."""
+    """``(G, F_emp, g)``: the exact Fisher, the empirical Fisher (per position) and the loss gradient, float64."""
     p = {n: q.detach() for n, q in model.named_parameters()}
     J = jacrev(lambda q: functional_call(model, q, (X,)))(p)
     z = functional_call(model, p, (X,)).detach()
@@ -89,7 +89,8 @@ def reference(model, X, C, y):
     H = torch.diag_embed(s) - s.unsqueeze(-1) * s.unsqueeze(-2)
     g = s - F.one_hot(y.reshape(N, -1), C).to(s)
     pull = lambda M: torch.einsum("ntcp,ntcd,ntdq->pq", Jm, M, Jm) / N  # noqa: E731
-    return pull(H), pull(g.unsqueeze(-1) * g.unsqueeze(-2)), z
+    grad = torch.einsum("ntcp,ntc->p", Jm, g) / N
+    return pull(H), pull(g.unsqueeze(-1) * g.unsqueeze(-2)), grad
 
 
 def indices(space, names):
@@ -147,12 +148,29 @@ def view_ekfac(space, C, ref):
             assert rel(b.s.reshape(-1), exact) < TOL, b.names
 
 
+def view_gradient(space, C, grad):
+    """Shampoo's statistics of one batch: each matrix's gradient outer products, the squares of the others."""
+    for b in C.blocks:
+        if b.kind == "shampoo":
+            M = grad[b.weight].reshape(b.wshape[0], -1)
+            assert rel(b.G, M @ M.T) < TOL and rel(b.A, M.T @ M) < TOL, b.names
+        else:
+            for n in b.names:
+                assert grad[n].dim() < 2 and rel(b.d[n], grad[n] ** 2) < TOL, n
+    M = C.to_dense()
+    assert rel(M, M.T) < 1e-13 and float(torch.linalg.eigvalsh(M).min()) > -1e-10 * float(M.abs().max())
+
+
 VIEWS = {"dense": view_dense, "implicit": view_implicit, "diag": view_diag, "block": view_block,
          "kfac": view_kfac, "ekfac": view_ekfac}
 
 
+#: the kinds that represent the model's metric (the others are gradient statistics: test_gradient_statistics.py)
+METRIC_KINDS = {name: row for name, row in kinds.KINDS.items() if row.statistics == "metric"}
+
+
 def test_every_kind_has_a_conformance_view():
-    missing = set(kinds.KINDS) - set(VIEWS)
+    missing = set(METRIC_KINDS) - set(VIEWS)
     assert not missing, f"add a conformance view for the curvature kind(s) {missing}"
 
 
@@ -166,14 +184,22 @@ def test_every_kind_on_every_rule(model_name, method):
     X = inputs(g)
     z0 = model(X)
     y = torch.randint(0, C, z0.shape[:-1], generator=g)
-    G, Femp, _ = reference(model, X, C, y)
+    G, Femp, grad = reference(model, X, C, y)
     ref = G if method == "exact" else Femp
     space = ig.nn.ParameterSpace(model, "categorical", data=X, targets=y)
-    for name, row in kinds.KINDS.items():
+    for name, row in METRIC_KINDS.items():
         VIEWS[name](space, space.curvature(name, method), ref)
+    for name, row in kinds.KINDS.items():
+        if row.statistics == "gradient":   # the loss gradient's own statistics: the empirical method only
+            if method == "empirical":
+                view_gradient(space, space.curvature(name, method), space.layout.unflatten(grad))
+            else:
+                with pytest.raises(ValueError, match="method='empirical'"):
+                    space.curvature(name, method)
     # the aliases select the same representation
     for word, name in kinds.ALIASES.items():
-        assert type(space.curvature(word, method)) is type(space.curvature(name, method))
+        if name in METRIC_KINDS:
+            assert type(space.curvature(word, method)) is type(space.curvature(name, method))
 
 
 def test_unknown_kinds_and_methods_name_what_is_accepted():

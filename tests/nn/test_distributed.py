@@ -41,8 +41,11 @@ def train(model, X, y, curvature, placement, fisher="exact", hidden=(6,), ddp=Fa
     curvature, _, rule = curvature.partition("+")      # "kfac+eigen-adam": that step rule (default "clip")
     curvature, _, inverse = curvature.partition(":")   # "kfac:eigen": K-FAC with the exact eigenvalue damping
     rule = rule or "clip"
+    # gradient statistics every step, as their kinds take them: the next gradient then lies in their factors'
+    # range, not partly in a null space whose eigenvectors (and Adam's steps along them) follow rounding
+    period = 1 if ig.nn.curvature.kinds.kind(curvature).statistics == "gradient" else 2
     opt = ig.nn.NaturalGradient(net, lr=0.3 if rule == "clip" else 0.03, curvature=curvature, damping=1e-2,
-                                fisher=fisher, momentum=0.5 if rule == "clip" else 0.0, curvature_update_period=2,
+                                fisher=fisher, momentum=0.5 if rule == "clip" else 0.0, curvature_update_period=period,
                                 inverse_update_period=3, placement=placement,
                                 **({"inverse": inverse} if inverse else {}), step_rule=rule)
     for xb, yb in zip(X, y):
@@ -60,7 +63,9 @@ CASES = [("kfac", "memory"), ("kfac", "comm"), ("kfac:eigen", "comm"), ("diag", 
          ("kfac", "memory", "empirical"), ("kfac", "memory", "exact", (32, 32)), ("kfac", "comm", "exact", (32, 32)),
          ("ekfac", "memory"), ("ekfac", "comm"),
          # Adam in the eigenbasis: every rank takes the same basis of the all-reduced factors
-         ("kfac+eigen-adam", "memory"), ("ekfac+eigen-adam", "comm")]
+         ("kfac+eigen-adam", "memory"), ("ekfac+eigen-adam", "comm"),
+         # gradient statistics: of the gradients DDP has averaged, so the same on every rank without an all-reduce
+         ("shampoo+graft", "memory"), ("soap+eigen-adam", "comm")]
 #: the cases run with four ranks
 CASES_4 = [("ekfac", "memory"), ("kfac", "comm")]
 

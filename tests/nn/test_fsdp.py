@@ -166,7 +166,8 @@ def refusals():
     out = {"dense": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), curvature="dense")),
            "quadratic": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), quadratic_model=True)),
            "adaptive": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), adaptive_damping=True)),
-           "eigen": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), step_rule="eigen-adam"))}
+           "eigen": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), step_rule="eigen-adam")),
+           "shampoo": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), curvature="shampoo"))}
     try:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
@@ -261,6 +262,7 @@ def test_what_needs_the_sharded_parameters_is_refused_at_construction(two):
         got = two[r]["refused"]
         for key, words in (("dense", "curvature='dense'"), ("quadratic", "quadratic_model"),
                            ("adaptive", "adaptive_damping"), ("eigen", "eigen-adam"),
+                           ("shampoo", "curvature='shampoo'"),
                            ("tensor_parallel", "tensor parallelism")):
             if key in got:
                 name, message = got[key]

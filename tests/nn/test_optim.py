@@ -146,7 +146,7 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="does not belong to model"):
         ig.nn.NaturalGradient(mlp().parameters(), model=model, step_rule="clip")
     with pytest.raises(ValueError, match="unknown curvature"):
-        ig.nn.NaturalGradient(model, curvature="shampoo", step_rule="clip")
+        ig.nn.NaturalGradient(model, curvature="kronecker", step_rule="clip")
     with pytest.raises(ValueError, match="lr must be > 0"):
         ig.nn.NaturalGradient(model, lr=0.0, step_rule="clip")
     frozen = mlp()

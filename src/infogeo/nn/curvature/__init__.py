@@ -20,10 +20,12 @@ from .diagonal import Diagonal
 from .ekfac import EKFAC, EigenKronBlock
 from .implicit import Implicit
 from .kfac import KFAC
+from .shampoo import RootDiagBlock, RootKronBlock, Shampoo
 
 __all__ = ["Curvature", "BlockCurvature", "Inverse", "LinearCombination", "ScaledIdentity", "operators",
            "Block", "DiagBlock", "DenseBlock", "KronBlock", "TikhonovKronBlock", "EigenbasisKronBlock", "ExactKronBlock",
-           "Implicit", "Dense", "Diagonal", "KFAC", "EKFAC", "EigenKronBlock", "BlockDiagonal", "build", "KINDS",
+           "Implicit", "Dense", "Diagonal", "KFAC", "EKFAC", "EigenKronBlock", "BlockDiagonal", "Shampoo",
+           "RootKronBlock", "RootDiagBlock", "build", "KINDS",
            "kinds", "layers"]
 
 KINDS = kinds.KINDS
@@ -37,6 +39,12 @@ def build(space: Any, kind: str, method: str = "exact", *, samples: int = 1, tar
     """
     row = kinds.kind(kind)
     method = kinds.method(method)
+    if row.statistics == "gradient":   # Shampoo's: the loss gradient's own factors, no output columns
+        if method != "empirical":
+            raise ValueError(f"curvature {row.name!r} is built from the gradient of the batch loss, not from the "
+                             f"model's output metric: pass method='empirical' (and targets), got {method!r}")
+        options.pop("columns", None)
+        return row.load().build(space, space.differential(targets=targets).components, **options)
     columns = options.pop("columns", None)   # output columns the caller already has (a backward's gradient)
     if columns is not None:
         factor_fn = lambda z: columns  # noqa: E731

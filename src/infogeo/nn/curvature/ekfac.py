@@ -99,19 +99,13 @@ class EigenKronBlock(EigenbasisKronBlock):
         return self.s + damping
 
     def mv(self, v):
-        return self.split(self.unrotate(self.rotate(self.join(v)) * self.s))
+        return self.mv_scaled(v, self.s)
 
     def diagonal(self):
-        Ua, Ug = self.basis()
-        d = self.s if Ug is None else Ug.square() @ self.s
-        return self.split(d if Ua is None else d @ Ua.square().T)
+        return self.diagonal_scaled(self.s)
 
     def dense(self, layout):
-        Ua, Ug = self.basis()
-        eye = lambda n: torch.eye(n, dtype=self.s.dtype, device=self.s.device)  # noqa: E731
-        Q = torch.kron(eye(self.G.shape[0]) if Ug is None else Ug.contiguous(),
-                       eye(self.A.shape[0]) if Ua is None else Ua.contiguous())
-        return self.flat_index(layout), (Q * self.s.reshape(-1)) @ Q.T
+        return self.dense_scaled(layout, self.s)
 
 
 def eigen_correction(space, layer: bp.Layer, cols: bp.Columns, Ua: torch.Tensor, Ug: torch.Tensor,

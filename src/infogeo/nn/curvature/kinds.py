@@ -1,7 +1,9 @@
 r"""The one table of curvature kinds: what ``space.curvature(kind, method)`` and the optimizers accept.
 
-Each row (:class:`Kind`) names a representation of the network's pullback metric at a point, the
-words that select it, how it is built, and how the optimizers use it.  The parameter space, the
+Each row (:class:`Kind`) names a representation of a metric on the parameters, the words that select
+it, how it is built, and how the optimizers use it: most rows represent the network's pullback metric
+at a point (the model's Fisher / GGN); ``statistics="gradient"`` rows are the metrics of Shampoo and
+SOAP instead, built from the mini-batch gradients themselves (:mod:`.shampoo`).  The parameter space, the
 preconditioner, the documentation's table and the conformance tests all read this table; a new kind
 is one builder module and one row here.
 
@@ -12,7 +14,7 @@ Methods (how the output metric's columns are obtained, :meth:`~infogeo.nn.Parame
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 __all__ = ["Kind", "KINDS", "METHODS", "ALIASES", "kind", "method", "table"]
 
@@ -42,6 +44,15 @@ class Kind:
     distributed: bool = True
     #: the values of the ``inverse`` option and the block class each selects (``"module:Class"``)
     inverses: Dict[str, str] = field(default_factory=dict)
+    #: what it is built from: ``"metric"`` (the network's pullback metric at a point, from the output metric's
+    #: columns; the conformance tests check :attr:`exact` against the dense metric) or ``"gradient"`` (the loss
+    #: gradients alone; the optimizers read ``.grad``, which data parallelism has already averaged)
+    statistics: str = "metric"
+    #: options with which the optimizers' ``step_rule="eigen-adam"`` finds an eigenbasis in its Kronecker blocks
+    #: (``None``: it has none)
+    eigenbasis: Optional[Dict[str, Any]] = None
+    #: the step rule :class:`~infogeo.nn.NaturalGradient` takes with this kind unless told (``None``: its default)
+    step_rule: Optional[str] = None
 
     def load(self) -> Any:
         """The class that builds this kind."""
@@ -62,6 +73,9 @@ def _load(path: str) -> Any:
     return getattr(importlib.import_module(module, __package__), cls)
 
 
+#: gradient statistics are two products per layer: renewed every step, their eigenbases every 10 (SOAP's frequency)
+_GRADIENT_PERIODS = {"curvature_update_period": 1, "inverse_update_period": 10}
+
 KINDS: Dict[str, Kind] = {k.name: k for k in [
     Kind("dense", (), ".dense:Dense", "the full matrix (small networks); Cholesky solves", "the whole matrix",
          captured=False),
@@ -73,9 +87,18 @@ KINDS: Dict[str, Kind] = {k.name: k for k in [
     Kind("kfac", (), ".kfac:KFAC", "Kronecker factors G ⊗ A per layer with a rule for them, exact diagonal "
          "blocks elsewhere (Martens & Grosse 2015)", "the diagonal of blocks without Kronecker factors; a single "
          "affine layer under the Euclidean metric", optimizer_defaults={"inverse": "tikhonov"},
-         inverses={"eigen": ".kron:ExactKronBlock", "tikhonov": ".kron:TikhonovKronBlock"}),
+         inverses={"eigen": ".kron:ExactKronBlock", "tikhonov": ".kron:TikhonovKronBlock"},
+         eigenbasis={"inverse": "eigen"}),
     Kind("ekfac", (), ".ekfac:EKFAC", "K-FAC's eigenbasis with the exact scales in it (George et al. 2018)",
-         "the diagonal of the exact block in the Kronecker eigenbasis; the diagonal of blocks without factors"),
+         "the diagonal of the exact block in the Kronecker eigenbasis; the diagonal of blocks without factors",
+         eigenbasis={}),
+    Kind("shampoo", (), ".shampoo:Shampoo", "Shampoo's metric L^¼ ⊗ R^¼ per matrix, L = ḡḡᵀ and R = ḡᵀḡ of the "
+         "mini-batch gradient ḡ, diag(ḡ²)^½ for vectors (Gupta et al. 2018)", "– (not the model's metric)",
+         captured=False, statistics="gradient", eigenbasis={}, optimizer_defaults=_GRADIENT_PERIODS),
+    Kind("soap", (), ".shampoo:Shampoo", "Shampoo's statistics, with Adam in their eigenbasis (SOAP; "
+         "NaturalGradient's step rule defaults to `eigen-adam`; Vyas et al. 2025)", "– (not the model's metric)",
+         captured=False, statistics="gradient", eigenbasis={}, optimizer_defaults=_GRADIENT_PERIODS,
+         step_rule="eigen-adam"),
 ]}
 
 #: every accepted word -> canonical name
@@ -101,8 +124,9 @@ def method(word: Any) -> str:
 def table() -> str:
     """A markdown table of the kinds (the documentation's table is made from it)."""
     lines = ["| kind | also | representation | exact part | optimizers' hooks |", "|---|---|---|---|---|"]
+    hooks = {"metric": ("one extra forward a step", "recorded from your forward/backward"),
+             "gradient": ("none: the gradients in `.grad`",) * 2}
     for k in KINDS.values():
         also = ", ".join(f"`{a}`" for a in k.aliases) or "–"
-        lines.append(f"| `{k.name}` | {also} | {k.description} | {k.exact} | "
-                     f"{'recorded from your forward/backward' if k.captured else 'one extra forward a step'} |")
+        lines.append(f"| `{k.name}` | {also} | {k.description} | {k.exact} | {hooks[k.statistics][k.captured]} |")
     return "\n".join(lines)

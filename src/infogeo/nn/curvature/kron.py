@@ -1,4 +1,4 @@
-r"""Kronecker-factored blocks :math:`G \otimes A` (K-FAC and EKFAC): the factors and their products, and one class
+r"""Kronecker-factored blocks :math:`G \otimes A` (K-FAC, EKFAC, Shampoo): the factors and their products, and one class
 per damped inverse.
 
 :class:`KronBlock` holds the factors (either may be diagonal, stored as a vector);
@@ -274,6 +274,25 @@ class EigenbasisKronBlock(KronBlock):
 
     def precompute(self, damping: Optional[float] = None):
         return self.eig()
+
+    # ------------------------------------------------------------ a block Q diag(s) Q^T (EKFAC's, Shampoo's)
+    def mv_scaled(self, v, s: torch.Tensor):
+        r""":math:`Q\,\operatorname{diag}(s)\,Q^Tv` for scales ``s`` ``(out, in [+ 1])`` in this eigenbasis."""
+        return self.split(self.unrotate(self.rotate(self.join(v)) * s))
+
+    def diagonal_scaled(self, s: torch.Tensor):
+        r"""The diagonal of :math:`Q\,\operatorname{diag}(s)\,Q^T`: :math:`(U_G^{\odot2})\,s\,(U_A^{\odot2})^T`."""
+        Ua, Ug = self.basis()
+        d = s if Ug is None else Ug.square() @ s
+        return self.split(d if Ua is None else d @ Ua.square().T)
+
+    def dense_scaled(self, layout: ParamLayout, s: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        r"""``(idx, M)`` of :math:`Q\,\operatorname{diag}(s)\,Q^T` (see :meth:`Block.dense`)."""
+        Ua, Ug = self.basis()
+        eye = lambda n: torch.eye(n, dtype=s.dtype, device=s.device)  # noqa: E731
+        Q = torch.kron(eye(self.G.shape[0]) if Ug is None else Ug.contiguous(),
+                       eye(self.A.shape[0]) if Ua is None else Ua.contiguous())
+        return self.flat_index(layout), (Q * s.reshape(-1)) @ Q.T
 
     def scales(self, damping: float) -> torch.Tensor:
         """The damped eigenvalues of the block in its eigenbasis, ``(out, in [+ 1])``."""

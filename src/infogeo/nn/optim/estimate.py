@@ -18,7 +18,9 @@ import torch
 from .. import distributed as dd
 from .. import fsdp
 from ..batch import Batch
+from .._params import ParamLayout
 from ..curvature import _backprop as bp
+from ..curvature import kinds
 from ..space import ParameterSpace
 from . import state
 from .hooks import ForwardRecorder, OutputGradients
@@ -50,6 +52,10 @@ class CurvatureEstimate:
         self.pending = StatisticsPool()   # statistics recorded by this step's backward passes
         self.owners: Optional[List[int]] = None   # block owners under torch.distributed
         self._spaces: Dict[tuple, ParameterSpace] = {}   # per batch signature
+        #: statistics of the gradients in ``.grad`` (Shampoo's), not of the model's output metric
+        self.from_gradients = kinds.KINDS[kind].statistics == "gradient"
+        shapes = dict(module.named_parameters())
+        self.layout = ParamLayout(names, [tuple(shapes[n].shape) for n in names])
         self.recorder = ForwardRecorder(module, names, self._on_backward, self.pending.settle, output_fn)
         self.recorder.armed = self.captures
         if kind in ("kfac", "ekfac"):   # Kronecker blocks solve small batches from their rows
@@ -129,9 +135,14 @@ class CurvatureEstimate:
             self.pending.fail(exc)
 
     def statistics(self, inputs: Any, targets: Optional[torch.Tensor],
-                   generator: Optional[torch.Generator] = None) -> Tuple[Any, int]:
+                   generator: Optional[torch.Generator] = None, grads: Optional[Params] = None) -> Tuple[Any, int]:
         """New statistics and their example count: recorded during the backward if available, else computed on
-        ``inputs`` (one forward)."""
+        ``inputs`` (one forward); gradient statistics from ``grads``."""
+        if self.from_gradients:
+            if grads is None:
+                raise ValueError(f"curvature {self.kind!r} is built from the gradients: pass them to the step")
+            return kinds.KINDS[self.kind].load().from_gradients(self.layout, grads, **self.options), \
+                self.batch_size(inputs)
         batch = None
         try:
             pending, n = self.pending.take(build=generator is None)
@@ -146,19 +157,21 @@ class CurvatureEstimate:
             raise ValueError(f"the curvature statistics could not be computed on the batch (inputs of shape and "
                              f"dtype {sig}): {type(exc).__name__}: {exc}") from exc
 
-    def local(self, step: int, inputs: Any, targets: Optional[torch.Tensor]) -> Tuple[Optional[Tuple[Any, int]], Any]:
-        """What step ``step`` needs from this rank's batch alone (no collective): ``(new statistics and their
-        count, or None; the structure for loaded statistics, or None)``."""
+    def local(self, step: int, inputs: Any, targets: Optional[torch.Tensor],
+              grads: Optional[Params] = None) -> Tuple[Optional[Tuple[Any, int]], Any]:
+        """What step ``step`` needs from this rank's batch (and gradients ``grads``) alone (no collective): ``(new
+        statistics and their count, or None; the structure for loaded statistics, or None)``."""
         if self.kind == "implicit":
             return self.statistics(inputs, targets), None
         if self.loaded is None:
             due = self.curvature is None or step % self.curvature_update_period == 0
-            return (self.statistics(inputs, targets) if due else None), None
+            return (self.statistics(inputs, targets, grads=grads) if due else None), None
         if step % self.curvature_update_period == 0:
-            new = self.statistics(inputs, targets)
+            new = self.statistics(inputs, targets, grads=grads)
             template = new[0]
         else:   # a throw-away computation with its own generator: the saved sampling state stays untouched
-            new, template = None, self.statistics(inputs, targets, generator=torch.Generator(self.generator.device))[0]
+            new, template = None, self.statistics(inputs, targets, generator=torch.Generator(self.generator.device),
+                                                  grads=grads)[0]
         state.check_fits(self, template)
         return new, template
 
@@ -169,8 +182,9 @@ class CurvatureEstimate:
         return curvature.with_stats({k: t.to(self.factor_dtype) for k, t in stats.items()})
 
     def _all_reduce(self, curvature, weight: float):
-        """The statistics of the union of the ranks' batches: each rank's weighted by its share ``weight``."""
-        if dd.world_size() == 1:
+        """The statistics of the union of the ranks' batches: each rank's weighted by its share ``weight``.
+        Gradient statistics are those of the gradients data parallelism has already averaged: the same on every rank."""
+        if dd.world_size() == 1 or self.from_gradients:
             return curvature
         stats = curvature.stats()
         local = list(stats.values()) if weight == 1.0 else [t * weight for t in stats.values()]

@@ -51,7 +51,7 @@ from ..curvature.kron import EigenbasisKronBlock
 from ..space import ParameterSpace
 from . import quadratic, state
 from .preconditioner import Preconditioner
-from .settings import CURVATURES, check_learning_rate, positive_int, positive_number
+from .settings import CURVATURES, KINDS, check_learning_rate, positive_int, positive_number
 from .step import STEP_RULES, eigen_adam, graft, heavy_ball
 
 logger = logging.getLogger(__name__)
@@ -75,8 +75,10 @@ class NaturalGradient(torch.optim.Optimizer):
         / parameter groups (each may set ``lr`` and ``momentum``) together with ``model=``.
     lr : float, optional
         Learning rate :math:`\eta` (default ``DEFAULT_LR[step_rule]``).
-    curvature : {"kfac", "ekfac", "diag", "block", "dense", "cg"}
-        Representation of the metric (see :class:`~.preconditioner.Preconditioner`).
+    curvature : {"kfac", "ekfac", "diag", "block", "dense", "cg", "shampoo", "soap"}
+        Representation of the metric (see :class:`~.preconditioner.Preconditioner`): the model's Fisher, or
+        with ``"shampoo"`` Shampoo's metric of the gradients themselves (Gupta et al. 2018), and with ``"soap"`` the
+        same with ``step_rule="eigen-adam"`` by default: SOAP (Vyas et al. 2025).
     damping : float
         Tikhonov damping :math:`\lambda > 0`.
     model : torch.nn.Module, optional
@@ -84,8 +86,8 @@ class NaturalGradient(torch.optim.Optimizer):
     step_rule : {"graft", "clip", "eigen-adam"}, optional
         How to step (:mod:`.step`).  ``"graft"`` (the default) or ``"clip"`` (the default with
         ``quadratic_model`` or ``adaptive_damping``) move along the damped natural-gradient direction;
-        ``"eigen-adam"`` (``curvature="kfac"`` or ``"ekfac"``): Adam in the Kronecker eigenbasis of the
-        curvature's factors (no solve, no damping).
+        ``"eigen-adam"`` (``curvature="kfac"``, ``"ekfac"``, ``"shampoo"`` or ``"soap"``): Adam in the Kronecker
+        eigenbasis of the curvature's factors (no solve, no damping; ``"soap"``'s default).
     betas, eps : (float, float), float
         ``"graft"`` and ``"eigen-adam"``: decay of the first moments (gradients and directions) and of the
         squared gradients, and Adam's :math:`\epsilon`.
@@ -132,7 +134,9 @@ class NaturalGradient(torch.optim.Optimizer):
             raise ValueError("NaturalGradient needs the network to compute its curvature: pass the module first, "
                              "or model=<the module whose parameters these are>")
         kind = CURVATURES.get(str(curvature).lower())
-        rule = step_rule if step_rule is not None else ("clip" if quadratic_model or adaptive_damping else "graft")
+        row = KINDS.get(kind or "")
+        rule = step_rule if step_rule is not None else ("clip" if quadratic_model or adaptive_damping else
+                                                        (row.step_rule if row is not None else None) or "graft")
         if rule not in STEP_RULES:
             raise ValueError(f"unknown step_rule {step_rule!r}; expected one of {STEP_RULES}")
         if rule != "clip" and (quadratic_model or adaptive_damping):
@@ -145,15 +149,17 @@ class NaturalGradient(torch.optim.Optimizer):
         if rule != "clip" and momentum:
             raise ValueError(f"step_rule={rule!r} averages with betas[0]; momentum belongs to step_rule='clip'")
         if rule == "eigen-adam":
-            if kind not in ("kfac", "ekfac"):
-                raise ValueError(f"step_rule='eigen-adam' works in the Kronecker eigenbasis of K-FAC's factors: "
-                                 f"pass curvature='kfac' or 'ekfac', got {curvature!r}")
-            if kind == "kfac":
-                options.setdefault("inverse", "eigen")   # the factorisation is the eigenbases themselves
+            if row is None or row.eigenbasis is None:
+                known = [k.name for k in KINDS.values() if k.eigenbasis is not None]
+                raise ValueError(f"step_rule='eigen-adam' works in the Kronecker eigenbasis of a curvature's factors: "
+                                 f"pass curvature= one of {known}, got {curvature!r}")
+            for key, value in row.eigenbasis.items():   # K-FAC: the factorisation is the eigenbases themselves
+                options.setdefault(key, value)
         if isinstance(kl_clip, str):
             if kl_clip != "auto":
                 raise ValueError(f"kl_clip must be a positive number, None or 'auto', got {kl_clip!r}")
-            kl_clip = 1e-3 if rule == "clip" else None
+            # a KL radius only under the model's Fisher (not under the gradients' statistics)
+            kl_clip = 1e-3 if rule == "clip" and (row is None or row.statistics == "metric") else None
         elif kl_clip is not None:
             if rule != "clip":
                 raise ValueError(f"kl_clip bounds the length of step_rule='clip'; step_rule={rule!r} takes Adam's "

@@ -41,7 +41,8 @@ from . import state
 from .damping import Damping
 from .estimate import CurvatureEstimate
 from .hooks import ForwardRecorder, unwrap
-from .settings import CAPTURED, CURVATURES, FISHER, check_learning_rate, check_settings, trainable
+from .settings import (CAPTURED, CURVATURES, FISHER, KINDS, PERIODS, check_learning_rate, check_settings,
+                       kind_defaults, trainable)
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +59,10 @@ class Preconditioner:
     model : torch.nn.Module
         The network (may be wrapped in ``DistributedDataParallel``).  Hooks are registered
         on it; :meth:`remove` takes them off.
-    curvature : {"kfac", "ekfac", "diag", "block", "dense", "cg"}
-        Representation :math:`C` of the metric (EKFAC: its scales are averaged like the factors).
+    curvature : {"kfac", "ekfac", "diag", "block", "dense", "cg", "shampoo", "soap"}
+        Representation :math:`C` of the metric (EKFAC: its scales are averaged like the factors);
+        ``"shampoo"``/``"soap"``: Shampoo's metric of the gradients in ``.grad`` (:mod:`~infogeo.nn.curvature.shampoo`;
+        ``fisher`` and ``output_metric`` are not used).
     damping : float
         Tikhonov damping :math:`\lambda > 0`; raised after a failure and brought back afterwards
         (:class:`~.damping.Damping`, reachable as :attr:`damper`).
@@ -79,11 +82,13 @@ class Preconditioner:
         (to follow a scheduler), or the optimizer whose groups' ``lr`` are read every step.
         ``None``: :math:`\eta = 1` (a warning says so when ``kl_clip`` is set).
     kl_clip : float or None
-        Trust-region radius :math:`\kappa` (``None`` turns clipping off).
+        Trust-region radius :math:`\kappa` (``None`` turns clipping off; it bounds a KL only under the model's
+        Fisher, so pass ``None`` with ``"shampoo"``/``"soap"``).
     ema_decay : float
         Statistics are averaged as :math:`C \leftarrow \beta C + (1-\beta) C_\text{new}`.
-    curvature_update_period, inverse_update_period : int
-        Refresh periods (steps) of the statistics and of the factorisations.
+    curvature_update_period, inverse_update_period : int, optional
+        Refresh periods (steps) of the statistics and of the factorisations (default: 10 and 100; for the
+        gradient statistics of ``"shampoo"``/``"soap"``, 1 and 10, the kind's ``optimizer_defaults``).
     samples : int
         Monte Carlo samples per example (``fisher="mc"``).
     min_damping, max_damping, damping_increase, damping_recovery
@@ -122,8 +127,9 @@ class Preconditioner:
     def __init__(self, model: torch.nn.Module, curvature: str = "kfac", damping: float = 1e-3, *,
                  fisher: str = "mc", output_metric: Any = "categorical", params: Optional[Iterable[Any]] = None,
                  lr: Union[None, float, Callable[[], float], torch.optim.Optimizer] = None,
-                 kl_clip: Optional[float] = 1e-3, ema_decay: float = 0.95, curvature_update_period: int = 10,
-                 inverse_update_period: int = 100, samples: int = 1, min_damping: float = 1e-8,
+                 kl_clip: Optional[float] = 1e-3, ema_decay: float = 0.95,
+                 curvature_update_period: Optional[int] = None, inverse_update_period: Optional[int] = None,
+                 samples: int = 1, min_damping: float = 1e-8,
                  max_damping: float = 1e8, damping_increase: float = 10.0, damping_recovery: float = 0.9,
                  max_retries: int = 5, factor_dtype: Optional[torch.dtype] = None, placement: str = "memory",
                  seed: int = 0, cg_max_iter: int = 20, grad_scaler: Any = None,
@@ -131,6 +137,11 @@ class Preconditioner:
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"Preconditioner needs the torch.nn.Module whose gradients it preconditions, "
                             f"got {type(model).__name__}")
+        defaults = kind_defaults(curvature)   # the kind's own, e.g. Shampoo's statistics every step
+        if curvature_update_period is None:
+            curvature_update_period = defaults.pop("curvature_update_period")
+        if inverse_update_period is None:
+            inverse_update_period = defaults.pop("inverse_update_period")
         s = check_settings(damping=damping, min_damping=min_damping, max_damping=max_damping, curvature=curvature,
                            fisher=fisher, ema_decay=ema_decay, kl_clip=kl_clip, damping_increase=damping_increase,
                            damping_recovery=damping_recovery, placement=placement, samples=samples,
@@ -148,6 +159,10 @@ class Preconditioner:
         if self.kind == "implicit" and dd.world_size() > 1:
             raise ValueError("curvature='cg' solves with the local batch only, so the ranks of a process group "
                              "would move apart; use 'kfac', 'diag', 'block' or 'dense' (statistics all-reduced)")
+        if self.sharded and KINDS[self.kind].statistics == "gradient":
+            raise ValueError(f"curvature={curvature!r} builds each layer's statistics from its whole gradient matrix, "
+                             f"which fully_shard (FSDP2) keeps sharded; under FSDP2 use 'kfac', 'ekfac', 'diag' or "
+                             f"'block'")
         if self.sharded and self.kind not in CAPTURED:
             raise ValueError(f"curvature={curvature!r} evaluates the model at its parameters, which fully_shard "
                              f"(FSDP2) keeps sharded; under FSDP2 use 'kfac', 'ekfac', 'diag' or 'block' (statistics "
@@ -163,8 +178,9 @@ class Preconditioner:
         self.max_retries = s["max_retries"]
         pdtype = self.params[0].dtype
         self.factor_dtype = factor_dtype or (torch.float32 if pdtype in (torch.float16, torch.bfloat16) else pdtype)
-        if self.kind == "kfac":
-            options.setdefault("inverse", "tikhonov")
+        for key, value in defaults.items():
+            if key not in PERIODS:
+                options.setdefault(key, value)
         self.placement, self.grad_scaler, self.output_fn = placement, grad_scaler, output_fn
         self.state: Dict[str, Any] = {"step": 0}
         #: why the last step was skipped (``None`` if it was taken): "gradient", "overflow" or "direction"
@@ -361,7 +377,7 @@ class Preconditioner:
                     raise ValueError("the batch is empty (0 examples): skip empty batches before the forward pass")
                 finite = all_finite(fsdp.local(t) for t in grads.values())
                 if finite:
-                    new, template = self.estimate.local(self.steps, inputs, targets)
+                    new, template = self.estimate.local(self.steps, inputs, targets, grads)
                     n = new[1] if new is not None else n
             except Exception as exc:
                 error = exc

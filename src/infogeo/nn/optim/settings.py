@@ -11,14 +11,24 @@ from .. import distributed as dd
 from ..curvature import kinds
 from .hooks import refuse_sparse
 
-__all__ = ["CURVATURES", "FISHER", "CAPTURED", "check_settings", "check_learning_rate", "positive_int",
-           "positive_number", "trainable"]
+__all__ = ["CURVATURES", "FISHER", "CAPTURED", "KINDS", "PERIODS", "kind_defaults", "check_settings",
+           "check_learning_rate", "positive_int", "positive_number", "trainable"]
 
 #: the curvature words the optimizers accept (the kinds table, :mod:`~infogeo.nn.curvature.kinds`)
 CURVATURES = kinds.ALIASES
 FISHER = kinds.METHODS
 #: representations built from one forward and per-column backward passes (recordable by hooks)
 CAPTURED = tuple(k.name for k in kinds.KINDS.values() if k.captured)
+KINDS = kinds.KINDS
+#: the refresh periods of the statistics and of the factorisations, unless the user or the kind's row sets them
+PERIODS = {"curvature_update_period": 10, "inverse_update_period": 100}
+
+
+def kind_defaults(curvature: Any) -> Dict[str, Any]:
+    """The options the preconditioner takes unless told: :data:`PERIODS` and the kind's ``optimizer_defaults``
+    (none for an unknown word, which :func:`check_settings` then refuses)."""
+    row = KINDS.get(CURVATURES.get(str(curvature).lower(), ""))
+    return {**PERIODS, **(row.optimizer_defaults if row is not None else {})}
 
 
 def _real(name: str, value: Any) -> float:
