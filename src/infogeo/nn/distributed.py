@@ -42,7 +42,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.distributed as dist
 
-__all__ = ["world_size", "rank", "all_reduce_mean", "all_reduce_min", "all_gather", "assign_owners", "broadcast_from",
+__all__ = ["world_size", "rank", "share", "all_reduce_mean", "all_reduce_min", "all_gather", "assign_owners", "broadcast_from",
            "agree", "PeerFailure", "PLACEMENTS"]
 
 PLACEMENTS = ("memory", "comm")
@@ -123,6 +123,17 @@ def agree(error: Optional[BaseException] = None, flags: Sequence[bool] = (),
                           f"rank {rank()} stops too so that no rank waits on the others")
     k = len(flags)
     return [bool(rows[:, 1 + i].max() > 0) for i in range(k)], rows[:, 1 + k:]
+
+
+def share(sizes: torch.Tensor) -> float:
+    """This rank's weight for statistics averaged over the ranks, from every rank's batch size (``agree``'s rows):
+    1 when the sizes are equal, else its size times the world size over the total."""
+    if not bool((sizes != sizes[0]).any()):
+        return 1.0
+    if bool((sizes < 1).any()):
+        raise ValueError(f"the ranks' batch sizes could not all be read ({sizes.tolist()}); "
+                         f"the statistics cannot be weighted by them")
+    return float(sizes[rank()] * len(sizes) / sizes.sum())
 
 
 def assign_owners(costs: Sequence[float], size: Optional[int] = None) -> List[int]:

@@ -41,7 +41,8 @@ import torch
 if TYPE_CHECKING:  # pragma: no cover
     from torch.distributed.tensor import DTensor
 
-__all__ = ["class_names", "is_dtensor", "managed", "local", "gather", "shard_like", "no_reshard_in_backward"]
+__all__ = ["class_names", "is_dtensor", "managed", "local", "gather", "shard_like", "shards_like",
+           "no_reshard_in_backward"]
 
 
 def class_names(obj: Any) -> List[str]:
@@ -91,6 +92,11 @@ def shard_like(full: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         return full
     from torch.distributed.tensor import distribute_tensor
     return distribute_tensor(full.to(like.dtype), like.device_mesh, like.placements, src_data_rank=None)
+
+
+def shards_like(full: Dict[str, torch.Tensor], like: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """:func:`shard_like` of each tensor of ``full`` by the one of the same name in ``like``."""
+    return {n: shard_like(t, like[n]) for n, t in full.items()}
 
 
 @contextlib.contextmanager

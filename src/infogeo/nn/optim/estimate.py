@@ -15,14 +15,16 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 import torch
 
+from ...linalg import NotPositiveDefiniteError
 from .. import distributed as dd
 from .. import fsdp
 from ..batch import Batch
-from .._params import ParamLayout
+from .._params import ParamLayout, all_finite
 from ..curvature import _backprop as bp
 from ..curvature import kinds
 from ..space import ParameterSpace
 from . import state
+from .damping import Damping
 from .hooks import ForwardRecorder, OutputGradients
 from .pool import Deferred, StatisticsPool
 from .rows import RowCapture
@@ -257,6 +259,32 @@ class CurvatureEstimate:
             return self.solver.solve(None, g, damping) if plan is None else rows.solve(blocks, g, damping, plan)
         except (RuntimeError, IndexError) as exc:   # torch's error (e.g. a product on the batch): said clearly
             raise ValueError(f"the {self.kind} solve failed on this batch: {type(exc).__name__}: {exc}") from exc
+
+    def direction(self, grads: Params, damper: Damping, max_retries: int) -> Optional[Params]:
+        r""":math:`(C+\lambda I)^{-1}g` of finite gradients, in their dtype; a solve that fails or is not finite on
+        any rank (agreed) raises the damping and is retried, at most ``max_retries`` times (the curvature is kept).
+        ``None``: no factorisation yet, or every try failed."""
+        if self.solver is None:
+            return None
+        for attempt in range(1 + max_retries):
+            errors: list = []
+            delta, why = None, "a non-finite direction"
+            try:
+                delta = self.solve(grads, damper.value, errors)
+            except NotPositiveDefiniteError as exc:
+                why = str(exc)
+            except Exception as exc:
+                errors.append(exc)
+            (bad,), _ = dd.agree(errors[0] if errors else None, [delta is None or not all_finite(delta.values())])
+            if not bad:
+                found = cast(Params, delta)   # agreed finite on every rank
+                return {n: found[n].to(grads[n].dtype) for n in grads}
+            if attempt == max_retries or damper.saturated:
+                break
+            damper.fail()
+            warnings.warn(f"Preconditioner: {why}; damping raised to {damper.value:.3g} (curvature kept)",
+                          RuntimeWarning, stacklevel=4)
+        return None
 
     def forget_batch(self) -> None:
         """Drop what the hooks hold of this step's batch (outputs awaiting a backward, Linear rows)."""

@@ -329,23 +329,15 @@ class NaturalGradient(torch.optim.Optimizer):
         return steps
 
     def _quadratic_step(self, raw, delta, space):
-        pre, st = self.preconditioner, self.state[_KEY]
+        pre = self.preconditioner
         lrs = pre.learning_rates()
         delta = {n: -lrs[id(p)] * delta[n] for n, p in zip(pre.names, pre.params)}
-        dirs = [delta] + ([st["previous_step"]] if st["previous_step"] is not None else [])
-        fit = quadratic.fit(space, raw, dirs, pre.damping)
-        if fit is None:
+        found = quadratic.step(space, raw, delta, self.state[_KEY]["previous_step"], pre.damping, self.kl_clip)
+        if found is None:
             warnings.warn("NaturalGradient: the quadratic model is not finite or not convex; plain step taken",
                           RuntimeWarning, stacklevel=4)
             return delta, None
-        c, b, H = fit
-        q = sum(c[i] * c[j] * float(H[i, j]) for i in range(len(c)) for j in range(len(c)))
-        if self.kl_clip is not None and q > self.kl_clip:
-            c = [ci * math.sqrt(self.kl_clip / q) for ci in c]
-        model_decrease = sum(ci * float(bi) for ci, bi in zip(c, b)) + 0.5 * sum(
-            c[i] * c[j] * float(H[i, j]) for i in range(len(c)) for j in range(len(c)))
-        steps = {n: c[0] * delta[n] + (c[1] * dirs[1][n] if len(c) > 1 and c[1] else 0.0) for n in pre.names}
-        return steps, model_decrease
+        return found
 
     def _undo(self, why: str, raise_damping: bool = True) -> None:
         """Undo the last step (if any); a failure raises the damping (here, or already by the preconditioner)."""
@@ -393,21 +385,8 @@ class NaturalGradient(torch.optim.Optimizer):
             pre_state.setdefault("base_damping", mine["base_damping"])
         state.check(pre, pre_state)
         prev = mine.get("previous_step")
-        shapes = {n: tuple(p.shape) for n, p in zip(pre.names, pre.params)}
-        if prev is not None and (not isinstance(prev, Mapping) or set(prev) != set(shapes) or any(
-                tuple(prev[n].shape) != shapes[n] for n in shapes)):
-            raise ValueError("checkpoint: its previous step does not match this optimizer's parameters")
-        groups = state_dict["param_groups"]
-        try:
-            if len(groups) != len(self.param_groups) or any(len(a["params"]) != len(b["params"])
-                                                             for a, b in zip(groups, self.param_groups)):
-                raise ValueError(f"{[len(g['params']) for g in groups]} parameters per group saved, "
-                                 f"{[len(g['params']) for g in self.param_groups]} here")
-            for g in groups:
-                check_learning_rate(g["lr"], "a parameter group's lr")
-                positive_number("a parameter group's momentum", g["momentum"], inclusive=True, maximum=1.0)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"checkpoint: its parameter groups do not fit this optimizer ({exc})") from None
+        state.check_optimizer(state_dict["param_groups"], self.param_groups, prev,
+                              {n: tuple(p.shape) for n, p in zip(pre.names, pre.params)})
         rest = {"state": {k: v for k, v in state_dict["state"].items() if k != _KEY},
                 "param_groups": state_dict["param_groups"]}
         super().load_state_dict(copy.deepcopy(rest))

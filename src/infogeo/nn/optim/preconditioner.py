@@ -9,7 +9,7 @@ r"""Natural-gradient preconditioning of the gradients a torch training loop leav
 (the ``sharp`` of the covector under a curvature :math:`C` of the network's pullback
 metric, Amari 1998; Martens & Grosse 2015), so that any torch optimizer, LR
 scheduler, gradient clipping or AMP ``GradScaler`` then acts on :math:`\delta`.
-:math:`\nu` is the trust region (*KL clipping*, Ba et al. 2017): the step
+:math:`\nu` is the trust region (*KL clipping*, Ba et al. 2017; :mod:`.kl_clipping`): the step
 :math:`-\eta\delta` changes the model's predictions by a KL divergence of about
 :math:`\tfrac12\eta^2\delta^T(C+\lambda I)\delta \le \kappa` = ``kl_clip``, with
 :math:`\eta_\ell` the learning rate of each parameter's group.
@@ -24,25 +24,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import warnings
-from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple, Union, cast
+from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Union, cast
 
 import torch
 
-from ...linalg import NotPositiveDefiniteError
 from .. import distributed as dd
 from .. import fsdp
 from .._params import all_finite
 from ..output_metrics import output_metric as _resolve_output_metric
-from ..batch import Batch
 from ..space import ParameterSpace
-from . import state
+from . import kl_clipping, state
 from .damping import Damping
 from .estimate import CurvatureEstimate
 from .hooks import ForwardRecorder, unwrap
-from .settings import (CAPTURED, CURVATURES, FISHER, KINDS, PERIODS, check_learning_rate, check_settings,
-                       kind_defaults, trainable)
+from .settings import CURVATURES, FISHER, PERIODS, check_settings, check_support, kind_defaults, trainable
 
 logger = logging.getLogger(__name__)
 
@@ -156,23 +152,10 @@ class Preconditioner:
         #: whether some parameters are sharded by ``fully_shard`` (their gradients are gathered, :mod:`~infogeo.nn.fsdp`)
         self.sharded = any(fsdp.is_dtensor(p) for p in self.params)
         self.kind = CURVATURES[str(curvature).lower()]
-        if self.kind == "implicit" and dd.world_size() > 1:
-            raise ValueError("curvature='cg' solves with the local batch only, so the ranks of a process group "
-                             "would move apart; use 'kfac', 'diag', 'block' or 'dense' (statistics all-reduced)")
-        if self.sharded and KINDS[self.kind].statistics == "gradient":
-            raise ValueError(f"curvature={curvature!r} builds each layer's statistics from its whole gradient matrix, "
-                             f"which fully_shard (FSDP2) keeps sharded; under FSDP2 use 'kfac', 'ekfac', 'diag' or "
-                             f"'block'")
-        if self.sharded and self.kind not in CAPTURED:
-            raise ValueError(f"curvature={curvature!r} evaluates the model at its parameters, which fully_shard "
-                             f"(FSDP2) keeps sharded; under FSDP2 use 'kfac', 'ekfac', 'diag' or 'block' (statistics "
-                             f"recorded in the model's own forward and backward)")
+        check_support(self.kind, curvature, self.sharded)
         self.fisher = FISHER[str(fisher).lower()]
         self.lr, self.kl_clip = lr, None if kl_clip is None else float(kl_clip)
-        if lr is None and kl_clip is not None:
-            warnings.warn("Preconditioner: kl_clip is set but no lr was given, so the trust region assumes a "
-                          "learning rate of 1; pass lr= (a number, a function, or the optimizer that takes the "
-                          "steps) for a trust region on the actual step", UserWarning, stacklevel=2)
+        kl_clipping.check_lr(lr, kl_clip)
         #: the one owner of the damping (failures raise it, good steps bring it back, Levenberg–Marquardt moves it)
         self.damper = Damping(damping, min_damping, max_damping, damping_increase, damping_recovery)
         self.max_retries = s["max_retries"]
@@ -227,12 +210,7 @@ class Preconditioner:
 
     def learning_rates(self) -> Dict[int, float]:
         """Learning rate per parameter id (for the trust region), checked finite and positive."""
-        lr = self.lr
-        if isinstance(lr, torch.optim.Optimizer):
-            return {id(p): check_learning_rate(g["lr"], "a parameter group's lr") for g in lr.param_groups
-                    for p in g["params"]}
-        value = 1.0 if lr is None else check_learning_rate(lr() if callable(lr) else lr, "lr")
-        return {id(p): value for p in self.params}
+        return kl_clipping.learning_rates(self.lr, self.params)
 
     # ------------------------------------------------------------ curvature
     @property
@@ -265,52 +243,15 @@ class Preconditioner:
         Returns ``None`` when no curvature is available or ``1 + max_retries`` solves failed (the
         curvature is kept).  Under ``torch.distributed`` the ranks agree on each outcome.
         """
-        given, grads = grads, self._whole(grads)
+        given, grads = grads, fsdp.gather(grads)
         if self.solver is not None and not all_finite(grads.values()):   # a solve would only carry the NaN along
             dd.agree(ValueError("the gradient to precondition contains NaN or inf"))
-        delta = self._direction(grads)
-        return None if delta is None else self._shards(delta, given)
-
-    def _whole(self, grads: Params) -> Params:
-        """The whole gradients behind sharded ones (FSDP2: an all-gather each; the others as they are)."""
-        return fsdp.gather(grads) if self.sharded else grads
-
-    def _shards(self, delta: Params, like: Params) -> Params:
-        """The directions laid out like the gradients ``like`` (this rank's shards under FSDP2)."""
-        return {n: fsdp.shard_like(d, like[n]) for n, d in delta.items()} if self.sharded else delta
-
-    def _direction(self, grads: Params) -> Optional[Params]:
-        """:meth:`direction` of gradients known to be finite."""
-        if self.solver is None:
-            return None
-        for attempt in range(1 + self.max_retries):
-            errors: list = []
-            delta, why = None, "a non-finite direction"
-            try:
-                delta = self.estimate.solve(grads, self.damping, errors)
-            except NotPositiveDefiniteError as exc:
-                why = str(exc)
-            except Exception as exc:
-                errors.append(exc)
-            (bad,), _ = dd.agree(errors[0] if errors else None, [delta is None or not all_finite(delta.values())])
-            if not bad:
-                found = cast(Params, delta)   # agreed finite on every rank
-                return {n: found[n].to(grads[n].dtype) for n in grads}
-            if attempt == self.max_retries or self.damper.saturated:
-                break
-            self.damper.fail()
-            warnings.warn(f"Preconditioner: {why}; damping raised to {self.damping:.3g} (curvature kept)",
-                          RuntimeWarning, stacklevel=3)
-        return None
+        delta = self.estimate.direction(grads, self.damper, self.max_retries)
+        return None if delta is None else fsdp.shards_like(delta, given)
 
     def clip_scale(self, grads: Params, delta: Params) -> float:
         r"""Trust-region factor :math:`\nu = \min(1, \sqrt{\kappa / \sum \eta^2\delta^Tg})` (1 without ``kl_clip``)."""
-        if self.kl_clip is None:
-            return 1.0
-        lrs = self.learning_rates()
-        kl = float(sum(lrs[id(p)] ** 2 * torch.dot(delta[n].reshape(-1), grads[n].reshape(-1))
-                       for n, p in zip(self.names, self.params)))
-        return math.sqrt(self.kl_clip / kl) if kl > self.kl_clip else 1.0
+        return kl_clipping.scale(self.kl_clip, self.learning_rates(), dict(zip(self.names, self.params)), grads, delta)
 
     def grads(self) -> Params:
         """The gradients in ``.grad`` (zeros where there is none), by parameter name."""
@@ -391,25 +332,20 @@ class Preconditioner:
                 return None
             self.damper.fail()
             return self._skip("gradient")
-        sizes, weight = sizes[:, 0], 1.0   # unequal batches: each rank's statistics weighted by its share
-        if new is not None and bool((sizes != sizes[0]).any()):
-            if bool((sizes < 1).any()):
-                raise ValueError(f"the ranks' batch sizes could not all be read ({sizes.tolist()}); "
-                                 f"the statistics cannot be weighted by them")
-            weight = float(sizes[dd.rank()] * len(sizes) / sizes.sum())
+        weight = dd.share(sizes[:, 0]) if new is not None else 1.0   # unequal batches: weighted by their sizes
         self.estimate.install(self.steps, new, template, weight, self.damping)
         if not solve:
             self.finish_step(True)
             return grads
-        given, grads = grads, self._whole(grads)
-        delta = self._direction(grads)
+        given, grads = grads, fsdp.gather(grads)
+        delta = self.estimate.direction(grads, self.damper, self.max_retries)
         if delta is None:
             return self._skip("direction")
         scale = self.clip_scale(grads, delta)
         if scale != 1.0:
             delta = {k: d * scale for k, d in delta.items()}
         self.finish_step(True)
-        return self._shards(delta, given)
+        return fsdp.shards_like(delta, given)
 
     def _skip(self, why: str) -> None:
         self.skip_reason = why

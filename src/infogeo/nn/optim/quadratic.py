@@ -19,7 +19,7 @@ import torch
 from .. import distributed as dd
 from ..space import ParameterSpace
 
-__all__ = ["fit"]
+__all__ = ["fit", "step"]
 
 Params = Dict[str, torch.Tensor]
 
@@ -59,3 +59,24 @@ def fit(space: ParameterSpace, grads: Params, dirs: List[Params], damping: float
     else:
         return None
     return c, b, H
+
+
+def step(space: ParameterSpace, grads: Params, delta: Params, previous: Optional[Params], damping: float,
+         kl_clip: Optional[float]) -> Optional[Tuple[Params, float]]:
+    r"""The step :math:`c_1\Delta + c_2 s_\text{prev}` minimising :math:`M` over the span of the scaled direction
+    ``delta`` (:math:`\Delta`) and the previous step, shrunk so that :math:`\tfrac12 c^THc \le` ``kl_clip``;
+    returns it with :math:`M` at it (the predicted change of the loss), or ``None`` if :func:`fit` finds no
+    finite convex model."""
+    dirs = [delta] + ([previous] if previous is not None else [])
+    found = fit(space, grads, dirs, damping)
+    if found is None:
+        return None
+    c, b, H = found
+    def curv(c):
+        return sum(c[i] * c[j] * float(H[i, j]) for i in range(len(c)) for j in range(len(c)))
+    q = curv(c)
+    if kl_clip is not None and q > kl_clip:
+        c = [ci * math.sqrt(kl_clip / q) for ci in c]
+    decrease = sum(ci * float(bi) for ci, bi in zip(c, b)) + 0.5 * curv(c)
+    steps = {n: c[0] * delta[n] + (c[1] * dirs[1][n] if len(c) > 1 and c[1] else 0.0) for n in delta}
+    return steps, decrease

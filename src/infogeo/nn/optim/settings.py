@@ -11,7 +11,7 @@ from .. import distributed as dd
 from ..curvature import kinds
 from .hooks import refuse_sparse
 
-__all__ = ["CURVATURES", "FISHER", "CAPTURED", "KINDS", "PERIODS", "kind_defaults", "check_settings",
+__all__ = ["CURVATURES", "FISHER", "CAPTURED", "KINDS", "PERIODS", "kind_defaults", "check_settings", "check_support",
            "check_learning_rate", "positive_int", "positive_number", "trainable"]
 
 #: the curvature words the optimizers accept (the kinds table, :mod:`~infogeo.nn.curvature.kinds`)
@@ -102,6 +102,21 @@ def check_settings(*, damping, min_damping, max_damping, curvature, fisher, ema_
     out["max_retries"] = positive_int("max_retries", max_retries, minimum=0)
     out["seed"] = positive_int("seed", seed, minimum=0)
     return out
+
+
+def check_support(kind: str, curvature: Any, sharded: bool) -> None:
+    """Refuse, at construction, a kind that cannot run in this process group or on sharded parameters."""
+    if kind == "implicit" and dd.world_size() > 1:
+        raise ValueError("curvature='cg' solves with the local batch only, so the ranks of a process group "
+                         "would move apart; use 'kfac', 'diag', 'block' or 'dense' (statistics all-reduced)")
+    if sharded and KINDS[kind].statistics == "gradient":
+        raise ValueError(f"curvature={curvature!r} builds each layer's statistics from its whole gradient matrix, "
+                         f"which fully_shard (FSDP2) keeps sharded; under FSDP2 use 'kfac', 'ekfac', 'diag' or "
+                         f"'block'")
+    if sharded and kind not in CAPTURED:
+        raise ValueError(f"curvature={curvature!r} evaluates the model at its parameters, which fully_shard "
+                         f"(FSDP2) keeps sharded; under FSDP2 use 'kfac', 'ekfac', 'diag' or 'block' (statistics "
+                         f"recorded in the model's own forward and backward)")
 
 
 def trainable(module: torch.nn.Module, params: Optional[Iterable[Any]]) -> List[Tuple[str, torch.nn.Parameter]]:

@@ -1,5 +1,6 @@
 r"""Checkpoints of a :class:`~.preconditioner.Preconditioner` that ``torch.load(weights_only=True)`` reads.
 
+(and the checks of :class:`~.natural_gradient.NaturalGradient`'s own entries, :func:`check_optimizer`).
 The state is tensors and Python numbers only: the step count, the damping and its base, the
 Monte Carlo generator's state (a byte tensor), the curvature statistics and the statistics the
 current factorisation was computed from (``{"<block>/<factor>": tensor}``), and what the
@@ -19,13 +20,14 @@ same on every rank; each rank continues the Monte Carlo stream it loads.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, List, Mapping
 
 import torch
 
 from .. import distributed as dd
+from .settings import check_learning_rate, positive_number
 
-__all__ = ["checkpoint", "check", "load", "check_fits", "restore"]
+__all__ = ["checkpoint", "check", "check_optimizer", "load", "check_fits", "restore"]
 
 _CURVATURE_KEYS = ("curvature", "solver")
 _REQUIRED = ("step", "damping", "rng")
@@ -109,6 +111,23 @@ def check(pre, saved: Any) -> None:
             diff = sorted(set(shapes) ^ set(given[0][1])) or [k for k in shapes if shapes[k] != given[0][1][k]]
             raise ValueError(f"checkpoint: the {given[0][0]} and the {what} statistics differ (first differences: "
                              f"{diff[:4]}); was it saved for another architecture?")
+
+
+def check_optimizer(groups: Any, mine: List[Dict[str, Any]], previous: Any, shapes: Dict[str, tuple]) -> None:
+    """Raise a ValueError unless a NaturalGradient checkpoint's parameter ``groups`` and ``previous`` step fit an
+    optimizer with groups ``mine`` and parameter ``shapes``."""
+    if previous is not None and (not isinstance(previous, Mapping) or set(previous) != set(shapes) or any(
+            tuple(previous[n].shape) != shapes[n] for n in shapes)):
+        raise ValueError("checkpoint: its previous step does not match this optimizer's parameters")
+    try:
+        if len(groups) != len(mine) or any(len(a["params"]) != len(b["params"]) for a, b in zip(groups, mine)):
+            raise ValueError(f"{[len(g['params']) for g in groups]} parameters per group saved, "
+                             f"{[len(g['params']) for g in mine]} here")
+        for g in groups:
+            check_learning_rate(g["lr"], "a parameter group's lr")
+            positive_number("a parameter group's momentum", g["momentum"], inclusive=True, maximum=1.0)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"checkpoint: its parameter groups do not fit this optimizer ({exc})") from None
 
 
 def load(pre, saved: Dict[str, Any]) -> None:
