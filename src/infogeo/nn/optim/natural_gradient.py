@@ -52,7 +52,7 @@ from ..space import ParameterSpace
 from . import quadratic, state
 from .preconditioner import Preconditioner
 from .settings import CURVATURES, KINDS, check_learning_rate, positive_int, positive_number
-from .step import STEP_RULES, eigen_adam, graft, heavy_ball
+from .step import STEP_RULES, GraftedSteps, eigen_adam, graft, heavy_ball
 
 logger = logging.getLogger(__name__)
 
@@ -281,7 +281,7 @@ class NaturalGradient(torch.optim.Optimizer):
 
     def _update(self, raw, delta, space: Optional[ParameterSpace]) -> Optional[float]:
         """Move the parameters along ``-lr * delta`` (or the quadratic model's step); returns the model's decrease."""
-        pre, st = self.preconditioner, self.state[_KEY]
+        pre, st, last = self.preconditioner, self.state[_KEY], GraftedSteps()   # grafted steps: recomputed to undo
         model_decrease = None
         if self.quadratic_model:
             steps, model_decrease = self._quadratic_step(raw, delta, space)
@@ -301,6 +301,7 @@ class NaturalGradient(torch.optim.Optimizer):
                         continue
                     if self.step_rule == "graft":
                         s = graft(self.state[p], raw[name], delta[name], group["lr"], self.betas, self.eps)
+                        last.record(name, self.state[p], group["lr"], self.betas, self.eps)
                     else:
                         s = heavy_ball(self.state[p], delta[name], group["lr"], group["momentum"])
                     p.add_(s)
@@ -309,7 +310,7 @@ class NaturalGradient(torch.optim.Optimizer):
                 Cs = pre.curvature_mv(steps)
                 model_decrease = float(sum((raw[n] * steps[n]).sum() + 0.5 * (steps[n] * Cs[n]).sum()
                                            for n in steps))
-        st["previous_step"] = steps
+        st["previous_step"] = last if last else steps
         return model_decrease
 
     def _eigen_steps(self, raw):

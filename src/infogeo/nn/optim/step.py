@@ -46,11 +46,12 @@ for Adam.
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from collections.abc import Mapping
+from typing import Dict, Iterator, Optional, Tuple
 
 import torch
 
-__all__ = ["STEP_RULES", "graft", "heavy_ball", "eigen_adam", "change_basis"]
+__all__ = ["STEP_RULES", "graft", "grafted", "GraftedSteps", "heavy_ball", "eigen_adam", "change_basis"]
 
 #: the step rules NaturalGradient accepts
 STEP_RULES = ("graft", "clip", "eigen-adam")
@@ -82,22 +83,61 @@ def graft(state: Dict[str, torch.Tensor], g: torch.Tensor, d: torch.Tensor, lr: 
         state["direction_avg"] = torch.zeros_like(d)
         state["graft_step"] = torch.zeros((), dtype=torch.float64)
     state["graft_step"] += 1
+    state["direction_avg"].mul_(betas[0]).add_(d, alpha=1 - betas[0])
+    _moments(state["exp_avg"], state["exp_avg_sq"], g, betas)
+    return grafted(state, lr, betas, eps)
+
+
+def grafted(state: Dict[str, torch.Tensor], lr: float, betas: Tuple[float, float], eps: float) -> torch.Tensor:
+    """The step :func:`graft` took last, from its state alone (the same operations, so the same bits)."""
     u = state["direction_avg"]
-    u.mul_(betas[0]).add_(d, alpha=1 - betas[0])
-    adam = _adam(state["exp_avg"], state["exp_avg_sq"], float(state["graft_step"]), g, betas, eps)
+    adam = _adam_direction(state["exp_avg"], state["exp_avg_sq"], float(state["graft_step"]), betas, eps)
     length, norm = torch.linalg.vector_norm(adam), torch.linalg.vector_norm(u)
     # chosen on the device, not by a Python branch: reading ``norm`` would wait for the GPU at every parameter
     has_direction = (norm > 0) & torch.isfinite(norm)
     return torch.where(has_direction, u * (-lr * length / norm), adam * -lr)   # else Adam's own step
 
 
-def _adam(m: torch.Tensor, v: torch.Tensor, k: float, g: torch.Tensor, betas: Tuple[float, float],
-          eps: float) -> torch.Tensor:
-    r"""Adam's moments updated in place with ``g`` at step ``k``; returns :math:`\hat m/(\sqrt{\hat v}+\epsilon)`."""
+class GraftedSteps(Mapping):
+    """``{name: the last grafted step}``, each recomputed by :func:`grafted` when read (undoing a step) instead
+    of kept: the rule's state until its next step determines it, so holding it would be one parameter copy more."""
+
+    def __init__(self) -> None:
+        self._of: Dict[str, Tuple[Dict[str, torch.Tensor], float, Tuple[float, float], float]] = {}
+
+    def record(self, name: str, state: Dict[str, torch.Tensor], lr: float, betas: Tuple[float, float],
+               eps: float) -> None:
+        self._of[name] = (state, lr, betas, eps)
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return grafted(*self._of[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._of)
+
+    def __len__(self) -> int:
+        return len(self._of)
+
+
+def _moments(m: torch.Tensor, v: torch.Tensor, g: torch.Tensor, betas: Tuple[float, float]) -> None:
+    """Adam's moments updated in place with ``g``."""
     b1, b2 = betas
     m.mul_(b1).add_(g, alpha=1 - b1)
     v.mul_(b2).addcmul_(g, g, value=1 - b2)
+
+
+def _adam_direction(m: torch.Tensor, v: torch.Tensor, k: float, betas: Tuple[float, float],
+                    eps: float) -> torch.Tensor:
+    r""":math:`\hat m/(\sqrt{\hat v}+\epsilon)` of Adam's moments at step ``k``."""
+    b1, b2 = betas
     return (m / (1 - b1 ** k)) / ((v / (1 - b2 ** k)).sqrt_().add_(eps))
+
+
+def _adam(m: torch.Tensor, v: torch.Tensor, k: float, g: torch.Tensor, betas: Tuple[float, float],
+          eps: float) -> torch.Tensor:
+    r"""Adam's moments updated in place with ``g`` at step ``k``; returns :math:`\hat m/(\sqrt{\hat v}+\epsilon)`."""
+    _moments(m, v, g, betas)
+    return _adam_direction(m, v, k, betas, eps)
 
 
 def eigen_adam(state: Dict[str, torch.Tensor], g: torch.Tensor, basis: Optional[Basis],
