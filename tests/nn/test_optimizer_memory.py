@@ -8,7 +8,7 @@ import torch.nn.functional as F  # noqa: E402
 import infogeo as ig  # noqa: E402
 from infogeo.nn.curvature.kron import EigenbasisKronBlock  # noqa: E402
 from infogeo.nn.optim import natural_gradient as ng  # noqa: E402
-from infogeo.nn.optim.step import GraftedSteps  # noqa: E402
+from infogeo.nn.optim.step import LastSteps  # noqa: E402
 
 from .._helpers import load_benchmark  # noqa: E402
 
@@ -73,7 +73,7 @@ def test_the_grafted_step_is_recomputed_to_undo_it_bit_for_bit(monkeypatch):
     opt = ig.nn.NaturalGradient(model, curvature="kfac", curvature_update_period=2)
     train(model, opt, 0, 3)
     prev = opt.state["natural_gradient"]["previous_step"]
-    assert isinstance(prev, GraftedSteps)
+    assert isinstance(prev, LastSteps)
     names = dict(model.named_parameters())
     assert set(prev) == set(names)
     for n, p in names.items():
@@ -84,8 +84,40 @@ def test_the_grafted_step_is_recomputed_to_undo_it_bit_for_bit(monkeypatch):
         assert torch.equal(p.detach(), after[n] - taken[id(opt.state[p])])
 
 
+@pytest.mark.parametrize("curvature", ["kfac", "ekfac"])
+def test_the_eigen_adam_step_is_recomputed_to_undo_it_bit_for_bit(monkeypatch, curvature):
+    """``step_rule="eigen-adam"`` keeps no copy of its last step either (an Embedding's diagonal side included)."""
+    taken = {}
+    real = ng.NaturalGradient._eigen_steps
+
+    def spy(self, raw, last):
+        steps = real(self, raw, last)
+        taken.update({n: t.clone() for n, t in steps.items()})
+        return steps
+    monkeypatch.setattr(ng.NaturalGradient, "_eigen_steps", spy)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(9, 5), torch.nn.Flatten(), torch.nn.Tanh(),
+                                torch.nn.Linear(15, 4)).double()
+    opt = ig.nn.NaturalGradient(model, curvature=curvature, step_rule="eigen-adam", curvature_update_period=2)
+    g = torch.Generator().manual_seed(3)
+    X, y = torch.randint(0, 9, (16, 3), generator=g), torch.randint(0, 4, (16,), generator=g)
+    for i in range(4):
+        opt.zero_grad()
+        F.cross_entropy(model(X), y).backward()
+        if i == 3:
+            model[0].weight.grad[0, 0] = float("nan")
+            after = {n: p.detach().clone() for n, p in model.named_parameters()}
+            prev = opt.state["natural_gradient"]["previous_step"]
+            assert isinstance(prev, LastSteps)
+            assert all(torch.equal(prev[n], taken[n]) for n in after)
+        opt.step()
+    for n, p in model.named_parameters():
+        assert torch.equal(p.detach(), after[n] - taken[n])
+
+
 @pytest.mark.parametrize("curvature,options", [("kfac", {}), ("kfac", {"inverse": "eigen"}), ("ekfac", {}),
-                                               ("diag", {})])
+                                               ("diag", {}), ("kfac", {"step_rule": "eigen-adam"}),
+                                               ("ekfac", {"step_rule": "eigen-adam"})])
 def test_resume_with_the_default_step_rule_is_bit_identical_through_an_undo(tmp_path, curvature, options):
     """torch.save -> load(weights_only) -> continue, with the step before the checkpoint undone after it."""
     kw = dict(curvature=curvature, curvature_update_period=2, inverse_update_period=3, seed=3, **options)

@@ -100,6 +100,12 @@ class KronBlock(Block):
             out[self.bias] = Wb[:, -1]
         return out
 
+    def layout_only(self) -> "KronBlock":
+        """A block with this one's :meth:`join` and :meth:`split` and no factors (what a step rule keeps to lay
+        out a step, without keeping the factors alive)."""
+        return KronBlock(self.weight, self.bias, self.wshape, self.A.new_empty(0), self.G.new_empty(0),
+                         self.transposed)
+
     def mv(self, v):
         return self.split(_right(_left(self.G, self.join(v)), self.A))
 

@@ -47,11 +47,11 @@ for Adam.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 import torch
 
-__all__ = ["STEP_RULES", "graft", "grafted", "GraftedSteps", "heavy_ball", "eigen_adam", "change_basis"]
+__all__ = ["STEP_RULES", "graft", "grafted", "LastSteps", "heavy_ball", "eigen_adam", "eigen_adam_again", "change_basis"]
 
 #: the step rules NaturalGradient accepts
 STEP_RULES = ("graft", "clip", "eigen-adam")
@@ -98,25 +98,40 @@ def grafted(state: Dict[str, torch.Tensor], lr: float, betas: Tuple[float, float
     return torch.where(has_direction, u * (-lr * length / norm), adam * -lr)   # else Adam's own step
 
 
-class GraftedSteps(Mapping):
-    """``{name: the last grafted step}``, each recomputed by :func:`grafted` when read (undoing a step) instead
-    of kept: the rule's state until its next step determines it, so holding it would be one parameter copy more."""
+class LastSteps(Mapping):
+    """``{name: the last step taken}``, each recomputed when read (to undo a step) by a function of the step
+    rule's state instead of kept: that state determines it until the rule's next step, so holding the step
+    would be one parameter copy more.  The functions repeat the step's operations on the same tensors, so
+    the recomputed step has the same bits."""
 
     def __init__(self) -> None:
-        self._of: Dict[str, Tuple[Dict[str, torch.Tensor], float, Tuple[float, float], float]] = {}
+        self._of: Dict[str, Callable[[], torch.Tensor]] = {}
 
-    def record(self, name: str, state: Dict[str, torch.Tensor], lr: float, betas: Tuple[float, float],
-               eps: float) -> None:
-        self._of[name] = (state, lr, betas, eps)
+    def record(self, name: str, recompute: Callable[[], torch.Tensor]) -> None:
+        self._of[name] = recompute
 
     def __getitem__(self, name: str) -> torch.Tensor:
-        return grafted(*self._of[name])
+        return self._of[name]()
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._of)
 
     def __len__(self) -> int:
         return len(self._of)
+
+
+def eigen_adam_again(state: Dict[str, torch.Tensor], split: Any, name: str, dtype: torch.dtype, lr: float,
+                     betas: Tuple[float, float], eps: float) -> torch.Tensor:
+    r"""The step :func:`eigen_adam` took last, from its state alone, scaled by :math:`-\eta` in ``dtype``:
+    :math:`U_G\,[\hat m/(\sqrt{\hat v}+\epsilon)]\,U_A^T` with the basis it kept (``split``: a block's
+    :meth:`~infogeo.nn.curvature.kron.KronBlock.split`, whose ``name`` entry is taken; ``None``: a parameter
+    without Kronecker factors)."""
+    u = _adam_direction(state["exp_avg"], state["exp_avg_sq"], float(state["step"]), betas, eps)
+    Ua, Ug = state.get("U_A"), state.get("U_G")
+    if Ua is not None or Ug is not None:
+        u = _turn(u, Ug, Ua.T if Ua is not None else None)
+    u = u if split is None else split(u)[name]
+    return u.to(dtype).mul_(-lr)
 
 
 def _moments(m: torch.Tensor, v: torch.Tensor, g: torch.Tensor, betas: Tuple[float, float]) -> None:
