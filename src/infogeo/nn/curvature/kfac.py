@@ -209,7 +209,8 @@ def check_approx(kfac_approx: str) -> str:
 
 def factored_blocks(space, factor_fn, reducer, per_position: bool, chunk_elements: int,
                     make_blocks: Callable[[List[bp.Layer], List[Layout], bp.Columns], Sequence[Block]],
-                    limits: Tuple[int, int] = (MAX_FACTOR_DIM, MAX_FACTOR_BYTES), approx: str = "expand") -> List[Block]:
+                    limits: Tuple[int, int] = (MAX_FACTOR_DIM, MAX_FACTOR_BYTES),
+                    approx: str = "expand") -> List[Block]:
     """One capture; ``make_blocks(layers, layouts, cols)`` for the layers with Kronecker factors, exact diagonals
     elsewhere (``limits``: ``(max_factor_dim, max_factor_bytes)``)."""
     cap = bp.capture(space, factor_fn, reducer, per_position)

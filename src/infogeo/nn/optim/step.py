@@ -51,7 +51,8 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 import torch
 
-__all__ = ["STEP_RULES", "graft", "grafted", "LastSteps", "heavy_ball", "eigen_adam", "eigen_adam_again", "change_basis"]
+__all__ = ["STEP_RULES", "graft", "grafted", "LastSteps", "heavy_ball", "eigen_adam", "eigen_adam_again",
+           "change_basis"]
 
 #: the step rules NaturalGradient accepts
 STEP_RULES = ("graft", "clip", "eigen-adam")
