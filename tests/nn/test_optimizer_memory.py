@@ -137,7 +137,8 @@ def test_resume_with_the_default_step_rule_is_bit_identical_through_an_undo(tmp_
 
 def test_state_multiples_of_the_default_settings():
     """Bytes held across steps over the parameters' bytes (MLP 6-32-32-3): AdamW 2; diag: its diagonal and
-    the grafting's three moments, 4; K-FAC no more than factors, inverses and the grafting moments."""
+    the grafting's three moments, 4; K-FAC and EKFAC their factors, one factorisation and the step rule's moments,
+    and nothing else (no last step, no damped scales)."""
     bench = load_benchmark("nn_scale")
 
     def multiple(make):
@@ -153,5 +154,11 @@ def test_state_multiples_of_the_default_settings():
     model = mlp(width=32)
     sides = sum((w.shape[0] ** 2 + (w.shape[1] + 1) ** 2) for w in (model[0].weight, model[2].weight, model[4].weight))
     n = sum(p.numel() for p in model.parameters())
-    kfac = multiple(lambda m: ig.nn.NaturalGradient(m, curvature="kfac", curvature_update_period=1))
-    assert kfac == pytest.approx(3 + 2 * sides / n, abs=0.02)   # factors + damped inverses + m, v, u
+    eig = sum(w.shape[0] + w.shape[1] + 1 for w in (model[0].weight, model[2].weight, model[4].weight)) / n
+    for options, want in [({}, 3 + 2 * sides / n),                            # factors, damped inverses, m, v, u
+                          ({"inverse": "eigen"}, 3 + 2 * sides / n + eig),    # eigenbases and eigenvalues
+                          ({"step_rule": "eigen-adam"}, 2 + 2 * sides / n + eig)]:   # m, v only
+        got = multiple(lambda m: ig.nn.NaturalGradient(m, curvature="kfac", curvature_update_period=1, **options))
+        assert got == pytest.approx(want, abs=0.02), options
+    ekfac = multiple(lambda m: ig.nn.NaturalGradient(m, curvature="ekfac", curvature_update_period=1))
+    assert ekfac == pytest.approx(3 + 1 + 2 * sides / n + eig, abs=0.02)   # and the scales, one weight's worth
