@@ -128,7 +128,8 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
     exclude |= {id(p.grad) for p in params if p.grad is not None}
     n_params = sum(p.numel() for p in params)
     state = held_bytes(torch, opt, exclude)
-    curvature = held_bytes(torch, getattr(opt, "preconditioner", None), exclude)   # its share of the state
+    # the curvature's share: statistics and factorisations (the preconditioner refers back to the optimizer)
+    curvature = held_bytes(torch, getattr(getattr(opt, "preconditioner", None), "estimate", None), exclude)
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated() / 2 ** 20
     else:
