@@ -9,7 +9,8 @@ Every configuration runs in a fresh process (one thread), so its peak resident m
 activations, and the optimizer.  The *state multiple* is exact instead: the bytes of every tensor
 the optimizer holds (moments, curvature statistics, their averages, inverses, eigenbases, recorded
 rows), found by walking the optimizer object and counting each storage once, over the bytes of the
-parameters.  Step time: the CPU time (process time; CUDA: wall time after synchronising) of each of
+parameters (``curv. x``: the preconditioner's share of it: statistics and factorisations; the rest is the
+step rule's moments).  Step time: the CPU time (process time; CUDA: wall time after synchronising) of each of
 ``steps`` steps with the default periods (statistics every 10 steps, factorisations with them in the
 first 100): the median step, and the mean, which carries the refreshes.  Exponents: the slope of a
 least-squares line through log(value) against log(width) or log(depth).
@@ -38,7 +39,7 @@ from typing import Any, Dict, List
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
 
-OPTIMIZERS = ["sgd", "adamw", "diag", "kfac", "kfac-eigen", "ekfac"]
+OPTIMIZERS = ["sgd", "adamw", "diag", "kfac", "kfac-eigen", "kfac-eigen-adam", "ekfac"]
 
 
 # ------------------------------------------------------------------ one configuration (a child process)
@@ -56,7 +57,8 @@ def _optimizer(torch, name: str, model):
         return torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
     if name == "adamw":
         return torch.optim.AdamW(model.parameters(), lr=1e-3)
-    kind, options = {"kfac-eigen": ("kfac", {"inverse": "eigen"})}.get(name, (name, {}))
+    kind, options = {"kfac-eigen": ("kfac", {"inverse": "eigen"}),
+                     "kfac-eigen-adam": ("kfac", {"step_rule": "eigen-adam"})}.get(name, (name, {}))
     return NaturalGradient(model, lr=1e-3, curvature=kind, **options)
 
 
@@ -126,11 +128,14 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
     exclude |= {id(p.grad) for p in params if p.grad is not None}
     n_params = sum(p.numel() for p in params)
     state = held_bytes(torch, opt, exclude)
+    # the curvature's share: statistics and factorisations (the preconditioner refers back to the optimizer)
+    curvature = held_bytes(torch, getattr(getattr(opt, "preconditioner", None), "estimate", None), exclude)
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated() / 2 ** 20
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # KiB on Linux
-    return {**cfg, "params": n_params, "state_multiple": state / (4 * n_params), "peak_mb": peak,
+    return {**cfg, "params": n_params, "state_multiple": state / (4 * n_params),
+            "curvature_multiple": curvature / (4 * n_params), "peak_mb": peak,
             "median_s": statistics.median(times), "mean_s": statistics.fmean(times)}
 
 
@@ -248,13 +253,14 @@ def _plot(rows, key: str, path: str, title: str) -> None:
 
 
 def table(rows, key: str) -> None:
-    print(f"{key:>6} {'optimizer':>10} {'params':>10} {'median s':>9} {'mean s':>8} {'peak MB':>8} {'state x':>8}")
+    print(f"{key:>6} {'optimizer':>15} {'params':>10} {'median s':>9} {'mean s':>8} {'peak MB':>8} {'state x':>8} "
+          f"{'curv. x':>8}")
     for r in rows:
         if "error" in r:
-            print(f"{r[key]:>6} {r['optimizer']:>10}  failed: {r['error']}")
+            print(f"{r[key]:>6} {r['optimizer']:>15}  failed: {r['error']}")
             continue
-        print(f"{r[key]:>6} {r['optimizer']:>10} {r['params']:>10} {r['median_s']:>9.4f} {r['mean_s']:>8.4f} "
-              f"{r['peak_mb']:>8.0f} {r['state_multiple']:>8.2f}")
+        print(f"{r[key]:>6} {r['optimizer']:>15} {r['params']:>10} {r['median_s']:>9.4f} {r['mean_s']:>8.4f} "
+              f"{r['peak_mb']:>8.0f} {r['state_multiple']:>8.2f} {r['curvature_multiple']:>8.2f}")
 
 
 def exponents(rows, key: str) -> Dict[str, Dict[str, float]]:

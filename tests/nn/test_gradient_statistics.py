@@ -249,12 +249,12 @@ def test_bad_options_are_refused_by_name():
     model = mlp()
     opt = ig.nn.NaturalGradient(model, curvature="shampoo", kfac_approx="reduce")
     backward(model, 0)
-    with pytest.raises(ValueError, match="max_factor_dim only"):
+    with pytest.raises(ValueError, match="max_factor_dim and max_factor_bytes only"):
         opt.step()
     space = ig.nn.ParameterSpace(mlp(), "categorical", data=batch(0)[0], targets=batch(0)[1])
     with pytest.raises(ValueError, match="method='empirical'"):
         space.curvature("soap", "mc")
-    with pytest.raises(ValueError, match="max_factor_dim only"):
+    with pytest.raises(ValueError, match="max_factor_dim and max_factor_bytes only"):
         space.curvature("shampoo", "empirical", chunk_elements=10)
     with pytest.raises(NotImplementedError, match="cannot represent C - g g"):
         space.curvature("shampoo", "empirical").minus_outer(space.differential().components)

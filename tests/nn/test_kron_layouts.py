@@ -247,3 +247,62 @@ def test_the_optimizer_gives_an_embedding_its_kronecker_block(curvature):
     (emb,) = [b for b in opt.preconditioner.estimate.solver.blocks if b.names == ["0.weight"]]
     assert emb.kind == curvature and emb.A.shape == (11,) and emb.G.shape == (6, 6)
     assert all(math.isfinite(v) for v in losses) and losses[-1] < 0.9 * losses[0]
+
+
+# ----------------------------------------------------------------- the bytes a dense factor may take
+def test_a_factor_over_max_factor_bytes_keeps_its_diagonal_the_exact_expectation_of_that_layout():
+    """Linear(5 -> 40) under the categorical Fisher: its output factor (40² float64 entries, 12,800 bytes) is over
+    max_factor_bytes=10,000, so the block is diag(G) ⊗ A with, written here from the softmax,
+    diag(G) = mean_n s_n ⊙ (1 - s_n) (the diagonal of E[diag(s) - s sᵀ]) and A = mean_n [a_n, 1][a_n, 1]ᵀ;
+    the warning names the layer, the side and the bytes; the optimizer trains with it, without NaN."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 40)).double()
+    X = torch.randn(16, 5, dtype=F64, generator=torch.Generator().manual_seed(11))
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    kfac._SAID.clear()
+    with pytest.warns(RuntimeWarning, match=r"layer '0': a dense Kronecker factor of its output side 40 would "
+                                            r"take 12,800 bytes .*max_factor_bytes=10,000"):
+        C = space.curvature("kfac", inverse="eigen", max_factor_bytes=10_000)
+    (b,) = C.blocks
+    assert b.G.dim() == 1 and b.A.shape == (6, 6)
+    s = torch.softmax(model(X), -1).detach()
+    a = torch.cat([X, torch.ones(16, 1, dtype=F64)], 1)
+    assert rel(b.G, (s * (1 - s)).mean(0)) < 1e-12
+    assert rel(b.A, a.T @ a / 16) < 1e-12
+    # the layout's block is the exact Fisher's diagonal on the output side: diag(G) ⊗ A, solved exactly
+    lam = 0.1
+    M = torch.kron(torch.diag(b.G), b.A)
+    v = {n: torch.randn_like(p, generator=torch.Generator().manual_seed(12)) for n, p in model.named_parameters()}
+    want = torch.linalg.solve(M + lam * torch.eye(M.shape[0], dtype=F64), b.join(v).reshape(-1))
+    assert rel(b.join(b.solve(v, lam)).reshape(-1), want) < 1e-10
+    assert space.curvature("kfac").blocks[0].G.dim() == 2   # the default keeps it dense
+    y = torch.randint(0, 40, (16,), generator=torch.Generator().manual_seed(13))
+    opt = ig.nn.NaturalGradient(model, curvature="kfac", max_factor_bytes=10_000, curvature_update_period=1)
+    losses = []
+    for _ in range(20):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(X), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert opt.preconditioner.solver.blocks[0].G.dim() == 1
+    assert all(math.isfinite(x) for x in losses) and losses[-1] < 0.9 * losses[0]
+
+
+def test_the_default_limits_keep_a_4096_side_dense_and_a_vocabulary_side_diagonal():
+    for itemsize in (4, 8):
+        assert kfac.dense_side(4096, itemsize) and not kfac.dense_side(50257, itemsize)
+    # raising max_factor_dim alone does not let a 10.1 GB float32 factor through: the bytes still guard it
+    assert not kfac.dense_side(50257, 4, max_factor_dim=10 ** 6)
+    assert kfac.dense_side(50257, 4, max_factor_dim=10 ** 6, max_factor_bytes=50257 ** 2 * 4)
+
+
+@pytest.mark.parametrize("curvature", ["kfac", "ekfac", "shampoo"])
+@pytest.mark.parametrize("option,value", [("max_factor_bytes", 0), ("max_factor_bytes", -1),
+                                          ("max_factor_bytes", "1GB"), ("max_factor_dim", 2.5)])
+def test_limits_that_cannot_be_used_are_refused_by_name(curvature, option, value):
+    model = _vocab_model()
+    space = ig.nn.ParameterSpace(model, "categorical", data=torch.randn(4, 9, dtype=F64),
+                                 targets=torch.randint(0, 9, (4,)))
+    with pytest.raises(ValueError, match=f"{option} must be a positive whole number .*got {value!r}"):
+        space.curvature(curvature, "empirical" if curvature == "shampoo" else "exact", **{option: value})

@@ -30,7 +30,8 @@ from .base import Curvature
 from .blockwise import BlockCurvature
 from .blocks import Block
 from .kron import EigenbasisKronBlock
-from .kfac import MAX_FACTOR_DIM, factor_layout, factored_blocks, kfac_reducer, kron_block, position_mask
+from .kfac import (MAX_FACTOR_BYTES, MAX_FACTOR_DIM, check_factor_limits, factor_layout, factored_blocks,
+                   kfac_reducer, kron_block, position_mask)
 from .layers.base import CHUNK_ELEMENTS, chunks
 
 #: a basis per layer, keyed by the weight's (or bias') parameter name: ``(U_A, U_G)``
@@ -157,12 +158,12 @@ def _fits(basis: Tuple[Optional[torch.Tensor], Optional[torch.Tensor]], block: E
                for U, F in zip(basis, (block.A, block.G)))
 
 
-def ekfac_reducer(approx: str, max_factor_dim: int = MAX_FACTOR_DIM):
+def ekfac_reducer(approx: str, max_factor_dim: int = MAX_FACTOR_DIM, max_factor_bytes: int = MAX_FACTOR_BYTES):
     """K-FAC's gradient-factor sink for layers with Kronecker factors, also keeping each column's output gradient."""
-    kron = kfac_reducer(approx, max_factor_dim)
+    kron = kfac_reducer(approx, max_factor_dim, max_factor_bytes)
 
     def reducer(layer: bp.Layer, cols: bp.Columns):
-        if factor_layout(layer, max_factor_dim, approx) is None:
+        if factor_layout(layer, max_factor_dim, approx, max_factor_bytes) is None:
             return layer.rule.diagonal_sink(layer, cols)
         gram_sink = kron(layer, cols)
 
@@ -190,8 +191,9 @@ class EKFAC(BlockCurvature):
     @classmethod
     def build(cls, space, factor_fn, chunk_elements: int = CHUNK_ELEMENTS, kfac_approx: str = "expand",
               per_position: bool = True, basis: Optional[Basis] = None, defer: bool = False,
-              max_factor_dim: int = MAX_FACTOR_DIM) -> "EKFAC":
+              max_factor_dim: int = MAX_FACTOR_DIM, max_factor_bytes: int = MAX_FACTOR_BYTES) -> "EKFAC":
         mask = position_mask(space)
+        limits = check_factor_limits(max_factor_dim, max_factor_bytes)
 
         def make_blocks(layers: List[bp.Layer], layouts, cols: bp.Columns) -> List[EigenKronBlock]:
             blocks = []
@@ -210,8 +212,8 @@ class EKFAC(BlockCurvature):
                 layer.grad_out, layer.inputs = None, ()
                 blocks.append(kron)
             return blocks
-        blocks = factored_blocks(space, factor_fn, ekfac_reducer(kfac_approx, max_factor_dim), per_position,
-                                 chunk_elements, make_blocks, max_factor_dim, kfac_approx)
+        blocks = factored_blocks(space, factor_fn, ekfac_reducer(kfac_approx, *limits), per_position,
+                                 chunk_elements, make_blocks, limits, kfac_approx)
         return cls(space.layout, blocks, space.point)
 
     def basis(self) -> Basis:

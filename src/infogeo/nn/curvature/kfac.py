@@ -34,12 +34,13 @@ convolutions, Embedding with a diagonal input factor); the others (LayerNorm,
 grouped convolutions, custom modules) and parameters taken through the whole
 network get their exact diagonal block instead, so a network of any
 architecture has a K-FAC curvature (mixed representation).  A factor side
-above ``max_factor_dim`` is kept as its diagonal (:func:`factor_layout`).
+above ``max_factor_dim``, or whose dense factor would exceed ``max_factor_bytes``, is kept as its
+diagonal (:func:`factor_layout`).
 """
 from __future__ import annotations
 
 import warnings
-from typing import Callable, List, Optional, Sequence, Tuple, cast
+from typing import Any, Callable, List, Optional, Sequence, Tuple, cast
 
 import torch
 
@@ -48,6 +49,7 @@ from .blockwise import BlockCurvature
 from .blocks import Block
 from .kron import KronBlock
 from .diagonal import diag_blocks
+from ._reducers import accumulation_dtype
 from .layers.base import CHUNK_ELEMENTS
 
 
@@ -85,15 +87,37 @@ def kron_block(space, layer: bp.Layer, cls: type, layout: Layout, approx: str = 
 
 #: the largest side of a dense Kronecker factor kept by default (a float32 factor of this side is 256 MiB)
 MAX_FACTOR_DIM = 8192
+#: the most bytes one dense Kronecker factor may take by default (a float32 factor of side 16384, float64 11585):
+#: a guard when ``max_factor_dim`` is raised (a 50,257-wide side would take 10.1 GB in float32)
+MAX_FACTOR_BYTES = 1 << 30
 _SAID: set = set()
 
 
-def factor_layout(layer: bp.Layer, max_factor_dim: int = MAX_FACTOR_DIM, approx: str = "expand") -> Optional[Layout]:
+def check_factor_limits(max_factor_dim: Any, max_factor_bytes: Any) -> Tuple[int, int]:
+    """The two limits on a dense factor as integers, or a ``ValueError`` naming the one that cannot be used."""
+    for name, v in (("max_factor_dim", max_factor_dim), ("max_factor_bytes", max_factor_bytes)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 1 or v != int(v):
+            raise ValueError(f"{name} must be a positive whole number (a factor side in entries, or bytes), "
+                             f"got {v!r}")
+    return int(max_factor_dim), int(max_factor_bytes)
+
+
+def dense_side(n: int, itemsize: int, max_factor_dim: int = MAX_FACTOR_DIM,
+               max_factor_bytes: int = MAX_FACTOR_BYTES) -> bool:
+    r"""Whether a factor of side ``n`` is kept dense: :math:`n \le` ``max_factor_dim`` and its :math:`n^2`
+    entries of ``itemsize`` bytes fit in ``max_factor_bytes``."""
+    return n <= max_factor_dim and n * n * itemsize <= max_factor_bytes
+
+
+def factor_layout(layer: bp.Layer, max_factor_dim: int = MAX_FACTOR_DIM, approx: str = "expand",
+                  max_factor_bytes: int = MAX_FACTOR_BYTES) -> Optional[Layout]:
     r"""Which Kronecker factors the layer gets: ``(G diagonal, A diagonal)``, or ``None`` (its exact diagonal block).
 
-    A factor is dense while its side is at most ``max_factor_dim``.  A vocabulary-sized side (an output
-    projection onto 50,257 tokens would need a :math:`50257^2` factor, 10 GB in float32) keeps only the
-    diagonal of its factor, the other side staying dense; a warning says so once, with the memory.
+    A factor is dense while its side is at most ``max_factor_dim`` and its dense storage, in the precision
+    it is formed in (the parameters', at least float32), at most ``max_factor_bytes`` (:func:`dense_side`).
+    A vocabulary-sized side (an output projection onto 50,257 tokens would need a :math:`50257^2` factor,
+    10.1 GB in float32) keeps only the diagonal of its factor, the other side staying dense; a warning says
+    so once, with the bytes the dense factor would have taken and those of the layout taken.
     An Embedding's input factor is diagonal by nature (one-hot inputs: the token frequencies), except
     under ``"reduce"`` (the mean of a sequence's one-hot vectors is not one-hot), where it gets its exact
     diagonal block.  A layer with both sides too wide gets its exact diagonal block.
@@ -107,25 +131,27 @@ def factor_layout(layer: bp.Layer, max_factor_dim: int = MAX_FACTOR_DIM, approx:
     weight = cast(torch.Tensor, layer.module.weight)
     out = rule.out_features(layer.module)
     n_in = weight.numel() // out + ("bias" in layer.params)
-    wide_g, wide_a = out > max_factor_dim, n_in > max_factor_dim and not diag_inputs
+    size = torch.empty((), dtype=accumulation_dtype(weight)).element_size()
+    wide_g = not dense_side(out, size, max_factor_dim, max_factor_bytes)
+    wide_a = not diag_inputs and not dense_side(n_in, size, max_factor_dim, max_factor_bytes)
     if not (wide_g or wide_a):
         return (False, diag_inputs)
-    key = (layer.path, out, n_in, max_factor_dim)
-    size = weight.element_size()
+    key = (layer.path, out, n_in, max_factor_dim, max_factor_bytes)
+    limits = f"max_factor_dim={max_factor_dim}, max_factor_bytes={max_factor_bytes:,}"
     if (wide_g and wide_a) or (wide_g and diag_inputs):
         if key not in _SAID:
             _SAID.add(key)
             warnings.warn(f"layer {layer.path!r}: both sides of its Kronecker factors ({out} and {n_in}) exceed "
-                          f"max_factor_dim={max_factor_dim} or are diagonal; the layer gets its exact diagonal "
-                          "block instead", RuntimeWarning, stacklevel=5)
+                          f"{limits} or are diagonal; the layer gets its exact diagonal block instead",
+                          RuntimeWarning, stacklevel=5)
         return None
     if key not in _SAID:
         _SAID.add(key)
         wide, narrow = (out, n_in) if wide_g else (n_in, out)
         layout = f"diag(G) ({out}) ⊗ A ({n_in}×{n_in})" if wide_g else f"G ({out}×{out}) ⊗ diag(A) ({n_in})"
-        warnings.warn(f"layer {layer.path!r}: a dense Kronecker factor of side {wide} would take "
-                      f"{_size(wide ** 2 * size)} (max_factor_dim={max_factor_dim}); its factors are "
-                      f"{layout} instead, {_size((wide + narrow ** 2) * size)}",
+        warnings.warn(f"layer {layer.path!r}: a dense Kronecker factor of its {'output' if wide_g else 'input'} "
+                      f"side {wide} would take {wide ** 2 * size:,} bytes ({_size(wide ** 2 * size)}; {limits}); "
+                      f"its factors are {layout} instead, {_size((wide + narrow ** 2) * size)}",
                       RuntimeWarning, stacklevel=5)
     return (wide_g, wide_a)
 
@@ -136,12 +162,13 @@ def _size(nbytes: int) -> str:
     return f"{nbytes / 2 ** (10 * ('B', 'KiB', 'MiB', 'GiB').index(unit)):.1f} {unit}"
 
 
-def kfac_reducer(approx: str = "expand", max_factor_dim: int = MAX_FACTOR_DIM):
+def kfac_reducer(approx: str = "expand", max_factor_dim: int = MAX_FACTOR_DIM,
+                 max_factor_bytes: int = MAX_FACTOR_BYTES):
     r"""Column sinks for :func:`~._backprop.capture`: layers with Kronecker factors keep only :math:`G`."""
     check_approx(approx)
 
     def reducer(layer: bp.Layer, cols: bp.Columns):
-        layout = factor_layout(layer, max_factor_dim, approx)
+        layout = factor_layout(layer, max_factor_dim, approx, max_factor_bytes)
         if layout is not None:
             return layer.rule.gradient_sink(layer, approx == "reduce", diagonal=layout[0])
         return layer.rule.diagonal_sink(layer, cols)
@@ -161,15 +188,16 @@ class KFAC(BlockCurvature):
     @classmethod
     def build(cls, space, factor_fn, chunk_elements: int = CHUNK_ELEMENTS, inverse: str = "eigen",
               kfac_approx: str = "expand", per_position: bool = True,
-              max_factor_dim: int = MAX_FACTOR_DIM) -> "KFAC":
+              max_factor_dim: int = MAX_FACTOR_DIM, max_factor_bytes: int = MAX_FACTOR_BYTES) -> "KFAC":
         from .kinds import KINDS
         block_cls = KINDS["kfac"].inverse(inverse)
         mask = position_mask(space)
+        limits = check_factor_limits(max_factor_dim, max_factor_bytes)
 
         def make_blocks(layers, layouts, cols):
             return [kron_block(space, l, block_cls, lay, kfac_approx, mask) for l, lay in zip(layers, layouts)]
-        blocks = factored_blocks(space, factor_fn, kfac_reducer(kfac_approx, max_factor_dim), per_position,
-                                 chunk_elements, make_blocks, max_factor_dim, kfac_approx)
+        blocks = factored_blocks(space, factor_fn, kfac_reducer(kfac_approx, *limits), per_position,
+                                 chunk_elements, make_blocks, limits, kfac_approx)
         return cls(space.layout, blocks, space.point)
 
 
@@ -181,12 +209,13 @@ def check_approx(kfac_approx: str) -> str:
 
 def factored_blocks(space, factor_fn, reducer, per_position: bool, chunk_elements: int,
                     make_blocks: Callable[[List[bp.Layer], List[Layout], bp.Columns], Sequence[Block]],
-                    max_factor_dim: int = MAX_FACTOR_DIM, approx: str = "expand") -> List[Block]:
+                    limits: Tuple[int, int] = (MAX_FACTOR_DIM, MAX_FACTOR_BYTES),
+                    approx: str = "expand") -> List[Block]:
     """One capture; ``make_blocks(layers, layouts, cols)`` for the layers with Kronecker factors, exact diagonals
-    elsewhere."""
+    elsewhere (``limits``: ``(max_factor_dim, max_factor_bytes)``)."""
     cap = bp.capture(space, factor_fn, reducer, per_position)
     with bp.without_autocast():
-        layouts = [factor_layout(l, max_factor_dim, approx) for l in cap.layers]
+        layouts = [factor_layout(l, limits[0], approx, limits[1]) for l in cap.layers]
         kron = [(l, lay) for l, lay in zip(cap.layers, layouts) if lay is not None]
         other = [l for l, lay in zip(cap.layers, layouts) if lay is None]
         blocks = list(make_blocks([l for l, _ in kron], [lay for _, lay in kron], cap.cols)) if kron else []

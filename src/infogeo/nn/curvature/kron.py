@@ -100,6 +100,12 @@ class KronBlock(Block):
             out[self.bias] = Wb[:, -1]
         return out
 
+    def layout_only(self) -> "KronBlock":
+        """A block with this one's :meth:`join` and :meth:`split` and no factors (what a step rule keeps to lay
+        out a step, without keeping the factors alive)."""
+        return KronBlock(self.weight, self.bias, self.wshape, self.A.new_empty(0), self.G.new_empty(0),
+                         self.transposed)
+
     def mv(self, v):
         return self.split(_right(_left(self.G, self.join(v)), self.A))
 
@@ -246,7 +252,9 @@ class EigenbasisKronBlock(KronBlock):
     def __init__(self, weight, bias, wshape, A, G, transposed=False):
         super().__init__(weight, bias, wshape, A, G, transposed)
         self._eig: Optional[Tuple[Any, ...]] = None
-        self._den: Optional[Tuple[float, Any, torch.Tensor]] = None   # (damping, source, damped scales)
+        #: (damping, source) whose damped scales were found positive; the scales themselves are recomputed
+        #: per solve (one outer product) rather than kept, a copy as large as the weight
+        self._checked: Optional[Tuple[float, Any]] = None
 
     def eig(self):
         r"""``(λ_A, U_A, λ_G, U_G)``: eigendecompositions of the factors (computed once; ``U = None`` for a
@@ -303,15 +311,15 @@ class EigenbasisKronBlock(KronBlock):
         return self.eig()
 
     def _damped_scales(self, damping: float) -> torch.Tensor:
-        """:meth:`scales`, checked positive once per damping and source (not on every solve)."""
+        """:meth:`scales`, checked positive once per damping and source (the check waits for the device)."""
         src = self._scales_of()
-        if self._den is None or self._den[0] != damping or self._den[1] is not src:
-            den = self.scales(damping)
+        den = self.scales(damping)
+        if self._checked is None or self._checked[0] != damping or self._checked[1] is not src:
             if not bool((den > 0).all()):
                 raise NotPositiveDefiniteError(f"the {self.kind.upper()} block of {self.names} is singular; "
                                                "pass damping > 0")
-            self._den = (damping, src, den)
-        return self._den[2]
+            self._checked = (damping, src)
+        return den
 
     def _eigen_solve(self, rotated: torch.Tensor, damping: float) -> Dict[str, torch.Tensor]:
         r""":math:`U_G\,[\tilde V \oslash \text{scales}]\,U_A^T` for a gradient already rotated, :math:`\tilde V = U_G^T\bar VU_A`."""

@@ -14,7 +14,8 @@ and steps along :math:`L^{-1/4}\bar G R^{-1/4}`: steepest descent under the metr
 :math:`L^{1/4}\otimes R^{1/4}`, a Kronecker-factored stand-in for full-matrix AdaGrad's
 :math:`(\sum_t g_tg_t^T)^{1/2}`.  Vectors (biases, norms) get its diagonal,
 :math:`\operatorname{diag}(\operatorname{avg}_t g_t^{\odot 2})^{1/2}` (AdaGrad's and RMSProp's).  A side wider
-than ``max_factor_dim`` keeps the diagonal of its factor (as K-FAC's vocabulary-sized sides do).
+than ``max_factor_dim``, or whose dense factor would exceed ``max_factor_bytes``, keeps the diagonal of its
+factor (as K-FAC's vocabulary-sized sides do).
 
 The damping is relative to each statistic's scale: a factor :math:`F` of side :math:`d` becomes
 :math:`F + \lambda\,\tfrac{\operatorname{tr}F}{d} I` before its root, so the direction is, like Shampoo's,
@@ -45,7 +46,7 @@ from .._params import ParamLayout, Params
 from ._reducers import accumulation_dtype, gram
 from .blocks import Block, DiagBlock
 from .blockwise import BlockCurvature
-from .kfac import MAX_FACTOR_DIM
+from .kfac import MAX_FACTOR_BYTES, MAX_FACTOR_DIM, check_factor_limits, dense_side
 from .kron import EigenbasisKronBlock, _factor_diagonal
 
 
@@ -111,10 +112,11 @@ class RootDiagBlock(DiagBlock):
         raise NotImplementedError("Shampoo's metric is not a second moment: it has no C - g g^T")
 
 
-def gradient_blocks(layout: ParamLayout, grads: Params, max_factor_dim: int = MAX_FACTOR_DIM) -> List[Block]:
+def gradient_blocks(layout: ParamLayout, grads: Params, max_factor_dim: int = MAX_FACTOR_DIM,
+                    max_factor_bytes: int = MAX_FACTOR_BYTES) -> List[Block]:
     r"""One block per parameter tensor: :class:`RootKronBlock` of :math:`(\bar G\bar G^T, \bar G^T\bar G)` for a
-    tensor of two or more axes, else (and where both sides exceed ``max_factor_dim``) its squares in one
-    :class:`RootDiagBlock`."""
+    tensor of two or more axes, else (and where neither side may be dense, :func:`~.kfac.dense_side`) its
+    squares in one :class:`RootDiagBlock`."""
     blocks: List[Block] = []
     diagonal: Dict[str, torch.Tensor] = {}
     for n in layout.names:
@@ -122,7 +124,9 @@ def gradient_blocks(layout: ParamLayout, grads: Params, max_factor_dim: int = MA
         g = g.to(accumulation_dtype(g))
         shape = layout.shapes[n]
         out, rest = (shape[0], math.prod(shape[1:])) if len(shape) >= 2 else (0, 0)
-        wide_g, wide_a = out > max_factor_dim, rest > max_factor_dim
+        size = g.element_size()
+        wide_g = not dense_side(out, size, max_factor_dim, max_factor_bytes)
+        wide_a = not dense_side(rest, size, max_factor_dim, max_factor_bytes)
         if len(shape) < 2 or (wide_g and wide_a):
             diagonal[n] = g.square()
             continue
@@ -144,14 +148,18 @@ class Shampoo(BlockCurvature):
     """
 
     @classmethod
-    def build(cls, space, gradient: Params, max_factor_dim: int = MAX_FACTOR_DIM, **unknown: Any) -> "Shampoo":
-        return cls.from_gradients(space.layout, gradient, space.point, max_factor_dim, **unknown)
+    def build(cls, space, gradient: Params, max_factor_dim: int = MAX_FACTOR_DIM,
+              max_factor_bytes: int = MAX_FACTOR_BYTES, **unknown: Any) -> "Shampoo":
+        return cls.from_gradients(space.layout, gradient, space.point, max_factor_dim, max_factor_bytes, **unknown)
 
     @classmethod
     def from_gradients(cls, layout: ParamLayout, grads: Params, point: Optional[Params] = None,
-                       max_factor_dim: int = MAX_FACTOR_DIM, **unknown: Any) -> "Shampoo":
+                       max_factor_dim: int = MAX_FACTOR_DIM, max_factor_bytes: int = MAX_FACTOR_BYTES,
+                       **unknown: Any) -> "Shampoo":
         """The statistics of one step's gradients ``grads`` (``{name: tensor}`` covering ``layout``)."""
         if unknown:
-            raise ValueError(f"curvature='shampoo' takes the option max_factor_dim only, got {sorted(unknown)}")
+            raise ValueError(f"curvature='shampoo' takes the options max_factor_dim and max_factor_bytes only, "
+                             f"got {sorted(unknown)}")
         layout.check(grads, "the gradients")
-        return cls(layout, gradient_blocks(layout, grads, int(max_factor_dim)), point)
+        return cls(layout, gradient_blocks(layout, grads, *check_factor_limits(max_factor_dim, max_factor_bytes)),
+                   point)

@@ -42,6 +42,7 @@ import copy
 import logging
 import math
 import warnings
+from functools import partial
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 import torch
@@ -52,7 +53,7 @@ from ..space import ParameterSpace
 from . import quadratic, state
 from .preconditioner import Preconditioner
 from .settings import CURVATURES, KINDS, check_learning_rate, positive_int, positive_number
-from .step import STEP_RULES, eigen_adam, graft, heavy_ball
+from .step import STEP_RULES, LastSteps, eigen_adam, eigen_adam_again, graft, grafted, heavy_ball
 
 logger = logging.getLogger(__name__)
 
@@ -281,14 +282,14 @@ class NaturalGradient(torch.optim.Optimizer):
 
     def _update(self, raw, delta, space: Optional[ParameterSpace]) -> Optional[float]:
         """Move the parameters along ``-lr * delta`` (or the quadratic model's step); returns the model's decrease."""
-        pre, st = self.preconditioner, self.state[_KEY]
+        pre, st, last = self.preconditioner, self.state[_KEY], LastSteps()   # recomputed to undo, not kept
         model_decrease = None
         if self.quadratic_model:
             steps, model_decrease = self._quadratic_step(raw, delta, space)
             for n, p in zip(pre.names, pre.params):
                 p.add_(steps[n])
         elif self.step_rule == "eigen-adam":
-            steps = self._eigen_steps(raw)
+            steps = self._eigen_steps(raw, last)
             for n, p in zip(pre.names, pre.params):
                 p.add_(steps[n])
         else:
@@ -301,6 +302,7 @@ class NaturalGradient(torch.optim.Optimizer):
                         continue
                     if self.step_rule == "graft":
                         s = graft(self.state[p], raw[name], delta[name], group["lr"], self.betas, self.eps)
+                        last.record(name, partial(grafted, self.state[p], group["lr"], self.betas, self.eps))
                     else:
                         s = heavy_ball(self.state[p], delta[name], group["lr"], group["momentum"])
                     p.add_(s)
@@ -309,23 +311,25 @@ class NaturalGradient(torch.optim.Optimizer):
                 Cs = pre.curvature_mv(steps)
                 model_decrease = float(sum((raw[n] * steps[n]).sum() + 0.5 * (steps[n] * Cs[n]).sum()
                                            for n in steps))
-        st["previous_step"] = steps
+        st["previous_step"] = last if last else steps
         return model_decrease
 
-    def _eigen_steps(self, raw):
+    def _eigen_steps(self, raw, last: LastSteps):
         """``"eigen-adam"``: each Kronecker block's step in its eigenbasis, Adam's on the other parameters."""
         pre = self.preconditioner
         lrs = pre.learning_rates()
         params = dict(zip(pre.names, pre.params))
-        steps = {}
+        steps, kept = {}, {}   # kept: the state and join/split of each block's parameters (the last step's)
         for b in getattr(pre.solver, "blocks", ()):
             if isinstance(b, EigenbasisKronBlock):
-                u = eigen_adam(self.state[params[b.names[0]]], b.join(raw), b.basis(), self.betas, self.eps)
-                steps.update(b.split(u))
+                kept.update(dict.fromkeys(b.names, (self.state[params[b.names[0]]], b.layout_only().split)))
+                steps.update(b.split(eigen_adam(kept[b.names[0]][0], b.join(raw), b.basis(), self.betas, self.eps)))
         for n, p in params.items():
             if n not in steps:
                 steps[n] = eigen_adam(self.state[p], raw[n], None, self.betas, self.eps)
             steps[n] = steps[n].to(p.dtype).mul_(-lrs[id(p)])
+            last.record(n, partial(eigen_adam_again, *kept.get(n, (self.state[p], None)), n, p.dtype, lrs[id(p)],
+                                   betas=self.betas, eps=self.eps))
         return steps
 
     def _quadratic_step(self, raw, delta, space):

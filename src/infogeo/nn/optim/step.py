@@ -46,11 +46,13 @@ for Adam.
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from collections.abc import Mapping
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 import torch
 
-__all__ = ["STEP_RULES", "graft", "heavy_ball", "eigen_adam", "change_basis"]
+__all__ = ["STEP_RULES", "graft", "grafted", "LastSteps", "heavy_ball", "eigen_adam", "eigen_adam_again",
+           "change_basis"]
 
 #: the step rules NaturalGradient accepts
 STEP_RULES = ("graft", "clip", "eigen-adam")
@@ -82,22 +84,76 @@ def graft(state: Dict[str, torch.Tensor], g: torch.Tensor, d: torch.Tensor, lr: 
         state["direction_avg"] = torch.zeros_like(d)
         state["graft_step"] = torch.zeros((), dtype=torch.float64)
     state["graft_step"] += 1
+    state["direction_avg"].mul_(betas[0]).add_(d, alpha=1 - betas[0])
+    _moments(state["exp_avg"], state["exp_avg_sq"], g, betas)
+    return grafted(state, lr, betas, eps)
+
+
+def grafted(state: Dict[str, torch.Tensor], lr: float, betas: Tuple[float, float], eps: float) -> torch.Tensor:
+    """The step :func:`graft` took last, from its state alone (the same operations, so the same bits)."""
     u = state["direction_avg"]
-    u.mul_(betas[0]).add_(d, alpha=1 - betas[0])
-    adam = _adam(state["exp_avg"], state["exp_avg_sq"], float(state["graft_step"]), g, betas, eps)
+    adam = _adam_direction(state["exp_avg"], state["exp_avg_sq"], float(state["graft_step"]), betas, eps)
     length, norm = torch.linalg.vector_norm(adam), torch.linalg.vector_norm(u)
     # chosen on the device, not by a Python branch: reading ``norm`` would wait for the GPU at every parameter
     has_direction = (norm > 0) & torch.isfinite(norm)
     return torch.where(has_direction, u * (-lr * length / norm), adam * -lr)   # else Adam's own step
 
 
-def _adam(m: torch.Tensor, v: torch.Tensor, k: float, g: torch.Tensor, betas: Tuple[float, float],
-          eps: float) -> torch.Tensor:
-    r"""Adam's moments updated in place with ``g`` at step ``k``; returns :math:`\hat m/(\sqrt{\hat v}+\epsilon)`."""
+class LastSteps(Mapping):
+    """``{name: the last step taken}``, each recomputed when read (to undo a step) by a function of the step
+    rule's state instead of kept: that state determines it until the rule's next step, so holding the step
+    would be one parameter copy more.  The functions repeat the step's operations on the same tensors, so
+    the recomputed step has the same bits."""
+
+    def __init__(self) -> None:
+        self._of: Dict[str, Callable[[], torch.Tensor]] = {}
+
+    def record(self, name: str, recompute: Callable[[], torch.Tensor]) -> None:
+        self._of[name] = recompute
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self._of[name]()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._of)
+
+    def __len__(self) -> int:
+        return len(self._of)
+
+
+def eigen_adam_again(state: Dict[str, torch.Tensor], split: Any, name: str, dtype: torch.dtype, lr: float,
+                     betas: Tuple[float, float], eps: float) -> torch.Tensor:
+    r"""The step :func:`eigen_adam` took last, from its state alone, scaled by :math:`-\eta` in ``dtype``:
+    :math:`U_G\,[\hat m/(\sqrt{\hat v}+\epsilon)]\,U_A^T` with the basis it kept (``split``: a block's
+    :meth:`~infogeo.nn.curvature.kron.KronBlock.split`, whose ``name`` entry is taken; ``None``: a parameter
+    without Kronecker factors)."""
+    u = _adam_direction(state["exp_avg"], state["exp_avg_sq"], float(state["step"]), betas, eps)
+    Ua, Ug = state.get("U_A"), state.get("U_G")
+    if Ua is not None or Ug is not None:
+        u = _turn(u, Ug, Ua.T if Ua is not None else None)
+    u = u if split is None else split(u)[name]
+    return u.to(dtype).mul_(-lr)
+
+
+def _moments(m: torch.Tensor, v: torch.Tensor, g: torch.Tensor, betas: Tuple[float, float]) -> None:
+    """Adam's moments updated in place with ``g``."""
     b1, b2 = betas
     m.mul_(b1).add_(g, alpha=1 - b1)
     v.mul_(b2).addcmul_(g, g, value=1 - b2)
+
+
+def _adam_direction(m: torch.Tensor, v: torch.Tensor, k: float, betas: Tuple[float, float],
+                    eps: float) -> torch.Tensor:
+    r""":math:`\hat m/(\sqrt{\hat v}+\epsilon)` of Adam's moments at step ``k``."""
+    b1, b2 = betas
     return (m / (1 - b1 ** k)) / ((v / (1 - b2 ** k)).sqrt_().add_(eps))
+
+
+def _adam(m: torch.Tensor, v: torch.Tensor, k: float, g: torch.Tensor, betas: Tuple[float, float],
+          eps: float) -> torch.Tensor:
+    r"""Adam's moments updated in place with ``g`` at step ``k``; returns :math:`\hat m/(\sqrt{\hat v}+\epsilon)`."""
+    _moments(m, v, g, betas)
+    return _adam_direction(m, v, k, betas, eps)
 
 
 def eigen_adam(state: Dict[str, torch.Tensor], g: torch.Tensor, basis: Optional[Basis],

@@ -12,6 +12,41 @@ __all__ = ["CategoricalFisher", "CategoricalLogProbFisher", "BernoulliFisher", "
            "GaussianVarianceFisher"]
 
 
+#: elements of the float64 cumulative sums formed at once when drawing classes (8 MiB)
+_DRAW_CHUNK = 1 << 20
+
+
+def draw_classes(p: torch.Tensor, samples: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    r"""``(rows, samples)`` class indices, row :math:`r` drawn ``samples`` times from the probabilities ``p[r]``
+    (``p`` of shape ``(rows, K)``, rows summing to one up to rounding).
+
+    By inversion of the cumulative distribution: with :math:`c_k = \sum_{j\le k} p_j` (float64) and
+    :math:`u \sim U[0, c_K)`, the class is the first :math:`k` with :math:`c_k > u`, so class :math:`k` is
+    drawn with probability :math:`p_k / c_K`.  One uniform per draw and one cumulative sum per row: a
+    draw over a 50,257-token vocabulary costs a sum over it, where ``torch.multinomial``'s one
+    exponential variate per class costs several times more.
+    """
+    rows, K = p.shape
+    out = torch.empty(rows, samples, dtype=torch.long, device=p.device)
+    step = max(1, _DRAW_CHUNK // max(K, 1))
+    for s in range(0, rows, step):
+        c = torch.cumsum(p[s:s + step], -1, dtype=torch.float64)   # a new tensor: p is not changed
+        u = torch.rand(c.shape[0], samples, dtype=torch.float64, device=p.device, generator=generator)
+        torch.searchsorted(c, u.mul_(c[:, -1:]), right=True, out=out[s:s + step])
+    return out.clamp_max_(K - 1)   # a u rounded up to c_K
+
+
+def _minus_drawn(base: torch.Tensor, p: torch.Tensor, samples: int,
+                 generator: Optional[torch.Generator]) -> torch.Tensor:
+    r""":math:`\text{base} - e_t` for ``samples`` classes :math:`t \sim p` per row, shape ``(samples, *p.shape)``
+    (one entry changed per row in place of subtracting a one-hot tensor)."""
+    K = p.shape[-1]
+    t = draw_classes(p.reshape(-1, K), samples, generator).T.unsqueeze(-1)       # (samples, rows, 1)
+    out = base.reshape(1, -1, K).expand(samples, -1, -1).clone()
+    out.scatter_add_(-1, t, out.new_full(t.shape, -1.0))
+    return out.reshape((samples,) + tuple(p.shape))
+
+
 class CategoricalFisher(OutputMetric):
     r"""Fisher metric of the categorical distribution with logits :math:`z`.
 
@@ -58,10 +93,7 @@ class CategoricalFisher(OutputMetric):
 
     def sample(self, z: torch.Tensor, samples: int = 1, generator: Optional[torch.Generator] = None) -> torch.Tensor:
         p = torch.softmax(z, dim=-1)
-        flat = p.reshape(-1, p.shape[-1])
-        t = torch.multinomial(flat, samples, replacement=True, generator=generator)  # (rows, samples)
-        onehot = torch.nn.functional.one_hot(t.T, p.shape[-1]).to(p.dtype).reshape((samples,) + tuple(p.shape))
-        return p - onehot
+        return _minus_drawn(p, p, samples, generator)
 
     def check_targets(self, z: torch.Tensor, targets: torch.Tensor) -> None:
         if targets.dtype in (torch.long, torch.int, torch.int32, torch.int64):
@@ -195,9 +227,7 @@ class CategoricalLogProbFisher(DiagonalOutputMetric):
 
     def sample(self, z: torch.Tensor, samples: int = 1, generator: Optional[torch.Generator] = None) -> torch.Tensor:
         p = torch.exp(z)
-        flat = p.reshape(-1, p.shape[-1])
-        t = torch.multinomial(flat, samples, replacement=True, generator=generator)
-        return -torch.nn.functional.one_hot(t.T, p.shape[-1]).to(p.dtype).reshape((samples,) + tuple(p.shape))
+        return _minus_drawn(torch.zeros_like(p), p, samples, generator)
 
     def check_targets(self, z: torch.Tensor, targets: torch.Tensor) -> None:
         _class_targets(self.name, z, targets)

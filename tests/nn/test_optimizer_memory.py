@@ -1,0 +1,164 @@
+"""Optimizer state: no tensor kept that the rest of the state determines (the damped scales of an eigenbasis
+solve, the last grafted step), with the runs and their checkpoints unchanged bit for bit."""
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+import infogeo as ig  # noqa: E402
+from infogeo.nn.curvature.kron import EigenbasisKronBlock  # noqa: E402
+from infogeo.nn.optim import natural_gradient as ng  # noqa: E402
+from infogeo.nn.optim.step import LastSteps  # noqa: E402
+
+from .._helpers import load_benchmark  # noqa: E402
+
+F64 = torch.float64
+
+
+def mlp(seed=0, width=12):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(6, width), torch.nn.Tanh(), torch.nn.Linear(width, width),
+                               torch.nn.Tanh(), torch.nn.Linear(width, 3)).double()
+
+
+def batch(i, n=24):
+    g = torch.Generator().manual_seed(100 + i)
+    return torch.randn(n, 6, dtype=F64, generator=g), torch.randint(0, 3, (n,), generator=g)
+
+
+def train(model, opt, start, steps, nan_at=()):
+    for i in range(start, start + steps):
+        X, y = batch(i)
+        opt.zero_grad()
+        F.cross_entropy(model(X), y).backward()
+        if i in nan_at:   # a non-finite gradient: the optimizer undoes its last step
+            next(model.parameters()).grad[0, 0] = float("nan")
+        opt.step()
+
+
+def flat(model):
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def tensor_bytes(*ts):
+    return sum(t.untyped_storage().nbytes() for t in ts if t is not None)
+
+
+@pytest.mark.parametrize("curvature,options", [("kfac", {"inverse": "eigen"}), ("ekfac", {})])
+def test_an_eigenbasis_block_holds_its_statistics_and_eigenbasis_only(curvature, options):
+    """The damped scales of the solve are recomputed (one outer product), not kept beside the eigenvalues."""
+    bench = load_benchmark("nn_scale")
+    model = mlp()
+    opt = ig.nn.NaturalGradient(model, curvature=curvature, curvature_update_period=1, **options)
+    train(model, opt, 0, 3)
+    blocks = [b for b in opt.preconditioner.solver.blocks if isinstance(b, EigenbasisKronBlock)]
+    assert len(blocks) == 3
+    for b in blocks:
+        assert b._eig is not None and b._checked is not None   # solved at least once
+        want = tensor_bytes(*b.stats().values()) + tensor_bytes(*b.eig())
+        assert bench.held_bytes(torch, b, set()) == want
+
+
+def test_the_grafted_step_is_recomputed_to_undo_it_bit_for_bit(monkeypatch):
+    """The default step rule keeps no copy of its last step: the one it recomputes is the one it took."""
+    taken = {}
+    real = ng.graft
+
+    def spy(state, g, d, lr, betas, eps):
+        s = real(state, g, d, lr, betas, eps)
+        taken[id(state)] = s.clone()
+        return s
+    monkeypatch.setattr(ng, "graft", spy)
+    model = mlp()
+    opt = ig.nn.NaturalGradient(model, curvature="kfac", curvature_update_period=2)
+    train(model, opt, 0, 3)
+    prev = opt.state["natural_gradient"]["previous_step"]
+    assert isinstance(prev, LastSteps)
+    names = dict(model.named_parameters())
+    assert set(prev) == set(names)
+    for n, p in names.items():
+        assert torch.equal(prev[n], taken[id(opt.state[p])])
+    after = {n: p.detach().clone() for n, p in names.items()}
+    train(model, opt, 3, 1, nan_at={3})   # undone: the parameters less the step taken
+    for n, p in names.items():
+        assert torch.equal(p.detach(), after[n] - taken[id(opt.state[p])])
+
+
+@pytest.mark.parametrize("curvature", ["kfac", "ekfac"])
+def test_the_eigen_adam_step_is_recomputed_to_undo_it_bit_for_bit(monkeypatch, curvature):
+    """``step_rule="eigen-adam"`` keeps no copy of its last step either (an Embedding's diagonal side included)."""
+    taken = {}
+    real = ng.NaturalGradient._eigen_steps
+
+    def spy(self, raw, last):
+        steps = real(self, raw, last)
+        taken.update({n: t.clone() for n, t in steps.items()})
+        return steps
+    monkeypatch.setattr(ng.NaturalGradient, "_eigen_steps", spy)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(9, 5), torch.nn.Flatten(), torch.nn.Tanh(),
+                                torch.nn.Linear(15, 4)).double()
+    opt = ig.nn.NaturalGradient(model, curvature=curvature, step_rule="eigen-adam", curvature_update_period=2)
+    g = torch.Generator().manual_seed(3)
+    X, y = torch.randint(0, 9, (16, 3), generator=g), torch.randint(0, 4, (16,), generator=g)
+    for i in range(4):
+        opt.zero_grad()
+        F.cross_entropy(model(X), y).backward()
+        if i == 3:
+            model[0].weight.grad[0, 0] = float("nan")
+            after = {n: p.detach().clone() for n, p in model.named_parameters()}
+            prev = opt.state["natural_gradient"]["previous_step"]
+            assert isinstance(prev, LastSteps)
+            assert all(torch.equal(prev[n], taken[n]) for n in after)
+        opt.step()
+    for n, p in model.named_parameters():
+        assert torch.equal(p.detach(), after[n] - taken[n])
+
+
+@pytest.mark.parametrize("curvature,options", [("kfac", {}), ("kfac", {"inverse": "eigen"}), ("ekfac", {}),
+                                               ("diag", {}), ("kfac", {"step_rule": "eigen-adam"}),
+                                               ("ekfac", {"step_rule": "eigen-adam"})])
+def test_resume_with_the_default_step_rule_is_bit_identical_through_an_undo(tmp_path, curvature, options):
+    """torch.save -> load(weights_only) -> continue, with the step before the checkpoint undone after it."""
+    kw = dict(curvature=curvature, curvature_update_period=2, inverse_update_period=3, seed=3, **options)
+    a = mlp()
+    opt_a = ig.nn.NaturalGradient(a, **kw)
+    train(a, opt_a, 0, 5)
+    torch.save({"model": a.state_dict(), "opt": opt_a.state_dict()}, tmp_path / "ckpt.pt")
+    train(a, opt_a, 5, 5, nan_at={5})
+    ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    b = mlp(seed=7)
+    b.load_state_dict(ckpt["model"])
+    opt_b = ig.nn.NaturalGradient(b, **dict(kw, seed=99))
+    opt_b.load_state_dict(ckpt["opt"])
+    train(b, opt_b, 5, 5, nan_at={5})
+    assert torch.equal(flat(a), flat(b))
+
+
+def test_state_multiples_of_the_default_settings():
+    """Bytes held across steps over the parameters' bytes (MLP 6-32-32-3): AdamW 2; diag: its diagonal and
+    the grafting's three moments, 4; K-FAC and EKFAC their factors, one factorisation and the step rule's moments,
+    and nothing else (no last step, no damped scales)."""
+    bench = load_benchmark("nn_scale")
+
+    def multiple(make):
+        model = mlp(width=32)
+        opt = make(model)
+        train(model, opt, 0, 3)
+        params = list(model.parameters())
+        exclude = {id(p) for p in params} | {p.untyped_storage().data_ptr() for p in params}
+        exclude |= {id(p.grad) for p in params}
+        return bench.held_bytes(torch, opt, exclude) / (8 * sum(p.numel() for p in params))   # + step counters
+    assert multiple(lambda m: torch.optim.AdamW(m.parameters())) == pytest.approx(2.0, abs=0.01)
+    assert multiple(lambda m: ig.nn.NaturalGradient(m, curvature="diag")) == pytest.approx(4.0, abs=0.01)
+    model = mlp(width=32)
+    sides = sum((w.shape[0] ** 2 + (w.shape[1] + 1) ** 2) for w in (model[0].weight, model[2].weight, model[4].weight))
+    n = sum(p.numel() for p in model.parameters())
+    eig = sum(w.shape[0] + w.shape[1] + 1 for w in (model[0].weight, model[2].weight, model[4].weight)) / n
+    for options, want in [({}, 3 + 2 * sides / n),                            # factors, damped inverses, m, v, u
+                          ({"inverse": "eigen"}, 3 + 2 * sides / n + eig),    # eigenbases and eigenvalues
+                          ({"step_rule": "eigen-adam"}, 2 + 2 * sides / n + eig)]:   # m, v only
+        got = multiple(lambda m: ig.nn.NaturalGradient(m, curvature="kfac", curvature_update_period=1, **options))
+        assert got == pytest.approx(want, abs=0.02), options
+    ekfac = multiple(lambda m: ig.nn.NaturalGradient(m, curvature="ekfac", curvature_update_period=1))
+    assert ekfac == pytest.approx(3 + 1 + 2 * sides / n + eig, abs=0.02)   # and the scales, one weight's worth
