@@ -328,8 +328,9 @@ class NaturalGradient(torch.optim.Optimizer):
             if n not in steps:
                 steps[n] = eigen_adam(self.state[p], raw[n], None, self.betas, self.eps)
             steps[n] = steps[n].to(p.dtype).mul_(-lrs[id(p)])
-            last.record(n, partial(eigen_adam_again, *kept.get(n, (self.state[p], None)), n, p.dtype, lrs[id(p)],
-                                   betas=self.betas, eps=self.eps))
+            moments, split = kept.get(n, (self.state[p], None))
+            last.record(n, partial(eigen_adam_again, moments, split, n, p.dtype, lrs[id(p)], betas=self.betas,
+                                   eps=self.eps))
         return steps
 
     def _quadratic_step(self, raw, delta, space):
