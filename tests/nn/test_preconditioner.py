@@ -179,3 +179,23 @@ def test_bad_arguments():
     F.cross_entropy(model(X), y).backward()
     with pytest.raises(ValueError, match="targets"):
         pre.step()   # dense is not recorded by hooks: the explicit form names the targets
+
+
+@pytest.mark.parametrize("curvature, options, match", [
+    ("kfac", {"foo": 1}, "takes no option 'foo'"),
+    ("kfac", {"max_factor_bytes": 0}, "max_factor_bytes must be a positive whole number"),
+    ("kfac", {"max_factor_dim": 2.5}, "max_factor_dim must be a positive whole number"),
+    ("kfac", {"inverse": "cholesky"}, "unknown K-FAC inverse 'cholesky'"),
+    ("ekfac", {"inverse": "eigen"}, "takes no option 'inverse'"),
+    ("diag", {"max_factor_dim": 3}, "takes no option 'max_factor_dim'"),
+    ("soap", {"chunk_elements": 10}, "takes no option 'chunk_elements'"),
+])
+def test_options_a_kind_cannot_use_are_refused_at_construction(curvature, options, match):
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    before = [p.detach().clone() for p in model.parameters()]
+    for make in (lambda: ig.nn.Preconditioner(model, curvature, lr=0.1, **options),
+                 lambda: ig.nn.NaturalGradient(model, curvature=curvature, **options)):
+        with pytest.raises(ValueError, match=match):
+            make()
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())   # no hooks left behind

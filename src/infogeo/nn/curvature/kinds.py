@@ -13,6 +13,7 @@ Methods (how the output metric's columns are obtained, :meth:`~infogeo.nn.Parame
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
@@ -65,6 +66,27 @@ class Kind:
             title = {"kfac": "K-FAC"}.get(self.name, self.name)
             raise ValueError(f"unknown {title} inverse {word!r}; expected one of {tuple(self.inverses)}")
         return _load(path)
+
+
+    def check_options(self, options: Dict[str, Any]) -> None:
+        """Refuse, before anything is built, an option this kind's builder does not take or a value it cannot use
+        (a ``ValueError`` naming it); kinds whose builders ignore the options they do not know take any."""
+        params = inspect.signature(self.load().build).parameters.values()
+        if not any(p.kind is p.VAR_KEYWORD and p.name == "ignored" for p in params):
+            known = [p.name for p in params if p.default is not p.empty and p.name not in _INTERNAL]
+            unknown = sorted(set(options) - set(known))
+            if unknown:
+                raise ValueError(f"curvature={self.name!r} takes no option {unknown[0]!r}; its options are {known}")
+        if "inverse" in options:
+            self.inverse(options["inverse"])
+        if {"max_factor_dim", "max_factor_bytes"} & set(options):
+            from .kfac import MAX_FACTOR_BYTES, MAX_FACTOR_DIM, check_factor_limits
+            check_factor_limits(options.get("max_factor_dim", MAX_FACTOR_DIM),
+                                options.get("max_factor_bytes", MAX_FACTOR_BYTES))
+
+
+#: builder arguments the optimizers set themselves (EKFAC's basis carried between refreshes)
+_INTERNAL = ("basis", "defer")
 
 
 def _load(path: str) -> Any:

@@ -38,7 +38,7 @@ from . import kl_clipping, state
 from .damping import Damping
 from .estimate import CurvatureEstimate
 from .hooks import ForwardRecorder, unwrap
-from .settings import CURVATURES, FISHER, PERIODS, check_settings, check_support, kind_defaults, trainable
+from .settings import CURVATURES, FISHER, KINDS, PERIODS, check_settings, check_support, kind_defaults, trainable
 
 logger = logging.getLogger(__name__)
 
@@ -164,6 +164,7 @@ class Preconditioner:
         for key, value in defaults.items():
             if key not in PERIODS:
                 options.setdefault(key, value)
+        KINDS[self.kind].check_options(options)
         self.placement, self.grad_scaler, self.output_fn = placement, grad_scaler, output_fn
         self.state: Dict[str, Any] = {"step": 0}
         #: why the last step was skipped (``None`` if it was taken): "gradient", "overflow" or "direction"
