@@ -98,9 +98,19 @@ class CurvatureEstimate:
             return space.curvature(self.kind, self.fisher, samples=self.samples, **self.options, **given,
                                    **self._scale_options(), generator=self.generator if generator is None else generator)
 
+    def early(self, step: int) -> bool:
+        """Whether ``step`` is one of the early refreshes 0, 1, 2, 4, 8, ... before the first ``inverse_update_period``:
+        the network moves most in its first steps, so the statistics and their factorisation are renewed there
+        at geometrically spaced steps, a fresh basis early for a logarithmic number of factorisations."""
+        return step < self.inverse_update_period and step & (step - 1) == 0
+
+    def statistics_due(self, step: int) -> bool:
+        """Whether step ``step`` records new statistics (every ``curvature_update_period`` steps and the early ones)."""
+        return step % self.curvature_update_period == 0 or self.early(step)
+
     def refactorise_due(self, step: int) -> bool:
         """Whether step ``step`` factorises the curvature anew (a new basis for EKFAC)."""
-        return self.solver is None or step % self.inverse_update_period == 0 or step < self.inverse_update_period
+        return self.solver is None or step % self.inverse_update_period == 0 or self.early(step)
 
     def _scale_options(self) -> Dict[str, Any]:
         r"""EKFAC measures its scales in the basis the solves will use (George et al. 2018): the current one
@@ -164,9 +174,9 @@ class CurvatureEstimate:
         if self.kind == "implicit":
             return self.statistics(inputs, targets), None
         if self.loaded is None:
-            due = self.curvature is None or step % self.curvature_update_period == 0
+            due = self.curvature is None or self.statistics_due(step)
             return (self.statistics(inputs, targets, grads=grads) if due else None), None
-        if step % self.curvature_update_period == 0:
+        if self.statistics_due(step):
             new = self.statistics(inputs, targets, grads=grads)
             template = new[0]
         else:   # a throw-away computation with its own generator: the saved sampling state stays untouched
@@ -233,8 +243,8 @@ class CurvatureEstimate:
                 self.curvature, self.solver = fresh, None
             else:
                 self.curvature = self.curvature.ema(fresh, self.ema_decay)
-        warm = new is not None and step < self.inverse_update_period
-        if self.curvature is not None and (self.solver is None or step % self.inverse_update_period == 0 or warm):
+        if self.curvature is not None and (self.solver is None or step % self.inverse_update_period == 0 or
+                                           (new is not None and self.early(step))):
             self.solver = self.factorise(self.curvature, damping)
 
     def mv(self, v: Params) -> Params:
@@ -273,4 +283,4 @@ class CurvatureEstimate:
 
     def arm(self, step: int) -> None:
         """Record the next forward's statistics if step ``step`` refreshes them."""
-        self.recorder.armed = self.captures and (step % self.curvature_update_period == 0 or self.curvature is None)
+        self.recorder.armed = self.captures and (self.curvature is None or self.statistics_due(step))
