@@ -16,7 +16,8 @@ scheduler, gradient clipping or AMP ``GradScaler`` then acts on :math:`\delta`.
 
 Costs, with the defaults: statistics every ``curvature_update_period`` (10) steps from hooks on the
 user's own forward and backward (:mod:`.hooks`; one extra backward for the Monte Carlo Fisher, no
-extra forward), damped factor inverses every ``inverse_update_period`` (100) steps, and every step
+extra forward), damped factor inverses every ``inverse_update_period`` (100) steps (both also at steps
+1, 2, 4, 8, ... before the first 100, where the network moves most), and every step
 two :math:`d\times d` products per layer, or products with the batch's rows on small batches
 (:mod:`.rows`).  ``curvature="cg"``: an extra forward pass and ``cg_max_iter`` CG products a step.
 """
