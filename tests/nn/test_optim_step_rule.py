@@ -141,17 +141,26 @@ def test_a_sharded_model_defaults_to_graft():
     assert step_defaults("kfac", "eigen-adam", None, {}, classic=False, sharded=True)[0] == "eigen-adam"  # refused later
 
 
-def test_the_early_refreshes_are_geometric():
-    """Statistics and factorisations at steps 0, 1, 2, 4, 8, ... before the first inverse period, then on the
-    periods: counted by wrapping the estimate's factorisation."""
+@pytest.mark.parametrize("periods, expected", [
+    ({}, [0, 1, 2, 4, 8, 16, 32, 64, 100, 200]),                                       # the default periods 10, 100
+    ({"curvature_update_period": 10, "inverse_update_period": 40}, [0, 10, 20, 30, 40, 80, 120, 160, 200])])
+def test_the_early_refreshes(periods, expected):
+    """With the default periods, statistics and factorisations at steps 0, 1, 2, 4, 8, ... before the first inverse
+    period, then on the period; periods of the user's own are kept exactly (factorisations at every statistics
+    refresh before the first inverse period).  Counted by wrapping the estimate's factorisation."""
     model = mlp()
-    opt = ig.nn.NaturalGradient(model, curvature_update_period=10, inverse_update_period=40)
-    est, seen = opt.preconditioner.estimate, []
-    factorise = est.factorise
+    opt = ig.nn.NaturalGradient(model, **periods)
+    est, seen, stats = opt.preconditioner.estimate, [], []
+    factorise, statistics = est.factorise, est.statistics
     est.factorise = lambda *a, **k: (seen.append(opt.preconditioner.steps), factorise(*a, **k))[1]
-    for k in range(81):
+    est.statistics = lambda *a, **k: (stats.append(opt.preconditioner.steps), statistics(*a, **k))[1]
+    for k in range(201):
         plain_step(opt, model, *data(16, seed=k))
-    assert seen == [0, 1, 2, 4, 8, 16, 32, 40, 80]
+    assert seen == expected
+    if periods:
+        assert stats == list(range(0, 201, 10))
+    else:
+        assert stats == sorted(set(range(0, 201, 10)) | {1, 2, 4, 8, 16, 32, 64})
 
 
 def test_grafted_state_survives_a_checkpoint():

@@ -39,12 +39,15 @@ class CurvatureEstimate:
     def __init__(self, module: torch.nn.Module, names: List[str], kind: str, fisher: str, output_metric: Any, *,
                  output_fn: Optional[Callable], samples: int, ema_decay: float, curvature_update_period: int,
                  inverse_update_period: int, factor_dtype: torch.dtype, placement: str, cg_max_iter: int,
-                 generator: torch.Generator, loss_scale: Callable[[], float], options: Dict[str, Any]):
+                 generator: torch.Generator, loss_scale: Callable[[], float], options: Dict[str, Any],
+                 geometric: bool = False):
         self.module, self.names, self.kind, self.fisher = module, names, kind, fisher
         self.output_metric, self.output_fn, self.samples, self.ema_decay = output_metric, output_fn, samples, ema_decay
         self.curvature_update_period, self.inverse_update_period = curvature_update_period, inverse_update_period
         self.factor_dtype, self.placement, self.cg_max_iter = factor_dtype, placement, cg_max_iter
         self.generator, self.loss_scale, self.options = generator, loss_scale, options
+        #: the early refreshes at steps 0, 1, 2, 4, 8, ... (:meth:`early`); else at every statistics refresh
+        self.geometric = geometric
         self.curvature: Any = None    # the averaged statistics (a curvature representation)
         self.solver: Any = None       # the factorised curvature the directions come from
         #: statistics loaded from a checkpoint, waiting for a structure (:func:`.state.restore`)
@@ -99,10 +102,13 @@ class CurvatureEstimate:
                                    **self._scale_options(), generator=self.generator if generator is None else generator)
 
     def early(self, step: int) -> bool:
-        """Whether ``step`` is one of the early refreshes 0, 1, 2, 4, 8, ... before the first ``inverse_update_period``:
-        the network moves most in its first steps, so the statistics and their factorisation are renewed there
-        at geometrically spaced steps, a fresh basis early for a logarithmic number of factorisations."""
-        return step < self.inverse_update_period and step & (step - 1) == 0
+        """Whether ``step`` renews the statistics and their factorisation before the first ``inverse_update_period``.
+        The network moves most in its first steps: with :attr:`geometric` (the default periods) at steps 0, 1, 2,
+        4, 8, ..., a fresh basis early for a logarithmic number of factorisations; else at every statistics refresh
+        (every ``curvature_update_period`` steps)."""
+        if step >= self.inverse_update_period:
+            return False
+        return step & (step - 1) == 0 if self.geometric else step % self.curvature_update_period == 0
 
     def statistics_due(self, step: int) -> bool:
         """Whether step ``step`` records new statistics (every ``curvature_update_period`` steps and the early ones)."""

@@ -118,8 +118,10 @@ class NaturalGradient(torch.optim.Optimizer):
     options
         Passed to :class:`~.preconditioner.Preconditioner`: ``fisher``, ``output_metric``,
         ``samples``, ``ema_decay``, ``curvature_update_period``, ``inverse_update_period``,
-        ``factor_dtype``, ``placement``, ``seed``, ``cg_max_iter``, ...  The statistics and their factorisation
-        are also renewed at steps 0, 1, 2, 4, 8, ... before the first ``inverse_update_period``.
+        ``factor_dtype``, ``placement``, ``seed``, ``cg_max_iter``, ...  With the default periods the statistics
+        and their factorisation are also renewed at steps 1, 2, 4, 8, ... before the first
+        ``inverse_update_period``; periods of your own are kept exactly (then the factorisation follows every
+        statistics refresh before the first ``inverse_update_period``).
     """
 
     #: torch's per-parameter state, and this optimizer's own under the key ``"natural_gradient"``
