@@ -331,3 +331,37 @@ def test_graft_without_a_direction_takes_adams_own_step():
     step = graft({}, g, d, lr, (b1, b2), eps)
     u = (1 - b1) * d
     assert torch.allclose(step, -lr * torch.linalg.vector_norm(adam) * u / torch.linalg.vector_norm(u), rtol=1e-12)
+
+
+def test_eigen_adams_kfac_gathers_the_kronecker_factors_only():
+    """``factors_only`` (set by eigen-adam, whose other parameters take Adam's step): the Kronecker blocks equal
+    the full build's, the rest is a zero diagonal nothing was computed for (a LayerNorm, a positional
+    parameter used outside any layer)."""
+    from infogeo.nn.curvature.kron import KronBlock
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.lin, self.norm, self.out = torch.nn.Linear(4, 5), torch.nn.LayerNorm(5), torch.nn.Linear(5, 3)
+            self.shift = torch.nn.Parameter(0.1 * torch.randn(5))
+
+        def forward(self, x):
+            return self.out(torch.tanh(self.norm(self.lin(x)) + self.shift))
+
+    model = Net().double()
+    X = torch.randn(7, 4, dtype=torch.float64)
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    full, lean = (space.curvature("kfac", "exact", inverse="eigen", factors_only=f) for f in (False, True))
+    kron = lambda C: {tuple(b.names): b for b in C.blocks if isinstance(b, KronBlock)}  # noqa: E731
+    assert kron(full).keys() == kron(lean).keys() and len(kron(lean)) == 2
+    for key, b in kron(lean).items():
+        for name, t in b.stats().items():
+            assert torch.equal(t, kron(full)[key].stats()[name]), (key, name)
+    rest = [b for b in lean.blocks if not isinstance(b, KronBlock)]
+    assert sorted(n for b in rest for n in b.names) == ["norm.bias", "norm.weight", "shift"]
+    assert all(not t.any() for b in rest for t in b.stats().values())
+    assert any(t.any() for b in full.blocks if not isinstance(b, KronBlock) for t in b.stats().values())
+    opt = ig.nn.NaturalGradient(model)
+    assert opt.preconditioner.estimate.options["factors_only"] is True
+    assert ig.nn.NaturalGradient(model, step_rule="graft").preconditioner.estimate.options.get("factors_only") is None

@@ -53,7 +53,7 @@ from ..curvature.kron import EigenbasisKronBlock
 from ..space import ParameterSpace
 from . import quadratic, state
 from .preconditioner import Preconditioner
-from .settings import CURVATURES, KINDS, check_learning_rate, positive_int, positive_number, step_defaults
+from .settings import CURVATURES, KINDS, agrees, check_learning_rate, positive_int, positive_number, step_defaults
 from .step import STEP_RULES, eigen_adam, graft, heavy_ball
 
 logger = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ class NaturalGradient(torch.optim.Optimizer):
                 raise ValueError(f"step_rule='eigen-adam' works in the Kronecker eigenbasis of a curvature's factors: "
                                  f"pass curvature= one of {known}, got {curvature!r}")
             for key, value in row.eigenbasis.items():   # K-FAC: the factorisation is the eigenbases themselves
-                if str(options.setdefault(key, value)).lower() != value:
+                if not agrees(options.setdefault(key, value), value):
                     raise ValueError(f"step_rule='eigen-adam' needs {key}={value!r} with curvature={curvature!r} "
                                      f"(its eigenbasis), got {key}={options[key]!r}")
         if isinstance(kl_clip, str):

@@ -11,7 +11,7 @@ from .. import distributed as dd
 from ..curvature import kinds
 from .hooks import refuse_sparse
 
-__all__ = ["CURVATURES", "FISHER", "CAPTURED", "KINDS", "PERIODS", "BETAS", "kind_defaults", "step_defaults",
+__all__ = ["CURVATURES", "FISHER", "CAPTURED", "KINDS", "PERIODS", "BETAS", "kind_defaults", "step_defaults", "agrees",
            "check_settings",
            "check_learning_rate", "positive_int", "positive_number", "trainable"]
 
@@ -49,10 +49,15 @@ def step_defaults(curvature: Any, step_rule: Optional[str], betas: Optional[Tupl
     if rule is None:
         row = KINDS.get(CURVATURES.get(str(curvature).lower(), ""))
         rule = "clip" if classic else (row.step_rule if row is not None else None) or "graft"
-        if rule == "eigen-adam" and (sharded or any(k in options and str(options[k]).lower() != v for k, v in
+        if rule == "eigen-adam" and (sharded or any(k in options and not agrees(options[k], v) for k, v in
                                                     (row.eigenbasis or {}).items())):
             rule = "graft"
     return rule, (BETAS.get(rule, BETAS["graft"]) if betas is None else betas)
+
+
+def agrees(given: Any, wanted: Any) -> bool:
+    """Whether an option's value is the one wanted (words case-insensitively)."""
+    return str(given).lower() == wanted if isinstance(wanted, str) else given == wanted
 
 
 def _real(name: str, value: Any) -> float:
