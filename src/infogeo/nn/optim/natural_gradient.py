@@ -92,8 +92,9 @@ class NaturalGradient(torch.optim.Optimizer):
         Kronecker eigenbasis of the curvature's factors (no solve, no damping).  Default: ``"clip"`` with
         ``quadratic_model`` or ``adaptive_damping``; else the kind's (``"eigen-adam"`` for ``"kfac"``, ``"ekfac"``
         and ``"soap"``, ``"graft"`` for the others), except ``"graft"`` on a model sharded by ``fully_shard``,
-        which refuses ``"eigen-adam"``.  ``"eigen-adam"`` reached the race's target loss in the least CPU time
-        at its default rate (docs/nn.md, "The NaturalGradient optimizer").
+        which refuses ``"eigen-adam"``, and with an ``inverse`` that has no eigenbasis.  ``"eigen-adam"`` took
+        fewer steps than tuned AdamW on every workload of ``benchmarks/optimizer_race.py`` (docs/nn.md, "The
+        NaturalGradient optimizer", has the measurements).
     betas, eps : (float, float) or None, float
         ``"graft"`` and ``"eigen-adam"``: decay of the first moments (gradients and directions) and of the
         squared gradients, and Adam's :math:`\epsilon`.  ``betas=None``: per rule (``settings.BETAS``),
@@ -145,8 +146,9 @@ class NaturalGradient(torch.optim.Optimizer):
             raise ValueError("NaturalGradient needs the network to compute its curvature: pass the module first, "
                              "or model=<the module whose parameters these are>")
         row = KINDS.get(CURVATURES.get(str(curvature).lower()) or "")
+        sharded = any(fsdp.is_dtensor(p) for p in model.parameters())
         rule, betas = step_defaults(curvature, step_rule, betas, options,
-                                    classic=quadratic_model or adaptive_damping, sharded=any(fsdp.is_dtensor(p) for p in model.parameters()))
+                                    classic=quadratic_model or adaptive_damping, sharded=sharded)
         if rule not in STEP_RULES:
             raise ValueError(f"unknown step_rule {step_rule!r}; expected one of {STEP_RULES}")
         if rule != "clip" and (quadratic_model or adaptive_damping):
@@ -163,10 +165,10 @@ class NaturalGradient(torch.optim.Optimizer):
                 known = [k.name for k in KINDS.values() if k.eigenbasis is not None]
                 raise ValueError(f"step_rule='eigen-adam' works in the Kronecker eigenbasis of a curvature's factors: "
                                  f"pass curvature= one of {known}, got {curvature!r}")
-            for key, value in row.eigenbasis.items():   # K-FAC: the factorisation is the eigenbases themselves
+            for key, value in row.eigenbasis.items():   # K-FAC: eigenbases as its factorisation, the factors alone
                 if not agrees(options.setdefault(key, value), value):
                     raise ValueError(f"step_rule='eigen-adam' needs {key}={value!r} with curvature={curvature!r} "
-                                     f"(its eigenbasis), got {key}={options[key]!r}")
+                                     f"(what the rule uses), got {key}={options[key]!r}")
         if isinstance(kl_clip, str):
             if kl_clip != "auto":
                 raise ValueError(f"kl_clip must be a positive number, None or 'auto', got {kl_clip!r}")

@@ -4,9 +4,10 @@ The :class:`~.preconditioner.Preconditioner` owns the curvature (statistics, dam
 the direction :math:`\delta = (C+\lambda I)^{-1} g`; a step rule owns the learning rate, the
 step length and the momentum.
 
-``"graft"`` (the default with curvatures that have no Kronecker eigenbasis, and under FSDP2): the direction of a momentum average of natural-gradient directions, the
-length of Adam's step, per parameter tensor :math:`\ell` (grafting, Agarwal et al. 2020, "Disentangling
-adaptive gradient methods from learning rates"; the way Shampoo is run in practice, Anil et al. 2020)::
+``"graft"`` (the default with curvatures that have no Kronecker eigenbasis, and under FSDP2): the direction
+of a momentum average of natural-gradient directions, the length of Adam's step, per parameter tensor
+:math:`\ell` (grafting, Agarwal et al. 2020, "Disentangling adaptive gradient methods from learning rates";
+the way Shampoo is run in practice, Anil et al. 2020)::
 
 .. math:: m_\ell \leftarrow \beta_1 m_\ell + (1-\beta_1) g_\ell,\quad
           v_\ell \leftarrow \beta_2 v_\ell + (1-\beta_2) g_\ell^2,\quad
