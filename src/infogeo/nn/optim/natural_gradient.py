@@ -43,7 +43,7 @@ import copy
 import logging
 import math
 import warnings
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import torch
 
@@ -76,8 +76,7 @@ class NaturalGradient(torch.optim.Optimizer):
         The model (possibly ``DistributedDataParallel``-wrapped), or ``model.parameters()``
         / parameter groups (each may set ``lr`` and ``momentum``) together with ``model=``.
     lr : float, optional
-        Learning rate :math:`\eta` (default ``DEFAULT_LR[step_rule]``: ``1e-2`` for ``"graft"`` and
-        ``"eigen-adam"``, ``0.1`` for ``"clip"``).
+        Learning rate :math:`\eta` (default ``DEFAULT_LR[step_rule]``: ``1e-2``, ``0.1`` for ``"clip"``).
     curvature : {"kfac", "ekfac", "diag", "block", "dense", "cg", "shampoo", "soap"}
         Representation of the metric (see :class:`~.preconditioner.Preconditioner`): the model's Fisher, or
         with ``"shampoo"`` Shampoo's metric of the gradients themselves (Gupta et al. 2018), and with ``"soap"`` the
@@ -92,9 +91,8 @@ class NaturalGradient(torch.optim.Optimizer):
         Kronecker eigenbasis of the curvature's factors (no solve, no damping).  Default: ``"clip"`` with
         ``quadratic_model`` or ``adaptive_damping``; else the kind's (``"eigen-adam"`` for ``"kfac"``, ``"ekfac"``
         and ``"soap"``, ``"graft"`` for the others), except ``"graft"`` on a model sharded by ``fully_shard``,
-        which refuses ``"eigen-adam"``, and with an ``inverse`` that has no eigenbasis.  ``"eigen-adam"`` took
-        fewer steps than tuned AdamW on every workload of ``benchmarks/optimizer_race.py`` (docs/nn.md, "The
-        NaturalGradient optimizer", has the measurements).
+        which refuses ``"eigen-adam"``, and with an ``inverse`` without eigenbasis.  ``"eigen-adam"`` took fewer
+        steps than tuned AdamW on every workload of ``benchmarks/optimizer_race.py`` (measured in docs/nn.md).
     betas, eps : (float, float) or None, float
         ``"graft"`` and ``"eigen-adam"``: decay of the first moments (gradients and directions) and of the
         squared gradients, and Adam's :math:`\epsilon`.  ``betas=None``: per rule (``settings.BETAS``),
@@ -119,10 +117,8 @@ class NaturalGradient(torch.optim.Optimizer):
     options
         Passed to :class:`~.preconditioner.Preconditioner`: ``fisher``, ``output_metric``,
         ``samples``, ``ema_decay``, ``curvature_update_period``, ``inverse_update_period``,
-        ``factor_dtype``, ``placement``, ``seed``, ``cg_max_iter``, ...  With the default periods the statistics
-        and their factorisation are also renewed at steps 1, 2, 4, 8, ... before the first
-        ``inverse_update_period``; periods of your own are kept exactly (then the factorisation follows every
-        statistics refresh before the first ``inverse_update_period``).
+        ``factor_dtype``, ``placement``, ``seed``, ``cg_max_iter``, ... (with the default periods, statistics and
+        factorisations also at steps 1, 2, 4, 8, ... before the first ``inverse_update_period``).
     """
 
     #: torch's per-parameter state, and this optimizer's own under the key ``"natural_gradient"``
@@ -394,34 +390,8 @@ class NaturalGradient(torch.optim.Optimizer):
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Restore :meth:`state_dict`, checked against this optimizer first (one ``ValueError`` naming the first
         mismatch, nothing changed); the argument is neither changed nor kept (its tensors are copied)."""
-        if not isinstance(state_dict, Mapping) or not {"state", "param_groups"} <= set(state_dict):
-            raise ValueError("not an optimizer checkpoint: expected the dict of NaturalGradient.state_dict() "
-                             "with keys 'state' and 'param_groups'")
-        mine = state_dict["state"].get(_KEY) if isinstance(state_dict["state"], Mapping) else None
-        if not isinstance(mine, Mapping) or not isinstance(mine.get("preconditioner"), Mapping):
-            raise ValueError("not a NaturalGradient checkpoint: its state has no 'natural_gradient' entry with the "
-                             "preconditioner's state (saved by another optimizer?)")
         pre = self.preconditioner
-        pre_state = dict(mine["preconditioner"])
-        if "base_damping" in mine:   # written by earlier versions next to the preconditioner's state
-            pre_state.setdefault("base_damping", mine["base_damping"])
-        state.check(pre, pre_state)
-        prev = mine.get("previous_step")
-        shapes = {n: tuple(p.shape) for n, p in zip(pre.names, pre.params)}
-        if prev is not None and (not isinstance(prev, Mapping) or set(prev) != set(shapes) or any(
-                tuple(prev[n].shape) != shapes[n] for n in shapes)):
-            raise ValueError("checkpoint: its previous step does not match this optimizer's parameters")
-        groups = state_dict["param_groups"]
-        try:
-            if len(groups) != len(self.param_groups) or any(len(a["params"]) != len(b["params"])
-                                                             for a, b in zip(groups, self.param_groups)):
-                raise ValueError(f"{[len(g['params']) for g in groups]} parameters per group saved, "
-                                 f"{[len(g['params']) for g in self.param_groups]} here")
-            for g in groups:
-                check_learning_rate(g["lr"], "a parameter group's lr")
-                positive_number("a parameter group's momentum", g["momentum"], inclusive=True, maximum=1.0)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"checkpoint: its parameter groups do not fit this optimizer ({exc})") from None
+        pre_state, prev = state.check_optimizer(pre, self.param_groups, state_dict, _KEY)
         rest = {"state": {k: v for k, v in state_dict["state"].items() if k != _KEY},
                 "param_groups": state_dict["param_groups"]}
         super().load_state_dict(copy.deepcopy(rest))
