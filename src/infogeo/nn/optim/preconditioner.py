@@ -89,10 +89,9 @@ class Preconditioner:
         Statistics are averaged as :math:`C \leftarrow \beta C + (1-\beta) C_\text{new}`.
     curvature_update_period, inverse_update_period : int, optional
         Refresh periods (steps) of the statistics and of the factorisations (default: 10 and 100; for the
-        gradient statistics of ``"shampoo"``/``"soap"``, 1 and 10, the kind's ``optimizer_defaults``).  With
-        neither given, both are also renewed at steps 1, 2, 4, 8, ... before the first ``inverse_update_period``
-        (the network moves most early); with either given, the factorisation follows every statistics refresh
-        before the first ``inverse_update_period``.
+        gradient statistics of ``"shampoo"``/``"soap"``, 1 and 10, the kind's ``optimizer_defaults``).  Before the
+        first ``inverse_update_period``: both at steps 1, 2, 4, 8, ... if neither is given, else a factorisation
+        at every statistics refresh.
     samples : int
         Monte Carlo samples per example (``fisher="mc"``).
     min_damping, max_damping, damping_increase, damping_recovery
@@ -142,7 +141,7 @@ class Preconditioner:
             raise TypeError(f"Preconditioner needs the torch.nn.Module whose gradients it preconditions, "
                             f"got {type(model).__name__}")
         defaults = kind_defaults(curvature)   # the kind's own, e.g. Shampoo's statistics every step
-        geometric = curvature_update_period is None and inverse_update_period is None   # periods of your own: exact
+        geometric = curvature_update_period is None and inverse_update_period is None   # else yours, exactly
         if curvature_update_period is None:
             curvature_update_period = defaults.pop("curvature_update_period")
         if inverse_update_period is None:
