@@ -11,8 +11,9 @@ the optimizer holds (moments, curvature statistics, their averages, inverses, ei
 rows), found by walking the optimizer object and counting each storage once, over the bytes of the
 parameters (``curv. x``: the preconditioner's share of it: statistics and factorisations; the rest is the
 step rule's moments).  Step time: the CPU time (process time; CUDA: wall time after synchronising) of each of
-``steps`` steps with the default periods (statistics every 10 steps, factorisations with them in the
-first 100): the median step, and the mean, which carries the refreshes.  Exponents: the slope of a
+``steps`` steps with the default periods (statistics every 10 steps, factorisations every 100, both also
+at steps 1, 2, 4, 8, ... in the first 100): the median step, and the mean, which carries the refreshes.
+Exponents: the slope of a
 least-squares line through log(value) against log(width) or log(depth).
 
 The distributed section runs DDP over gloo with 1, 2 and 4 processes on CPU: step time (rank 0's

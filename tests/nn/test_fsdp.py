@@ -167,7 +167,9 @@ def refusals():
            "quadratic": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), quadratic_model=True)),
            "adaptive": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), adaptive_damping=True)),
            "eigen": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), step_rule="eigen-adam")),
-           "shampoo": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), curvature="shampoo"))}
+           "shampoo": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), curvature="shampoo")),
+           # not refused: the default step rule of K-FAC and EKFAC falls back to graft under FSDP2
+           "default_rule": [ig.nn.NaturalGradient(shard(mlp()), curvature=c).step_rule for c in ("kfac", "ekfac")]}
     try:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
@@ -267,6 +269,11 @@ def test_what_needs_the_sharded_parameters_is_refused_at_construction(two):
             if key in got:
                 name, message = got[key]
                 assert name == "ValueError" and words in message and "FSDP2" in message, (key, got[key])
+
+
+def test_the_default_step_rule_under_fsdp2_is_graft(two):
+    for r in range(2):
+        assert two[r]["refused"]["default_rule"] == ["graft", "graft"]
 
 
 def test_a_checkpoint_resumes_bit_identically_under_fsdp2(two):

@@ -1,5 +1,5 @@
 """With its default settings the optimizer converges where the issue saw divergence: iris, minibatches of 32;
-and on the digits networks it ends below the Adam rate of the example (the grafted step, lr 1e-2)."""
+and on the digits networks it ends below the Adam rate of the example (K-FAC's default step, eigen-adam, lr 1e-2)."""
 import warnings
 
 import pytest
@@ -49,11 +49,11 @@ def test_iris_minibatches_defaults_match_adams_best_rate():
         warnings.simplefilter("error")  # no recovery was needed either
         runs = [train(lambda m: ig.nn.NaturalGradient(m, seed=seed), X, y) for seed in range(3)]
     assert all(l == l for ours in runs for l in ours)
-    # the grafted default step (lr 1e-2) ends at 0.0555 (median of the Monte Carlo seeds 0, 1, 2: 0.0576, 0.0550,
-    # 0.0555; over seeds 0-7 0.0544-0.0576, median 0.0556) against Adam's best 0.0513 of five rates: within 10 %
-    # (the clipped step, the former default, ended below Adam's best; it has no effective lr, see test_optim_step_rule)
+    # the default step (K-FAC's eigen-adam, lr 1e-2) ends at 0.0489 (median of the Monte Carlo seeds 0, 1, 2;
+    # 0.0480-0.0501 over seeds 0-7) against Adam's best 0.0513 of five rates; the grafted step at 0.0539-0.0563.
+    # The bound leaves 7 % for other BLAS and rounding (the clipped step has no effective lr, see test_optim_step_rule)
     final = sorted(ours[-1] for ours in runs)[1]
-    assert final <= 1.1 * adam_best, (final, adam_best)
+    assert final <= 1.05 * adam_best, (final, adam_best)
 
 
 @pytest.mark.slow

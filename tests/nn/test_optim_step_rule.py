@@ -54,7 +54,7 @@ def test_grafted_steps_match_adam_length_and_dense_natural_gradient_direction():
 LRS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)
 
 
-@pytest.mark.parametrize("curvature, rule", [("kfac", None), ("kfac", "eigen-adam"), ("diag", None)])
+@pytest.mark.parametrize("curvature, rule", [("kfac", None), ("ekfac", None), ("kfac", "graft"), ("diag", None)])
 def test_lr_changes_the_trajectory_at_every_value_a_user_would_try(curvature, rule):
     """The first step's length is proportional to lr (nothing overrides it), and after three steps every pair
     of rates is at a different point (under the former default, a KL trust region set the length instead)."""
@@ -93,12 +93,75 @@ def test_step_rule_options_are_checked():
     with pytest.raises(ValueError, match="eps"):
         ig.nn.NaturalGradient(model, eps=0.0)
     # the defaults of each rule
-    assert ig.nn.NaturalGradient(model).step_rule == "graft"
-    assert ig.nn.NaturalGradient(model, curvature="ekfac").step_rule == "graft"
     assert ig.nn.NaturalGradient(model).preconditioner.kl_clip is None
     clip = ig.nn.NaturalGradient(model, step_rule="clip")
     assert clip.param_groups[0]["lr"] == 0.1 and clip.preconditioner.kl_clip == 1e-3
     assert ig.nn.NaturalGradient(model, quadratic_model=True).step_rule == "clip"
+
+
+@pytest.mark.parametrize("curvature, rule", [("kfac", "eigen-adam"), ("ekfac", "graft"), ("soap", "eigen-adam"),
+                                             ("diag", "graft"), ("block", "graft"), ("dense", "graft"),
+                                             ("shampoo", "graft")])
+def test_the_default_step_rule_and_betas_follow_the_kind(curvature, rule):
+    opt = ig.nn.NaturalGradient(mlp(), curvature=curvature)
+    assert opt.step_rule == rule
+    assert opt.betas == ((0.9, 0.95) if rule == "eigen-adam" else (0.9, 0.999))
+    assert opt.param_groups[0]["lr"] == 1e-2
+    if curvature == "kfac":   # its eigenbasis: the factors' eigendecompositions
+        assert opt.preconditioner.estimate.options["inverse"] == "eigen"
+
+
+def test_explicit_arguments_win_over_the_defaults():
+    model = mlp()
+    opt = ig.nn.NaturalGradient(model, step_rule="graft")
+    assert opt.step_rule == "graft" and opt.betas == (0.9, 0.999)
+    assert opt.preconditioner.estimate.options["inverse"] == "tikhonov"   # K-FAC's own default, not eigen-adam's
+    opt = ig.nn.NaturalGradient(model, step_rule="eigen-adam", betas=(0.8, 0.99), lr=3e-3,
+                                curvature_update_period=3, inverse_update_period=7)
+    assert opt.betas == (0.8, 0.99) and opt.param_groups[0]["lr"] == 3e-3
+    assert (opt.preconditioner.estimate.curvature_update_period, opt.preconditioner.estimate.inverse_update_period) \
+        == (3, 7)
+    assert ig.nn.NaturalGradient(model, step_rule="graft", betas=(0.9, 0.95)).betas == (0.9, 0.95)
+    assert ig.nn.NaturalGradient(model, step_rule="clip").step_rule == "clip"
+    assert ig.nn.NaturalGradient(model, quadratic_model=True).step_rule == "clip"
+    assert ig.nn.NaturalGradient(model, adaptive_damping=True).step_rule == "clip"
+    # an inverse without an eigenbasis: the default is the solving rule, an explicit eigen-adam is refused
+    assert ig.nn.NaturalGradient(model, inverse="tikhonov").step_rule == "graft"
+    assert ig.nn.NaturalGradient(model, inverse="Eigen").step_rule == "eigen-adam"
+    with pytest.raises(ValueError, match="inverse='eigen'"):
+        ig.nn.NaturalGradient(model, step_rule="eigen-adam", inverse="tikhonov")
+
+
+def test_a_sharded_model_defaults_to_graft():
+    """fully_shard's DTensor parameters refuse eigen-adam: the default falls back to graft (the real FSDP2 runs
+    are in test_fsdp); settings.step_defaults is what the optimizer asks."""
+    from infogeo.nn.optim.settings import step_defaults
+    assert step_defaults("kfac", None, None, {}, classic=False, sharded=True) == ("graft", (0.9, 0.999))
+    assert step_defaults("ekfac", None, None, {}, classic=False, sharded=False) == ("graft", (0.9, 0.999))
+    # an explicit eigen-adam is kept (and refused by the optimizer under FSDP2, test_fsdp)
+    assert step_defaults("kfac", "eigen-adam", None, {}, classic=False, sharded=True)[0] == "eigen-adam"
+
+
+@pytest.mark.parametrize("periods, expected", [
+    ({}, [0, 1, 2, 4, 8, 16, 32, 64, 100, 200]),                                       # the default periods 10, 100
+    ({"curvature_update_period": 10, "inverse_update_period": 40}, [0, 10, 20, 30, 40, 80, 120, 160, 200])])
+def test_the_early_refreshes(periods, expected):
+    """With the default periods, statistics and factorisations at steps 0, 1, 2, 4, 8, ... before the first inverse
+    period, then on the period; periods of the user's own are kept exactly (factorisations at every statistics
+    refresh before the first inverse period).  Counted by wrapping the estimate's factorisation."""
+    model = mlp()
+    opt = ig.nn.NaturalGradient(model, **periods)
+    est, seen, stats = opt.preconditioner.estimate, [], []
+    factorise, statistics = est.factorise, est.statistics
+    est.factorise = lambda *a, **k: (seen.append(opt.preconditioner.steps), factorise(*a, **k))[1]
+    est.statistics = lambda *a, **k: (stats.append(opt.preconditioner.steps), statistics(*a, **k))[1]
+    for k in range(201):
+        plain_step(opt, model, *data(16, seed=k))
+    assert seen == expected
+    if periods:
+        assert stats == list(range(0, 201, 10))
+    else:
+        assert stats == sorted(set(range(0, 201, 10)) | {1, 2, 4, 8, 16, 32, 64})
 
 
 def test_grafted_state_survives_a_checkpoint():
@@ -269,3 +332,37 @@ def test_graft_without_a_direction_takes_adams_own_step():
     step = graft({}, g, d, lr, (b1, b2), eps)
     u = (1 - b1) * d
     assert torch.allclose(step, -lr * torch.linalg.vector_norm(adam) * u / torch.linalg.vector_norm(u), rtol=1e-12)
+
+
+def test_eigen_adams_kfac_gathers_the_kronecker_factors_only():
+    """``factors_only`` (set by eigen-adam, whose other parameters take Adam's step): the Kronecker blocks equal
+    the full build's, the rest is a zero diagonal nothing was computed for (a LayerNorm, a positional
+    parameter used outside any layer)."""
+    from infogeo.nn.curvature.kron import KronBlock
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.lin, self.norm, self.out = torch.nn.Linear(4, 5), torch.nn.LayerNorm(5), torch.nn.Linear(5, 3)
+            self.shift = torch.nn.Parameter(0.1 * torch.randn(5))
+
+        def forward(self, x):
+            return self.out(torch.tanh(self.norm(self.lin(x)) + self.shift))
+
+    model = Net().double()
+    X = torch.randn(7, 4, dtype=torch.float64)
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    full, lean = (space.curvature("kfac", "exact", inverse="eigen", factors_only=f) for f in (False, True))
+    kron = lambda C: {tuple(b.names): b for b in C.blocks if isinstance(b, KronBlock)}  # noqa: E731
+    assert kron(full).keys() == kron(lean).keys() and len(kron(lean)) == 2
+    for key, b in kron(lean).items():
+        for name, t in b.stats().items():
+            assert torch.equal(t, kron(full)[key].stats()[name]), (key, name)
+    rest = [b for b in lean.blocks if not isinstance(b, KronBlock)]
+    assert sorted(n for b in rest for n in b.names) == ["norm.bias", "norm.weight", "shift"]
+    assert all(not t.any() for b in rest for t in b.stats().values())
+    assert any(t.any() for b in full.blocks if not isinstance(b, KronBlock) for t in b.stats().values())
+    opt = ig.nn.NaturalGradient(model)
+    assert opt.preconditioner.estimate.options["factors_only"] is True
+    assert ig.nn.NaturalGradient(model, step_rule="graft").preconditioner.estimate.options.get("factors_only") is None

@@ -49,7 +49,7 @@ def test_an_eigenbasis_block_holds_its_statistics_and_eigenbasis_only(curvature,
     """The damped scales of the solve are recomputed (one outer product), not kept beside the eigenvalues."""
     bench = load_benchmark("nn_scale")
     model = mlp()
-    opt = ig.nn.NaturalGradient(model, curvature=curvature, curvature_update_period=1, **options)
+    opt = ig.nn.NaturalGradient(model, curvature=curvature, curvature_update_period=1, step_rule="graft", **options)
     train(model, opt, 0, 3)
     blocks = [b for b in opt.preconditioner.solver.blocks if isinstance(b, EigenbasisKronBlock)]
     assert len(blocks) == 3
@@ -60,7 +60,7 @@ def test_an_eigenbasis_block_holds_its_statistics_and_eigenbasis_only(curvature,
 
 
 def test_the_grafted_step_is_recomputed_to_undo_it_bit_for_bit(monkeypatch):
-    """The default step rule keeps no copy of its last step: the one it recomputes is the one it took."""
+    """The grafted step rule keeps no copy of its last step: the one it recomputes is the one it took."""
     taken = {}
     real = ng.graft
 
@@ -70,7 +70,7 @@ def test_the_grafted_step_is_recomputed_to_undo_it_bit_for_bit(monkeypatch):
         return s
     monkeypatch.setattr(ng, "graft", spy)
     model = mlp()
-    opt = ig.nn.NaturalGradient(model, curvature="kfac", curvature_update_period=2)
+    opt = ig.nn.NaturalGradient(model, curvature="kfac", curvature_update_period=2, step_rule="graft")
     train(model, opt, 0, 3)
     prev = opt.state["natural_gradient"]["previous_step"]
     assert isinstance(prev, LastSteps)
@@ -137,8 +137,8 @@ def test_resume_with_the_default_step_rule_is_bit_identical_through_an_undo(tmp_
 
 def test_state_multiples_of_the_default_settings():
     """Bytes held across steps over the parameters' bytes (MLP 6-32-32-3): AdamW 2; diag: its diagonal and
-    the grafting's three moments, 4; K-FAC and EKFAC their factors, one factorisation and the step rule's moments,
-    and nothing else (no last step, no damped scales)."""
+    the grafting's three moments, 4; K-FAC (default eigen-adam, or grafted) and EKFAC (grafted) their factors,
+    one factorisation and the step rule's moments, and nothing else (no last step, no damped scales)."""
     bench = load_benchmark("nn_scale")
 
     def multiple(make):
@@ -155,9 +155,10 @@ def test_state_multiples_of_the_default_settings():
     sides = sum((w.shape[0] ** 2 + (w.shape[1] + 1) ** 2) for w in (model[0].weight, model[2].weight, model[4].weight))
     n = sum(p.numel() for p in model.parameters())
     eig = sum(w.shape[0] + w.shape[1] + 1 for w in (model[0].weight, model[2].weight, model[4].weight)) / n
-    for options, want in [({}, 3 + 2 * sides / n),                            # factors, damped inverses, m, v, u
-                          ({"inverse": "eigen"}, 3 + 2 * sides / n + eig),    # eigenbases and eigenvalues
-                          ({"step_rule": "eigen-adam"}, 2 + 2 * sides / n + eig)]:   # m, v only
+    graft = {"step_rule": "graft"}
+    for options, want in [(graft, 3 + 2 * sides / n),                         # factors, damped inverses, m, v, u
+                          (dict(graft, inverse="eigen"), 3 + 2 * sides / n + eig),   # eigenbases and eigenvalues
+                          ({}, 2 + 2 * sides / n + eig)]:                     # the default eigen-adam: m, v only
         got = multiple(lambda m: ig.nn.NaturalGradient(m, curvature="kfac", curvature_update_period=1, **options))
         assert got == pytest.approx(want, abs=0.02), options
     ekfac = multiple(lambda m: ig.nn.NaturalGradient(m, curvature="ekfac", curvature_update_period=1))

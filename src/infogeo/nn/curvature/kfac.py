@@ -46,7 +46,7 @@ import torch
 
 from . import _backprop as bp
 from .blockwise import BlockCurvature
-from .blocks import Block
+from .blocks import Block, DiagBlock
 from .kron import KronBlock
 from .diagonal import diag_blocks
 from ._reducers import accumulation_dtype
@@ -163,16 +163,21 @@ def _size(nbytes: int) -> str:
 
 
 def kfac_reducer(approx: str = "expand", max_factor_dim: int = MAX_FACTOR_DIM,
-                 max_factor_bytes: int = MAX_FACTOR_BYTES):
-    r"""Column sinks for :func:`~._backprop.capture`: layers with Kronecker factors keep only :math:`G`."""
+                 max_factor_bytes: int = MAX_FACTOR_BYTES, factors_only: bool = False):
+    r"""Column sinks for :func:`~._backprop.capture`: layers with Kronecker factors keep only :math:`G`; the
+    others their diagonal's statistics (``factors_only``: nothing)."""
     check_approx(approx)
 
     def reducer(layer: bp.Layer, cols: bp.Columns):
         layout = factor_layout(layer, max_factor_dim, approx, max_factor_bytes)
         if layout is not None:
             return layer.rule.gradient_sink(layer, approx == "reduce", diagonal=layout[0])
-        return layer.rule.diagonal_sink(layer, cols)
+        return _discard if factors_only else layer.rule.diagonal_sink(layer, cols)
     return reducer
+
+
+def _discard(j: int, g: torch.Tensor) -> None:
+    """A column sink that keeps nothing."""
 
 
 class KFAC(BlockCurvature):
@@ -183,12 +188,17 @@ class KFAC(BlockCurvature):
     :mod:`.kinds`): :class:`~.kron.ExactKronBlock`, the exact inverse of :math:`G\otimes A + \lambda I`
     in the Kronecker eigenbasis (``"eigen"``), or :class:`~.kron.TikhonovKronBlock`, the factored-Tikhonov
     approximation :math:`(G + \tfrac{\sqrt\lambda}{\pi}I)^{-1}\otimes(A + \pi\sqrt\lambda I)^{-1}` (``"tikhonov"``).
+    ``factors_only=True`` leaves the blocks without Kronecker factors zero, their statistics not gathered (a step
+    rule that uses the factors' eigenbases alone, :class:`~infogeo.nn.NaturalGradient`'s ``"eigen-adam"``, where
+    those parameters take Adam's step: their exact diagonal costs per-example products, through the whole
+    network for a parameter used outside its layer).
     """
 
     @classmethod
     def build(cls, space, factor_fn, chunk_elements: int = CHUNK_ELEMENTS, inverse: str = "eigen",
               kfac_approx: str = "expand", per_position: bool = True,
-              max_factor_dim: int = MAX_FACTOR_DIM, max_factor_bytes: int = MAX_FACTOR_BYTES) -> "KFAC":
+              max_factor_dim: int = MAX_FACTOR_DIM, max_factor_bytes: int = MAX_FACTOR_BYTES,
+              factors_only: bool = False) -> "KFAC":
         from .kinds import KINDS
         block_cls = KINDS["kfac"].inverse(inverse)
         mask = position_mask(space)
@@ -196,8 +206,8 @@ class KFAC(BlockCurvature):
 
         def make_blocks(layers, layouts, cols):
             return [kron_block(space, l, block_cls, lay, kfac_approx, mask) for l, lay in zip(layers, layouts)]
-        blocks = factored_blocks(space, factor_fn, kfac_reducer(kfac_approx, *limits), per_position,
-                                 chunk_elements, make_blocks, limits, kfac_approx)
+        blocks = factored_blocks(space, factor_fn, kfac_reducer(kfac_approx, *limits, bool(factors_only)),
+                                 per_position, chunk_elements, make_blocks, limits, kfac_approx, bool(factors_only))
         return cls(space.layout, blocks, space.point)
 
 
@@ -210,13 +220,19 @@ def check_approx(kfac_approx: str) -> str:
 def factored_blocks(space, factor_fn, reducer, per_position: bool, chunk_elements: int,
                     make_blocks: Callable[[List[bp.Layer], List[Layout], bp.Columns], Sequence[Block]],
                     limits: Tuple[int, int] = (MAX_FACTOR_DIM, MAX_FACTOR_BYTES),
-                    approx: str = "expand") -> List[Block]:
+                    approx: str = "expand", factors_only: bool = False) -> List[Block]:
     """One capture; ``make_blocks(layers, layouts, cols)`` for the layers with Kronecker factors, exact diagonals
-    elsewhere (``limits``: ``(max_factor_dim, max_factor_bytes)``)."""
+    elsewhere (``limits``: ``(max_factor_dim, max_factor_bytes)``; ``factors_only``: zero ones, nothing computed)."""
     cap = bp.capture(space, factor_fn, reducer, per_position)
     with bp.without_autocast():
         layouts = [factor_layout(l, limits[0], approx, limits[1]) for l in cap.layers]
         kron = [(l, lay) for l, lay in zip(cap.layers, layouts) if lay is not None]
         other = [l for l, lay in zip(cap.layers, layouts) if lay is None]
         blocks = list(make_blocks([l for l, _ in kron], [lay for _, lay in kron], cap.cols)) if kron else []
+        if factors_only:
+            rest = [n for l in other for n in l.names] + cap.network_names
+            for l in other:
+                l.stat = l.grad_out = None
+                l.inputs = ()
+            return blocks + ([DiagBlock({n: torch.zeros_like(space.point[n]) for n in rest})] if rest else [])
         return blocks + diag_blocks(space, other, cap.network, cap.cols, chunk_elements)

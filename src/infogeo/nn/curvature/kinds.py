@@ -50,9 +50,10 @@ class Kind:
     #: gradients alone; the optimizers read ``.grad``, which data parallelism has already averaged)
     statistics: str = "metric"
     #: options with which the optimizers' ``step_rule="eigen-adam"`` finds an eigenbasis in its Kronecker blocks
-    #: (``None``: it has none)
+    #: and skips what it does not use (``None``: it has none)
     eigenbasis: Optional[Dict[str, Any]] = None
-    #: the step rule :class:`~infogeo.nn.NaturalGradient` takes with this kind unless told (``None``: its default)
+    #: the step rule :class:`~infogeo.nn.NaturalGradient` takes with this kind unless told (``None``: ``"graft"``;
+    #: ``"eigen-adam"`` falls back to ``"graft"`` on a model sharded by ``fully_shard``, where it is refused)
     step_rule: Optional[str] = None
 
     def load(self) -> Any:
@@ -110,10 +111,10 @@ KINDS: Dict[str, Kind] = {k.name: k for k in [
          "blocks elsewhere (Martens & Grosse 2015)", "the diagonal of blocks without Kronecker factors; a single "
          "affine layer under the Euclidean metric", optimizer_defaults={"inverse": "tikhonov"},
          inverses={"eigen": ".kron:ExactKronBlock", "tikhonov": ".kron:TikhonovKronBlock"},
-         eigenbasis={"inverse": "eigen"}),
+         eigenbasis={"inverse": "eigen", "factors_only": True}, step_rule="eigen-adam"),
     Kind("ekfac", (), ".ekfac:EKFAC", "K-FAC's eigenbasis with the exact scales in it (George et al. 2018)",
          "the diagonal of the exact block in the Kronecker eigenbasis; the diagonal of blocks without factors",
-         eigenbasis={}),
+         eigenbasis={}),   # its scales are what the grafted step uses; under eigen-adam they would go unused
     Kind("shampoo", (), ".shampoo:Shampoo", "Shampoo's metric L^¼ ⊗ R^¼ per matrix, L = ḡḡᵀ and R = ḡᵀḡ of the "
          "mini-batch gradient ḡ, diag(ḡ²)^½ for vectors (Gupta et al. 2018)", "– (not the model's metric)",
          captured=False, statistics="gradient", eigenbasis={}, optimizer_defaults=_GRADIENT_PERIODS),

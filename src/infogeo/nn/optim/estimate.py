@@ -41,12 +41,15 @@ class CurvatureEstimate:
     def __init__(self, module: torch.nn.Module, names: List[str], kind: str, fisher: str, output_metric: Any, *,
                  output_fn: Optional[Callable], samples: int, ema_decay: float, curvature_update_period: int,
                  inverse_update_period: int, factor_dtype: torch.dtype, placement: str, cg_max_iter: int,
-                 generator: torch.Generator, loss_scale: Callable[[], float], options: Dict[str, Any]):
+                 generator: torch.Generator, loss_scale: Callable[[], float], options: Dict[str, Any],
+                 geometric: bool = False):
         self.module, self.names, self.kind, self.fisher = module, names, kind, fisher
         self.output_metric, self.output_fn, self.samples, self.ema_decay = output_metric, output_fn, samples, ema_decay
         self.curvature_update_period, self.inverse_update_period = curvature_update_period, inverse_update_period
         self.factor_dtype, self.placement, self.cg_max_iter = factor_dtype, placement, cg_max_iter
         self.generator, self.loss_scale, self.options = generator, loss_scale, options
+        #: the early refreshes at steps 0, 1, 2, 4, 8, ... (:meth:`early`); else at every statistics refresh
+        self.geometric = geometric
         self.curvature: Any = None    # the averaged statistics (a curvature representation)
         self.solver: Any = None       # the factorised curvature the directions come from
         #: statistics loaded from a checkpoint, waiting for a structure (:func:`.state.restore`)
@@ -100,9 +103,22 @@ class CurvatureEstimate:
             return space.curvature(self.kind, self.fisher, samples=self.samples, **self.options, **given,
                                    **self._scale_options(), generator=self.generator if generator is None else generator)
 
+    def early(self, step: int) -> bool:
+        """Whether ``step`` renews the statistics and their factorisation before the first ``inverse_update_period``.
+        The network moves most in its first steps: with :attr:`geometric` (the default periods) at steps 0, 1, 2,
+        4, 8, ..., a fresh basis early for a logarithmic number of factorisations; else at every statistics refresh
+        (every ``curvature_update_period`` steps)."""
+        if step >= self.inverse_update_period:
+            return False
+        return step & (step - 1) == 0 if self.geometric else step % self.curvature_update_period == 0
+
+    def statistics_due(self, step: int) -> bool:
+        """Whether step ``step`` records new statistics (every ``curvature_update_period`` steps and the early ones)."""
+        return step % self.curvature_update_period == 0 or self.early(step)
+
     def refactorise_due(self, step: int) -> bool:
         """Whether step ``step`` factorises the curvature anew (a new basis for EKFAC)."""
-        return self.solver is None or step % self.inverse_update_period == 0 or step < self.inverse_update_period
+        return self.solver is None or step % self.inverse_update_period == 0 or self.early(step)
 
     def _scale_options(self) -> Dict[str, Any]:
         r"""EKFAC measures its scales in the basis the solves will use (George et al. 2018): the current one
@@ -166,9 +182,9 @@ class CurvatureEstimate:
         if self.kind == "implicit":
             return self.statistics(inputs, targets), None
         if self.loaded is None:
-            due = self.curvature is None or step % self.curvature_update_period == 0
+            due = self.curvature is None or self.statistics_due(step)
             return (self.statistics(inputs, targets, grads=grads) if due else None), None
-        if step % self.curvature_update_period == 0:
+        if self.statistics_due(step):
             new = self.statistics(inputs, targets, grads=grads)
             template = new[0]
         else:   # a throw-away computation with its own generator: the saved sampling state stays untouched
@@ -235,8 +251,8 @@ class CurvatureEstimate:
                 self.curvature, self.solver = fresh, None
             else:
                 self.curvature = self.curvature.ema(fresh, self.ema_decay)
-        warm = new is not None and step < self.inverse_update_period
-        if self.curvature is not None and (self.solver is None or step % self.inverse_update_period == 0 or warm):
+        if self.curvature is not None and (self.solver is None or step % self.inverse_update_period == 0 or
+                                           (new is not None and self.early(step))):
             self.solver = self.factorise(self.curvature, damping)
 
     def mv(self, v: Params) -> Params:
@@ -301,4 +317,4 @@ class CurvatureEstimate:
 
     def arm(self, step: int) -> None:
         """Record the next forward's statistics if step ``step`` refreshes them."""
-        self.recorder.armed = self.captures and (step % self.curvature_update_period == 0 or self.curvature is None)
+        self.recorder.armed = self.captures and (self.curvature is None or self.statistics_due(step))

@@ -1,12 +1,13 @@
 r"""Natural gradient descent for torch modules, a drop-in :class:`torch.optim.Optimizer`.
 
 ``NaturalGradient`` is a :class:`~.preconditioner.Preconditioner` followed by a step rule
-(:mod:`.step`).  ``step_rule="eigen-adam"`` (K-FAC or EKFAC) takes Adam's step in the
+(:mod:`.step`).  ``step_rule="eigen-adam"`` (the default with K-FAC) takes Adam's step in the
 Kronecker eigenbasis of the curvature's factors, with the second moments there renewed every step
 (EKFAC's eigenvalues as a running average, SOAP's update in the model Fisher's basis).  The other rules
 move along the direction :math:`\delta = (C + \lambda I)^{-1}g` into which the gradient :math:`g` in
-``.grad`` (the differential, a covector) is turned (its ``sharp``): ``"graft"`` (the default) takes the running mean of the directions with the length of Adam's step, per parameter
-tensor; ``"clip"`` is the exact step :math:`w \leftarrow w - \eta\nu\delta` with KL clipping :math:`\nu`
+``.grad`` (the differential, a covector) is turned (its ``sharp``): ``"graft"`` (the default with the other
+curvatures, EKFAC's included, and under FSDP2) takes the running mean of the directions with the length of Adam's step, per
+parameter tensor; ``"clip"`` is the exact step :math:`w \leftarrow w - \eta\nu\delta` with KL clipping :math:`\nu`
 (and heavy-ball momentum if asked)::
 
     opt = ig.nn.NaturalGradient(model, curvature="kfac", damping=1e-3)
@@ -43,16 +44,17 @@ import logging
 import math
 import warnings
 from functools import partial
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import torch
 
 from .. import distributed as dd
+from .. import fsdp
 from ..curvature.kron import EigenbasisKronBlock
 from ..space import ParameterSpace
 from . import quadratic, state
 from .preconditioner import Preconditioner
-from .settings import CURVATURES, KINDS, check_learning_rate, positive_int, positive_number
+from .settings import CURVATURES, KINDS, agrees, check_learning_rate, positive_int, positive_number, step_defaults
 from .step import STEP_RULES, LastSteps, eigen_adam, eigen_adam_again, graft, grafted, heavy_ball
 
 logger = logging.getLogger(__name__)
@@ -75,7 +77,7 @@ class NaturalGradient(torch.optim.Optimizer):
         The model (possibly ``DistributedDataParallel``-wrapped), or ``model.parameters()``
         / parameter groups (each may set ``lr`` and ``momentum``) together with ``model=``.
     lr : float, optional
-        Learning rate :math:`\eta` (default ``DEFAULT_LR[step_rule]``).
+        Learning rate :math:`\eta` (default ``DEFAULT_LR[step_rule]``: ``1e-2``, ``0.1`` for ``"clip"``).
     curvature : {"kfac", "ekfac", "diag", "block", "dense", "cg", "shampoo", "soap"}
         Representation of the metric (see :class:`~.preconditioner.Preconditioner`): the model's Fisher, or
         with ``"shampoo"`` Shampoo's metric of the gradients themselves (Gupta et al. 2018), and with ``"soap"`` the
@@ -85,13 +87,18 @@ class NaturalGradient(torch.optim.Optimizer):
     model : torch.nn.Module, optional
         The network, when ``params`` are its parameters.
     step_rule : {"graft", "clip", "eigen-adam"}, optional
-        How to step (:mod:`.step`).  ``"graft"`` (the default) or ``"clip"`` (the default with
-        ``quadratic_model`` or ``adaptive_damping``) move along the damped natural-gradient direction;
-        ``"eigen-adam"`` (``curvature="kfac"``, ``"ekfac"``, ``"shampoo"`` or ``"soap"``): Adam in the Kronecker
-        eigenbasis of the curvature's factors (no solve, no damping; ``"soap"``'s default).
-    betas, eps : (float, float), float
+        How to step (:mod:`.step`).  ``"graft"`` or ``"clip"`` move along the damped natural-gradient
+        direction; ``"eigen-adam"`` (``curvature="kfac"``, ``"ekfac"``, ``"shampoo"`` or ``"soap"``): Adam in the
+        Kronecker eigenbasis of the curvature's factors (no solve, no damping).  Default: ``"clip"`` with
+        ``quadratic_model`` or ``adaptive_damping``; else the kind's (``"eigen-adam"`` for ``"kfac"`` and
+        ``"soap"``, ``"graft"`` for the others: EKFAC's exact scales serve the grafted direction and would go unused), except ``"graft"`` on a model sharded by ``fully_shard``,
+        which refuses ``"eigen-adam"``, and with an ``inverse`` without eigenbasis.  ``"eigen-adam"`` took fewer
+        steps than tuned AdamW on every workload of ``benchmarks/optimizer_race.py`` (measured in docs/nn.md).
+    betas, eps : (float, float) or None, float
         ``"graft"`` and ``"eigen-adam"``: decay of the first moments (gradients and directions) and of the
-        squared gradients, and Adam's :math:`\epsilon`.
+        squared gradients, and Adam's :math:`\epsilon`.  ``betas=None``: per rule (``settings.BETAS``),
+        ``(0.9, 0.95)`` for ``"eigen-adam"`` (SOAP's: a faster second moment follows the scales through each
+        change of basis), ``(0.9, 0.999)`` (Adam's) for the others.
     momentum : float
         ``"clip"``: heavy-ball momentum on the natural-gradient direction (torch SGD's rule).
     kl_clip : float, None or "auto"
@@ -111,7 +118,8 @@ class NaturalGradient(torch.optim.Optimizer):
     options
         Passed to :class:`~.preconditioner.Preconditioner`: ``fisher``, ``output_metric``,
         ``samples``, ``ema_decay``, ``curvature_update_period``, ``inverse_update_period``,
-        ``factor_dtype``, ``placement``, ``seed``, ``cg_max_iter``, ...
+        ``factor_dtype``, ``placement``, ``seed``, ``cg_max_iter``, ... (with the default periods, statistics and
+        factorisations also at steps 1, 2, 4, 8, ... before the first ``inverse_update_period``).
     """
 
     #: torch's per-parameter state, and this optimizer's own under the key ``"natural_gradient"``
@@ -119,7 +127,7 @@ class NaturalGradient(torch.optim.Optimizer):
 
     def __init__(self, params: Any, lr: Optional[float] = None, curvature: str = "kfac", damping: float = 1e-3, *,
                  model: Optional[torch.nn.Module] = None, step_rule: Optional[str] = None,
-                 betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, momentum: float = 0.0,
+                 betas: Optional[Tuple[float, float]] = None, eps: float = 1e-8, momentum: float = 0.0,
                  kl_clip: Union[float, None, str] = "auto", quadratic_model: bool = False,
                  adaptive_damping: bool = False, damping_adaptation_period: int = 5,
                  damping_factor: float = 0.95 ** 5, min_damping: Optional[float] = None, max_retries: int = 3,
@@ -134,10 +142,10 @@ class NaturalGradient(torch.optim.Optimizer):
         if not isinstance(model, torch.nn.Module):
             raise ValueError("NaturalGradient needs the network to compute its curvature: pass the module first, "
                              "or model=<the module whose parameters these are>")
-        kind = CURVATURES.get(str(curvature).lower())
-        row = KINDS.get(kind or "")
-        rule = step_rule if step_rule is not None else ("clip" if quadratic_model or adaptive_damping else
-                                                        (row.step_rule if row is not None else None) or "graft")
+        row = KINDS.get(CURVATURES.get(str(curvature).lower()) or "")
+        sharded = any(fsdp.is_dtensor(p) for p in model.parameters())
+        rule, betas = step_defaults(curvature, step_rule, betas, options,
+                                    classic=quadratic_model or adaptive_damping, sharded=sharded)
         if rule not in STEP_RULES:
             raise ValueError(f"unknown step_rule {step_rule!r}; expected one of {STEP_RULES}")
         if rule != "clip" and (quadratic_model or adaptive_damping):
@@ -154,8 +162,10 @@ class NaturalGradient(torch.optim.Optimizer):
                 known = [k.name for k in KINDS.values() if k.eigenbasis is not None]
                 raise ValueError(f"step_rule='eigen-adam' works in the Kronecker eigenbasis of a curvature's factors: "
                                  f"pass curvature= one of {known}, got {curvature!r}")
-            for key, value in row.eigenbasis.items():   # K-FAC: the factorisation is the eigenbases themselves
-                options.setdefault(key, value)
+            for key, value in row.eigenbasis.items():   # K-FAC: eigenbases as its factorisation, the factors alone
+                if not agrees(options.setdefault(key, value), value):
+                    raise ValueError(f"step_rule='eigen-adam' needs {key}={value!r} with curvature={curvature!r} "
+                                     f"(what the rule uses), got {key}={options[key]!r}")
         if isinstance(kl_clip, str):
             if kl_clip != "auto":
                 raise ValueError(f"kl_clip must be a positive number, None or 'auto', got {kl_clip!r}")
@@ -377,21 +387,8 @@ class NaturalGradient(torch.optim.Optimizer):
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Restore :meth:`state_dict`, checked against this optimizer first (one ``ValueError`` naming the first
         mismatch, nothing changed); the argument is neither changed nor kept (its tensors are copied)."""
-        if not isinstance(state_dict, Mapping) or not {"state", "param_groups"} <= set(state_dict):
-            raise ValueError("not an optimizer checkpoint: expected the dict of NaturalGradient.state_dict() "
-                             "with keys 'state' and 'param_groups'")
-        mine = state_dict["state"].get(_KEY) if isinstance(state_dict["state"], Mapping) else None
-        if not isinstance(mine, Mapping) or not isinstance(mine.get("preconditioner"), Mapping):
-            raise ValueError("not a NaturalGradient checkpoint: its state has no 'natural_gradient' entry with the "
-                             "preconditioner's state (saved by another optimizer?)")
         pre = self.preconditioner
-        pre_state = dict(mine["preconditioner"])
-        if "base_damping" in mine:   # written by earlier versions next to the preconditioner's state
-            pre_state.setdefault("base_damping", mine["base_damping"])
-        state.check(pre, pre_state)
-        prev = mine.get("previous_step")
-        state.check_optimizer(state_dict["param_groups"], self.param_groups, prev,
-                              {n: tuple(p.shape) for n, p in zip(pre.names, pre.params)})
+        pre_state, prev = state.check_optimizer(pre, self.param_groups, state_dict, _KEY)
         rest = {"state": {k: v for k, v in state_dict["state"].items() if k != _KEY},
                 "param_groups": state_dict["param_groups"]}
         super().load_state_dict(copy.deepcopy(rest))

@@ -16,7 +16,8 @@ scheduler, gradient clipping or AMP ``GradScaler`` then acts on :math:`\delta`.
 
 Costs, with the defaults: statistics every ``curvature_update_period`` (10) steps from hooks on the
 user's own forward and backward (:mod:`.hooks`; one extra backward for the Monte Carlo Fisher, no
-extra forward), damped factor inverses every ``inverse_update_period`` (100) steps, and every step
+extra forward), damped factor inverses every ``inverse_update_period`` (100) steps (both also at steps
+1, 2, 4, 8, ... before the first 100, where the network moves most, unless you set the periods), and every step
 two :math:`d\times d` products per layer, or products with the batch's rows on small batches
 (:mod:`.rows`).  ``curvature="cg"``: an extra forward pass and ``cg_max_iter`` CG products a step.
 """
@@ -84,7 +85,9 @@ class Preconditioner:
         Statistics are averaged as :math:`C \leftarrow \beta C + (1-\beta) C_\text{new}`.
     curvature_update_period, inverse_update_period : int, optional
         Refresh periods (steps) of the statistics and of the factorisations (default: 10 and 100; for the
-        gradient statistics of ``"shampoo"``/``"soap"``, 1 and 10, the kind's ``optimizer_defaults``).
+        gradient statistics of ``"shampoo"``/``"soap"``, 1 and 10, the kind's ``optimizer_defaults``).  Before the
+        first ``inverse_update_period``: both at steps 1, 2, 4, 8, ... if neither is given, else a factorisation
+        at every statistics refresh.
     samples : int
         Monte Carlo samples per example (``fisher="mc"``).
     min_damping, max_damping, damping_increase, damping_recovery
@@ -134,6 +137,7 @@ class Preconditioner:
             raise TypeError(f"Preconditioner needs the torch.nn.Module whose gradients it preconditions, "
                             f"got {type(model).__name__}")
         defaults = kind_defaults(curvature)   # the kind's own, e.g. Shampoo's statistics every step
+        geometric = curvature_update_period is None and inverse_update_period is None   # else yours, exactly
         if curvature_update_period is None:
             curvature_update_period = defaults.pop("curvature_update_period")
         if inverse_update_period is None:
@@ -176,7 +180,7 @@ class Preconditioner:
             curvature_update_period=s["curvature_update_period"], inverse_update_period=s["inverse_update_period"],
             factor_dtype=self.factor_dtype, placement=placement, cg_max_iter=s["cg_max_iter"], options=options,
             generator=torch.Generator(device=self.params[0].device).manual_seed(s["seed"] + dd.rank()),
-            loss_scale=lambda: float(grad_scaler.get_scale()) if grad_scaler is not None else 1.0)
+            loss_scale=lambda: float(grad_scaler.get_scale()) if grad_scaler is not None else 1.0, geometric=geometric)
 
     # ------------------------------------------------------------ properties
     @property

@@ -11,7 +11,8 @@ from .. import distributed as dd
 from ..curvature import kinds
 from .hooks import refuse_sparse
 
-__all__ = ["CURVATURES", "FISHER", "CAPTURED", "KINDS", "PERIODS", "kind_defaults", "check_settings", "check_support",
+__all__ = ["CURVATURES", "FISHER", "CAPTURED", "KINDS", "PERIODS", "BETAS", "kind_defaults", "step_defaults", "agrees",
+           "check_settings", "check_support",
            "check_learning_rate", "positive_int", "positive_number", "trainable"]
 
 #: the curvature words the optimizers accept (the kinds table, :mod:`~infogeo.nn.curvature.kinds`)
@@ -29,6 +30,35 @@ def kind_defaults(curvature: Any) -> Dict[str, Any]:
     (none for an unknown word, which :func:`check_settings` then refuses)."""
     row = KINDS.get(CURVATURES.get(str(curvature).lower(), ""))
     return {**PERIODS, **(row.optimizer_defaults if row is not None else {})}
+
+
+#: Adam's decay rates per step rule unless the user sets ``betas``: in an eigenbasis a faster second moment, as
+#: SOAP's (Vyas et al. 2025), follows the scales through each change of basis
+BETAS = {"graft": (0.9, 0.999), "clip": (0.9, 0.999), "eigen-adam": (0.9, 0.95)}
+
+
+def step_defaults(curvature: Any, step_rule: Optional[str], betas: Optional[Tuple[float, float]],
+                  options: Dict[str, Any], *, classic: bool, sharded: bool) -> Tuple[Any, Any]:
+    """:class:`~.natural_gradient.NaturalGradient`'s step rule and betas: the user's where given, else
+    ``"clip"`` for the classic recipe (``classic``: ``quadratic_model`` or ``adaptive_damping``), else the kind's
+    row; ``"graft"`` if it names none, on a model sharded by ``fully_shard`` (which refuses ``"eigen-adam"``),
+    and where the user's ``options`` (e.g. K-FAC's ``inverse="tikhonov"``) leave the kind no eigenbasis.  The
+    betas: the user's, else :data:`BETAS` of the rule.  Unknown words are returned as given, for the caller to
+    refuse."""
+    rule = step_rule
+    if rule is None:
+        row = KINDS.get(CURVATURES.get(str(curvature).lower(), ""))
+        rule = "clip" if classic else (row.step_rule if row is not None else None) or "graft"
+        basis = (row.eigenbasis if row is not None else None) or {}
+        if rule == "eigen-adam" and (sharded or any(k in options and not agrees(options[k], v)
+                                                    for k, v in basis.items())):
+            rule = "graft"
+    return rule, (BETAS.get(rule, BETAS["graft"]) if betas is None else betas)
+
+
+def agrees(given: Any, wanted: Any) -> bool:
+    """Whether an option's value is the one wanted (words case-insensitively)."""
+    return str(given).lower() == wanted if isinstance(wanted, str) else given == wanted
 
 
 def _real(name: str, value: Any) -> float:

@@ -20,7 +20,7 @@ same on every rank; each rank continues the Monte Carlo stream it loads.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, Mapping
 
 import torch
 
@@ -113,23 +113,6 @@ def check(pre, saved: Any) -> None:
                              f"{diff[:4]}); was it saved for another architecture?")
 
 
-def check_optimizer(groups: Any, mine: List[Dict[str, Any]], previous: Any, shapes: Dict[str, tuple]) -> None:
-    """Raise a ValueError unless a NaturalGradient checkpoint's parameter ``groups`` and ``previous`` step fit an
-    optimizer with groups ``mine`` and parameter ``shapes``."""
-    if previous is not None and (not isinstance(previous, Mapping) or set(previous) != set(shapes) or any(
-            tuple(previous[n].shape) != shapes[n] for n in shapes)):
-        raise ValueError("checkpoint: its previous step does not match this optimizer's parameters")
-    try:
-        if len(groups) != len(mine) or any(len(a["params"]) != len(b["params"]) for a, b in zip(groups, mine)):
-            raise ValueError(f"{[len(g['params']) for g in groups]} parameters per group saved, "
-                             f"{[len(g['params']) for g in mine]} here")
-        for g in groups:
-            check_learning_rate(g["lr"], "a parameter group's lr")
-            positive_number("a parameter group's momentum", g["momentum"], inclusive=True, maximum=1.0)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"checkpoint: its parameter groups do not fit this optimizer ({exc})") from None
-
-
 def load(pre, saved: Dict[str, Any]) -> None:
     """Take a :func:`checkpoint` (checked first, copied); the statistics wait for :func:`restore` at the next step."""
     check(pre, saved)
@@ -171,3 +154,37 @@ def restore(est, template, damping: float) -> None:
             if "basis" in loaded and hasattr(stats, "adopt_bases"):
                 stats.adopt_bases({k: t.to(device=device, dtype=est.factor_dtype) for k, t in loaded["basis"].items()})
             est.solver = est.factorise(stats, damping)
+
+
+def check_optimizer(pre, param_groups, state_dict: Any, key: str):
+    """A :class:`~.natural_gradient.NaturalGradient` checkpoint checked against the optimizer (its preconditioner
+    ``pre``, ``param_groups``) before anything changes: ``(the preconditioner's state, the previous step)``, or
+    one ``ValueError`` naming the first mismatch; ``key``: the optimizer's own entry in the state."""
+    if not isinstance(state_dict, Mapping) or not {"state", "param_groups"} <= set(state_dict):
+        raise ValueError("not an optimizer checkpoint: expected the dict of NaturalGradient.state_dict() "
+                         "with keys 'state' and 'param_groups'")
+    mine = state_dict["state"].get(key) if isinstance(state_dict["state"], Mapping) else None
+    if not isinstance(mine, Mapping) or not isinstance(mine.get("preconditioner"), Mapping):
+        raise ValueError(f"not a NaturalGradient checkpoint: its state has no {key!r} entry with the "
+                         "preconditioner's state (saved by another optimizer?)")
+    pre_state = dict(mine["preconditioner"])
+    if "base_damping" in mine:   # written by earlier versions next to the preconditioner's state
+        pre_state.setdefault("base_damping", mine["base_damping"])
+    check(pre, pre_state)
+    prev = mine.get("previous_step")
+    shapes = {n: tuple(p.shape) for n, p in zip(pre.names, pre.params)}
+    if prev is not None and (not isinstance(prev, Mapping) or set(prev) != set(shapes) or any(
+            tuple(prev[n].shape) != shapes[n] for n in shapes)):
+        raise ValueError("checkpoint: its previous step does not match this optimizer's parameters")
+    groups = state_dict["param_groups"]
+    try:
+        if len(groups) != len(param_groups) or any(len(a["params"]) != len(b["params"])
+                                                    for a, b in zip(groups, param_groups)):
+            raise ValueError(f"{[len(g['params']) for g in groups]} parameters per group saved, "
+                             f"{[len(g['params']) for g in param_groups]} here")
+        for g in groups:
+            check_learning_rate(g["lr"], "a parameter group's lr")
+            positive_number("a parameter group's momentum", g["momentum"], inclusive=True, maximum=1.0)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"checkpoint: its parameter groups do not fit this optimizer ({exc})") from None
+    return pre_state, prev

@@ -4,9 +4,10 @@ The :class:`~.preconditioner.Preconditioner` owns the curvature (statistics, dam
 the direction :math:`\delta = (C+\lambda I)^{-1} g`; a step rule owns the learning rate, the
 step length and the momentum.
 
-``"graft"`` (the default): the direction of a momentum average of natural-gradient directions, the
-length of Adam's step, per parameter tensor :math:`\ell` (grafting, Agarwal et al. 2020, "Disentangling
-adaptive gradient methods from learning rates"; the way Shampoo is run in practice, Anil et al. 2020)::
+``"graft"`` (the default with curvatures that have no Kronecker eigenbasis, and under FSDP2): the direction
+of a momentum average of natural-gradient directions, the length of Adam's step, per parameter tensor
+:math:`\ell` (grafting, Agarwal et al. 2020, "Disentangling adaptive gradient methods from learning rates";
+the way Shampoo is run in practice, Anil et al. 2020)::
 
 .. math:: m_\ell \leftarrow \beta_1 m_\ell + (1-\beta_1) g_\ell,\quad
           v_\ell \leftarrow \beta_2 v_\ell + (1-\beta_2) g_\ell^2,\quad
@@ -25,7 +26,8 @@ Adam: the learning rate changes every step's length, and Adam's usual values app
 Martens & Grosse (2015) as K-FAC optimizers run it.  Its trust region, not :math:`\eta`, decides the
 length whenever :math:`\tfrac12\eta^2\delta^T(C+\lambda I)\delta` exceeds ``kl_clip``.
 
-``"eigen-adam"``: Adam in the Kronecker eigenbasis of the Fisher's K-FAC factors.  For a layer with
+``"eigen-adam"`` (the default with K-FAC and EKFAC): Adam in the Kronecker eigenbasis of the Fisher's K-FAC
+factors.  For a layer with
 factors :math:`A = U_A\Lambda_AU_A^T`, :math:`G = U_G\Lambda_GU_G^T` and (bias-augmented) gradient
 :math:`\bar W`, with :math:`\tilde g = U_G^T\bar WU_A` the gradient in the eigenbasis :math:`U_G\otimes U_A`::
 
