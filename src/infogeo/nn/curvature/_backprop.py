@@ -37,7 +37,6 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 import torch
 from torch.autograd.graph import get_gradient_edge
 
-from .._layers import uses_batch_statistics
 from .layers import LayerRule, rule_for
 from .uses import ForeignUses
 

@@ -24,7 +24,7 @@ Block-structured representations are :class:`~.blockwise.BlockCurvature` objects
 from __future__ import annotations
 
 import numbers
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
 

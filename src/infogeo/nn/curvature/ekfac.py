@@ -20,7 +20,7 @@ output metric.  Layers without Kronecker factors get their exact diagonal block.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
+from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 import torch
 
@@ -135,7 +135,6 @@ def eigen_correction(space, layer: bp.Layer, cols: bp.Columns, Ua: torch.Tensor,
     if Ua is not None:
         at = at @ Ua.to(dt)                                          # (N, T, in [+ 1]) rotated
     gs = layer.grad_out
-    R = cols.rows
     out = rule.out_features(layer.module)
     s = torch.zeros(out, at.shape[2], dtype=dt, device=a.device)
     Ugd = None if Ug is None else Ug.to(dt)

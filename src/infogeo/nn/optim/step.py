@@ -26,7 +26,7 @@ Adam: the learning rate changes every step's length, and Adam's usual values app
 Martens & Grosse (2015) as K-FAC optimizers run it.  Its trust region, not :math:`\eta`, decides the
 length whenever :math:`\tfrac12\eta^2\delta^T(C+\lambda I)\delta` exceeds ``kl_clip``.
 
-``"eigen-adam"`` (the default with K-FAC and EKFAC): Adam in the Kronecker eigenbasis of the Fisher's K-FAC
+``"eigen-adam"`` (the default with K-FAC): Adam in the Kronecker eigenbasis of the Fisher's K-FAC
 factors.  For a layer with
 factors :math:`A = U_A\Lambda_AU_A^T`, :math:`G = U_G\Lambda_GU_G^T` and (bias-augmented) gradient
 :math:`\bar W`, with :math:`\tilde g = U_G^T\bar WU_A` the gradient in the eigenbasis :math:`U_G\otimes U_A`::
