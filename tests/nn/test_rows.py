@@ -104,6 +104,21 @@ def test_row_route_is_taken_and_equals_the_gradient_route():
     assert set(pre.recorder.rows.used) >= {"0", "2"}
 
 
+@pytest.mark.parametrize("scale", [1e-170, 1e150])
+def test_the_row_route_is_taken_whatever_the_scale_of_the_loss(scale):
+    """The rounding bound of the check is computed from rows scaled to their largest entry: the squares of
+    gradients near 1e-171 underflow (and near 1e150 overflow) in float64, the check must not."""
+    def extra(model, loss, before):
+        return loss * scale if before else None
+    (m1, p1), (m2, p2) = pair(net())
+    got = run(m1, p1, batches_of((4,)), extra)
+    ref = run(m2, p2, batches_of((4,)), extra)
+    for g, r in zip(got, ref):
+        for n in g:
+            assert torch.allclose(g[n] / scale, r[n] / scale, atol=1e-12, rtol=1e-9), n
+    assert set(p1.recorder.rows.used) >= {"0", "2"}
+
+
 def test_micro_batches_accumulated_into_one_gradient():
     check(sizes=(3, 2))
 

@@ -45,6 +45,13 @@ def _max_rows(n_out: int, n_in: int) -> int:
     return (n_out * n_in * (n_out + n_in)) // (n_out * n_out + n_in * n_in + n_out * n_in) - 1
 
 
+
+def _scale(x: torch.Tensor) -> torch.Tensor:
+    """The largest absolute entry of ``x`` (1 where it is 0 or not finite), to square ``x`` without under- or
+    overflow; a tensor, so that reading it needs no synchronisation with the device."""
+    m = x.abs().amax()
+    return torch.where(torch.isfinite(m) & (m > 0), m, torch.ones_like(m))
+
 class RowCapture:
     r"""Record the rows :math:`(a_r, b_r)` of Linear layers during the user's forward and backward.
 
@@ -185,17 +192,20 @@ class RowCapture:
         vw, v2 = v[:W.shape[1]], v[:W.shape[1]] ** 2
         lhs = W @ vw
         av = a @ vw
-        a2v2 = (a * a) @ v2
+        sa = _scale(a)   # the squares below are of rows divided by their largest entry: no underflow, no overflow
+        a2v2 = ((a / sa) ** 2) @ v2
         Wv_bound = torch.linalg.vector_norm(W, dim=1) * v.abs().max()   # >= sqrt(sum_j W_ij^2 v_j^2), no copy of W
         if bias is not None:
             lhs = lhs + bias * v[-1]
             av = av + v[-1]
-            a2v2 = a2v2 + v[-1] ** 2
+            a2v2 = a2v2 + (v[-1] / sa) ** 2
             Wv_bound = Wv_bound + bias.abs() * v[-1].abs()
         rhs = b.T @ av
         u = torch.finfo(W.dtype).eps / 2
         # rounding of sums of n terms grows like sqrt(n) u times the root sum of squares of the terms
-        tol = _ROUNDING_SAFETY * u * (b.shape[0] + K) ** 0.5 * (torch.sqrt((b * b).T @ a2v2) + Wv_bound)
+        sb = _scale(b)
+        rss = sb * sa * torch.sqrt(((b / sb) ** 2).T @ a2v2)
+        tol = _ROUNDING_SAFETY * u * (b.shape[0] + K) ** 0.5 * (rss + Wv_bound)
         return ((lhs - rhs).abs() <= tol).all()
 
     def solve(self, blocks, grads: Dict[str, torch.Tensor], damping: float,
