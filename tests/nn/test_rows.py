@@ -197,3 +197,32 @@ def test_row_route_on_cuda():
         for n in g:
             assert g[n].is_cuda and torch.allclose(g[n], r[n], atol=1e-12, rtol=1e-9), n
     assert "2" in p1.recorder.rows.used   # the 64-wide hidden layer at 8 rows
+
+
+def test_eigen_adam_rotates_the_gradient_from_the_rows_as_from_the_gradient(monkeypatch):
+    """The default K-FAC step (Adam in the eigenbasis) takes U_G^T V U_A from the batch's rows where they give
+    the gradient: equal to rotating that gradient, on every block and step. (Whole runs are not compared: with
+    fewer rows than a layer is wide its factors are rank-deficient, and the eigenbasis of their null space,
+    which Adam's normalisation then acts on, is decided by rounding.)"""
+    from infogeo.nn.curvature.kron import EigenbasisKronBlock
+    used = []
+    real = EigenbasisKronBlock.rotate_rows
+
+    def spy(self, b, a):
+        got = real(self, b, a)
+        want = self.rotate(b.T @ self._inputs_times(a, None))   # the gradient from the rows, rotated densely
+        assert torch.allclose(got, want, atol=1e-14, rtol=1e-10)
+        used.append(self.weight)
+        return got
+    monkeypatch.setattr(EigenbasisKronBlock, "rotate_rows", spy)
+    model = net(width=24)
+    opt = ig.nn.NaturalGradient(model, curvature_update_period=2)
+    assert opt.step_rule == "eigen-adam"
+    data = batches_of((8,))
+    for k in range(6):
+        (x, y), = data(k)
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+    assert "2.weight" in used and len(used) >= 5   # the 24 x 24 layer (the 6-wide input: cheaper densely)
+    assert opt.preconditioner.take_rows() == {}   # given once, not kept

@@ -331,11 +331,17 @@ class EigenbasisKronBlock(KronBlock):
     def solve_matrix(self, V, damping):
         return self.join(self._eigen_solve(self.rotate(V), damping))
 
-    def solve_rows(self, b, a, damping):
-        r"""The gradient rotated from its rows, :math:`(bU_G)^T(\bar aU_A)`, then scaled and rotated back."""
+    def rotate_rows(self, b: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        r""":math:`U_G^T\bar VU_A` of the gradient :math:`\bar V = b^T\bar a` from its rows, :math:`(bU_G)^T(\bar aU_A)`:
+        :math:`R(\text{out}^2+\text{in}^2+\text{out}\cdot\text{in})` multiply-adds instead of
+        :math:`\text{out}\cdot\text{in}\,(\text{out}+\text{in})`."""
         Ua, Ug = self.basis()
         bt = b if Ug is None else b @ Ug
-        return self._eigen_solve(bt.T @ self._inputs_times(a, Ua), damping)
+        return bt.T @ self._inputs_times(a, Ua)
+
+    def solve_rows(self, b, a, damping):
+        r"""The gradient rotated from its rows (:meth:`rotate_rows`), then scaled and rotated back."""
+        return self._eigen_solve(self.rotate_rows(b, a), damping)
 
     def factorisation(self, damping):
         # a diagonal factor's basis (None) travels as an empty placeholder

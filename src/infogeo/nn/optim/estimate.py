@@ -262,6 +262,15 @@ class CurvatureEstimate:
             raise ValueError("no curvature yet: take a step first")
         return C.mv(None, v)
 
+    def rows_of(self, g: Params) -> Dict[str, tuple]:
+        """The batch's rows ``(b, a)`` that give the gradient in ``g`` of each Kronecker block of the factorisation
+        (:mod:`.rows`; the others have none), by the block's weight name."""
+        blocks, rows = getattr(self.solver, "blocks", None), self.recorder.rows
+        if rows is None or not blocks:
+            return {}
+        g = {n: t.to(self.factor_dtype) for n, t in g.items()}
+        return {b.weight: r for b, r in zip(blocks, rows.plan(blocks, g)) if r is not None}
+
     def solve(self, g: Params, damping: float, errors: list) -> Params:
         r""":math:`(C+\lambda I)^{-1}g` in the factor dtype: from the batch's rows where that pays (:mod:`.rows`),
         on the blocks' owners under the ``"memory"`` placement.  Errors met on owned blocks go to ``errors``."""

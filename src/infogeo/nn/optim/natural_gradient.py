@@ -330,10 +330,12 @@ class NaturalGradient(torch.optim.Optimizer):
         lrs = pre.learning_rates()
         params = dict(zip(pre.names, pre.params))
         steps, kept = {}, {}   # kept: the state and join/split of each block's parameters (the last step's)
-        for b in getattr(pre.solver, "blocks", ()):
-            if isinstance(b, EigenbasisKronBlock):
-                kept.update(dict.fromkeys(b.names, (self.state[params[b.names[0]]], b.layout_only().split)))
-                steps.update(b.split(eigen_adam(kept[b.names[0]][0], b.join(raw), b.basis(), self.betas, self.eps)))
+        rows = pre.take_rows()   # the blocks whose gradient the batch's rows give: rotated from them, at less cost
+        for b in (b for b in getattr(pre.solver, "blocks", ()) if isinstance(b, EigenbasisKronBlock)):
+            r = rows.get(b.weight or "")
+            kept.update(dict.fromkeys(b.names, (self.state[params[b.names[0]]], b.layout_only().split)))
+            steps.update(b.split(eigen_adam(kept[b.names[0]][0], b.join(raw), b.basis(), self.betas, self.eps,
+                                            rotated=None if r is None else b.rotate_rows(*r))))
         for n, p in params.items():
             if n not in steps:
                 steps[n] = eigen_adam(self.state[p], raw[n], None, self.betas, self.eps)

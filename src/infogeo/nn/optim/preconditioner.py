@@ -173,6 +173,7 @@ class Preconditioner:
         self.state: Dict[str, Any] = {"step": 0}
         #: why the last step was skipped (``None`` if it was taken): "gradient", "overflow" or "direction"
         self.skip_reason: Optional[str] = None
+        self._rows: Dict[str, tuple] = {}
         #: the running curvature: statistics, their averages and factorisation (:class:`~.estimate.CurvatureEstimate`)
         self.estimate = CurvatureEstimate(
             self.module, self.names, self.kind, self.fisher, _resolve_output_metric(output_metric),
@@ -236,6 +237,12 @@ class Preconditioner:
     def space(self, inputs: Any = None, targets: Optional[torch.Tensor] = None) -> ParameterSpace:
         """The parameter space on a batch (default: the last one the model saw with autograd enabled)."""
         return self.estimate.space(inputs, targets)
+
+    def take_rows(self) -> Dict[str, tuple]:
+        """The rows ``(b, a)`` of the batch that give each Kronecker block's gradient (by weight name), kept by
+        the last :meth:`update` for a step rule that rotates the gradients; given once, then forgotten here."""
+        rows, self._rows = self._rows, {}
+        return rows
 
     def curvature_mv(self, v: Params) -> Params:
         """:math:`Cv` with the current curvature (undamped), ``{name: tensor}``."""
@@ -340,6 +347,7 @@ class Preconditioner:
         weight = dd.share(sizes[:, 0]) if new is not None else 1.0   # unequal batches: weighted by their sizes
         self.estimate.install(self.steps, new, template, weight, self.damping)
         if not solve:
+            self._rows = self.estimate.rows_of(grads)   # before finish_step forgets the batch
             self.finish_step(True)
             return grads
         given, grads = grads, fsdp.gather(grads)

@@ -159,20 +159,22 @@ def _adam(m: torch.Tensor, v: torch.Tensor, k: float, g: torch.Tensor, betas: Tu
 
 
 def eigen_adam(state: Dict[str, torch.Tensor], g: torch.Tensor, basis: Optional[Basis],
-               betas: Tuple[float, float], eps: float) -> torch.Tensor:
+               betas: Tuple[float, float], eps: float, rotated: Optional[torch.Tensor] = None) -> torch.Tensor:
     r"""Adam in a Kronecker eigenbasis: :math:`U_G\,[\hat m/(\sqrt{\hat v}+\epsilon)]\,U_A^T` (step rule ``"eigen-adam"``).
 
     ``g`` is a block's gradient :math:`\bar W` (``(out, in [+ 1])``, the weight and bias joined) and
     ``basis`` its eigenvectors ``(U_A, U_G)``; the moments :math:`m, v` are those of the rotated gradient
     :math:`\tilde g = U_G^T\bar WU_A`.  A basis other than the one the moments were kept in first carries
     them over (:func:`change_basis`).  ``basis=None``: Adam on the raw coordinates of ``g`` (a parameter
-    without Kronecker factors).  Returns the unscaled step (the caller multiplies by :math:`-\eta`);
+    without Kronecker factors).  ``rotated``: :math:`\tilde g` already computed (from the batch's rows), in
+    place of ``g``.  Returns the unscaled step (the caller multiplies by :math:`-\eta`);
     ``state`` holds ``exp_avg``, ``exp_avg_sq``, ``step`` and the basis ``U_A``, ``U_G``.
     """
     if basis is not None:
         change_basis(state, basis)
         Ua, Ug = basis
-        g = _turn(g.to(_dtype(basis, g)), Ug.T if Ug is not None else None, Ua)
+        g = rotated.to(_dtype(basis, rotated)) if rotated is not None else \
+            _turn(g.to(_dtype(basis, g)), Ug.T if Ug is not None else None, Ua)
     if "exp_avg" not in state:
         state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(g), torch.zeros_like(g)
         state["step"] = torch.zeros((), dtype=torch.float64)
