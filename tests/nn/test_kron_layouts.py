@@ -43,6 +43,18 @@ def flat(d):
 
 
 # ----------------------------------------------------------------- the damped inverses are classes
+
+def train_losses(model, opt, X, y, steps):
+    """The batch losses of ``steps`` optimizer steps on one batch (cross-entropy)."""
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(X), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
 def test_the_inverse_option_selects_the_block_class():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2)).double()
@@ -216,14 +228,8 @@ def test_the_optimizer_trains_with_a_diagonal_side(curvature):
     y = torch.randint(0, 9, (32,), generator=torch.Generator().manual_seed(9))
     kfac._SAID.clear()
     opt = ig.nn.NaturalGradient(model, curvature=curvature, max_factor_dim=8, curvature_update_period=1)
-    losses = []
     with pytest.warns(RuntimeWarning, match="instead"):
-        for _ in range(25):
-            opt.zero_grad()
-            loss = torch.nn.functional.cross_entropy(model(X), y)
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
+        losses = train_losses(model, opt, X, y, 25)
     assert all(math.isfinite(v) for v in losses) and losses[-1] < 0.9 * losses[0]
 
 
@@ -278,13 +284,7 @@ def test_a_factor_over_max_factor_bytes_keeps_its_diagonal_the_exact_expectation
     assert space.curvature("kfac").blocks[0].G.dim() == 2   # the default keeps it dense
     y = torch.randint(0, 40, (16,), generator=torch.Generator().manual_seed(13))
     opt = ig.nn.NaturalGradient(model, curvature="kfac", max_factor_bytes=10_000, curvature_update_period=1)
-    losses = []
-    for _ in range(20):
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(X), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = train_losses(model, opt, X, y, 20)
     assert opt.preconditioner.solver.blocks[0].G.dim() == 1
     assert all(math.isfinite(x) for x in losses) and losses[-1] < 0.9 * losses[0]
 
