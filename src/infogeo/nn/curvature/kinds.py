@@ -68,7 +68,6 @@ class Kind:
             raise ValueError(f"unknown {title} inverse {word!r}; expected one of {tuple(self.inverses)}")
         return _load(path)
 
-
     def check_options(self, options: Dict[str, Any]) -> None:
         """Refuse, before anything is built, an option this kind's builder does not take or a value it cannot use
         (a ``ValueError`` naming it); kinds whose builders ignore the options they do not know take any."""

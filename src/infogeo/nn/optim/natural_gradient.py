@@ -334,8 +334,8 @@ class NaturalGradient(torch.optim.Optimizer):
         for b in (b for b in getattr(pre.solver, "blocks", ()) if isinstance(b, EigenbasisKronBlock)):
             r = rows.get(b.weight or "")
             kept.update(dict.fromkeys(b.names, (self.state[params[b.names[0]]], b.layout_only().split)))
-            steps.update(b.split(eigen_adam(kept[b.names[0]][0], b.join(raw), b.basis(), self.betas, self.eps,
-                                            rotated=None if r is None else b.rotate_rows(*r))))
+            steps.update(b.split(eigen_adam(kept[b.names[0]][0], None if r else b.join(raw), b.basis(), self.betas,
+                                            self.eps, rotated=b.rotate_rows(*r) if r else None)))
         for n, p in params.items():
             if n not in steps:
                 steps[n] = eigen_adam(self.state[p], raw[n], None, self.betas, self.eps)

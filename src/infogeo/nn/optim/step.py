@@ -49,7 +49,7 @@ for Adam.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple, cast
 
 import torch
 
@@ -129,12 +129,17 @@ def eigen_adam_again(state: Dict[str, torch.Tensor], split: Any, name: str, dtyp
     :math:`U_G\,[\hat m/(\sqrt{\hat v}+\epsilon)]\,U_A^T` with the basis it kept (``split``: a block's
     :meth:`~infogeo.nn.curvature.kron.KronBlock.split`, whose ``name`` entry is taken; ``None``: a parameter
     without Kronecker factors)."""
-    u = _adam_direction(state["exp_avg"], state["exp_avg_sq"], float(state["step"]), betas, eps)
-    Ua, Ug = state.get("U_A"), state.get("U_G")
-    if Ua is not None or Ug is not None:
-        u = _turn(u, Ug, Ua.T if Ua is not None else None)
+    u = _eigen_direction(state, betas, eps)
     u = u if split is None else split(u)[name]
     return u.to(dtype).mul_(-lr)
+
+
+def _eigen_direction(state: Dict[str, torch.Tensor], betas: Tuple[float, float], eps: float) -> torch.Tensor:
+    r""":math:`U_G\,[\hat m/(\sqrt{\hat v}+\epsilon)]\,U_A^T` of the moments and basis in ``state`` (no basis: the
+    raw coordinates)."""
+    u = _adam_direction(state["exp_avg"], state["exp_avg_sq"], float(state["step"]), betas, eps)
+    Ua, Ug = state.get("U_A"), state.get("U_G")
+    return u if Ua is None and Ug is None else _turn(u, Ug, Ua.T if Ua is not None else None)
 
 
 def _moments(m: torch.Tensor, v: torch.Tensor, g: torch.Tensor, betas: Tuple[float, float]) -> None:
@@ -151,14 +156,7 @@ def _adam_direction(m: torch.Tensor, v: torch.Tensor, k: float, betas: Tuple[flo
     return (m / (1 - b1 ** k)) / ((v / (1 - b2 ** k)).sqrt_().add_(eps))
 
 
-def _adam(m: torch.Tensor, v: torch.Tensor, k: float, g: torch.Tensor, betas: Tuple[float, float],
-          eps: float) -> torch.Tensor:
-    r"""Adam's moments updated in place with ``g`` at step ``k``; returns :math:`\hat m/(\sqrt{\hat v}+\epsilon)`."""
-    _moments(m, v, g, betas)
-    return _adam_direction(m, v, k, betas, eps)
-
-
-def eigen_adam(state: Dict[str, torch.Tensor], g: torch.Tensor, basis: Optional[Basis],
+def eigen_adam(state: Dict[str, torch.Tensor], g: Optional[torch.Tensor], basis: Optional[Basis],
                betas: Tuple[float, float], eps: float, rotated: Optional[torch.Tensor] = None) -> torch.Tensor:
     r"""Adam in a Kronecker eigenbasis: :math:`U_G\,[\hat m/(\sqrt{\hat v}+\epsilon)]\,U_A^T` (step rule ``"eigen-adam"``).
 
@@ -167,20 +165,24 @@ def eigen_adam(state: Dict[str, torch.Tensor], g: torch.Tensor, basis: Optional[
     :math:`\tilde g = U_G^T\bar WU_A`.  A basis other than the one the moments were kept in first carries
     them over (:func:`change_basis`).  ``basis=None``: Adam on the raw coordinates of ``g`` (a parameter
     without Kronecker factors).  ``rotated``: :math:`\tilde g` already computed (from the batch's rows), in
-    place of ``g``.  Returns the unscaled step (the caller multiplies by :math:`-\eta`);
+    place of ``g`` (which may then be ``None``).  Returns the unscaled step (the caller multiplies by :math:`-\eta`);
     ``state`` holds ``exp_avg``, ``exp_avg_sq``, ``step`` and the basis ``U_A``, ``U_G``.
     """
     if basis is not None:
         change_basis(state, basis)
         Ua, Ug = basis
-        g = rotated.to(_dtype(basis, rotated)) if rotated is not None else \
-            _turn(g.to(_dtype(basis, g)), Ug.T if Ug is not None else None, Ua)
+        if rotated is not None:
+            g = rotated.to(_dtype(basis, rotated))
+        else:
+            g = cast(torch.Tensor, g)
+            g = _turn(g.to(_dtype(basis, g)), Ug.T if Ug is not None else None, Ua)
+    g = cast(torch.Tensor, g)
     if "exp_avg" not in state:
         state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(g), torch.zeros_like(g)
         state["step"] = torch.zeros((), dtype=torch.float64)
     state["step"] += 1
-    u = _adam(state["exp_avg"], state["exp_avg_sq"], float(state["step"]), g, betas, eps)
-    return u if basis is None else _turn(u, Ug, Ua.T if Ua is not None else None)
+    _moments(state["exp_avg"], state["exp_avg_sq"], g, betas)
+    return _eigen_direction(state, betas, eps)   # the basis change_basis left in the state
 
 
 def _dtype(basis: Basis, g: torch.Tensor) -> torch.dtype:
