@@ -50,12 +50,12 @@ import torch
 
 from .. import distributed as dd
 from .. import fsdp
-from ..curvature.kron import EigenbasisKronBlock
 from ..space import ParameterSpace
 from . import quadratic, state
 from .preconditioner import Preconditioner
 from .settings import CURVATURES, KINDS, agrees, check_learning_rate, positive_int, positive_number, step_defaults
-from .step import STEP_RULES, LastSteps, eigen_adam, eigen_adam_again, graft, grafted, heavy_ball
+from .gradient_basis import UNFACTORED
+from .step import STEP_RULES, LastSteps, eigen_steps, graft, grafted, heavy_ball
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +99,10 @@ class NaturalGradient(torch.optim.Optimizer):
         squared gradients, and Adam's :math:`\epsilon`.  ``betas=None``: per rule (``settings.BETAS``),
         ``(0.9, 0.95)`` for ``"eigen-adam"`` (SOAP's: a faster second moment follows the scales through each
         change of basis), ``(0.9, 0.999)`` (Adam's) for the others.
+    unfactored : {"soap", "adam"}
+        ``"eigen-adam"``: the step of a weight matrix without Kronecker factors of the Fisher (a recurrent
+        layer's, a shared weight's): Adam in the eigenbasis of its gradient's Shampoo statistics (SOAP), or
+        Adam on its raw coordinates (:mod:`.gradient_basis`).  Vectors (biases, norms) take Adam's step.
     momentum : float
         ``"clip"``: heavy-ball momentum on the natural-gradient direction (torch SGD's rule).
     kl_clip : float, None or "auto"
@@ -127,7 +131,8 @@ class NaturalGradient(torch.optim.Optimizer):
 
     def __init__(self, params: Any, lr: Optional[float] = None, curvature: str = "kfac", damping: float = 1e-3, *,
                  model: Optional[torch.nn.Module] = None, step_rule: Optional[str] = None,
-                 betas: Optional[Tuple[float, float]] = None, eps: float = 1e-8, momentum: float = 0.0,
+                 betas: Optional[Tuple[float, float]] = None, eps: float = 1e-8, unfactored: str = "soap",
+                 momentum: float = 0.0,
                  kl_clip: Union[float, None, str] = "auto", quadratic_model: bool = False,
                  adaptive_damping: bool = False, damping_adaptation_period: int = 5,
                  damping_factor: float = 0.95 ** 5, min_damping: Optional[float] = None, max_retries: int = 3,
@@ -152,6 +157,8 @@ class NaturalGradient(torch.optim.Optimizer):
             raise ValueError("quadratic_model and adaptive_damping are defined on the exact step: pass "
                              "step_rule='clip' (or leave step_rule unset)")
         lr = check_learning_rate(DEFAULT_LR[rule] if lr is None else lr)
+        if unfactored not in UNFACTORED:
+            raise ValueError(f"unfactored must be one of {UNFACTORED}, got {unfactored!r}")
         momentum = positive_number("momentum", momentum, inclusive=True, maximum=1.0)
         if quadratic_model and momentum:
             raise ValueError("quadratic_model=True chooses the momentum itself; pass momentum=0")
@@ -203,7 +210,7 @@ class NaturalGradient(torch.optim.Optimizer):
                              "(FSDP2) keeps sharded; use step_rule='graft' (the default) or 'clip' under FSDP2")
         self.model = model
         self.kl_clip, self.quadratic_model = kl_clip, bool(quadratic_model)
-        self.step_rule, self.betas, self.eps = rule, betas, eps
+        self.step_rule, self.betas, self.eps, self.unfactored = rule, betas, eps, unfactored
         self.adaptive_damping, self.damping_adaptation_period = bool(adaptive_damping), period
         self.damping_factor, self.max_retries = factor, self.preconditioner.max_retries
         self.state[_KEY] = {"previous_step": None}
@@ -299,7 +306,7 @@ class NaturalGradient(torch.optim.Optimizer):
             for n, p in zip(pre.names, pre.params):
                 p.add_(steps[n])
         elif self.step_rule == "eigen-adam":
-            steps = self._eigen_steps(raw, last)
+            steps = eigen_steps(pre, self.state, raw, last, self.betas, self.eps, self.unfactored)
             for n, p in zip(pre.names, pre.params):
                 p.add_(steps[n])
         else:
@@ -324,26 +331,6 @@ class NaturalGradient(torch.optim.Optimizer):
         st["previous_step"] = last if last else steps
         return model_decrease
 
-    def _eigen_steps(self, raw, last: LastSteps):
-        """``"eigen-adam"``: each Kronecker block's step in its eigenbasis, Adam's on the other parameters."""
-        pre = self.preconditioner
-        lrs = pre.learning_rates()
-        params = dict(zip(pre.names, pre.params))
-        steps, kept = {}, {}   # kept: the state and join/split of each block's parameters (the last step's)
-        rows = pre.take_rows()   # the blocks whose gradient the batch's rows give: rotated from them, at less cost
-        for b in (b for b in getattr(pre.solver, "blocks", ()) if isinstance(b, EigenbasisKronBlock)):
-            r = rows.get(b.weight or "")
-            kept.update(dict.fromkeys(b.names, (self.state[params[b.names[0]]], b.layout_only().split)))
-            steps.update(b.split(eigen_adam(kept[b.names[0]][0], None if r else b.join(raw), b.basis(), self.betas,
-                                            self.eps, rotated=b.rotate_rows(*r) if r else None)))
-        for n, p in params.items():
-            if n not in steps:
-                steps[n] = eigen_adam(self.state[p], raw[n], None, self.betas, self.eps)
-            steps[n] = steps[n].to(p.dtype).mul_(-lrs[id(p)])
-            moments, split = kept.get(n, (self.state[p], None))
-            last.record(n, partial(eigen_adam_again, moments, split, n, p.dtype, lrs[id(p)], betas=self.betas,
-                                   eps=self.eps))
-        return steps
 
     def _quadratic_step(self, raw, delta, space):
         pre = self.preconditioner

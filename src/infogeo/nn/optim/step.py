@@ -42,19 +42,24 @@ eigenbasis") kept as Adam keeps its second moment, and its square root taken as 
 eigenbasis of the gradients' own outer products; here the basis is the model Fisher's, refreshed on the
 curvature's schedule, and the moments are carried over to each new basis (:func:`change_basis`).
 A diagonal factor (an Embedding's token side, a vocabulary-sized side) has the identity as its
-eigenbasis, so that side is not rotated; parameters without Kronecker factors (norms, biases of other
+eigenbasis, so that side is not rotated; a weight matrix without Kronecker factors steps in the eigenbasis
+of its own gradient's statistics (SOAP's; :mod:`.gradient_basis`), and vectors (norms, biases of other
 layers) take Adam's step on their raw coordinates.  With :math:`U_A, U_G` the identity the rule is Adam; :math:`\eta` means what it means
 for Adam.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple, cast
 
 import torch
 
-__all__ = ["STEP_RULES", "graft", "grafted", "LastSteps", "heavy_ball", "eigen_adam", "eigen_adam_again",
-           "change_basis"]
+from ..curvature.kron import EigenbasisKronBlock
+from .gradient_basis import gradient_basis, matrix_view
+
+__all__ = ["STEP_RULES", "graft", "grafted", "LastSteps", "heavy_ball", "eigen_steps", "eigen_adam",
+           "eigen_adam_again", "change_basis"]
 
 #: the step rules NaturalGradient accepts
 STEP_RULES = ("graft", "clip", "eigen-adam")
@@ -132,6 +137,40 @@ def eigen_adam_again(state: Dict[str, torch.Tensor], split: Any, name: str, dtyp
     u = _eigen_direction(state, betas, eps)
     u = u if split is None else split(u)[name]
     return u.to(dtype).mul_(-lr)
+
+
+def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastSteps, betas: Tuple[float, float],
+                eps: float, unfactored: str) -> Dict[str, torch.Tensor]:
+    r"""The ``"eigen-adam"`` steps :math:`-\eta\,u` of every parameter of the preconditioner ``pre``, from the gradients
+    ``raw``: each Kronecker block's in its eigenbasis (rotated from the batch's rows where they give the
+    gradient at less cost), each other matrix's in its gradient's eigenbasis (``unfactored="soap"``,
+    :mod:`.gradient_basis`) or, like vectors, on its raw coordinates.  ``states``: the optimizer's per-parameter
+    state; ``last`` records how to recompute each step (to undo it)."""
+    lrs = pre.learning_rates()
+    params = dict(zip(pre.names, pre.params))
+    steps, kept = {}, {}   # kept: the state and split of each parameter's direction (the last step's)
+    rows = pre.take_rows()
+    for b in (b for b in getattr(pre.solver, "blocks", ()) if isinstance(b, EigenbasisKronBlock)):
+        r = rows.get(b.weight or "")
+        kept.update(dict.fromkeys(b.names, (states[params[b.names[0]]], b.layout_only().split)))
+        steps.update(b.split(eigen_adam(kept[b.names[0]][0], None if r else b.join(raw), b.basis(), betas, eps,
+                                        rotated=b.rotate_rows(*r) if r else None)))
+    for n, p in params.items():
+        G = matrix_view(raw[n]) if unfactored == "soap" and n not in steps else None
+        if G is not None:
+            steps[n] = eigen_adam(states[p], G, gradient_basis(states[p], G), betas, eps).reshape(p.shape)
+            kept[n] = (states[p], partial(_as_param, n, p.shape))
+        elif n not in steps:
+            steps[n] = eigen_adam(states[p], raw[n], None, betas, eps)
+        steps[n] = steps[n].to(p.dtype).mul_(-lrs[id(p)])
+        moments, split = kept.get(n, (states[p], None))
+        last.record(n, partial(eigen_adam_again, moments, split, n, p.dtype, lrs[id(p)], betas=betas, eps=eps))
+    return steps
+
+
+def _as_param(name: str, shape: torch.Size, u: torch.Tensor) -> Dict[str, torch.Tensor]:
+    """A direction of a matrix view in its parameter's shape (the split of a matrix without Kronecker factors)."""
+    return {name: u.reshape(shape)}
 
 
 def _eigen_direction(state: Dict[str, torch.Tensor], betas: Tuple[float, float], eps: float) -> torch.Tensor:
