@@ -105,7 +105,7 @@ class AffineRule(LayerRule):
         return w.numel() // w.shape[0] if self.transposed else w.shape[0]
 
     def bias_column(self, layer) -> bool:
-        """Whether the layer's bias is the last column of :math:`\bar W` (it has one, not in a block of its own)."""
+        r"""Whether the layer's bias is the last column of :math:`\bar W` (it has one, not in a block of its own)."""
         return "bias" in layer.params and not self.separate_bias
 
     def bias_gradient(self, g: torch.Tensor) -> torch.Tensor:
@@ -176,7 +176,7 @@ class AffineRule(LayerRule):
             yield out
 
     def closed_diagonal(self, layer) -> bool:
-        """Whether :meth:`diagonal` has its closed form (one position; a bias, if any, a column of :math:`\bar W`)."""
+        r"""Whether :meth:`diagonal` has its closed form (one position; a bias, if any, a column of :math:`\bar W`)."""
         return self.single_position(layer) and not ("bias" in layer.params and self.separate_bias)
 
     def diagonal_sink(self, layer, cols) -> Optional[Sink]:
