@@ -62,7 +62,8 @@ def euclidean_pullback(model, X):
     p = {n: q.detach() for n, q in model.named_parameters()}
     J = jacrev(lambda q: functional_call(model, q, (X,)))(p)
     z = model(X)
-    Jm = torch.cat([J[n].reshape(z.numel(), -1) for n in p], 1).reshape(X.shape[0], -1, sum(map(torch.numel, p.values())))
+    Jm = torch.cat([J[n].reshape(z.numel(), -1) for n in p], 1).reshape(X.shape[0], -1,
+                                                                       sum(map(torch.numel, p.values())))
     return torch.einsum("nip,niq->pq", Jm, Jm) / X.shape[0]
 
 

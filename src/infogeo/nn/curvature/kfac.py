@@ -216,7 +216,8 @@ class KFAC(BlockCurvature):
         limits = check_factor_limits(max_factor_dim, max_factor_bytes)
 
         def make_blocks(layers, layouts, cols):
-            return [b for l, lay in zip(layers, layouts) for b in kron_blocks(space, l, block_cls, lay, kfac_approx, mask)]
+            return [b for l, lay in zip(layers, layouts)
+                    for b in kron_blocks(space, l, block_cls, lay, kfac_approx, mask)]
         blocks = factored_blocks(space, factor_fn, kfac_reducer(kfac_approx, *limits, bool(factors_only)),
                                  per_position, chunk_elements, make_blocks, limits, kfac_approx, bool(factors_only))
         return cls(space.layout, blocks, space.point)

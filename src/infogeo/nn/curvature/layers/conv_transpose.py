@@ -15,9 +15,11 @@ roles of input and output exchanged.  In the ``(out, in)`` layout of :class:`~.b
 :math:`x_t` and the output rows the :math:`u_t`, so K-FAC-expand's factors are
 :math:`A = \frac1{NT}\sum_{n,t}x_{nt}x_{nt}^T` (:math:`C_\text{in}^2`) and
 :math:`G = \frac1N\sum_{j,n,t}u_{jnt}u_{jnt}^T` (:math:`(C_\text{out}K)^2`), the input positions being the
-positions of Eschenhagen et al. (2023); with one input position under the Euclidean output metric the block is
-exact.  ``output_padding`` lengthens the output on the far side of each axis: the padded gradient then holds
-windows past the last input position (where ``output_padding`` reaches the stride), which are dropped.
+positions of Eschenhagen et al. (2023) (``reduce``: the mean of the :math:`x_t` and the sum of the :math:`u_t`).
+Under the Euclidean output metric the weight's block of a lone layer is then exact for one input position, and
+for patches that do not overlap (stride equal to the kernel, no padding or dilation).  ``output_padding``
+lengthens the output on the far side of each axis: the padded gradient then holds windows past the last input
+position (where ``output_padding`` reaches the stride), which are dropped.
 
 The bias gradient is :math:`\sum_s g_s` over all output positions, which the patches do not add up to (a
 position is read by as many patches as kernel taps reach it: none, one or several), so the bias has a block
