@@ -59,6 +59,15 @@ MODELS = {
     "cnn": (lambda: torch.nn.Sequential(torch.nn.Conv2d(2, 3, 3, padding=1), torch.nn.Tanh(), torch.nn.Flatten(),
                                         torch.nn.Linear(3 * 4 * 4, 3)),
             lambda g: torch.randn(4, 2, 4, 4, generator=g, dtype=torch.float64), 3, {"conv", "linear"}),
+    # stride, padding and output_padding; the bias a block of its own
+    "conv-transpose": (lambda: torch.nn.Sequential(torch.nn.ConvTranspose2d(2, 3, 3, stride=2, padding=1,
+                                                                            output_padding=1),
+                                                   torch.nn.Tanh(), torch.nn.Flatten(), torch.nn.Linear(3 * 6 * 6, 3)),
+                       lambda g: torch.randn(4, 2, 3, 3, generator=g, dtype=torch.float64), 3,
+                       {"conv_transpose", "linear"}),
+    # alone, dilation, output_padding past the stride, no bias: outputs (N, C_out, L) classified over L
+    "conv-transpose-1d": (lambda: torch.nn.ConvTranspose1d(3, 2, 3, dilation=2, output_padding=1, bias=False),
+                          lambda g: torch.randn(4, 3, 4, generator=g, dtype=torch.float64), 9, {"conv_transpose"}),
     "hf-conv1d": (_conv1d_model, lambda g: torch.randn(4, 3, 3, generator=g, dtype=torch.float64), 3, {"hf_conv1d"}),
     "sequence": (Seq, lambda g: torch.randint(0, 5, (3, 4), generator=g), 4, {"embedding", "module", "linear"}),
     # tokens repeat within a sequence, and padding_idx (no gradient) occurs

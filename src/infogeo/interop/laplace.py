@@ -180,7 +180,7 @@ def _kron_factors(C, space, a_scale: float, b_scale: float) -> Dict[str, List[to
             if block.transposed or block.A.dim() == 1 or block.G.dim() == 1:
                 raise ValueError(f"laplace's kron structure needs dense Kronecker factors of an (out, in) weight for "
                                  f"{block.names}, but infogeo's K-FAC keeps a diagonal factor or a transposed weight "
-                                 "there (an Embedding, a vocabulary-sized side, Hugging Face Conv1D); use "
+                                 "there (an Embedding, a vocabulary-sized side, Hugging Face Conv1D, a transposed convolution); use "
                                  "hessian_structure='diag' or 'full'")
             B = block.G * b_scale
             n_in = block.A.shape[0] - (block.bias is not None)

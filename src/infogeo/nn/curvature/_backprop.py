@@ -124,6 +124,7 @@ class Layer:
     output: Any = None                       # autograd edge of the output, during capture
     output_shape: Any = None
     stat: Any = None                         # what a reducer accumulated over the columns
+    bias_stat: Any = None                    # the same for a bias with a block of its own (AffineRule.separate_bias)
     stat_unsquared: bool = False             # square_sum: ``stat`` still holds the single column b
 
     @property
@@ -208,7 +209,7 @@ def _classify(layer: Layer, calls: List[_Call], N: int) -> Optional[LayerRule]:
         return None
     if any(isinstance(v, torch.Tensor) for v in kwargs.values()):
         return None
-    return rule_for(layer.module, args, kwargs)
+    return rule_for(layer.module, args, kwargs).bind(layer.module, args)
 
 
 class Columns:

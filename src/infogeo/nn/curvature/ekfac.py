@@ -31,7 +31,7 @@ from .blockwise import BlockCurvature
 from .blocks import Block
 from .kron import EigenbasisKronBlock
 from .kfac import (MAX_FACTOR_BYTES, MAX_FACTOR_DIM, check_factor_limits, factor_layout, factored_blocks,
-                   kfac_reducer, kron_block, position_mask)
+                   kfac_reducer, kron_blocks, position_mask)
 from .layers.base import CHUNK_ELEMENTS, chunks
 
 #: a basis per layer, keyed by the weight's (or bias') parameter name: ``(U_A, U_G)``
@@ -129,7 +129,7 @@ def eigen_correction(space, layer: bp.Layer, cols: bp.Columns, Ua: torch.Tensor,
     parts = []
     if "weight" in layer.params:
         parts.append(a)
-    if "bias" in layer.params:
+    if rule.bias_column(layer):
         parts.append(torch.ones(N, T, 1, dtype=dt, device=a.device))
     at = torch.cat(parts, dim=2) if len(parts) > 1 else parts[0]
     if Ua is not None:
@@ -149,6 +149,13 @@ def eigen_correction(space, layer: bp.Layer, cols: bp.Columns, Ua: torch.Tensor,
             P = torch.einsum("nto,nti->noi", bt[sl], at[sl])          # rotated pseudo-gradients of the rows
             s.add_(P.square().sum(0))
     return s.div_(space.batch_size)
+
+
+def moment_scales(G: torch.Tensor, Ua: Optional[torch.Tensor], Ug: Optional[torch.Tensor]) -> torch.Tensor:
+    r"""EKFAC's scales of a block :math:`G\otimes[1]` whose :math:`G` is the exact second moment of its rows (a
+    bias in a block of its own): :math:`s = \operatorname{diag}(U_G^TGU_G)\,(U_A^{\odot 2})`, ``(out, 1)``."""
+    d = G if Ug is None else torch.einsum("io,ij,jo->o", Ug, G, Ug)
+    return d.unsqueeze(1) * (1 if Ua is None else Ua[:1].square())   # a new tensor: the caller scales it in place
 
 
 def _fits(basis: Tuple[Optional[torch.Tensor], Optional[torch.Tensor]], block: EigenKronBlock) -> bool:
@@ -197,19 +204,23 @@ class EKFAC(BlockCurvature):
         def make_blocks(layers: List[bp.Layer], layouts, cols: bp.Columns) -> List[EigenKronBlock]:
             blocks = []
             for layer, layout in zip(layers, layouts):
-                kron = cast(EigenKronBlock, kron_block(space, layer, EigenKronBlock, layout, kfac_approx, mask))
-                if defer:   # the layer's inputs and output gradients are kept until the basis is known
-                    kron.pending = [(1.0, (lambda l: lambda Ua, Ug: eigen_correction(space, l, cols, Ua, Ug,
-                                                                                     chunk_elements))(layer))]
+                for kron in cast(List[EigenKronBlock], kron_blocks(space, layer, EigenKronBlock, layout,
+                                                                   kfac_approx, mask)):
+                    if kron.weight is None and layer.rule.separate_bias:   # a bias's own exact block
+                        measure = (lambda G: lambda Ua, Ug: moment_scales(G, Ua, Ug))(kron.G.clone())
+                    else:
+                        measure = (lambda l: lambda Ua, Ug: eigen_correction(space, l, cols, Ua, Ug,
+                                                                             chunk_elements))(layer)
+                    if defer:   # the layer's inputs and output gradients are kept until the basis is known
+                        kron.pending = [(1.0, measure)]
+                    else:
+                        given = basis.get(kron.key) if basis is not None else None
+                        if given is not None and not _fits(given, kron):
+                            given = None
+                        kron.s = measure(*(given if given is not None else kron.basis()))
                     blocks.append(kron)
-                    continue
-                given = basis.get(kron.key) if basis is not None else None
-                if given is not None and not _fits(given, kron):
-                    given = None
-                Ua, Ug = given if given is not None else kron.basis()
-                kron.s = eigen_correction(space, layer, cols, Ua, Ug, chunk_elements)
-                layer.grad_out, layer.inputs = None, ()
-                blocks.append(kron)
+                if not defer:
+                    layer.grad_out, layer.inputs = None, ()
             return blocks
         blocks = factored_blocks(space, factor_fn, ekfac_reducer(kfac_approx, *limits), per_position,
                                  chunk_elements, make_blocks, limits, kfac_approx)

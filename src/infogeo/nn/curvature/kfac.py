@@ -30,8 +30,9 @@ column at all output positions at once, as curvlinops does, adds
 cross-position terms when layers mix positions, e.g. attention; on
 position-wise networks both agree.)  Which layers have Kronecker factors is
 said by their rule (:mod:`.layers`: Linear, Hugging Face ``Conv1D``,
-convolutions, Embedding with a diagonal input factor); the others (LayerNorm,
-grouped convolutions, custom modules) and parameters taken through the whole
+convolutions and transposed convolutions (whose bias gets a Kronecker block of its
+own, the exact :math:`G_b\otimes[1]`), Embedding with a diagonal input factor); the
+others (LayerNorm, grouped convolutions, custom modules) and parameters taken through the whole
 network get their exact diagonal block instead, so a network of any
 architecture has a K-FAC curvature (mixed representation).  A factor side
 above ``max_factor_dim``, or whose dense factor would exceed ``max_factor_bytes``, is kept as its
@@ -73,16 +74,26 @@ def position_mask(space) -> Optional[torch.Tensor]:
 Layout = Tuple[bool, bool]
 
 
-def kron_block(space, layer: bp.Layer, cls: type, layout: Layout, approx: str = "expand",
-               mask: Optional[torch.Tensor] = None) -> KronBlock:
-    """The factors :math:`A, G` of one layer with Kronecker factors, from its inputs and output gradients,
-    as a block of class ``cls``."""
-    G = layer.stat.div_(space.batch_size)
-    layer.stat = None
+def kron_blocks(space, layer: bp.Layer, cls: type, layout: Layout, approx: str = "expand",
+                mask: Optional[torch.Tensor] = None) -> List[KronBlock]:
+    r"""The factors :math:`A, G` of one layer with Kronecker factors, from its inputs and output gradients,
+    as a block of class ``cls``; a bias kept out of :math:`\bar W` (``rule.separate_bias``) gets a second block
+    :math:`G_b\otimes[1]`, its exact second moment (weight first)."""
+    N = space.batch_size
     rule = layer.rule
     weight = cast(torch.Tensor, layer.module.weight)
-    return cls(layer.params.get("weight"), layer.params.get("bias"), tuple(weight.shape),
-               rule.input_factor(layer, approx, mask, diagonal=layout[1]), G, transposed=rule.transposed)
+    bias = layer.params.get("bias")
+    own = bias is not None and rule.separate_bias
+    blocks = []
+    if "weight" in layer.params or not own:
+        blocks.append(cls(layer.params.get("weight"), None if own else bias, tuple(weight.shape),
+                          rule.input_factor(layer, approx, mask, diagonal=layout[1]), layer.stat.div_(N),
+                          transposed=rule.transposed))
+    if own:
+        Gb = layer.bias_stat.div_(N)
+        blocks.append(cls(None, bias, (Gb.shape[0],), Gb.new_ones(1, 1), Gb))
+    layer.stat = layer.bias_stat = None
+    return blocks
 
 
 #: the largest side of a dense Kronecker factor kept by default (a float32 factor of this side is 256 MiB)
@@ -130,7 +141,7 @@ def factor_layout(layer: bp.Layer, max_factor_dim: int = MAX_FACTOR_DIM, approx:
         return None
     weight = cast(torch.Tensor, layer.module.weight)
     out = rule.out_features(layer.module)
-    n_in = weight.numel() // out + ("bias" in layer.params)
+    n_in = weight.numel() // out + rule.bias_column(layer)
     size = torch.empty((), dtype=accumulation_dtype(weight)).element_size()
     wide_g = not dense_side(out, size, max_factor_dim, max_factor_bytes)
     wide_a = not diag_inputs and not dense_side(n_in, size, max_factor_dim, max_factor_bytes)
@@ -205,7 +216,8 @@ class KFAC(BlockCurvature):
         limits = check_factor_limits(max_factor_dim, max_factor_bytes)
 
         def make_blocks(layers, layouts, cols):
-            return [kron_block(space, l, block_cls, lay, kfac_approx, mask) for l, lay in zip(layers, layouts)]
+            return [b for l, lay in zip(layers, layouts)
+                    for b in kron_blocks(space, l, block_cls, lay, kfac_approx, mask)]
         blocks = factored_blocks(space, factor_fn, kfac_reducer(kfac_approx, *limits, bool(factors_only)),
                                  per_position, chunk_elements, make_blocks, limits, kfac_approx, bool(factors_only))
         return cls(space.layout, blocks, space.point)

@@ -67,9 +67,10 @@ class KronBlock(Block):
     def __init__(self, weight: Optional[str], bias: Optional[str], wshape: Tuple[int, ...], A: torch.Tensor,
                  G: torch.Tensor, transposed: bool = False):
         self.weight, self.bias, self.wshape = weight, bias, tuple(wshape)
-        #: the weight is stored ``(in, out)`` (Hugging Face ``Conv1D``, ``Embedding``): :math:`W` is its transpose
+        #: the weight is stored ``(in, out, ...)`` (Hugging Face ``Conv1D``, ``Embedding``, a transposed convolution):
+        #: :math:`W` is the transpose of ``weight.reshape(in, -1)``
         self.transposed = bool(transposed)
-        self.out = self.wshape[1] if self.transposed else self.wshape[0]
+        self.out = math.prod(self.wshape[1:]) if self.transposed else self.wshape[0]
         self.names = [n for n in (weight, bias) if n is not None]
         self.A, self.G = A, G
 
@@ -85,7 +86,7 @@ class KronBlock(Block):
         parts = []
         if self.weight is not None:
             w = v[self.weight]
-            parts.append(w.T if self.transposed else w.reshape(out, -1))
+            parts.append(w.reshape(w.shape[0], -1).T if self.transposed else w.reshape(out, -1))
         if self.bias is not None:
             parts.append(v[self.bias].reshape(out, 1))
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
@@ -95,7 +96,7 @@ class KronBlock(Block):
         out = {}
         if self.weight is not None:
             W = Wb[:, :Wb.shape[1] - (self.bias is not None)]
-            out[self.weight] = W.T.contiguous() if self.transposed else W.reshape(self.wshape)
+            out[self.weight] = (W.T.contiguous() if self.transposed else W).reshape(self.wshape)
         if self.bias is not None:
             out[self.bias] = Wb[:, -1]
         return out

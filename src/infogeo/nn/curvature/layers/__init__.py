@@ -22,16 +22,18 @@ import torch
 from .base import AffineRule, LayerRule
 from .batchnorm import BatchNormRule
 from .conv import ConvRule
+from .conv_transpose import ConvTransposeRule
 from .embedding import EmbeddingRule
 from .hf_conv1d import HFConv1DRule
 from .linear import LinearRule
 from .module import ModuleRule
 
-__all__ = ["LayerRule", "AffineRule", "LinearRule", "HFConv1DRule", "ConvRule", "EmbeddingRule", "BatchNormRule", "ModuleRule", "RULES",
+__all__ = ["LayerRule", "AffineRule", "LinearRule", "HFConv1DRule", "ConvRule", "ConvTransposeRule", "EmbeddingRule", "BatchNormRule", "ModuleRule", "RULES",
            "register", "unregister", "rule_for", "support_table"]
 
 #: the rules in the order they are tried (the generic :class:`~.module.ModuleRule` last)
-RULES: List[LayerRule] = [LinearRule(), HFConv1DRule(), ConvRule(), EmbeddingRule(), BatchNormRule(), ModuleRule()]
+RULES: List[LayerRule] = [LinearRule(), HFConv1DRule(), ConvRule(), ConvTransposeRule(), EmbeddingRule(), BatchNormRule(),
+                          ModuleRule()]
 
 
 def register(rule: LayerRule, before: Optional[str] = None) -> LayerRule:

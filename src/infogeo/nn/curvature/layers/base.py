@@ -45,7 +45,8 @@ class LayerRule:
 
     A rule is stateless: everything recorded lives on the :class:`~.._backprop.Layer` it is given
     (``layer.module``, ``layer.params`` attribute -> full name, ``layer.inputs``, ``layer.kwargs``,
-    ``layer.grad_out`` of shape ``(columns, N, ...)``, and ``layer.stat`` for column sinks).
+    ``layer.grad_out`` of shape ``(columns, N, ...)``, and ``layer.stat`` for column sinks); a copy
+    :meth:`bind`-ed to one call may hold that call's geometry.
     """
 
     #: short name shown in support tables and logs
@@ -72,6 +73,11 @@ class LayerRule:
         (then it is summed from :meth:`rows`)."""
         return None
 
+    def bind(self, module: torch.nn.Module, args: tuple) -> "LayerRule":
+        """The rule for one call ``module(*args)`` it :meth:`matches` (default: itself).  A rule whose reading of the
+        output gradients depends on the call's geometry returns a copy holding it (a transposed convolution)."""
+        return self
+
     def __repr__(self) -> str:
         return f"<layer rule {self.name!r}>"
 
@@ -87,12 +93,25 @@ class AffineRule(LayerRule):
     """
 
     kronecker = True
-    #: whether the weight is stored as ``(in, out)`` (its transpose is :math:`W`)
+    #: whether the weight is stored as ``(in, out, ...)``: :math:`W` is the transpose of ``weight.reshape(in, -1)``
     transposed = False
+    #: whether a bias has a Kronecker block of its own, :math:`G_b\otimes[1]` with :math:`G_b` the exact second
+    #: moment of its pseudo-gradients :meth:`bias_gradient`, instead of a column of :math:`\bar W` (a bias whose
+    #: gradient is not the sum of the output-gradient rows: a transposed convolution's)
+    separate_bias = False
 
     def out_features(self, module: Any) -> int:
         w = module.weight
-        return w.shape[1] if self.transposed else w.shape[0]
+        return w.numel() // w.shape[0] if self.transposed else w.shape[0]
+
+    def bias_column(self, layer) -> bool:
+        r"""Whether the layer's bias is the last column of :math:`\bar W` (it has one, not in a block of its own)."""
+        return "bias" in layer.params and not self.separate_bias
+
+    def bias_gradient(self, g: torch.Tensor) -> torch.Tensor:
+        """One column's bias pseudo-gradients ``(N, bias)`` (a :attr:`separate_bias` rule's; otherwise the
+        summed output rows)."""
+        return self.summed_outputs(g)
 
     def inputs(self, layer) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """``(a, order)``: input rows ``(N, T, in)`` and the permutation of their last axis to the column order
@@ -123,15 +142,15 @@ class AffineRule(LayerRule):
 
     def weight_matrix(self, module: Any, w: torch.Tensor) -> torch.Tensor:
         """A weight-shaped tensor ``w`` (leading axes allowed) as ``(..., out, in)``."""
+        lead = w.shape[:w.dim() - module.weight.dim()]
         if self.transposed:
-            return w.transpose(-1, -2)
-        out = module.weight.shape[0]
-        return w.reshape(w.shape[:w.dim() - module.weight.dim()] + (out, -1))
+            return w.reshape(lead + (module.weight.shape[0], -1)).transpose(-1, -2)
+        return w.reshape(lead + (module.weight.shape[0], -1))
 
     def weight_from_matrix(self, module: Any, M: torch.Tensor) -> torch.Tensor:
         """The inverse of :meth:`weight_matrix`."""
         if self.transposed:
-            return M.transpose(-1, -2)
+            M = M.transpose(-1, -2)
         return M.reshape(M.shape[:-2] + tuple(module.weight.shape))
 
     # ------------------------------------------------------------ pseudo-gradients
@@ -143,6 +162,9 @@ class AffineRule(LayerRule):
         dt = accumulation_dtype(a, bf)   # autocast: half output gradients; the rows in float32
         a, bf = a.to(dt), bf.to(dt)
         m = layer.module
+        own = None
+        if "bias" in layer.params and self.separate_bias:
+            own = torch.stack([self.bias_gradient(b[j]) for j in range(b.shape[0])]).reshape(R, -1).to(dt)
         for sl in chunks(R, layer.numel, chunk_elements):
             n_idx = torch.arange(sl.start, sl.stop, device=a.device) % N
             out = {}
@@ -150,16 +172,20 @@ class AffineRule(LayerRule):
                 gw = torch.einsum("rto,rti->roi", bf[sl], a[n_idx])
                 out[layer.params["weight"]] = self.weight_from_matrix(m, gw)
             if "bias" in layer.params:
-                out[layer.params["bias"]] = bf[sl].sum(1)
+                out[layer.params["bias"]] = bf[sl].sum(1) if own is None else own[sl]
             yield out
 
+    def closed_diagonal(self, layer) -> bool:
+        r"""Whether :meth:`diagonal` has its closed form (one position; a bias, if any, a column of :math:`\bar W`)."""
+        return self.single_position(layer) and not ("bias" in layer.params and self.separate_bias)
+
     def diagonal_sink(self, layer, cols) -> Optional[Sink]:
-        return square_sum(layer) if self.single_position(layer) else None
+        return square_sum(layer) if self.closed_diagonal(layer) else None
 
     def diagonal(self, layer, N: int) -> Optional[Dict[str, torch.Tensor]]:
         r"""One position per example: :math:`(\mathcal D W_{r})_{oi}^2 = b_{ro}^2 a_{ri}^2`, so the diagonal is
         :math:`\frac1N\sum_n(\sum_k b_{kn}^{\odot 2})(a_n^{\odot 2})^T`, one product and no per-example gradient."""
-        if not self.single_position(layer):
+        if not self.closed_diagonal(layer):
             return None
         # the sum over columns k first, O(N out): accumulated during the backward passes when possible
         b2 = squared_stat(layer) if layer.stat is not None else \
@@ -200,14 +226,15 @@ class AffineRule(LayerRule):
         a, order = self.factor_inputs(layer, approx, mask)
         a = a.to(accumulation_dtype(a))
         R, n_in = a.shape
-        if order is not None and "bias" in layer.params:
+        bias = self.bias_column(layer)
+        if order is not None and bias:
             order = torch.cat([order, order.new_tensor([n_in])])
         if diagonal:
             parts = ([a.square().sum(0)] if "weight" in layer.params else []) + \
-                ([a.new_full((1,), float(R))] if "bias" in layer.params else [])
+                ([a.new_full((1,), float(R))] if bias else [])
             A = torch.cat(parts) if len(parts) > 1 else parts[0]
             return (A if order is None else A[order]).div_(max(R, 1))
-        if "weight" in layer.params and "bias" in layer.params:
+        if "weight" in layer.params and bias:
             # A of the bias-augmented input [a, 1], filled blockwise instead of concatenating a copy of a
             A = torch.empty(n_in + 1, n_in + 1, dtype=a.dtype, device=a.device)
             gram(a, out=A[:n_in, :n_in])
@@ -225,12 +252,18 @@ class AffineRule(LayerRule):
 
     def gradient_sink(self, layer, reduce_positions: bool = False, diagonal: bool = False) -> Sink:
         r"""Column sink accumulating :math:`\sum_{j,n,t} b_{jnt} b_{jnt}^T` into ``layer.stat`` (K-FAC's :math:`G`;
-        with ``reduce_positions``, of :math:`\sum_t b_{jnt}`; with ``diagonal``, only its diagonal)."""
-        def sink(j, g):
-            b = self.summed_outputs(g) if reduce_positions else self.position_rows(g)
+        with ``reduce_positions``, of :math:`\sum_t b_{jnt}`; with ``diagonal``, only its diagonal), and for a
+        :attr:`separate_bias` the second moment of the bias pseudo-gradients into ``layer.bias_stat``."""
+        own = "bias" in layer.params and self.separate_bias
+
+        def moment(b, acc):
             if diagonal:
                 b = b.to(accumulation_dtype(b))
-                layer.stat = b.square().sum(0) if layer.stat is None else layer.stat.add_(b.square().sum(0))
-                return
-            layer.stat = gram(b) if layer.stat is None else layer.stat.add_(gram(b))
+                return b.square().sum(0) if acc is None else acc.add_(b.square().sum(0))
+            return gram(b) if acc is None else acc.add_(gram(b))
+
+        def sink(j, g):
+            layer.stat = moment(self.summed_outputs(g) if reduce_positions else self.position_rows(g), layer.stat)
+            if own:
+                layer.bias_stat = moment(self.bias_gradient(g), layer.bias_stat)
         return sink

@@ -3,7 +3,7 @@ r"""Any other module called once per forward: per-example vector-Jacobian produc
 By ``torch.func.vmap`` of the module's own vjp per example, or a loop over examples where vmap
 cannot batch the module (the fused kernels of ``nn.RNN``/``LSTM``/``GRU``, data-dependent control
 flow).  Exact for any module whose examples do not interact (LayerNorm, Embedding, attention,
-recurrent layers, grouped and transposed convolutions, a user's own module).
+recurrent layers, grouped convolutions, a user's own module).
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ class ModuleRule(LayerRule):
     """The generic rule: any module, by per-example vjps of the module (last in the registry)."""
 
     name = "module"
-    description = ("any other module called once (LayerNorm, attention, RNN/LSTM/GRU, grouped and "
-                   "transposed convolutions, your own): exact per-example vjps of the module, diagonal blocks")
+    description = ("any other module called once (LayerNorm, attention, RNN/LSTM/GRU, grouped or depthwise "
+                   "convolutions, your own): exact per-example vjps of the module, diagonal blocks")
 
     def matches(self, module, args, kwargs) -> bool:
         return True
