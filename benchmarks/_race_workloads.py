@@ -164,7 +164,8 @@ class TinyGPT2(torch.nn.Module):
         super().__init__()
         import transformers
         cfg = transformers.GPT2Config(vocab_size=128, n_positions=context, n_embd=64, n_layer=2, n_head=4,
-                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0,
+                                      eos_token_id=0)   # GPT-2's 50256 lies outside this vocabulary
         self.lm = transformers.GPT2LMHeadModel(cfg)
 
     def forward(self, idx):
