@@ -246,3 +246,29 @@ def test_convolution_patches_reproduce_the_layer(conv):
     with torch.no_grad():
         got = ConvRule().ordered_inputs(layer) @ m.weight.reshape(3, -1).T + m.bias
         assert rel(got, m(x).flatten(2).transpose(1, 2)) < 1e-14
+
+
+def test_foreign_uses_are_found_in_lists_kwargs_and_nested_arguments_but_not_inside_the_owner():
+    """A parameter read by a torch function while its owning module is not running is a foreign use, however the
+    function receives it (a list for cat, a keyword, a tuple in a list); inside its owner it is not."""
+    from infogeo.nn.curvature._backprop import owners
+    from infogeo.nn.curvature.uses import ForeignUses
+
+    lin, other = torch.nn.Linear(3, 3), torch.nn.Linear(3, 3)
+    model = torch.nn.ModuleDict({"lin": lin, "other": other})
+    x = torch.randn(2, 3)
+    uses = {
+        "plain": lambda: lin(x),
+        "list": lambda: torch.cat([x, lin.weight]),
+        "keyword": lambda: torch.nn.functional.linear(x, weight=lin.weight),
+        "nested": lambda: torch.stack([t for t in ((x[0], lin.bias),)[0]]),
+        "metadata only": lambda: torch.zeros(lin.weight.size()),
+    }
+    want = {"plain": set(), "list": {"lin.weight"}, "keyword": {"lin.weight"}, "nested": {"lin.bias"},
+            "metadata only": set()}
+    names = [n for n, _ in model.named_parameters()]
+    for case, use in uses.items():
+        watch = ForeignUses(dict(model.named_parameters()), owners(model, names))
+        with watch:
+            use()
+        assert watch.foreign == want[case], case

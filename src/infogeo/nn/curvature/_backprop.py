@@ -143,7 +143,8 @@ def find_layers(model: torch.nn.Module, names: List[str]) -> Tuple[List[Layer], 
     weights, e.g. an embedding and the output projection), which belong to every use and go
     through the whole network; the layers keep their other parameters.
     """
-    wanted = {id(p): n for n, p in model.named_parameters() if n in set(names)}
+    named = set(names)
+    wanted = {id(p): n for n, p in model.named_parameters() if n in named}
     holders: Dict[str, List[Tuple[str, torch.nn.Module, str]]] = {}
     for path, m in model.named_modules():
         for attr, p in m._parameters.items():
@@ -161,7 +162,8 @@ def find_layers(model: torch.nn.Module, names: List[str]) -> Tuple[List[Layer], 
 
 def owners(model: torch.nn.Module, names: List[str]) -> Dict[str, List[torch.nn.Module]]:
     """The modules holding each parameter of ``names`` directly (one for an untied parameter)."""
-    wanted = {id(p): n for n, p in model.named_parameters() if n in set(names)}
+    named = set(names)
+    wanted = {id(p): n for n, p in model.named_parameters() if n in named}
     out: Dict[str, List[torch.nn.Module]] = {n: [] for n in names}
     for m in model.modules():
         for p in m._parameters.values():

@@ -14,7 +14,6 @@ from typing import Dict, Iterable, List, Set
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_leaves
 
 __all__ = ["ForeignUses"]
 
@@ -59,12 +58,24 @@ class ForeignUses(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func not in _METADATA and getattr(func, "__name__", "") != "__get__":
-            for t in tree_leaves((args, kwargs)):
-                if isinstance(t, torch.Tensor):
-                    name = self._ids.get(id(t))
-                    if name is not None and not any(self._active.get(i, 0) for i in self._owners.get(name, ())):
-                        self.foreign.add(name)
+            self._scan(args)
+            if kwargs:
+                self._scan(kwargs.values())
         return func(*args, **kwargs)
+
+    def _scan(self, items) -> None:
+        """Note the watched tensors among ``items`` (nested in lists, tuples and dicts) used outside their owners.
+        A plain recursion: this runs on every torch function of the forward, where a general pytree walk cost
+        about 5 % of a diagonal Monte Carlo curvature of a small MLP."""
+        for t in items:
+            if isinstance(t, torch.Tensor):
+                name = self._ids.get(id(t))
+                if name is not None and not any(self._active.get(i, 0) for i in self._owners.get(name, ())):
+                    self.foreign.add(name)
+            elif isinstance(t, (list, tuple)):
+                self._scan(t)
+            elif isinstance(t, dict):
+                self._scan(t.values())
 
     def __exit__(self, *exc):
         try:
