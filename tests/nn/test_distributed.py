@@ -57,10 +57,10 @@ def train(model, X, y, curvature, placement, fisher="exact", hidden=(6,), ddp=Fa
 
 
 # the empirical Fisher: each rank's statistics from its own backward (per-example loss gradients)
-# a 32 x 32 layer on 2 x 8 rows: K-FAC solves it from the gathered rows of both ranks (both placements)
+# a 64 x 64 layer on 2 x 8 rows: K-FAC solves it from the gathered rows of both ranks (both placements)
 # EKFAC: the scales measured in one basis on every rank (that of the averaged factors)
 CASES = [("kfac", "memory"), ("kfac", "comm"), ("kfac:eigen", "comm"), ("diag", "memory"),
-         ("kfac", "memory", "empirical"), ("kfac", "memory", "exact", (32, 32)), ("kfac", "comm", "exact", (32, 32)),
+         ("kfac", "memory", "empirical"), ("kfac", "memory", "exact", (64, 64)), ("kfac", "comm", "exact", (64, 64)),
          ("ekfac", "memory"), ("ekfac", "comm"),
          # Adam in the eigenbasis: every rank takes the same basis of the all-reduced factors
          ("kfac+eigen-adam", "memory"), ("ekfac+eigen-adam", "comm"),
@@ -158,7 +158,7 @@ def test_two_ranks_on_half_batches_equal_one_process_on_the_whole(two_ranks):
             got = torch.tensor(results[r][case][0], dtype=torch.float64)
             assert torch.allclose(got, expected, rtol=0, atol=1e-8), (case, (got - expected).abs().max())
             assert results[r][case][1] == used, (case, results[r][case][1], used)   # the same route
-        assert bool(used) == (case[3:] == ((32, 32),)), (case, used)
+        assert bool(used) == (case[3:] == ((64, 64),)), (case, used)
 
 
 def test_helpers_without_a_process_group():

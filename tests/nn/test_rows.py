@@ -6,10 +6,26 @@ import torch
 
 import infogeo as ig
 from infogeo.nn.curvature.kron import TikhonovKronBlock
+from infogeo.nn.optim import rows as rows_module
 
 F = torch.nn.functional
 # preconditioners here keep the default trust region without a learning rate (warned once each)
 pytestmark = pytest.mark.filterwarnings("ignore:Preconditioner. kl_clip is set but no lr:UserWarning")
+
+
+@pytest.fixture(autouse=True)
+def even_cost(monkeypatch):
+    """The route on layers as small as these: taken wherever the rows cost fewer multiply-adds than the products
+    (the default asks for half, for the cost of its check and capture)."""
+    monkeypatch.setattr(rows_module, "_ROW_SHARE", 1.0)
+
+
+def test_the_default_route_needs_the_rows_to_cost_at_most_half_the_products(monkeypatch):
+    monkeypatch.undo()
+    R = lambda o, i: (o * i * (o + i)) / (o * o + i * i + o * i)   # noqa: E731   rows at even cost
+    for o, i in ((32, 33), (256, 257), (1024, 1025), (2048, 2049), (10, 513)):
+        assert rows_module._max_rows(o, i) < 0.5 * R(o, i)
+    assert rows_module._max_rows(256, 257) < 128 < rows_module._max_rows(1024, 1025)   # batch 128: 256 wide not
 
 
 def spd(n, gen):

@@ -40,9 +40,17 @@ __all__ = ["RowCapture"]
 _ROUNDING_SAFETY = 8.0
 
 
+#: the share of the two products' multiply-adds the rows may cost: the route's check (a sketch of the gradient,
+#: a few passes over the rows) and the capture of the rows cost the rest.  Measured on a digits classifier
+#: (64-256-256-10, batch 128, eigen-adam): at even cost (1.0) the 256-wide layer took the rows and the step
+#: took 3.63 ms against 3.32 ms from ``.grad``
+_ROW_SHARE = 0.5
+
+
 def _max_rows(n_out: int, n_in: int) -> int:
-    """The largest row count for which the row route costs fewer multiply-adds than the two products."""
-    return (n_out * n_in * (n_out + n_in)) // (n_out * n_out + n_in * n_in + n_out * n_in) - 1
+    """The largest row count for which the row route costs at most :data:`_ROW_SHARE` of the two products'
+    multiply-adds."""
+    return int(_ROW_SHARE * n_out * n_in * (n_out + n_in)) // (n_out * n_out + n_in * n_in + n_out * n_in) - 1
 
 
 
@@ -87,15 +95,17 @@ class RowCapture:
         if path not in self.layers or path in self.refused:
             return
         a = args[0] if len(args) == 1 and not kwargs else None
-        if (not isinstance(a, torch.Tensor) or not isinstance(output, torch.Tensor) or not output.requires_grad
-                or torch.is_autocast_enabled(a.device.type)
-                or not getattr(rule_for(self.layers[path][0], args, kwargs), "rows_are_inputs", False)):
-            self._refuse(path)   # not a Linear-type call on its input's last axis, or in another precision
+        if not isinstance(a, torch.Tensor) or not isinstance(output, torch.Tensor) or not output.requires_grad:
+            self._refuse(path)
             return
         rows = a.numel() // max(a.shape[-1], 1)
         self.count[path] = self.count.get(path, 0) + rows
-        if self.count[path] > self.limit[path]:
+        if self.count[path] > self.limit[path]:   # counted first: the cheapest test, and the usual refusal
             self._refuse(path)   # too many rows for the route to pay; memory stays bounded
+            return
+        if (torch.is_autocast_enabled(a.device.type)
+                or not getattr(rule_for(self.layers[path][0], args, kwargs), "rows_are_inputs", False)):
+            self._refuse(path)   # not a Linear-type call on its input's last axis, or in another precision
             return
         box: list = []
 
