@@ -23,12 +23,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class Shared(torch.nn.Module):
+    """A hidden Linear layer applied twice: no Kronecker factors, so eigen-adam steps in its gradient's basis."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp, self.mid, self.out = torch.nn.Linear(4, 6), torch.nn.Linear(6, 6), torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.mid(torch.tanh(self.mid(torch.tanh(self.inp(x)))))))
+
+
 def problem(hidden=(6,)):
     torch.manual_seed(0)
-    sizes, layers = (4,) + tuple(hidden) + (3,), []
-    for i in range(len(sizes) - 1):
-        layers += [torch.nn.Linear(sizes[i], sizes[i + 1]), torch.nn.Tanh()]
-    model = torch.nn.Sequential(*layers[:-1]).double()
+    if hidden == "shared":
+        model = Shared().double()
+    else:
+        sizes, layers = (4,) + tuple(hidden) + (3,), []
+        for i in range(len(sizes) - 1):
+            layers += [torch.nn.Linear(sizes[i], sizes[i + 1]), torch.nn.Tanh()]
+        model = torch.nn.Sequential(*layers[:-1]).double()
     g = torch.Generator().manual_seed(1)
     X = torch.randn(STEPS, N, 4, generator=g, dtype=torch.float64)
     y = torch.randint(0, 3, (STEPS, N), generator=g)
@@ -64,6 +78,8 @@ CASES = [("kfac", "memory"), ("kfac", "comm"), ("kfac:eigen", "comm"), ("diag", 
          ("ekfac", "memory"), ("ekfac", "comm"),
          # Adam in the eigenbasis: every rank takes the same basis of the all-reduced factors
          ("kfac+eigen-adam", "memory"), ("ekfac+eigen-adam", "comm"),
+         # and a matrix without factors (a layer applied twice) in its gradient's eigenbasis
+         ("kfac+eigen-adam", "memory", "exact", "shared"),
          # gradient statistics: of the gradients DDP has averaged, so the same on every rank without an all-reduce
          ("shampoo+graft", "memory"), ("soap+eigen-adam", "comm")]
 #: the cases run with four ranks
