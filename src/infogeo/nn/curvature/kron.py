@@ -17,6 +17,7 @@ import torch
 from ...linalg import NotPositiveDefiniteError
 from .._params import ParamLayout
 from .blocks import Block, shifted
+from .factor_eigh import factor_eigh
 
 
 def _left(G: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
@@ -41,7 +42,7 @@ def _factor_eig(F: torch.Tensor) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     """``(λ, U)`` of a factor; a diagonal factor is its own eigenvalues, with ``U = None`` (the identity)."""
     if F.dim() == 1:
         return F.clamp_min(0), None
-    lam, U = torch.linalg.eigh(F)
+    lam, U = factor_eigh(F)
     return lam.clamp_min(0), U
 
 

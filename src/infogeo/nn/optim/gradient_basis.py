@@ -22,6 +22,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
+from ..curvature.factor_eigh import factor_eigh
 from ..curvature.kfac import MAX_FACTOR_DIM
 
 __all__ = ["UNFACTORED", "PERIOD", "BETA", "matrix_view", "gradient_basis"]
@@ -43,8 +44,8 @@ def matrix_view(g: torch.Tensor) -> Optional[torch.Tensor]:
 def _eigenvectors(S: torch.Tensor, old: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
     """The eigenvectors of a symmetric statistic; the old basis if the decomposition fails (kept, not lost)."""
     try:
-        return torch.linalg.eigh(S)[1]
-    except RuntimeError:   # LAPACK did not converge (a statistic with a huge spread of scales)
+        return factor_eigh(S)[1]
+    except RuntimeError:   # LAPACK did not converge even in float64
         return old
 
 
