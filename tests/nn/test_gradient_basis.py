@@ -153,3 +153,64 @@ def test_resume_is_bit_identical_through_a_basis_renewal_and_an_undo(tmp_path):
         train(b, opt_b, 8, 8, nan_at={9})
     for p, q in zip(a.parameters(), b.parameters()):
         assert torch.equal(p, q)
+
+
+class GroupedConv(torch.nn.Module):
+    """A grouped convolution (4-D weight, no layer rule) before a Linear read-out."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(4, 4, 3, groups=2)
+        self.head = torch.nn.Linear(12, 3)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.conv(x)).flatten(1))
+
+
+@pytest.mark.parametrize("saved,loaded", [("adam", "soap"), ("soap", "adam")])
+def test_a_checkpoint_of_the_other_unfactored_setting_continues(tmp_path, saved, loaded):
+    """A checkpoint of the other setting resumes (a 4-D weight without factors included) and keeps training."""
+    torch.manual_seed(0)
+    m = GroupedConv().double()
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(8, 4, 5, dtype=F64, generator=g), torch.randint(0, 3, (8,), generator=g))
+               for _ in range(8)]
+    opt = ig.nn.NaturalGradient(m, unfactored=saved)
+    for X, y in batches[:3]:
+        opt.zero_grad()
+        F.cross_entropy(m(X), y).backward()
+        opt.step()
+    torch.save({"model": m.state_dict(), "opt": opt.state_dict()}, tmp_path / "c.pt")
+    ckpt = torch.load(tmp_path / "c.pt", weights_only=True)
+    other = GroupedConv().double()
+    other.load_state_dict(ckpt["model"])
+    opt2 = ig.nn.NaturalGradient(other, unfactored=loaded)
+    opt2.load_state_dict(ckpt["opt"])
+    for X, y in batches[3:]:
+        opt2.zero_grad()
+        F.cross_entropy(other(X), y).backward()
+        opt2.step()
+    st = opt2.state[other.conv.weight]
+    assert ("L" in st) == (loaded == "soap") and torch.isfinite(other.conv.weight).all()
+    assert st["exp_avg"].shape == ((4, 6) if loaded == "soap" else (4, 2, 3))
+
+
+def test_moments_are_carried_between_raw_coordinates_and_a_gradient_basis_exactly():
+    """Raw -> matrix view in the identity basis (then eigen_adam's change of basis); basis -> raw: the first
+    moment U_G m U_Aᵀ exactly, the second (U_G∘U_G) v (U_A∘U_A)ᵀ, the statistics dropped."""
+    from infogeo.nn.optim import step as st
+    g = torch.Generator().manual_seed(2)
+    m, v = torch.randn(4, 2, 3, dtype=F64, generator=g), torch.rand(4, 2, 3, dtype=F64, generator=g)
+    state = {"exp_avg": m.clone(), "exp_avg_sq": v.clone(), "step": torch.tensor(3.0, dtype=F64)}
+    st._as_matrix(state, torch.zeros(4, 6, dtype=F64))
+    assert torch.equal(state["exp_avg"], m.reshape(4, 6)) and torch.equal(state["U_G"], torch.eye(4, dtype=F64))
+    Ug = torch.linalg.qr(torch.randn(4, 4, dtype=F64, generator=g)).Q
+    Ua = torch.linalg.qr(torch.randn(6, 6, dtype=F64, generator=g)).Q
+    M, V = torch.randn(4, 6, dtype=F64, generator=g), torch.rand(4, 6, dtype=F64, generator=g)
+    state = {"exp_avg": M.clone(), "exp_avg_sq": V.clone(), "U_A": Ua, "U_G": Ug, "L": torch.eye(4, dtype=F64),
+             "R": torch.eye(6, dtype=F64), "step": torch.tensor(3.0, dtype=F64)}
+    st._as_raw(state, torch.Size((4, 2, 3)))
+    assert not {"L", "R", "U_A", "U_G"} & set(state)
+    torch.testing.assert_close(state["exp_avg"], (Ug @ M @ Ua.T).reshape(4, 2, 3), rtol=0, atol=1e-13)
+    torch.testing.assert_close(state["exp_avg_sq"], (Ug.square() @ V @ Ua.square().T).reshape(4, 2, 3), rtol=0,
+                               atol=1e-13)

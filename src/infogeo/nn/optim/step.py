@@ -158,14 +158,39 @@ def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastS
     for n, p in params.items():
         G = matrix_view(raw[n]) if unfactored == "soap" and n not in steps else None
         if G is not None:
+            _as_matrix(states[p], G)
             steps[n] = eigen_adam(states[p], G, gradient_basis(states[p], G), betas, eps).reshape(p.shape)
             kept[n] = (states[p], partial(_as_param, n, p.shape))
         elif n not in steps:
+            _as_raw(states[p], p.shape)
             steps[n] = eigen_adam(states[p], raw[n], None, betas, eps)
         steps[n] = steps[n].to(p.dtype).mul_(-lrs[id(p)])
         moments, split = kept.get(n, (states[p], None))
         last.record(n, partial(eigen_adam_again, moments, split, n, p.dtype, lrs[id(p)], betas=betas, eps=eps))
     return steps
+
+
+def _as_matrix(state: Dict[str, torch.Tensor], G: torch.Tensor) -> None:
+    """Moments kept on a parameter's raw coordinates (``unfactored="adam"``, or its checkpoint) as those of its
+    matrix view in the identity basis, which :func:`change_basis` carries to the gradient's eigenbasis."""
+    if "exp_avg" in state and "L" not in state and "R" not in state:
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        state["exp_avg"], state["exp_avg_sq"] = m.reshape(G.shape), v.reshape(G.shape)
+        for key, k in (("U_G", G.shape[0]), ("U_A", G.shape[1])):
+            state[key] = torch.eye(k, dtype=m.dtype, device=m.device)
+
+
+def _as_raw(state: Dict[str, torch.Tensor], shape: torch.Size) -> None:
+    """Moments kept in a gradient eigenbasis (``unfactored="soap"``, or its checkpoint) carried back to the
+    parameter's raw coordinates (the identity basis), the statistics dropped."""
+    if "L" in state or "R" in state:
+        m = state["exp_avg"]
+        eye = [None if U is None else torch.eye(len(U), dtype=m.dtype, device=m.device)
+               for U in (state.get("U_A"), state.get("U_G"))]
+        change_basis(state, (eye[0], eye[1]))
+        for key in ("L", "R", "U_A", "U_G"):
+            state.pop(key, None)
+        state["exp_avg"], state["exp_avg_sq"] = state["exp_avg"].reshape(shape), state["exp_avg_sq"].reshape(shape)
 
 
 def _as_param(name: str, shape: torch.Size, u: torch.Tensor) -> Dict[str, torch.Tensor]:
