@@ -172,6 +172,41 @@ class TinyGPT2(torch.nn.Module):
         return self.lm(input_ids=idx, use_cache=False).logits
 
 
+class EncoderLM(torch.nn.Module):
+    """``torch.nn.TransformerEncoder`` (2 pre-norm layers, width 64, 4 heads, causal mask) between token and
+    position embeddings and a linear read-out: ``nn.MultiheadAttention`` reads its projections' weights
+    itself, so no layer rule factors them."""
+
+    def __init__(self, vocab: int = 128, d: int = 64, context: int = 48):
+        super().__init__()
+        self.tok, self.pos = torch.nn.Embedding(vocab, d), torch.nn.Embedding(context, d)
+        layer = torch.nn.TransformerEncoderLayer(d, 4, 4 * d, dropout=0.0, batch_first=True, norm_first=True)
+        self.enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = torch.nn.Linear(d, vocab)
+        self.register_buffer("mask", torch.nn.Transformer.generate_square_subsequent_mask(context))
+
+    def forward(self, idx):
+        T = idx.shape[1]
+        h = self.tok(idx) + self.pos(torch.arange(T))
+        return self.head(self.enc(h, mask=self.mask[:T, :T], is_causal=True))
+
+
+class DepthwiseCNN(torch.nn.Module):
+    """conv 3x3 (16) - depthwise 3x3 stride 2 (groups 16) - pointwise 1x1 (32) - linear (10), ReLU, on 8x8 digits:
+    the depthwise layer has no Kronecker rule."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(1, 16, 3, padding=1)
+        self.dw = torch.nn.Conv2d(16, 16, 3, padding=1, stride=2, groups=16)
+        self.pw = torch.nn.Conv2d(16, 32, 1)
+        self.fc = torch.nn.Linear(32 * 16, 10)
+
+    def forward(self, x):
+        x = F.relu(self.c1(x.reshape(-1, 1, 8, 8)))
+        return self.fc(F.relu(self.pw(F.relu(self.dw(x)))).flatten(1))
+
+
 class DigitsCNN(torch.nn.Module):
     """conv 3x3 (16) - ReLU - conv 3x3 stride 2 (32) - ReLU - linear (10) on 8x8 digits."""
 
@@ -240,6 +275,19 @@ def _gpt2(seed: int) -> Task:
                 _fixed(train, 48, 64, 2, _next_char, 1), _fixed(val, 48, 64, 2, _next_char, 2))
 
 
+def _encoder(seed: int) -> Task:
+    train, val = corpus()
+    torch.manual_seed(seed)
+    return Task(EncoderLM(), _text_stream(train, 48, 16, seed, _next_char), _token_ce,
+                _fixed(train, 48, 64, 2, _next_char, 1), _fixed(val, 48, 64, 2, _next_char, 2))
+
+
+def _depthwise(seed: int) -> Task:
+    Xt, yt, Xv, yv = digits()
+    torch.manual_seed(seed)
+    return Task(DepthwiseCNN(), _minibatches(Xt, yt, 128, seed), F.cross_entropy, [(Xt, yt)], [(Xv, yv)])
+
+
 MASK = 127   # the DEL code, absent from source text: the mask token
 
 
@@ -277,6 +325,10 @@ WORKLOADS: Dict[str, Workload] = {w.name: w for w in (
     Workload("gpt2", _gpt2, 200, "categorical", "Hugging Face GPT-2 from a config, 2 layers, width 64, tied "
              "embedding, ASCII vocabulary, context 48, batch 16, Python-source text", needs="transformers",
              core=False),
+    Workload("encoder", _encoder, 200, "categorical", "torch.nn.TransformerEncoder character model, 2 layers, "
+             "width 64, 4 heads, causal, context 48, batch 16", core=False),
+    Workload("depthwise", _depthwise, 400, "categorical", "digits CNN conv16-depthwise/2-pointwise32-linear, ReLU, "
+             "batch 128", core=False),
 )}
 
 

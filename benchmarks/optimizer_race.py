@@ -346,7 +346,7 @@ def main(argv=None) -> Dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smoke test: a few steps, one seed, one rate each")
     ap.add_argument("--workloads", nargs="*", default=[n for n, w in WORKLOADS.items() if w.core],
-                    choices=list(WORKLOADS), help="default: the five of issue 22 (also: gru, gpt2)")
+                    choices=list(WORKLOADS), help="default: the five of issue 22 (also: gru, gpt2, encoder, depthwise)")
     ap.add_argument("--only", nargs="*", default=None, help="contestants (AdamW is always raced: it sets the targets)")
     ap.add_argument("--seeds", type=int, nargs="*", default=None)
     ap.add_argument("--steps", type=float, default=1.0, help="fraction of each workload's budget")
