@@ -141,3 +141,25 @@ def test_the_compiler_stance_comes_back_after_the_optimizer_goes():
     second.remove()
     f(torch.ones(2))
     assert calls[0] == 1
+
+
+def test_an_output_kept_after_the_optimizer_goes_does_not_hold_it_or_the_stance():
+    """A forward recorded for a refresh leaves a hook on the output; an output the caller keeps (a log, an
+    exception's traceback) must not keep a dropped optimizer alive, nor the compiler in its eager stance."""
+    import gc
+    import weakref
+
+    from infogeo.nn.optim.compiled import EagerWhileArmed
+
+    dynamo.reset()
+    torch.compile(lambda t: t + 1, backend="eager")(torch.ones(1))   # TorchDynamo loaded: the stance is taken
+    model, x, _ = workload("mlp")
+    before = EagerWhileArmed._holders
+    opt = NaturalGradient(model, lr=0.1)
+    assert EagerWhileArmed._holders == before + 1   # armed for the first refresh
+    kept = model(x)   # recorded, its hook registered, never back-propagated
+    gone = weakref.ref(opt.preconditioner.estimate.recorder)
+    del opt
+    gc.collect()
+    assert gone() is None and EagerWhileArmed._holders == before
+    assert kept.requires_grad

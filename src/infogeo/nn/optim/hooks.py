@@ -208,13 +208,16 @@ class ForwardRecorder:
             if len(self._boxes) > MAX_PENDING:
                 self._boxes.pop(0).clear()   # outputs never back-propagated (e.g. monitoring with grad enabled)
 
+        me = weakref.ref(self)   # an output kept by the caller must not keep the recorder (and its hooks) alive
+
         def on_grad(grad: torch.Tensor):
-            if self._paused:
+            rec = me()
+            if rec is None or rec._paused:
                 return
-            self.inputs = inputs   # the batch this backward belongs to (not a later monitoring forward)
-            if box and self.armed:
+            rec.inputs = inputs   # the batch this backward belongs to (not a later monitoring forward)
+            if box and rec.armed:
                 z = box.pop()
-                self.on_backward(z, calls, inputs, grad)
+                rec.on_backward(z, calls, inputs, grad)
         output.register_hook(on_grad)
 
     def release(self) -> None:
