@@ -202,8 +202,11 @@ def test_moments_are_carried_between_raw_coordinates_and_a_gradient_basis_exactl
     g = torch.Generator().manual_seed(2)
     m, v = torch.randn(4, 2, 3, dtype=F64, generator=g), torch.rand(4, 2, 3, dtype=F64, generator=g)
     state = {"exp_avg": m.clone(), "exp_avg_sq": v.clone(), "step": torch.tensor(3.0, dtype=F64)}
-    st._as_matrix(state, torch.zeros(4, 6, dtype=F64))
+    gb.gradient_basis(state, torch.randn(4, 6, dtype=F64, generator=g))
     assert torch.equal(state["exp_avg"], m.reshape(4, 6)) and torch.equal(state["U_G"], torch.eye(4, dtype=F64))
+    wide = {"exp_avg": m.clone(), "exp_avg_sq": v.clone(), "step": torch.tensor(3.0, dtype=F64)}
+    gb.gradient_basis(wide, torch.randn(4, 6, dtype=F64, generator=g), max_dim=5)
+    assert "U_A" not in wide and "R" not in wide   # a side past the limit: no identity matrix formed for it
     Ug = torch.linalg.qr(torch.randn(4, 4, dtype=F64, generator=g)).Q
     Ua = torch.linalg.qr(torch.randn(6, 6, dtype=F64, generator=g)).Q
     M, V = torch.randn(4, 6, dtype=F64, generator=g), torch.rand(4, 6, dtype=F64, generator=g)

@@ -57,8 +57,16 @@ def gradient_basis(state: Dict[str, torch.Tensor], g: torch.Tensor,
     ``state`` is the parameter's Adam state: it keeps ``L`` and ``R`` (float32 at least) beside the moments;
     the eigenvectors are renewed at the first step and every :data:`PERIOD` steps after it, else the ones in
     use (``state["U_G"]``, ``state["U_A"]``) are returned.  ``None`` stands for the identity of a side longer
-    than ``max_dim``.
+    than ``max_dim``.  Moments kept on the parameter's raw coordinates (``unfactored="adam"``, or a checkpoint
+    of it) are taken as the matrix view's in the identity basis, from which :func:`~.step.change_basis`
+    carries them to the eigenbasis.
     """
+    if "exp_avg" in state and "L" not in state and "R" not in state:
+        for key in ("exp_avg", "exp_avg_sq"):
+            state[key] = state[key].reshape(g.shape)
+        for basis_key, n in (("U_G", g.shape[0]), ("U_A", g.shape[1])):
+            if n <= max_dim:
+                state[basis_key] = torch.eye(n, dtype=state["exp_avg"].dtype, device=g.device)
     dtype = torch.promote_types(g.dtype, torch.float32)
     g = g.to(dtype)
     k = int(state["step"]) if "step" in state else 0   # the steps Adam has taken in this state

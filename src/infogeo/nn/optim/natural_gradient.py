@@ -6,9 +6,9 @@ Kronecker eigenbasis of the curvature's factors, with the second moments there r
 (EKFAC's eigenvalues as a running average, SOAP's update in the model Fisher's basis).  The other rules
 move along the direction :math:`\delta = (C + \lambda I)^{-1}g` into which the gradient :math:`g` in
 ``.grad`` (the differential, a covector) is turned (its ``sharp``): ``"graft"`` (the default with the other
-curvatures, EKFAC's included, and under FSDP2) takes the running mean of the directions with the length of Adam's step, per
-parameter tensor; ``"clip"`` is the exact step :math:`w \leftarrow w - \eta\nu\delta` with KL clipping :math:`\nu`
-(and heavy-ball momentum if asked)::
+curvatures, EKFAC's included, and under FSDP2) takes the running mean of the directions with the length of
+Adam's step, per parameter tensor; ``"clip"`` is the exact step :math:`w \leftarrow w - \eta\nu\delta` with
+KL clipping :math:`\nu` (and heavy-ball momentum if asked)::
 
     opt = ig.nn.NaturalGradient(model, curvature="kfac", damping=1e-3)
     for x, y in loader:
@@ -53,8 +53,8 @@ from .. import fsdp
 from ..space import ParameterSpace
 from . import quadratic, state
 from .preconditioner import Preconditioner
-from .settings import CURVATURES, KINDS, agrees, check_learning_rate, positive_int, positive_number, step_defaults
 from .gradient_basis import UNFACTORED
+from .settings import CURVATURES, KINDS, agrees, check_learning_rate, positive_int, positive_number, step_defaults
 from .step import STEP_RULES, LastSteps, eigen_steps, graft, grafted, heavy_ball
 
 logger = logging.getLogger(__name__)
@@ -91,9 +91,10 @@ class NaturalGradient(torch.optim.Optimizer):
         direction; ``"eigen-adam"`` (``curvature="kfac"``, ``"ekfac"``, ``"shampoo"`` or ``"soap"``): Adam in the
         Kronecker eigenbasis of the curvature's factors (no solve, no damping).  Default: ``"clip"`` with
         ``quadratic_model`` or ``adaptive_damping``; else the kind's (``"eigen-adam"`` for ``"kfac"`` and
-        ``"soap"``, ``"graft"`` for the others: EKFAC's exact scales serve the grafted direction and would go unused), except ``"graft"`` on a model sharded by ``fully_shard``,
-        which refuses ``"eigen-adam"``, and with an ``inverse`` without eigenbasis.  ``"eigen-adam"`` took fewer
-        steps than tuned AdamW on every workload of ``benchmarks/optimizer_race.py`` (measured in docs/nn.md).
+        ``"soap"``, ``"graft"`` for the others: EKFAC's exact scales serve the grafted direction and would go
+        unused), except ``"graft"`` on a model sharded by ``fully_shard``, which refuses ``"eigen-adam"``, and
+        with an ``inverse`` without eigenbasis.  ``"eigen-adam"`` took fewer steps than tuned AdamW on every
+        workload of ``benchmarks/optimizer_race.py`` (measured in docs/nn.md).
     betas, eps : (float, float) or None, float
         ``"graft"`` and ``"eigen-adam"``: decay of the first moments (gradients and directions) and of the
         squared gradients, and Adam's :math:`\epsilon`.  ``betas=None``: per rule (``settings.BETAS``),
@@ -330,7 +331,6 @@ class NaturalGradient(torch.optim.Optimizer):
                                            for n in steps))
         st["previous_step"] = last if last else steps
         return model_decrease
-
 
     def _quadratic_step(self, raw, delta, space):
         pre = self.preconditioner

@@ -53,12 +53,12 @@ def _max_rows(n_out: int, n_in: int) -> int:
     return int(_ROW_SHARE * n_out * n_in * (n_out + n_in)) // (n_out * n_out + n_in * n_in + n_out * n_in) - 1
 
 
-
 def _scale(x: torch.Tensor) -> torch.Tensor:
     """The largest absolute entry of ``x`` (1 where it is 0 or not finite), to square ``x`` without under- or
     overflow; a tensor, so that reading it needs no synchronisation with the device."""
     m = x.abs().amax()
     return torch.where(torch.isfinite(m) & (m > 0), m, torch.ones_like(m))
+
 
 class RowCapture:
     r"""Record the rows :math:`(a_r, b_r)` of Linear layers during the user's forward and backward.

@@ -1,6 +1,6 @@
-r"""Checkpoints of a :class:`~.preconditioner.Preconditioner` that ``torch.load(weights_only=True)`` reads.
-
+r"""Checkpoints of a :class:`~.preconditioner.Preconditioner` that ``torch.load(weights_only=True)`` reads
 (and the checks of :class:`~.natural_gradient.NaturalGradient`'s own entries, :func:`check_optimizer`).
+
 The state is tensors and Python numbers only: the step count, the damping and its base, the
 Monte Carlo generator's state (a byte tensor), the curvature statistics and the statistics the
 current factorisation was computed from (``{"<block>/<factor>": tensor}``), and what the

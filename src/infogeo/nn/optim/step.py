@@ -44,8 +44,8 @@ curvature's schedule, and the moments are carried over to each new basis (:func:
 A diagonal factor (an Embedding's token side, a vocabulary-sized side) has the identity as its
 eigenbasis, so that side is not rotated; a weight matrix without Kronecker factors steps in the eigenbasis
 of its own gradient's statistics (SOAP's; :mod:`.gradient_basis`), and vectors (norms, biases of other
-layers) take Adam's step on their raw coordinates.  With :math:`U_A, U_G` the identity the rule is Adam; :math:`\eta` means what it means
-for Adam.
+layers) take Adam's step on their raw coordinates.  With :math:`U_A, U_G` the identity the rule is Adam;
+:math:`\eta` means what it means for Adam.
 """
 from __future__ import annotations
 
@@ -158,7 +158,6 @@ def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastS
     for n, p in params.items():
         G = matrix_view(raw[n]) if unfactored == "soap" and n not in steps else None
         if G is not None:
-            _as_matrix(states[p], G)
             steps[n] = eigen_adam(states[p], G, gradient_basis(states[p], G), betas, eps).reshape(p.shape)
             kept[n] = (states[p], partial(_as_param, n, p.shape))
         elif n not in steps:
@@ -168,16 +167,6 @@ def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastS
         moments, split = kept.get(n, (states[p], None))
         last.record(n, partial(eigen_adam_again, moments, split, n, p.dtype, lrs[id(p)], betas=betas, eps=eps))
     return steps
-
-
-def _as_matrix(state: Dict[str, torch.Tensor], G: torch.Tensor) -> None:
-    """Moments kept on a parameter's raw coordinates (``unfactored="adam"``, or its checkpoint) as those of its
-    matrix view in the identity basis, which :func:`change_basis` carries to the gradient's eigenbasis."""
-    if "exp_avg" in state and "L" not in state and "R" not in state:
-        m, v = state["exp_avg"], state["exp_avg_sq"]
-        state["exp_avg"], state["exp_avg_sq"] = m.reshape(G.shape), v.reshape(G.shape)
-        for key, k in (("U_G", G.shape[0]), ("U_A", G.shape[1])):
-            state[key] = torch.eye(k, dtype=m.dtype, device=m.device)
 
 
 def _as_raw(state: Dict[str, torch.Tensor], shape: torch.Size) -> None:
