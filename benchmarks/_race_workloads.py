@@ -140,7 +140,7 @@ class CharTransformer(torch.nn.Module):
         self.ln, self.head = torch.nn.LayerNorm(d), torch.nn.Linear(d, vocab)
 
     def forward(self, idx):
-        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
         return self.head(self.ln(self.blocks(x)))
 
 
@@ -187,7 +187,7 @@ class EncoderLM(torch.nn.Module):
 
     def forward(self, idx):
         T = idx.shape[1]
-        h = self.tok(idx) + self.pos(torch.arange(T))
+        h = self.tok(idx) + self.pos(torch.arange(T, device=idx.device))
         return self.head(self.enc(h, mask=self.mask[:T, :T], is_causal=True))
 
 

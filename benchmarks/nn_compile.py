@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/nn_compile.py [--backend inductor] [--rounds 7] [--quick]
+    python benchmarks/nn_compile.py [--backend inductor] [--steps 40] [--quick] [--device cuda]
 
 Two copies of one model (an MLP and a transformer block), one compiled, trained side by side with
 ``NaturalGradient`` (K-FAC, default periods: statistics every 10 steps), the steps interleaved;
@@ -30,6 +30,7 @@ def main(argv=None):
     ap.add_argument("--backend", default="inductor")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--device", default="cpu", help="torch device (cuda: synchronised wall time per step)")
     args = ap.parse_args(argv)
     import torch
     import torch._dynamo
@@ -41,19 +42,27 @@ def main(argv=None):
     warnings.simplefilter("ignore")
     F = torch.nn.functional
     torch.manual_seed(0)
+    dev = torch.device(args.device)
+    cuda = dev.type == "cuda"
+    clock = time.perf_counter if cuda else time.process_time
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize(dev)
     w = 64 if args.quick else 256
     mlp = torch.nn.Sequential(torch.nn.Linear(w, w), torch.nn.Tanh(), torch.nn.Linear(w, w), torch.nn.Tanh(),
-                              torch.nn.Linear(w, 10))
-    Xm, ym = torch.randn(128, w), torch.randint(0, 10, (128,))
-    tf = TransformerBlock(64, 4, 10)
-    Xt, yt = torch.randn(16, 32, 64), torch.randint(0, 10, (16, 32))
+                              torch.nn.Linear(w, 10)).to(dev)
+    Xm, ym = torch.randn(128, w, device=dev), torch.randint(0, 10, (128,), device=dev)
+    tf = TransformerBlock(64, 4, 10).to(dev)
+    Xt, yt = torch.randn(16, 32, 64, device=dev), torch.randint(0, 10, (16, 32), device=dev)
     workloads = {f"MLP {w}x3, batch 128": (mlp, Xm, lambda out: F.cross_entropy(out, ym)),
                  "transformer block d=64, 16x32 tokens": (tf, Xt, lambda out: F.cross_entropy(out.transpose(1, 2), yt))}
     period = 10
     makers = {"NaturalGradient kfac": lambda m: NaturalGradient(m, lr=1e-3, curvature="kfac",
                                                                 curvature_update_period=period),
               "AdamW (control)": lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3)}
-    print(f"backend {args.backend}, {args.steps} steps, CPU time per step, one thread; AdamW on the same models is "
+    print(f"backend {args.backend}, device {dev}, {args.steps} steps, "
+          f"{'wall' if cuda else 'CPU'} time per step, one thread; AdamW on the same models is "
           f"the control (what torch.compile itself gains or loses there)")
     print(f"{'workload':>38} {'optimizer':>21} {'eager ms':>9} {'compiled ms':>11} {'ratio':>6} {'all-step ratio':>14} "
           f"{'breaks':>6}")
@@ -69,12 +78,14 @@ def main(argv=None):
                 if i == 2:   # the first non-refresh step compiled the graph
                     counters.clear()
                 for key, fwd, opt in (("eager", eager_model, opt_e), ("compiled", compiled, opt_c)):
-                    t0 = time.process_time()
+                    sync()
+                    t0 = clock()
                     opt.zero_grad()
                     loss_fn(fwd(X)).backward()
                     opt.step()
+                    sync()
                     if i >= 2:
-                        times[key].append((i % period == 0, time.process_time() - t0))
+                        times[key].append((i % period == 0, clock() - t0))
             breaks = sum(counters["graph_break"].values())
             med = {k: statistics.median(t for r, t in v if not r) for k, v in times.items()}
             allmed = {k: statistics.fmean(t for _, t in v) for k, v in times.items()}

@@ -4,8 +4,8 @@ Usage::
 
     python benchmarks/nn_scale.py [--quick] [--device cuda] [--out DIR] [--skip-distributed]
 
-Every configuration runs in a fresh process (one thread), so its peak resident memory (RSS, from
-``getrusage``; on CUDA the allocator's peak) is its own: the model, a batch, its gradients and
+Every configuration runs in a fresh process (one thread; on CUDA all in one process, the allocator's
+peak reset before each), so its peak resident memory (RSS, from ``getrusage``; on CUDA the allocator's peak) is its own: the model, a batch, its gradients and
 activations, and the optimizer.  The *state multiple* is exact instead: the bytes of every tensor
 the optimizer holds (moments, curvature statistics, their averages, inverses, eigenbases, recorded
 rows), found by walking the optimizer object and counting each storage once, over the bytes of the
@@ -106,6 +106,8 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     device = torch.device(cfg["device"])
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     torch.manual_seed(0)
     model = _mlp(torch, cfg["width"], cfg["depth"], cfg["d_in"], cfg["classes"]).to(device)
     X = torch.randn(cfg["batch"], cfg["d_in"], device=device)
@@ -141,6 +143,17 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def in_child(cfg: Dict[str, Any]) -> Dict[str, Any]:
+    if cfg["device"].startswith("cuda"):   # the allocator's own peak is per configuration: one process will do
+        import gc
+
+        import torch
+        try:
+            return run_one(cfg)
+        except Exception as e:   # e.g. out of memory: a row that says so
+            return {**cfg, "error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}
+        finally:
+            gc.collect()
+            torch.cuda.empty_cache()
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", json.dumps(cfg)],
                          capture_output=True, text=True, env=env)

@@ -24,7 +24,10 @@ every ``steps/30`` steps (not timed).
 
     python benchmarks/optimizer_race.py [--quick] [--workloads classifier ...] [--only "NG eigen" AdamW ...]
                                         [--seeds 0 1 2] [--steps 0.5] [--grid 3] [--evals 15] [--out DIR]
-                                        [--save runs.pkl [--train-only]] [--merge a.pkl b.pkl ...]
+                                        [--save runs.pkl [--train-only]] [--merge a.pkl b.pkl ...] [--device cuda]
+
+``--device cuda`` runs the races on a GPU: the time to a target is then the steps' wall time, synchronised
+after every step, and peak memory is not measured (it forks).
 
 ``--quick`` is the CI smoke test (a few steps, one seed, one rate per contestant).  On a loaded machine:
 ``--steps`` a fraction of each budget, ``--grid N`` the top N rates of every grid (the same size for every
@@ -57,11 +60,28 @@ from _race_optimizers import CONTESTANTS, available, build  # noqa: E402
 from _race_workloads import WORKLOADS, Task, Workload, evaluate  # noqa: E402
 
 INF = float("inf")
+#: where the races run (``--device``); on CUDA the "cpu" clock is the wall time of each step, synchronised
+DEVICE = torch.device("cpu")
+
+
+def _sync() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
+
+
+def on_device(task: Task) -> Task:
+    """The task with its model, batches and evaluation sets on :data:`DEVICE`."""
+    if DEVICE.type == "cpu":
+        return task
+    stream = ((x.to(DEVICE), y.to(DEVICE)) for x, y in task.batches)
+    return Task(task.model.to(DEVICE), stream, task.loss,
+                [(x.to(DEVICE), y.to(DEVICE)) for x, y in task.train_eval],
+                [(x.to(DEVICE), y.to(DEVICE)) for x, y in task.val_eval])
 
 
 def train(c, workload: Workload, seed: int, lr: Optional[float], steps: int, eval_every: int) -> Dict[str, Any]:
     """One run: the loss curve (``step``, ``cpu``, ``wall``, ``loss``) and the final losses."""
-    task: Task = workload.build(seed)
+    task = on_device(workload.build(seed))
     model = task.model
     step = build(c, model, lr, workload)
     curve = {"step": [0], "cpu": [0.0], "wall": [0.0], "loss": [evaluate(task, task.train_eval)]}
@@ -74,12 +94,15 @@ def train(c, workload: Workload, seed: int, lr: Optional[float], steps: int, eva
             loss = task.loss(model(x), y)
             loss.backward()
             return loss
+        _sync()
         c0, w0 = time.thread_time(), time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             step(closure)
-        cpu += time.thread_time() - c0
-        wall += time.perf_counter() - w0
+        _sync()
+        w1 = time.perf_counter() - w0
+        cpu += w1 if DEVICE.type == "cuda" else time.thread_time() - c0
+        wall += w1
         if k % eval_every == 0 or k == steps:
             loss = evaluate(task, task.train_eval)
             curve["step"].append(k)
@@ -354,6 +377,8 @@ def main(argv=None) -> Dict[str, Any]:
     ap.add_argument("--evals", type=int, default=None,
                     help="evaluations of the training loss per run (default: the workload's, about 30)")
     ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
+    ap.add_argument("--device", default="cpu",
+                    help="torch device (on cuda the time to target is the synchronised wall time of the steps)")
     ap.add_argument("--grid", type=int, default=None, help="race only the top N rates of every grid")
     ap.add_argument("--save", default=None, help="pickle the runs here (to --merge those of several processes)")
     ap.add_argument("--train-only", action="store_true",
@@ -362,6 +387,8 @@ def main(argv=None) -> Dict[str, Any]:
                     help="pickles of --save: their runs are pooled (seeds or contestants of separate processes) and scored, "
                          "after training --seeds (default: none)")
     a = ap.parse_args(argv)
+    global DEVICE
+    DEVICE = torch.device(a.device)
     torch.set_num_threads(1)
     seeds = a.seeds if a.seeds is not None else ([] if a.merge else [0] if a.quick else [0, 1, 2])
     pooled = merge(a.merge or ())
@@ -386,7 +413,7 @@ def main(argv=None) -> Dict[str, Any]:
             eval_every = max(1, steps // a.evals)
         t0 = time.perf_counter()
         print(f"\n{wname}: {len(names)} contestants, seeds {seeds}", flush=True)
-        result = race(w, names, seeds, steps, eval_every, a.quick, memory=not (a.quick or a.no_memory), grid=a.grid,
+        result = race(w, names, seeds, steps, eval_every, a.quick, memory=not (a.quick or a.no_memory or DEVICE.type != "cpu"), grid=a.grid,
                       runs=pooled.get(wname), scored=not a.train_only)
         results[wname] = result
         if a.train_only:

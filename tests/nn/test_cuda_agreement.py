@@ -46,8 +46,8 @@ def _batch(name, g):
         return X, torch.randint(0, 4, (24,), generator=g)
     if name == "cnn":
         # 48 examples: the last layer's 37 inputs span a full-rank factor.  (Adam in an eigenbasis is not
-        # invariant to the basis chosen inside a degenerate eigenspace, such as a rank-deficient factor's
-        # null space, and two eigensolvers choose differently there.)
+        # invariant to the basis chosen inside a rank-deficient factor's null space; factor_eigh gives that
+        # space a basis of its own, whatever the eigensolver chose, which the transformer's statistics need.)
         X = torch.randn(48, 1, 7, 7, generator=g, dtype=torch.float64)
         return X, torch.randint(0, 3, (48,), generator=g)
     X = torch.randint(0, 11, (4, 6), generator=g)

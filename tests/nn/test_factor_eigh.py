@@ -58,3 +58,102 @@ def test_a_float32_decomposition_that_does_not_converge_is_done_in_float64(monke
     with pytest.raises(torch.linalg.LinAlgError):   # float64 that fails is not hidden
         monkeypatch.setattr(torch.linalg, "eigh", lambda M: (_ for _ in ()).throw(torch.linalg.LinAlgError("x")))
         fe.factor_eigh(psd(4))
+
+
+def low_rank(n, r, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(r, n, dtype=dtype, generator=g)   # r samples: rank r, and no zero row
+    return X.T @ X / r
+
+
+def _same_up_to_signs(A, B, atol):
+    signs = torch.sign((A * B).sum(0))
+    torch.testing.assert_close(A * signs, B, rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize("n,r", [(12, 5), (9, 1), (20, 17)])
+def test_a_rank_deficient_factor_gets_the_null_basis_of_the_subspace_alone(n, r):
+    """The null-space columns: eigenvectors of diag(1..n) compressed onto the null space, computed here from
+    scipy's SVD null space, whatever basis the eigensolver itself returned there."""
+    scipy_linalg = pytest.importorskip("scipy.linalg")
+    import numpy as np
+    F = low_rank(n, r, seed=n)
+    lam, U = fe.factor_eigh(F)
+    check(F, lam, U, 1e-12)
+    N = scipy_linalg.null_space(F.numpy(), rcond=1e-10)
+    assert N.shape[1] == n - r
+    _, V = np.linalg.eigh(N.T @ np.diag(np.arange(1.0, n + 1)) @ N)
+    _same_up_to_signs(U[:, :n - r], torch.from_numpy(N @ V), 1e-10)
+
+
+def test_the_null_basis_does_not_depend_on_the_eigensolvers_choice(monkeypatch):
+    """A solver that returns another rotation inside the null space (as another BLAS or a GPU does)
+    leads to the same columns, up to their signs; the range is untouched."""
+    n, r = 16, 6
+    F = low_rank(n, r, seed=3)
+    lam0, U0 = fe.factor_eigh(F)
+    real = torch.linalg.eigh
+    g = torch.Generator().manual_seed(7)
+    Q, _ = torch.linalg.qr(torch.randn(n - r, n - r, dtype=F.dtype, generator=g))
+
+    def other_solver(M):
+        lam, U = real(M)
+        if M.shape[0] == n:
+            U = torch.cat([U[:, :n - r] @ Q, U[:, n - r:]], dim=1)
+        return lam, U
+    monkeypatch.setattr(torch.linalg, "eigh", other_solver)
+    lam1, U1 = fe.factor_eigh(F)
+    assert torch.equal(lam0, lam1)
+    _same_up_to_signs(U1, U0, 1e-12)
+
+
+def test_a_full_rank_factor_keeps_the_solvers_basis_and_a_zero_row_factor_its_coordinates():
+    F = psd(10)
+    assert torch.equal(fe.factor_eigh(F)[1], torch.linalg.eigh(F)[1])
+    F = low_rank(8, 3)
+    F[:, 2] = F[2, :] = 0   # a dead coordinate beside a rank-deficient live block
+    lam, U = fe.factor_eigh(F)
+    check(F, lam, U, 1e-12)
+    col = (U[2] != 0).nonzero().squeeze(1)
+    assert len(col) == 1 and U[2, col].abs().item() == 1.0
+
+
+@pytest.mark.parametrize("kind", ["kfac", "ekfac"])
+def test_eigen_adam_training_does_not_depend_on_the_eigensolvers_null_basis(kind, monkeypatch):
+    """A transformer layer on 24 tokens: its packed attention projection steps in the eigenbasis of a
+    rank-deficient gradient statistic.  Training with an eigensolver that rotates every null space at
+    random (as a GPU's solver chooses otherwise than the CPU's) gives the same parameters."""
+    F_ = torch.nn.functional
+
+    def train():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Embedding(11, 8), torch.nn.TransformerEncoderLayer(
+            8, 2, 16, dropout=0.0, batch_first=True, norm_first=True), torch.nn.Linear(8, 11)).double()
+        import infogeo as ig
+        opt = ig.nn.NaturalGradient(model, curvature=kind, step_rule="eigen-adam", fisher="exact", lr=3e-3,
+                                    curvature_update_period=2)
+        g = torch.Generator().manual_seed(1)
+        for _ in range(4):
+            X, y = torch.randint(0, 11, (4, 6), generator=g), torch.randint(0, 11, (4, 6), generator=g)
+            opt.zero_grad()
+            F_.cross_entropy(model(X).reshape(-1, 11), y.reshape(-1)).backward()
+            opt.step()
+        return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+    first = train()
+    real = torch.linalg.eigh
+    g = torch.Generator().manual_seed(5)
+    rotated = []
+
+    def other_solver(M):
+        lam, U = real(M)
+        k = int((lam <= lam.shape[0] * torch.finfo(lam.dtype).eps * lam.abs().max()).sum())
+        if k >= 2:
+            rotated.append(k)
+            Q, _ = torch.linalg.qr(torch.randn(k, k, dtype=U.dtype, generator=g))
+            U = torch.cat([U[:, :k] @ Q, U[:, k:]], dim=1)
+        return lam, U
+    monkeypatch.setattr(torch.linalg, "eigh", other_solver)
+    second = train()
+    assert rotated                                    # some null space was met, and turned
+    torch.testing.assert_close(second, first, rtol=1e-7, atol=1e-9)

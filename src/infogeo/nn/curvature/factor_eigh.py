@@ -7,6 +7,16 @@ and the null space gets an exact basis instead of one that rounding picks, so a 
 moves nothing there).  LAPACK's float32 divide-and-conquer ``syevd`` can also fail to converge on
 matrices with many (nearly) repeated eigenvalues (measured: a 513 × 513 factor with 306 zero rows);
 such a decomposition is retried in float64 and rounded back.
+
+A factor of rank r < n that has no zero rows (fewer samples than its side, or a Shampoo statistic
+:math:`\bar g \bar g^T` of a few gradients) has a null space with no zero rows either; an
+eigensolver returns for it whatever basis its rounding leads to, and two solvers (CPU and CUDA, two
+BLAS builds) return different ones.  Adam in an eigenbasis is not invariant to that choice: the
+gradients of later steps do have components there, and Adam scales each basis direction on its own.
+So the null space (the eigenvalues within :math:`n\,\epsilon\,\lambda_{max}` of 0, the rank tolerance
+of ``numpy.linalg.matrix_rank``) gets a basis that is a continuous function of the subspace alone:
+the eigenvectors of the compression :math:`N^T D N` of the fixed diagonal :math:`D = diag(1, ..., n)`
+onto it (unique while the compression's eigenvalues are distinct, as they generically are).
 """
 from __future__ import annotations
 
@@ -19,12 +29,30 @@ __all__ = ["factor_eigh"]
 
 def _eigh(F: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     try:
-        return torch.linalg.eigh(F)
+        lam, U = torch.linalg.eigh(F)
     except RuntimeError:   # torch.linalg.LinAlgError: no convergence (float32 on a degenerate spectrum)
         if F.dtype == torch.float64:
             raise
         lam, U = torch.linalg.eigh(F.double())
-        return lam.to(F.dtype), U.to(F.dtype)
+        lam, U = lam.to(F.dtype), U.to(F.dtype)
+    return lam, _canonical_null(lam, U)
+
+
+def _canonical_null(lam: torch.Tensor, U: torch.Tensor) -> torch.Tensor:
+    """``U`` with its null-space columns (the first ``k``: eigenvalues ascending) rotated to the
+    eigenvectors of ``D = diag(1, ..., n)`` compressed onto that space (module docstring)."""
+    n = lam.shape[0]
+    tol = n * torch.finfo(lam.dtype).eps * lam.abs().max()
+    k = int((lam <= tol).sum())
+    if k < 2:
+        return U
+    N = U[:, :k]
+    d = torch.arange(1, n + 1, dtype=U.dtype, device=U.device)
+    C = N.T @ (d.unsqueeze(1) * N)
+    _, V = torch.linalg.eigh((C + C.T) / 2)
+    out = U.clone()   # the solver's memory layout (column-major), which callers' views may rely on
+    out[:, :k] = N @ V
+    return out
 
 
 def factor_eigh(F: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
