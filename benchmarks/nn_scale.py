@@ -5,7 +5,8 @@ Usage::
     python benchmarks/nn_scale.py [--quick] [--device cuda] [--out DIR] [--skip-distributed]
 
 Every configuration runs in a fresh process (one thread; on CUDA all in one process, the allocator's
-peak reset before each), so its peak resident memory (RSS, from ``getrusage``; on CUDA the allocator's peak) is its own: the model, a batch, its gradients and
+peak reset before each), so its peak resident memory (RSS, from ``getrusage``; on CUDA the allocator's
+peak) is its own: the model, a batch, its gradients and
 activations, and the optimizer.  The *state multiple* is exact instead: the bytes of every tensor
 the optimizer holds (moments, curvature statistics, their averages, inverses, eigenbases, recorded
 rows), found by walking the optimizer object and counting each storage once, over the bytes of the
@@ -266,15 +267,19 @@ def _plot(rows, key: str, path: str, title: str) -> None:
     plt.close(fig)
 
 
-def table(rows, key: str) -> None:
+def header(key: str) -> None:
     print(f"{key:>6} {'optimizer':>15} {'params':>10} {'median s':>9} {'mean s':>8} {'peak MB':>8} {'state x':>8} "
-          f"{'curv. x':>8}")
-    for r in rows:
-        if "error" in r:
-            print(f"{r[key]:>6} {r['optimizer']:>15}  failed: {r['error']}")
-            continue
+          f"{'curv. x':>8}", flush=True)
+
+
+def row(r, key: str) -> Dict[str, Any]:
+    """Print one configuration's line as soon as it is measured (a long sweep shows its progress)."""
+    if "error" in r:
+        print(f"{r[key]:>6} {r['optimizer']:>15}  failed: {r['error']}", flush=True)
+    else:
         print(f"{r[key]:>6} {r['optimizer']:>15} {r['params']:>10} {r['median_s']:>9.4f} {r['mean_s']:>8.4f} "
-              f"{r['peak_mb']:>8.0f} {r['state_multiple']:>8.2f} {r['curvature_multiple']:>8.2f}")
+              f"{r['peak_mb']:>8.0f} {r['state_multiple']:>8.2f} {r['curvature_multiple']:>8.2f}", flush=True)
+    return r
 
 
 def exponents(rows, key: str) -> Dict[str, Dict[str, float]]:
@@ -319,16 +324,16 @@ def main(argv=None) -> Dict[str, Any]:
     result: Dict[str, Any] = {}
     print(f"MLP, depth {base['depth']}, batch {base['batch']}, input {base['d_in']}, {base['steps']} timed steps, "
           f"one thread, device {args.device}")
-    rows = [in_child({**base, "width": w, "optimizer": o}) for w in widths for o in names]
-    table(rows, "width")
+    header("width")
+    rows = [row(in_child({**base, "width": w, "optimizer": o}), "width") for w in widths for o in names]
     result["width"] = rows
     result["width_exponents"] = exponents(rows, "width")
     _plot(rows, "width", os.path.join(args.out, "nn_scale_width.png"), f"MLP depth {base['depth']}, batch {base['batch']}")
     if not args.skip_depth:
         dw = 64 if q else 512
         print(f"\nMLP of width {dw} against depth")
-        rows = [in_child({**base, "width": dw, "depth": d, "optimizer": o}) for d in depths for o in names]
-        table(rows, "depth")
+        header("depth")
+        rows = [row(in_child({**base, "width": dw, "depth": d, "optimizer": o}), "depth") for d in depths for o in names]
         result["depth"] = rows
         result["depth_exponents"] = exponents(rows, "depth")
         _plot(rows, "depth", os.path.join(args.out, "nn_scale_depth.png"), f"MLP width {dw}, batch {base['batch']}")
