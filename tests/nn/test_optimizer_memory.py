@@ -137,14 +137,15 @@ def test_resume_with_the_default_step_rule_is_bit_identical_through_an_undo(tmp_
 
 def test_state_multiples_of_the_default_settings():
     """Bytes held across steps over the parameters' bytes (MLP 6-32-32-3): AdamW 2; diag: its diagonal and
-    the grafting's three moments, 4; K-FAC (default eigen-adam, or grafted) and EKFAC (grafted) their factors,
-    one factorisation and the step rule's moments, and nothing else (no last step, no damped scales)."""
+    the grafting's three moments, 4; K-FAC in its eigenbasis (default eigen-adam, or grafted) and EKFAC (grafted)
+    their factors, one factorisation and the step rule's moments, and nothing else (no last step, no damped scales, no second
+    copy of the factors: 8 steps, factorised every 3, so the last averages statistics after a factorisation)."""
     bench = load_benchmark("nn_scale")
 
     def multiple(make):
         model = mlp(width=32)
         opt = make(model)
-        train(model, opt, 0, 3)
+        train(model, opt, 0, 8)
         params = list(model.parameters())
         exclude = {id(p) for p in params} | {p.untyped_storage().data_ptr() for p in params}
         exclude |= {id(p.grad) for p in params}
@@ -156,10 +157,32 @@ def test_state_multiples_of_the_default_settings():
     n = sum(p.numel() for p in model.parameters())
     eig = sum(w.shape[0] + w.shape[1] + 1 for w in (model[0].weight, model[2].weight, model[4].weight)) / n
     graft = {"step_rule": "graft"}
-    for options, want in [(graft, 3 + 2 * sides / n),                         # factors, damped inverses, m, v, u
+    # factors, damped inverses, m, v, u; and the factors the inverses came from, which they are recomputed from
+    # when the damping changes (Tikhonov's factored damping depends on it through the factors)
+    for options, want in [(graft, 3 + 3 * sides / n),
                           (dict(graft, inverse="eigen"), 3 + 2 * sides / n + eig),   # eigenbases and eigenvalues
                           ({}, 2 + 2 * sides / n + eig)]:                     # the default eigen-adam: m, v only
-        got = multiple(lambda m: ig.nn.NaturalGradient(m, curvature="kfac", curvature_update_period=1, **options))
+        got = multiple(lambda m: ig.nn.NaturalGradient(m, curvature="kfac", curvature_update_period=1,
+                                                       inverse_update_period=3, **options))
         assert got == pytest.approx(want, abs=0.02), options
-    ekfac = multiple(lambda m: ig.nn.NaturalGradient(m, curvature="ekfac", curvature_update_period=1))
+    ekfac = multiple(lambda m: ig.nn.NaturalGradient(m, curvature="ekfac", curvature_update_period=1,
+                                                     inverse_update_period=3))
     assert ekfac == pytest.approx(3 + 1 + 2 * sides / n + eig, abs=0.02)   # and the scales, one weight's worth
+
+
+def test_between_factorisations_the_solver_keeps_its_decomposition_and_refers_to_the_current_factors():
+    """After a factorisation, statistics averaged in: the solver's blocks hold the curvature's (newer) factors, not
+    a copy, and still solve with the eigendecomposition of the factors they were decomposed from."""
+    model = mlp()
+    opt = ig.nn.NaturalGradient(model, curvature="kfac", curvature_update_period=1, inverse_update_period=4)
+    train(model, opt, 0, 5)   # factorised at step 4 ...
+    est = opt.preconditioner.estimate
+    assert est.solver is est.curvature
+    then = {i: (b.A.clone(), b.G.clone()) for i, b in enumerate(est.solver.blocks)}
+    train(model, opt, 5, 2)   # ... and averaged twice since
+    assert est.solver is not est.curvature
+    for i, (b, c) in enumerate(zip(est.solver.blocks, est.curvature.blocks)):
+        assert b.A is c.A and b.G is c.G and not torch.equal(b.A, then[i][0])
+        la, Ua, lg, Ug = b.eig()
+        for lam, U, F_then in ((la, Ua, then[i][0]), (lg, Ug, then[i][1])):
+            torch.testing.assert_close(U @ torch.diag(lam) @ U.T, F_then, rtol=0, atol=1e-12)

@@ -56,6 +56,36 @@ class BlockCurvature(Curvature):
             b.precompute(damping)
         return self
 
+    # --------------------------------------------------- factorisations (the optimizer's solver)
+    def bases(self) -> Dict[str, torch.Tensor]:
+        """The eigendecompositions the blocks have computed, ``{"<block>/<lambda_A|U_A|lambda_G|U_G>": tensor}``
+        (for checkpoints: a solver's may be older than its factors; a diagonal factor's basis, the identity, is an
+        empty tensor)."""
+        return {f"{i}/{k}": t for i, b in enumerate(self.blocks) if getattr(b, "factorised", False)
+                for k, t in zip(b.EIG_KEYS, b.factorisation(0.0))}
+
+    def adopt_bases(self, saved: Dict[str, torch.Tensor]) -> None:
+        """Use the eigendecompositions of :meth:`bases` (a checkpoint's) instead of the factors' own."""
+        for i, b in enumerate(self.blocks):
+            keys = getattr(b, "EIG_KEYS", ())
+            if keys and all(f"{i}/{k}" in saved for k in keys):
+                eig = tuple(saved[f"{i}/{k}"] for k in keys)
+                A, G = b.stats()["A"], b.stats()["G"]
+                if not all(U.shape == (F.shape if F.dim() == 2 else (0,)) for U, F in ((eig[1], A), (eig[3], G))):
+                    raise ValueError(f"checkpoint: the saved eigenbasis of block {i} does not fit its factors")
+                b.adopt(eig, 0.0)
+
+    def share_factors(self, current: "BlockCurvature") -> None:
+        """Let every decomposed block refer to the factors of ``current`` (this curvature averaged further, the same
+        structure) instead of its own: a solver reads only its decompositions, and its own factors, older than
+        ``current``'s, would be a second copy of the largest statistics.  Blocks not decomposed here (another
+        rank's, under ``placement="memory"``) keep theirs, from which they can still be decomposed."""
+        if not self.same_structure(current):
+            raise ValueError("share_factors: another structure")
+        for b, c in zip(self.blocks, current.blocks):
+            if getattr(b, "factorised", False):
+                b.share_factors(c)
+
     # --------------------------------------------------- statistics
     def stats(self) -> Dict[str, torch.Tensor]:
         """All statistics as one flat dict ``'<block>/<stat>' -> tensor`` (for EMA, checks, checkpoints)."""

@@ -230,23 +230,6 @@ class EKFAC(BlockCurvature):
         """Each Kronecker block's eigenbasis ``{weight name: (U_A, U_G)}`` (the ``basis`` option of :meth:`build`)."""
         return {b.key: b.basis() for b in self.blocks if isinstance(b, EigenKronBlock)}
 
-    _EIG = ("lambda_A", "U_A", "lambda_G", "U_G")
-
-    def bases(self) -> Dict[str, torch.Tensor]:
-        """The eigendecompositions the blocks use, ``{"<block>/<U_A|...>": tensor}`` (for checkpoints; a diagonal
-        factor's basis, the identity, is an empty tensor)."""
-        return {f"{i}/{k}": t for i, b in enumerate(self.blocks) if isinstance(b, EigenKronBlock)
-                for k, t in zip(self._EIG, b.factorisation(0.0))}
-
-    def adopt_bases(self, saved: Dict[str, torch.Tensor]) -> None:
-        """Use the eigendecompositions of :meth:`bases` (a checkpoint's) instead of the factors' own."""
-        for i, b in enumerate(self.blocks):
-            if isinstance(b, EigenKronBlock) and all(f"{i}/{k}" in saved for k in self._EIG):
-                eig = tuple(saved[f"{i}/{k}"] for k in self._EIG)
-                if not all(U.shape == (F.shape if F.dim() == 2 else (0,)) for U, F in ((eig[1], b.A), (eig[3], b.G))):
-                    raise ValueError(f"checkpoint: the saved EKFAC basis of block {i} does not fit its factors")
-                b.adopt(eig, 0.0)
-
     # ------------------------------------------------------------ the optimizer's schedule
     @property
     def deferred(self) -> bool:

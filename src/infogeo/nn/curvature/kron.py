@@ -258,6 +258,24 @@ class EigenbasisKronBlock(KronBlock):
         #: per solve (one outer product) rather than kept, a copy as large as the weight
         self._checked: Optional[Tuple[float, Any]] = None
 
+    #: the names of :meth:`factorisation`'s tensors (a checkpoint's keys)
+    EIG_KEYS = ("lambda_A", "U_A", "lambda_G", "U_G")
+
+    @property
+    def factorised(self) -> bool:
+        """Whether the eigendecomposition is computed (or adopted)."""
+        return self._eig is not None
+
+    def share_factors(self, current: "KronBlock") -> None:
+        """Refer to the factors of ``current`` (a later average of the same statistics) instead of this block's
+        own, keeping this block's eigendecomposition, which is all a solve reads: the optimizer's solver, between
+        two factorisations, would otherwise hold a second copy of every factor."""
+        if not self.factorised:
+            raise RuntimeError("share_factors before the factors were decomposed")
+        if (current.A.shape, current.G.shape) != (self.A.shape, self.G.shape):
+            raise ValueError("share_factors: the factors' shapes differ")
+        self.A, self.G = current.A, current.G
+
     def eig(self):
         r"""``(λ_A, U_A, λ_G, U_G)``: eigendecompositions of the factors (computed once; ``U = None`` for a
         diagonal factor)."""

@@ -251,6 +251,9 @@ class CurvatureEstimate:
                 self.curvature, self.solver = fresh, None
             else:
                 self.curvature = self.curvature.ema(fresh, self.ema_decay)
+                if self.solver is not None and self.solver is not self.curvature and \
+                        hasattr(self.solver, "share_factors") and self.solver.same_structure(self.curvature):
+                    self.solver.share_factors(self.curvature)   # its decompositions stay; its old factors go
         if self.curvature is not None and (self.solver is None or step % self.inverse_update_period == 0 or
                                            (new is not None and self.early(step))):
             self.solver = self.factorise(self.curvature, damping)
