@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple, cast
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, cast
 
 import torch
 
@@ -59,7 +59,7 @@ from ..curvature.kron import EigenbasisKronBlock
 from .gradient_basis import gradient_basis, matrix_view
 
 __all__ = ["STEP_RULES", "graft", "grafted", "LastSteps", "heavy_ball", "eigen_steps", "eigen_adam",
-           "eigen_adam_again", "change_basis"]
+           "eigen_adam_again", "change_basis", "rotated_gradient", "adam_moments", "adam_directions"]
 
 #: the step rules NaturalGradient accepts
 STEP_RULES = ("graft", "clip", "eigen-adam")
@@ -145,27 +145,43 @@ def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastS
     ``raw``: each Kronecker block's in its eigenbasis (rotated from the batch's rows where they give the
     gradient at less cost), each other matrix's in its gradient's eigenbasis (``unfactored="soap"``,
     :mod:`.gradient_basis`) or, like vectors, on its raw coordinates.  ``states``: the optimizer's per-parameter
-    state; ``last`` records how to recompute each step (to undo it)."""
+    state; ``last`` records how to recompute each step (to undo it).
+
+    The rotations are per block; Adam's elementwise updates of all blocks are fused (:func:`adam_moments`,
+    :func:`adam_directions`: a handful of operations per step instead of a dozen per parameter, which is
+    what a step of a small model costs on a GPU)."""
     lrs = pre.learning_rates()
     params = dict(zip(pre.names, pre.params))
-    steps, kept = {}, {}   # kept: the state and split of each parameter's direction (the last step's)
     rows = pre.take_rows()
+    # per block or parameter: (its parameters, Adam state, gradient in the basis, the split of a direction
+    # into its parameters for the step, and the one kept to recompute it)
+    jobs: List[Tuple[Any, ...]] = []
     for b in (b for b in getattr(pre.solver, "blocks", ()) if isinstance(b, EigenbasisKronBlock)):
         r = rows.get(b.weight or "")
-        kept.update(dict.fromkeys(b.names, (states[params[b.names[0]]], b.layout_only().split)))
-        steps.update(b.split(eigen_adam(kept[b.names[0]][0], None if r else b.join(raw), b.basis(), betas, eps,
-                                        rotated=b.rotate_rows(*r) if r else None)))
+        state = states[params[b.names[0]]]
+        g = rotated_gradient(state, None if r else b.join(raw), b.basis(),
+                             rotated=b.rotate_rows(*r) if r else None)
+        jobs.append((b.names, state, g, b.split, b.layout_only().split))
+    factored = {n for j in jobs for n in j[0]}
     for n, p in params.items():
-        G = matrix_view(raw[n]) if unfactored == "soap" and n not in steps else None
+        if n in factored:
+            continue
+        G = matrix_view(raw[n]) if unfactored == "soap" else None
         if G is not None:
-            steps[n] = eigen_adam(states[p], G, gradient_basis(states[p], G), betas, eps).reshape(p.shape)
-            kept[n] = (states[p], partial(_as_param, n, p.shape))
-        elif n not in steps:
+            split = partial(_as_param, n, p.shape)
+            jobs.append(([n], states[p], rotated_gradient(states[p], G, gradient_basis(states[p], G)), split, split))
+        else:
             _as_raw(states[p], p.shape)
-            steps[n] = eigen_adam(states[p], raw[n], None, betas, eps)
-        steps[n] = steps[n].to(p.dtype).mul_(-lrs[id(p)])
-        moments, split = kept.get(n, (states[p], None))
-        last.record(n, partial(eigen_adam_again, moments, split, n, p.dtype, lrs[id(p)], betas=betas, eps=eps))
+            jobs.append(([n], states[p], rotated_gradient(states[p], raw[n], None), None, None))
+    adam_moments([j[1] for j in jobs], [j[2] for j in jobs], betas)
+    steps = {}
+    for (names, state, _, split, kept), u in zip(jobs, adam_directions([j[1] for j in jobs], betas, eps)):
+        u = _out_of_basis(u, state)
+        parts = {names[0]: u} if split is None else split(u)
+        for n in names:
+            p = params[n]
+            steps[n] = parts[n].to(p.dtype).mul_(-lrs[id(p)])
+            last.record(n, partial(eigen_adam_again, state, kept, n, p.dtype, lrs[id(p)], betas=betas, eps=eps))
     return steps
 
 
@@ -187,12 +203,16 @@ def _as_param(name: str, shape: torch.Size, u: torch.Tensor) -> Dict[str, torch.
     return {name: u.reshape(shape)}
 
 
-def _eigen_direction(state: Dict[str, torch.Tensor], betas: Tuple[float, float], eps: float) -> torch.Tensor:
-    r""":math:`U_G\,[\hat m/(\sqrt{\hat v}+\epsilon)]\,U_A^T` of the moments and basis in ``state`` (no basis: the
-    raw coordinates)."""
-    u = _adam_direction(state["exp_avg"], state["exp_avg_sq"], float(state["step"]), betas, eps)
+def _out_of_basis(u: torch.Tensor, state: Dict[str, torch.Tensor]) -> torch.Tensor:
+    r""":math:`U_G\,u\,U_A^T` with the basis kept in ``state`` (none: the raw coordinates)."""
     Ua, Ug = state.get("U_A"), state.get("U_G")
     return u if Ua is None and Ug is None else _turn(u, Ug, Ua.T if Ua is not None else None)
+
+
+def _eigen_direction(state: Dict[str, torch.Tensor], betas: Tuple[float, float], eps: float) -> torch.Tensor:
+    r""":math:`U_G\,[\hat m/(\sqrt{\hat v}+\epsilon)]\,U_A^T` of the moments and basis in ``state`` (no basis: the
+    raw coordinates), by the same operations as :func:`eigen_steps` (so the same bits)."""
+    return _out_of_basis(adam_directions([state], betas, eps)[0], state)
 
 
 def _moments(m: torch.Tensor, v: torch.Tensor, g: torch.Tensor, betas: Tuple[float, float]) -> None:
@@ -209,18 +229,46 @@ def _adam_direction(m: torch.Tensor, v: torch.Tensor, k: float, betas: Tuple[flo
     return (m / (1 - b1 ** k)) / ((v / (1 - b2 ** k)).sqrt_().add_(eps))
 
 
-def eigen_adam(state: Dict[str, torch.Tensor], g: Optional[torch.Tensor], basis: Optional[Basis],
-               betas: Tuple[float, float], eps: float, rotated: Optional[torch.Tensor] = None) -> torch.Tensor:
-    r"""Adam in a Kronecker eigenbasis: :math:`U_G\,[\hat m/(\sqrt{\hat v}+\epsilon)]\,U_A^T` (step rule ``"eigen-adam"``).
+def adam_moments(states: Sequence[Dict[str, torch.Tensor]], gs: Sequence[torch.Tensor],
+                 betas: Tuple[float, float]) -> None:
+    """Adam's moments ``exp_avg``, ``exp_avg_sq`` of every state updated in place with its ``g``, and its ``step``
+    counted: one fused (``torch._foreach_*``) operation per moment for all of them."""
+    if not states:
+        return
+    b1, b2 = betas
+    ms, vs = [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]
+    torch._foreach_mul_(ms, b1)
+    torch._foreach_add_(ms, list(gs), alpha=1 - b1)
+    torch._foreach_mul_(vs, b2)
+    torch._foreach_addcmul_(vs, list(gs), list(gs), value=1 - b2)
+    torch._foreach_add_([s["step"] for s in states], 1)
 
-    ``g`` is a block's gradient :math:`\bar W` (``(out, in [+ 1])``, the weight and bias joined) and
-    ``basis`` its eigenvectors ``(U_A, U_G)``; the moments :math:`m, v` are those of the rotated gradient
-    :math:`\tilde g = U_G^T\bar WU_A`.  A basis other than the one the moments were kept in first carries
-    them over (:func:`change_basis`).  ``basis=None``: Adam on the raw coordinates of ``g`` (a parameter
-    without Kronecker factors).  ``rotated``: :math:`\tilde g` already computed (from the batch's rows), in
-    place of ``g`` (which may then be ``None``).  Returns the unscaled step (the caller multiplies by :math:`-\eta`);
-    ``state`` holds ``exp_avg``, ``exp_avg_sq``, ``step`` and the basis ``U_A``, ``U_G``.
-    """
+
+def adam_directions(states: Sequence[Dict[str, torch.Tensor]], betas: Tuple[float, float],
+                    eps: float) -> List[torch.Tensor]:
+    r""":math:`\hat m/(\sqrt{\hat v}+\epsilon)` of every state's moments (Adam's bias corrections at its step
+    count), fused over the states that share a step count."""
+    b1, b2 = betas
+    by_step: Dict[float, List[int]] = {}
+    for i, s in enumerate(states):
+        by_step.setdefault(float(s["step"]), []).append(i)
+    out: List[torch.Tensor] = [cast(torch.Tensor, None)] * len(states)
+    for k, idx in by_step.items():
+        num = torch._foreach_div([states[i]["exp_avg"] for i in idx], 1 - b1 ** k)
+        den = torch._foreach_div([states[i]["exp_avg_sq"] for i in idx], 1 - b2 ** k)
+        torch._foreach_sqrt_(den)
+        torch._foreach_add_(den, eps)
+        torch._foreach_div_(num, den)
+        for i, u in zip(idx, num):
+            out[i] = u
+    return out
+
+
+def rotated_gradient(state: Dict[str, torch.Tensor], g: Optional[torch.Tensor], basis: Optional[Basis],
+                     rotated: Optional[torch.Tensor] = None) -> torch.Tensor:
+    r"""The gradient :math:`\tilde g = U_G^T\bar WU_A` in ``basis`` (``None``: ``g`` itself), the moments in ``state``
+    carried to that basis first (:func:`change_basis`) or created (zeros) at the first step; ``rotated``:
+    :math:`\tilde g` already computed (from the batch's rows), in place of ``g``."""
     if basis is not None:
         change_basis(state, basis)
         Ua, Ug = basis
@@ -233,8 +281,24 @@ def eigen_adam(state: Dict[str, torch.Tensor], g: Optional[torch.Tensor], basis:
     if "exp_avg" not in state:
         state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(g), torch.zeros_like(g)
         state["step"] = torch.zeros((), dtype=torch.float64)
-    state["step"] += 1
-    _moments(state["exp_avg"], state["exp_avg_sq"], g, betas)
+    return g
+
+
+def eigen_adam(state: Dict[str, torch.Tensor], g: Optional[torch.Tensor], basis: Optional[Basis],
+               betas: Tuple[float, float], eps: float, rotated: Optional[torch.Tensor] = None) -> torch.Tensor:
+    r"""Adam in a Kronecker eigenbasis: :math:`U_G\,[\hat m/(\sqrt{\hat v}+\epsilon)]\,U_A^T` (step rule ``"eigen-adam"``),
+    for one block (:func:`eigen_steps` takes all of them at once, the same operations fused).
+
+    ``g`` is a block's gradient :math:`\bar W` (``(out, in [+ 1])``, the weight and bias joined) and
+    ``basis`` its eigenvectors ``(U_A, U_G)``; the moments :math:`m, v` are those of the rotated gradient
+    :math:`\tilde g = U_G^T\bar WU_A`.  A basis other than the one the moments were kept in first carries
+    them over (:func:`change_basis`).  ``basis=None``: Adam on the raw coordinates of ``g`` (a parameter
+    without Kronecker factors).  ``rotated``: :math:`\tilde g` already computed (from the batch's rows), in
+    place of ``g`` (which may then be ``None``).  Returns the unscaled step (the caller multiplies by :math:`-\eta`);
+    ``state`` holds ``exp_avg``, ``exp_avg_sq``, ``step`` and the basis ``U_A``, ``U_G``.
+    """
+    g = rotated_gradient(state, g, basis, rotated)
+    adam_moments([state], [g], betas)
     return _eigen_direction(state, betas, eps)   # the basis change_basis left in the state
 
 
