@@ -7,7 +7,7 @@ block kinds.  Their statistics are tensors, so they can be averaged and checkpoi
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -61,15 +61,19 @@ class BlockCurvature(Curvature):
         """The eigendecompositions the blocks have computed, ``{"<block>/<lambda_A|U_A|lambda_G|U_G>": tensor}``
         (for checkpoints: a solver's may be older than its factors; a diagonal factor's basis, the identity, is an
         empty tensor)."""
-        return {f"{i}/{k}": t for i, b in enumerate(self.blocks) if getattr(b, "factorised", False)
+        return {f"{i}/{k}": t for i, b in self._eigenbasis_blocks() if b.factorised
                 for k, t in zip(b.EIG_KEYS, b.factorisation(0.0))}
+
+    def _eigenbasis_blocks(self) -> List[Tuple[int, Any]]:
+        """``(index, block)`` of the blocks solved in an eigenbasis (:class:`~.kron.EigenbasisKronBlock`, known by
+        its ``EIG_KEYS``: this module does not import the Kronecker blocks)."""
+        return [(i, b) for i, b in enumerate(self.blocks) if hasattr(b, "EIG_KEYS")]
 
     def adopt_bases(self, saved: Dict[str, torch.Tensor]) -> None:
         """Use the eigendecompositions of :meth:`bases` (a checkpoint's) instead of the factors' own."""
-        for i, b in enumerate(self.blocks):
-            keys = getattr(b, "EIG_KEYS", ())
-            if keys and all(f"{i}/{k}" in saved for k in keys):
-                eig = tuple(saved[f"{i}/{k}"] for k in keys)
+        for i, b in self._eigenbasis_blocks():
+            if all(f"{i}/{k}" in saved for k in b.EIG_KEYS):
+                eig = tuple(saved[f"{i}/{k}"] for k in b.EIG_KEYS)
                 A, G = b.stats()["A"], b.stats()["G"]
                 if not all(U.shape == (F.shape if F.dim() == 2 else (0,)) for U, F in ((eig[1], A), (eig[3], G))):
                     raise ValueError(f"checkpoint: the saved eigenbasis of block {i} does not fit its factors")
@@ -82,9 +86,9 @@ class BlockCurvature(Curvature):
         rank's, under ``placement="memory"``) keep theirs, from which they can still be decomposed."""
         if not self.same_structure(current):
             raise ValueError("share_factors: another structure")
-        for b, c in zip(self.blocks, current.blocks):
-            if getattr(b, "factorised", False):
-                b.share_factors(c)
+        for i, b in self._eigenbasis_blocks():
+            if b.factorised:
+                b.share_factors(current.blocks[i])
 
     # --------------------------------------------------- statistics
     def stats(self) -> Dict[str, torch.Tensor]:
