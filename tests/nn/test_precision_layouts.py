@@ -217,3 +217,67 @@ def test_active_dropout_warns_and_every_representation_builds():
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             ig.nn.ParameterSpace(model, "categorical", data=X)
+
+
+# ----------------------------------------------------------------- statistics kept in half precision
+HALF_UNIT = {torch.bfloat16: 2.0 ** -8}   # unit roundoff
+
+
+def _preconditioned(kind, factor_dtype, **options):
+    model = mlp()
+    pre = ig.nn.Preconditioner(model, curvature=kind, factor_dtype=factor_dtype, kl_clip=None, fisher="exact",
+                               damping=1e-2, **options)
+    X, y = batch("mlp", 64)
+    torch.nn.functional.cross_entropy(model(X), y).backward()
+    raw = {n: p.grad.clone() for n, p in model.named_parameters()}
+    pre.step()
+    return {n: p.grad for n, p in model.named_parameters()}, raw, pre
+
+
+def _flat(d):
+    return torch.cat([t.reshape(-1) for t in d.values()])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16])
+@pytest.mark.parametrize("kind,options", [("kfac", {}), ("kfac", {"inverse": "eigen"}), ("ekfac", {}), ("diag", {}),
+                                          ("block", {}), ("dense", {})])
+def test_statistics_kept_in_half_precision_are_decomposed_and_applied_in_float32(kind, options, dtype):
+    """``factor_dtype=torch.bfloat16`` halves the statistics' memory: they are stored in it, and
+    decomposed and solved in float32 (LAPACK has no half precision).  The direction equals the float32 solve of
+    the stored (rounded) statistics, and differs from the one of unrounded statistics by a few unit roundoffs."""
+    direction, raw, pre = _preconditioned(kind, dtype, **options)
+    est = pre.estimate
+    assert {t.dtype for t in est.curvature.stats().values()} == {dtype}
+    assert all(t.dtype == torch.float32 and bool(torch.isfinite(t).all()) for t in direction.values())
+    upcast = est.curvature.with_stats({k: t.float() for k, t in est.curvature.stats().items()})
+    again = upcast.precompute(1e-2).solve(None, raw, 1e-2)
+    torch.testing.assert_close(_flat(direction), _flat(again), rtol=1e-5, atol=1e-7)
+    exact, _, _ = _preconditioned(kind, torch.float32, **options)
+    err = float((_flat(direction) - _flat(exact)).norm() / _flat(exact).norm())
+    assert 0 < err < 8 * HALF_UNIT[dtype], err
+
+
+@pytest.mark.parametrize("kind", ["kfac", "ekfac", "shampoo", "soap"])
+def test_natural_gradient_trains_with_bfloat16_statistics_as_with_float32(kind):
+    """The default step rules of each kind, 30 steps: bfloat16 statistics reach the loss float32 ones reach."""
+    def train(factor_dtype):
+        model = mlp()
+        opt = ig.nn.NaturalGradient(model, curvature=kind, factor_dtype=factor_dtype, curvature_update_period=1)
+        X, y = batch("mlp", 64)
+        losses = []
+        for _ in range(30):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(X), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        assert all(bool(torch.isfinite(p).all()) for p in model.parameters())
+        return losses
+    half, full = train(torch.bfloat16), train(torch.float32)
+    assert full[-1] < 0.8 * full[0]
+    assert half[-1] < 0.8 * half[0] and abs(half[-1] - full[-1]) < 0.05 * full[-1], (half[-1], full[-1])
+
+
+def test_float16_statistics_are_refused():
+    with pytest.raises(ValueError, match="bfloat16"):
+        ig.nn.NaturalGradient(mlp(), factor_dtype=torch.float16)

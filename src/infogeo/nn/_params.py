@@ -9,6 +9,12 @@ import torch
 Params = Dict[str, torch.Tensor]
 
 
+def working(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in at least float32: statistics kept in half precision (``factor_dtype``) are decomposed and applied
+    in float32 (LAPACK has no half-precision decompositions, and rounding there would reach the steps)."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
 def all_finite(tensors) -> bool:
     """Whether every entry of every tensor is finite: a sum is finite exactly when its terms are (or it overflows).
 

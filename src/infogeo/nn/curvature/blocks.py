@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 
 from ...linalg import NotPositiveDefiniteError
-from .._params import ParamLayout, Params
+from .._params import ParamLayout, Params, working
 
 
 class Block:
@@ -72,7 +72,7 @@ class DiagBlock(Block):
     def solve(self, v, damping):
         out = {}
         for n in self.names:
-            den = self.d[n] + damping
+            den = working(self.d[n]) + damping
             if not bool((den > 0).all()):
                 raise NotPositiveDefiniteError(f"the diagonal curvature of {n!r} has zero or negative entries; "
                                                "pass damping > 0")
@@ -108,12 +108,13 @@ class DenseBlock(Block):
         return DenseBlock(self.names, [self.sub.shapes[n] for n in self.names], stats["M"])
 
     def mv(self, v):
-        return self.sub.unflatten(self.M @ self.sub.flatten(v))
+        x = self.sub.flatten(v)
+        return self.sub.unflatten(self.M.to(x.dtype) @ x)
 
     def _cholesky(self, damping):
         L = self._chol.get(damping)
         if L is None:
-            L, info = torch.linalg.cholesky_ex(shifted(self.M, damping))
+            L, info = torch.linalg.cholesky_ex(shifted(working(self.M), damping))
             if int(info) != 0:
                 raise NotPositiveDefiniteError(f"the dense curvature block of {self.names} is not positive "
                                                f"definite with damping {damping}; increase damping")

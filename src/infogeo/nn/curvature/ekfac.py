@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 import torch
 
+from .._params import working
 from . import _backprop as bp
 from ._reducers import accumulation_dtype
 from .base import Curvature
@@ -97,7 +98,7 @@ class EigenKronBlock(EigenbasisKronBlock):
     def scales(self, damping: float) -> torch.Tensor:
         if self.s is None:
             raise ValueError("the EKFAC scales of this block have not been measured yet (see EKFAC.refreshed)")
-        return self.s + damping
+        return working(self.s) + damping
 
     def mv(self, v):
         return self.mv_scaled(v, self.s)

@@ -24,6 +24,8 @@ from typing import Tuple
 
 import torch
 
+from .._params import working
+
 __all__ = ["factor_eigh"]
 
 
@@ -57,7 +59,9 @@ def _canonical_null(lam: torch.Tensor, U: torch.Tensor) -> torch.Tensor:
 
 def factor_eigh(F: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     r"""``(λ, U)`` with :math:`F = U\operatorname{diag}(λ)U^T`, eigenvalues ascending, of a symmetric matrix
-    ``F`` (module docstring: zero rows deflated, float64 when float32 does not converge)."""
+    ``F`` (module docstring: zero rows deflated, float64 when float32 does not converge); a half-precision ``F``
+    is decomposed in float32."""
+    F = working(F)
     live = F.abs().amax(dim=1) > 0
     n_live = int(live.sum())
     if n_live == F.shape[0]:

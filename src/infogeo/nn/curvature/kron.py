@@ -15,18 +15,20 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from ...linalg import NotPositiveDefiniteError
-from .._params import ParamLayout
+from .._params import ParamLayout, working
 from .blocks import Block, shifted
 from .factor_eigh import factor_eigh
 
 
 def _left(G: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
     """:math:`G X` for a factor ``G`` stored whole (2-D) or as its diagonal (1-D)."""
+    G = G.to(X.dtype)   # a no-op unless the factor is kept in another precision (``factor_dtype``)
     return G @ X if G.dim() == 2 else G.unsqueeze(1) * X
 
 
 def _right(X: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
     """:math:`X A` for a factor ``A`` stored whole (2-D) or as its diagonal (1-D)."""
+    A = A.to(X.dtype)
     return X @ A if A.dim() == 2 else X * A
 
 
@@ -205,8 +207,8 @@ class TikhonovKronBlock(KronBlock):
 
     def tikhonov_split(self, damping: float) -> Tuple[float, float]:
         r"""The factored damping :math:`(\gamma_G, \gamma_A) = (\sqrt\lambda/\pi, \pi\sqrt\lambda)`."""
-        ta = float(_factor_diagonal(self.A).mean())
-        tg = float(_factor_diagonal(self.G).mean())
+        ta = float(working(_factor_diagonal(self.A)).mean())
+        tg = float(working(_factor_diagonal(self.G)).mean())
         pi = math.sqrt(ta / tg) if ta > 0 and tg > 0 and math.isfinite(ta / tg) else 1.0
         r = math.sqrt(damping)
         return r / pi, r * pi
@@ -390,7 +392,9 @@ class ExactKronBlock(EigenbasisKronBlock):
 
 
 def _spd_inverse(M: torch.Tensor, shift: float, names) -> torch.Tensor:
-    r""":math:`(M + sI)^{-1}` of a symmetric positive semi-definite factor, by Cholesky (a diagonal one by division)."""
+    r""":math:`(M + sI)^{-1}` of a symmetric positive semi-definite factor, by Cholesky (a diagonal one by division;
+    a half-precision factor in float32)."""
+    M = working(M)
     if M.dim() == 1:
         d = M + shift
         if not bool((d > 0).all()):

@@ -42,7 +42,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from ...linalg import NotPositiveDefiniteError
-from .._params import ParamLayout, Params
+from .._params import ParamLayout, Params, working
 from ._reducers import accumulation_dtype, gram
 from .blocks import Block, DiagBlock
 from .blockwise import BlockCurvature
@@ -53,7 +53,7 @@ from .kron import EigenbasisKronBlock, _factor_diagonal
 def relative_shift(F: torch.Tensor, damping: float) -> float:
     r""":math:`\lambda\,\operatorname{tr}F/\dim F` for a factor stored whole or as its diagonal
     (:math:`\lambda` if that mean is 0)."""
-    mean = float(_factor_diagonal(F).mean())
+    mean = float(working(_factor_diagonal(F)).mean())
     return damping * mean if mean > 0 and math.isfinite(mean) else damping
 
 
@@ -95,7 +95,7 @@ class RootDiagBlock(DiagBlock):
     def solve(self, v, damping):
         out = {}
         for n in self.names:
-            den = (self.d[n] + relative_shift(self.d[n].reshape(-1), damping)).sqrt()
+            den = (working(self.d[n]) + relative_shift(self.d[n].reshape(-1), damping)).sqrt()
             if not bool((den > 0).all()):
                 raise NotPositiveDefiniteError(f"the gradient statistics of {n!r} are zero; pass damping > 0")
             out[n] = v[n] / den

@@ -47,6 +47,8 @@ class CurvatureEstimate:
         self.output_metric, self.output_fn, self.samples, self.ema_decay = output_metric, output_fn, samples, ema_decay
         self.curvature_update_period, self.inverse_update_period = curvature_update_period, inverse_update_period
         self.factor_dtype, self.placement, self.cg_max_iter = factor_dtype, placement, cg_max_iter
+        #: solves, factorisations and directions: the factor dtype, or float32 for statistics kept in half precision
+        self.compute_dtype = torch.promote_types(factor_dtype, torch.float32)
         self.generator, self.loss_scale, self.options = generator, loss_scale, options
         #: the early refreshes at steps 0, 1, 2, 4, 8, ... (:meth:`early`); else at every statistics refresh
         self.geometric = geometric
@@ -271,13 +273,13 @@ class CurvatureEstimate:
         blocks, rows = getattr(self.solver, "blocks", None), self.recorder.rows
         if rows is None or not blocks:
             return {}
-        g = {n: t.to(self.factor_dtype) for n, t in g.items()}
+        g = {n: t.to(self.compute_dtype) for n, t in g.items()}
         return {b.weight: r for b, r in zip(blocks, rows.plan(blocks, g)) if r is not None}
 
     def solve(self, g: Params, damping: float, errors: list) -> Params:
-        r""":math:`(C+\lambda I)^{-1}g` in the factor dtype: from the batch's rows where that pays (:mod:`.rows`),
+        r""":math:`(C+\lambda I)^{-1}g` in the compute dtype (the factor dtype, at least float32): from the batch's rows where that pays (:mod:`.rows`),
         on the blocks' owners under the ``"memory"`` placement.  Errors met on owned blocks go to ``errors``."""
-        g = {n: t.to(self.factor_dtype) for n, t in g.items()}
+        g = {n: t.to(self.compute_dtype) for n, t in g.items()}
         blocks = getattr(self.solver, "blocks", None)
         rows = self.recorder.rows if blocks is not None else None
         plan = rows.plan(blocks, g) if rows is not None else None   # the rows that give each block's gradient

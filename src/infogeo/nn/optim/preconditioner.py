@@ -97,7 +97,9 @@ class Preconditioner:
         Retries of a failed solve in one step, each with the damping raised (at most
         ``1 + max_retries`` solves); then the step is skipped.
     factor_dtype : torch.dtype, optional
-        Precision of statistics and factorisations (default: the parameters', float32 for half/bfloat16).
+        Precision the statistics are kept in (default: the parameters', float32 for half/bfloat16), and of
+        the factorisations and solves, at least float32: ``torch.bfloat16`` halves the statistics' memory,
+        decomposed and applied in float32; ``torch.float16`` is refused (its range does not hold them).
     placement : {"memory", "comm"}
         Work division over ranks under ``torch.distributed`` (:mod:`infogeo.nn.distributed`).
     seed : int

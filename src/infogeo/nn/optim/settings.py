@@ -120,6 +120,10 @@ def check_settings(*, damping, min_damping, max_damping, curvature, fisher, ema_
         raise ValueError(f"unknown placement {placement!r}; expected one of {dd.PLACEMENTS}")
     if factor_dtype is not None and not (isinstance(factor_dtype, torch.dtype) and factor_dtype.is_floating_point):
         raise TypeError(f"factor_dtype must be a floating torch.dtype, got {factor_dtype!r}")
+    if factor_dtype == torch.float16:   # curvature statistics span more than float16's 6e-8 .. 65504
+        raise ValueError("factor_dtype=torch.float16 cannot hold curvature statistics (its range is 6e-8 to 65504; "
+                         "a mean loss's output-gradient factor is often smaller): use torch.bfloat16 (float32's "
+                         "range, half the memory) or float32")
     if lr is not None and not (callable(lr) or isinstance(lr, torch.optim.Optimizer)):
         check_learning_rate(lr)
     if output_fn is not None and not callable(output_fn):

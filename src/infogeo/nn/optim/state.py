@@ -152,7 +152,7 @@ def restore(est, template, damping: float) -> None:
             est.curvature = stats
         else:
             if "basis" in loaded and hasattr(stats, "adopt_bases"):
-                stats.adopt_bases({k: t.to(device=device, dtype=est.factor_dtype) for k, t in loaded["basis"].items()})
+                stats.adopt_bases({k: t.to(device=device, dtype=est.compute_dtype) for k, t in loaded["basis"].items()})
             est.solver = est.factorise(stats, damping)
 
 
