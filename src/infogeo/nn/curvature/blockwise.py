@@ -58,26 +58,27 @@ class BlockCurvature(Curvature):
 
     # --------------------------------------------------- factorisations (the optimizer's solver)
     def bases(self) -> Dict[str, torch.Tensor]:
-        """The eigendecompositions the blocks have computed, ``{"<block>/<lambda_A|U_A|lambda_G|U_G>": tensor}``
-        (for checkpoints: a solver's may be older than its factors; a diagonal factor's basis, the identity, is an
-        empty tensor)."""
-        return {f"{i}/{k}": t for i, b in self._eigenbasis_blocks() if b.factorised
-                for k, t in zip(b.EIG_KEYS, b.factorisation(0.0))}
+        """The factorisations the Kronecker blocks have computed, ``{"<block>/<name>": tensor}`` (eigenvalues and
+        eigenbases, or damped inverses and their damping): for checkpoints, since a solver's may be older than
+        its factors (:meth:`share_factors`); a diagonal factor's basis, the identity, is an empty tensor."""
+        return {f"{i}/{k}": t for i, b in self._factored_blocks() if b.factorised
+                for k, t in b.saved_factorisation().items()}
 
-    def _eigenbasis_blocks(self) -> List[Tuple[int, Any]]:
-        """``(index, block)`` of the blocks solved in an eigenbasis (:class:`~.kron.EigenbasisKronBlock`, known by
-        its ``EIG_KEYS``: this module does not import the Kronecker blocks)."""
-        return [(i, b) for i, b in enumerate(self.blocks) if hasattr(b, "EIG_KEYS")]
+    def _factored_blocks(self) -> List[Tuple[int, Any]]:
+        """``(index, block)`` of the Kronecker blocks (:class:`~.kron.KronBlock`, known by their
+        ``FACTORISATION_KEYS``: this module does not import them)."""
+        return [(i, b) for i, b in enumerate(self.blocks) if getattr(b, "FACTORISATION_KEYS", ())]
 
-    def adopt_bases(self, saved: Dict[str, torch.Tensor]) -> None:
-        """Use the eigendecompositions of :meth:`bases` (a checkpoint's) instead of the factors' own."""
-        for i, b in self._eigenbasis_blocks():
-            if all(f"{i}/{k}" in saved for k in b.EIG_KEYS):
-                eig = tuple(saved[f"{i}/{k}"] for k in b.EIG_KEYS)
-                A, G = b.stats()["A"], b.stats()["G"]
-                if not all(U.shape == (F.shape if F.dim() == 2 else (0,)) for U, F in ((eig[1], A), (eig[3], G))):
-                    raise ValueError(f"checkpoint: the saved eigenbasis of block {i} does not fit its factors")
-                b.adopt(eig, 0.0)
+    def adopt_bases(self, saved: Dict[str, torch.Tensor], dtype: Optional[torch.dtype] = None) -> None:
+        """Use the factorisations of :meth:`bases` (a checkpoint's, in ``dtype`` if given) instead of the factors'
+        own."""
+        for i, b in self._factored_blocks():
+            if all(f"{i}/{k}" in saved for k in b.FACTORISATION_KEYS):
+                mine = {k: saved[f"{i}/{k}"] for k in b.FACTORISATION_KEYS}
+                want = {k: tuple(t.shape) for k, t in b.factorisation_like_named().items()}
+                if any(tuple(t.shape) != want[k] for k, t in mine.items() if k in want):
+                    raise ValueError(f"checkpoint: the saved factorisation of block {i} does not fit its factors")
+                b.adopt_saved(mine, dtype)
 
     def share_factors(self, current: "BlockCurvature") -> None:
         """Let every decomposed block refer to the factors of ``current`` (this curvature averaged further, the same
@@ -86,7 +87,7 @@ class BlockCurvature(Curvature):
         rank's, under ``placement="memory"``) keep theirs, from which they can still be decomposed."""
         if not self.same_structure(current):
             raise ValueError("share_factors: another structure")
-        for i, b in self._eigenbasis_blocks():
+        for i, b in self._factored_blocks():
             if b.factorised:
                 b.share_factors(current.blocks[i])
 

@@ -10,7 +10,7 @@ estimated.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 import torch
 
@@ -181,6 +181,40 @@ class KronBlock(Block):
     def _factorisation_shapes(self) -> List[torch.Tensor]:
         raise NotImplementedError
 
+    # ------------------------------------------------------------ between factorisations, and in checkpoints
+    #: the names of :meth:`saved_factorisation`'s tensors
+    FACTORISATION_KEYS: Tuple[str, ...] = ()
+
+    @property
+    def factorised(self) -> bool:
+        """Whether the factorisation is computed (or adopted)."""
+        raise NotImplementedError
+
+    def saved_factorisation(self) -> Dict[str, torch.Tensor]:
+        """The factorisation as named tensors (a checkpoint's: it may be older than the factors, see
+        :meth:`share_factors`)."""
+        raise NotImplementedError
+
+    def adopt_saved(self, saved: Dict[str, torch.Tensor], dtype: Optional[torch.dtype] = None) -> None:
+        """Take the factorisation of :meth:`saved_factorisation` (a checkpoint's; its matrices in ``dtype`` if
+        given) instead of the factors' own."""
+        raise NotImplementedError
+
+    def factorisation_like_named(self) -> Dict[str, torch.Tensor]:
+        """Empty tensors of the shapes :meth:`saved_factorisation` has for these factors (to check a checkpoint)."""
+        return dict(zip(self.FACTORISATION_KEYS, self.factorisation_like()))
+
+    def share_factors(self, current: "KronBlock") -> None:
+        """Refer to the factors of ``current`` (a later average of the same statistics) instead of this block's
+        own, keeping this block's factorisation, which is what a solve reads: the optimizer's solver, between
+        two factorisations, would otherwise hold a second copy of every factor.  (A damping other than the
+        factorisation's then refactorises from ``current``'s factors.)"""
+        if not self.factorised:
+            raise RuntimeError("share_factors before the factors were factorised")
+        if (current.A.shape, current.G.shape) != (self.A.shape, self.G.shape):
+            raise ValueError("share_factors: the factors' shapes differ")
+        self.A, self.G = current.A, current.G
+
 
 class TikhonovKronBlock(KronBlock):
     r"""K-FAC with the factored Tikhonov damping of Martens & Grosse (2015, Sec. 6.3).
@@ -237,6 +271,19 @@ class TikhonovKronBlock(KronBlock):
     def adopt(self, tensors, damping):
         self._inv = (damping, tensors[0], tensors[1])
 
+    FACTORISATION_KEYS = ("G_inv", "A_inv", "damping")
+
+    @property
+    def factorised(self) -> bool:
+        return self._inv is not None
+
+    def saved_factorisation(self):
+        damping, Gi, Ai = cast(Tuple[float, torch.Tensor, torch.Tensor], self._inv)
+        return {"G_inv": Gi, "A_inv": Ai, "damping": torch.tensor(damping, dtype=torch.float64)}
+
+    def adopt_saved(self, saved, dtype=None):
+        self.adopt((saved["G_inv"].to(dtype), saved["A_inv"].to(dtype)), float(saved["damping"]))
+
     def _factorisation_shapes(self):
         return [self.G, self.A]
 
@@ -261,22 +308,17 @@ class EigenbasisKronBlock(KronBlock):
         self._checked: Optional[Tuple[float, Any]] = None
 
     #: the names of :meth:`factorisation`'s tensors (a checkpoint's keys)
-    EIG_KEYS = ("lambda_A", "U_A", "lambda_G", "U_G")
+    FACTORISATION_KEYS = ("lambda_A", "U_A", "lambda_G", "U_G")
 
     @property
     def factorised(self) -> bool:
-        """Whether the eigendecomposition is computed (or adopted)."""
         return self._eig is not None
 
-    def share_factors(self, current: "KronBlock") -> None:
-        """Refer to the factors of ``current`` (a later average of the same statistics) instead of this block's
-        own, keeping this block's eigendecomposition, which is all a solve reads: the optimizer's solver, between
-        two factorisations, would otherwise hold a second copy of every factor."""
-        if not self.factorised:
-            raise RuntimeError("share_factors before the factors were decomposed")
-        if (current.A.shape, current.G.shape) != (self.A.shape, self.G.shape):
-            raise ValueError("share_factors: the factors' shapes differ")
-        self.A, self.G = current.A, current.G
+    def saved_factorisation(self) -> Dict[str, torch.Tensor]:
+        return dict(zip(self.FACTORISATION_KEYS, self.factorisation(0.0)))
+
+    def adopt_saved(self, saved: Dict[str, torch.Tensor], dtype: Optional[torch.dtype] = None) -> None:
+        self.adopt(tuple(saved[k].to(dtype) for k in self.FACTORISATION_KEYS), 0.0)
 
     def eig(self):
         r"""``(λ_A, U_A, λ_G, U_G)``: eigendecompositions of the factors (computed once; ``U = None`` for a

@@ -210,15 +210,17 @@ class CurvatureEstimate:
         local = list(stats.values()) if weight == 1.0 else [t * weight for t in stats.values()]
         return curvature.with_stats(dict(zip(stats, dd.all_reduce_mean(local))))
 
-    def factorise(self, curvature, damping: float):
-        """The solver: factorised here, on the owners (``"comm"``), or lazily by the owners (``"memory"``)."""
+    def factorise(self, curvature, damping: Optional[float]):
+        """The solver: factorised here, on the owners (``"comm"``), or lazily by the owners (``"memory"``);
+        ``damping=None``: what has a factorisation keeps it (a checkpoint's), the rest is factorised at its first
+        solve, as after a change of damping."""
         blocks = getattr(curvature, "blocks", None)
         if dd.world_size() == 1 or blocks is None:
             return curvature.precompute(damping)
         if self.owners is None or len(self.owners) != len(blocks):
             self.owners = dd.assign_owners([float(sum(t.numel() for t in b.stats().values())) ** 1.5
                                             for b in blocks])   # ~ the cost of factorising each block
-        if self.placement == "comm":
+        if self.placement == "comm" and damping is not None:
             dd.share_factorisations(blocks, self.owners, damping)
         return curvature
 

@@ -151,9 +151,10 @@ def restore(est, template, damping: float) -> None:
         if key == "curvature":
             est.curvature = stats
         else:
-            if "basis" in loaded and hasattr(stats, "adopt_bases"):
-                stats.adopt_bases({k: t.to(device=device, dtype=est.compute_dtype) for k, t in loaded["basis"].items()})
-            est.solver = est.factorise(stats, damping)
+            adopted = "basis" in loaded and hasattr(stats, "adopt_bases")
+            if adopted:   # the factorisations the solver had (older than its factors, or at another damping)
+                stats.adopt_bases({k: t.to(device=device) for k, t in loaded["basis"].items()}, est.compute_dtype)
+            est.solver = est.factorise(stats, None if adopted else damping)
 
 
 def check_optimizer(pre, param_groups, state_dict: Any, key: str):
