@@ -303,7 +303,8 @@ def plot(workload: Workload, result: Dict[str, Any], names: List[str], out: Path
         lr = "default" if s["best_lr"] is None else f"{s['best_lr']:g}"
         axes[0].plot(curves[0]["step"][:m], loss, style, label=f"{n} (lr {lr})")
         axes[1].plot(cpu, loss, style, label=n)
-    for ax, xl in zip(axes, ("steps", "CPU seconds of the steps")):
+    for ax, xl in zip(axes, ("steps", "CPU seconds of the steps" if DEVICE.type == "cpu" else
+                                   f"wall seconds of the steps ({DEVICE.type}, synchronised)")):
         ax.axhline(result["tight"], color="k", lw=0.6, ls=":")
         ax.axhline(result["loose"], color="gray", lw=0.6, ls=":")
         ax.set_yscale("log")
