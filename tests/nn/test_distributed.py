@@ -105,7 +105,7 @@ def _worker(rank, port, queue, world=2):
             params, used = train(model, X[:, part], y[:, part], *case, ddp=True)
             out[case] = (params.tolist(), used)
         # the FSDP2 runs (where this torch has fully_shard) and the fault scenarios share these processes
-        out = {"cases": out, "fsdp": _fsdp(rank, world)}
+        out = {"cases": out, "fsdp": _fsdp(rank, world), "bf16": _bf16_statistics(rank, world)}
         if world == 2:
             from .test_distributed_faults import run_scenarios
             out["faults"] = run_scenarios(rank)
@@ -140,6 +140,37 @@ def spawn_ranks(world):
             if p.is_alive():
                 p.kill()
     return results
+
+
+#: statistics kept in bfloat16 (``factor_dtype``), factorised in float32: the placements and step rules run
+BF16_CASES = [(placement, rule) for placement in ("memory", "comm") for rule in ("graft", "eigen-adam", "clip")]
+
+
+def _bf16_statistics(rank, world):
+    """Parameters (a float32 MLP, after its steps) with ``factor_dtype=torch.bfloat16`` for each of :data:`BF16_CASES`:
+    the factorisations an owner broadcasts are float32 while the factors are bfloat16."""
+    out = {}
+    for placement, rule in BF16_CASES:
+        model, X, y = problem((8,))
+        model = model.float()
+        net = torch.nn.parallel.DistributedDataParallel(model)
+        opt = ig.nn.NaturalGradient(net, curvature="kfac", factor_dtype=torch.bfloat16, placement=placement,
+                                    step_rule=rule, curvature_update_period=2, inverse_update_period=3)
+        part = slice(rank * N // world, (rank + 1) * N // world)
+        for xb, yb in zip(X[:6, part], y[:6, part]):
+            opt.zero_grad()
+            F.cross_entropy(net(xb.float()), yb).backward()
+            opt.step()
+        out[(placement, rule)] = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist()
+    return out
+
+
+def test_bfloat16_statistics_train_alike_on_every_rank(two_ranks):
+    start = torch.cat([p.detach().reshape(-1) for p in problem((8,))[0].parameters()]).float()
+    for case in BF16_CASES:
+        got = [torch.tensor(two_ranks[r]["bf16"][case]) for r in range(2)]
+        assert torch.equal(got[0], got[1]), case
+        assert bool(torch.isfinite(got[0]).all()) and (got[0] - start).abs().max() > 1e-3, case
 
 
 def _fsdp(rank, world):

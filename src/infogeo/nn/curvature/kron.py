@@ -43,7 +43,7 @@ def _factor_dense(F: torch.Tensor) -> torch.Tensor:
 def _factor_eig(F: torch.Tensor) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     """``(λ, U)`` of a factor; a diagonal factor is its own eigenvalues, with ``U = None`` (the identity)."""
     if F.dim() == 1:
-        return F.clamp_min(0), None
+        return working(F).clamp_min(0), None
     lam, U = factor_eigh(F)
     return lam.clamp_min(0), U
 
@@ -175,8 +175,14 @@ class KronBlock(Block):
         raise NotImplementedError
 
     def factorisation_like(self) -> List[torch.Tensor]:
-        """Empty tensors of the shapes and dtypes of :meth:`factorisation` (receive buffers)."""
-        return [torch.empty_like(t) for t in self._factorisation_shapes()]
+        """Empty tensors of the shapes and dtypes of :meth:`factorisation` (receive buffers: in the precision the
+        factorisation is computed in, float32 for factors kept in half precision)."""
+        return [torch.empty_like(t, dtype=self.work_dtype) for t in self._factorisation_shapes()]
+
+    @property
+    def work_dtype(self) -> torch.dtype:
+        """The precision of the factorisations and products: the factors', at least float32."""
+        return torch.promote_types(self.A.dtype, torch.float32)
 
     def _factorisation_shapes(self) -> List[torch.Tensor]:
         raise NotImplementedError
@@ -409,16 +415,16 @@ class EigenbasisKronBlock(KronBlock):
 
     def factorisation(self, damping):
         # a diagonal factor's basis (None) travels as an empty placeholder
-        return [self.A.new_empty(0) if t is None else t for t in self.eig()]
+        return [self.A.new_empty(0, dtype=self.work_dtype) if t is None else t for t in self.eig()]
 
     def adopt(self, tensors, damping):
         la, Ua, lg, Ug = tensors
         self._eig = (la, Ua if self.A.dim() == 2 else None, lg, Ug if self.G.dim() == 2 else None)
 
     def factorisation_like(self):
-        A, G = self.A, self.G
-        return [A.new_empty(A.shape[0]), torch.empty_like(A) if A.dim() == 2 else A.new_empty(0),
-                G.new_empty(G.shape[0]), torch.empty_like(G) if G.dim() == 2 else G.new_empty(0)]
+        A, G, dt = self.A, self.G, self.work_dtype
+        return [A.new_empty(A.shape[0], dtype=dt), torch.empty_like(A, dtype=dt) if A.dim() == 2 else A.new_empty(0, dtype=dt),
+                G.new_empty(G.shape[0], dtype=dt), torch.empty_like(G, dtype=dt) if G.dim() == 2 else G.new_empty(0, dtype=dt)]
 
 
 class ExactKronBlock(EigenbasisKronBlock):
