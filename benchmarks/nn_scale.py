@@ -41,7 +41,7 @@ from typing import Any, Dict, List
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
 
-OPTIMIZERS = ["sgd", "adamw", "diag", "kfac", "kfac-eigen", "kfac-eigen-adam", "ekfac"]
+OPTIMIZERS = ["sgd", "adamw", "diag", "kfac", "kfac-bf16", "kfac-eigen", "kfac-eigen-adam", "ekfac"]
 
 
 # ------------------------------------------------------------------ one configuration (a child process)
@@ -60,7 +60,8 @@ def _optimizer(torch, name: str, model):
     if name == "adamw":
         return torch.optim.AdamW(model.parameters(), lr=1e-3)
     kind, options = {"kfac-eigen": ("kfac", {"inverse": "eigen"}),
-                     "kfac-eigen-adam": ("kfac", {"step_rule": "eigen-adam"})}.get(name, (name, {}))
+                     "kfac-eigen-adam": ("kfac", {"step_rule": "eigen-adam"}),
+                     "kfac-bf16": ("kfac", {"factor_dtype": torch.bfloat16})}.get(name, (name, {}))
     return NaturalGradient(model, lr=1e-3, curvature=kind, **options)
 
 
