@@ -1,5 +1,7 @@
 """Optimizer state: no tensor kept that the rest of the state determines (the damped scales of an eigenbasis
 solve, the last grafted step), with the runs and their checkpoints unchanged bit for bit."""
+import copy
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -208,3 +210,28 @@ def test_between_factorisations_the_solver_keeps_its_decomposition_and_refers_to
         la, Ua, lg, Ug = b.eig()
         for lam, U, F_then in ((la, Ua, then[i][0]), (lg, Ug, then[i][1])):
             torch.testing.assert_close(U @ torch.diag(lam) @ U.T, F_then, rtol=0, atol=1e-12)
+
+
+def test_a_checkpoint_saves_the_shared_factors_once(tmp_path):
+    """Between factorisations the solver's factors are the curvature's: saved once (the solver's entry holds only
+    what it does not share), with the factorisation; a checkpoint that repeats them (the earlier format) loads to
+    the same run."""
+    kw = dict(curvature="kfac", curvature_update_period=2, inverse_update_period=4, seed=3)
+    a = mlp()
+    opt_a = ig.nn.NaturalGradient(a, **kw)
+    train(a, opt_a, 0, 7)
+    saved = copy.deepcopy(opt_a.state_dict())   # a state_dict refers to the live moments
+    pre_state = next(v["preconditioner"] for v in saved["state"].values() if isinstance(v, dict) and
+                     "preconditioner" in v)
+    assert pre_state["solver"] == {} and pre_state["curvature"] and pre_state["basis"]
+    repeated = {**saved, "state": {k: ({**v, "preconditioner": {**v["preconditioner"], "solver": {
+        n: t.clone() for n, t in v["preconditioner"]["curvature"].items()}}} if isinstance(v, dict) and
+        "preconditioner" in v else v) for k, v in saved["state"].items()}}
+    train(a, opt_a, 7, 2)
+    for state in (saved, repeated):
+        b = mlp()
+        opt_b = ig.nn.NaturalGradient(b, **kw)
+        train(b, opt_b, 0, 7)
+        opt_b.load_state_dict(state)
+        train(b, opt_b, 7, 2)
+        assert torch.equal(flat(a), flat(b))

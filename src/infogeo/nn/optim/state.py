@@ -2,14 +2,15 @@ r"""Checkpoints of a :class:`~.preconditioner.Preconditioner` that ``torch.load(
 (and the checks of :class:`~.natural_gradient.NaturalGradient`'s own entries, :func:`check_optimizer`).
 
 The state is tensors and Python numbers only: the step count, the damping and its base, the
-Monte Carlo generator's state (a byte tensor), the curvature statistics and the statistics the
-current factorisation was computed from (``{"<block>/<factor>": tensor}``), and what the
+Monte Carlo generator's state (a byte tensor), the curvature statistics, the solver's own statistics where
+they are not the curvature's (``{"<block>/<factor>": tensor}``; a solver refers to the current factors between
+factorisations, and those are saved once), the factorisations it holds (``"basis"``), and what the
 checkpoint is checked against when loaded: the curvature kind and the Fisher (their names as
 byte tensors), the preconditioned parameters' shapes, and the number of ranks.  The curvature
 *objects* are not saved: their structure (which block covers which parameters) comes from the
 model, so at the first step after loading it is rebuilt on that step's batch and the saved
-statistics are put into it; the factorisation is recomputed from its saved statistics
-(deterministically, hence a bit-identical continuation).
+statistics are put into it; the saved factorisations are adopted and any other one is recomputed from its saved
+statistics (deterministically, hence a bit-identical continuation).
 
 Loading checks everything before it changes anything, raises one ``ValueError`` naming the
 first mismatch, copies what it keeps (the caller's dict is neither changed nor aliased), and
@@ -50,9 +51,13 @@ def checkpoint(pre) -> Dict[str, Any]:
     if est.loaded is not None:  # saved again before the next step: what was loaded
         out.update({k: {n: t.clone() for n, t in v.items()} for k, v in est.loaded.items()})
         return out
+    current = est.curvature.stats() if est.curvature is not None and hasattr(est.curvature, "stats") else {}
     for key, c in (("curvature", est.curvature), ("solver", est.solver)):
         if c is not None and hasattr(c, "stats"):
-            out[key] = {k: t.detach().clone() for k, t in c.stats().items()}
+            stats = c.stats()
+            if key == "solver":   # what it shares with the curvature is saved once, there
+                stats = {k: t for k, t in stats.items() if current.get(k) is not t}
+            out[key] = {k: t.detach().clone() for k, t in stats.items()}
     if est.solver is not None and hasattr(est.solver, "bases"):
         # EKFAC between factorisations: the basis is not that of the solver's own (later) factors
         out["basis"] = {k: t.detach().clone() for k, t in est.solver.bases().items()}
@@ -101,7 +106,7 @@ def check(pre, saved: Any) -> None:
         bad = [k for k, t in stats.items() if not (t.is_floating_point() and bool(torch.isfinite(t).all()))]
         if bad:
             raise ValueError(f"checkpoint: the statistics {bad[:4]} in {key!r} are not finite floating tensors")
-    layouts = [("checkpoint's curvature", saved.get("curvature")), ("checkpoint's solver", saved.get("solver"))]
+    layouts = [("checkpoint's curvature", saved.get("curvature")), ("checkpoint's solver", _solver_stats(saved))]
     current = pre.estimate.curvature
     if current is not None and hasattr(current, "stats"):
         layouts.append(("this preconditioner's curvature", current.stats()))
@@ -111,6 +116,14 @@ def check(pre, saved: Any) -> None:
             diff = sorted(set(shapes) ^ set(given[0][1])) or [k for k in shapes if shapes[k] != given[0][1][k]]
             raise ValueError(f"checkpoint: the {given[0][0]} and the {what} statistics differ (first differences: "
                              f"{diff[:4]}); was it saved for another architecture?")
+
+
+def _solver_stats(saved: Mapping[str, Any]) -> Any:
+    """The solver's statistics of a checkpoint, those it shared with the curvature (saved there) included."""
+    solver, curvature = saved.get("solver"), saved.get("curvature")
+    if not isinstance(solver, Mapping) or not isinstance(curvature, Mapping):
+        return solver
+    return {**curvature, **solver}
 
 
 def load(pre, saved: Dict[str, Any]) -> None:
@@ -123,6 +136,8 @@ def load(pre, saved: Dict[str, Any]) -> None:
     est.generator.set_state(torch.as_tensor(saved["rng"]).cpu().clone())
     est.loaded = {k: {n: t.detach().clone() for n, t in saved[k].items()} for k in _CURVATURE_KEYS + ("basis",)
                   if k in saved}
+    if "solver" in est.loaded:   # the statistics it shared with the curvature: the same (copied) tensors
+        est.loaded["solver"] = _solver_stats(est.loaded)
     est.curvature = est.solver = None
     est.recorder.armed = est.captures and pre.state["step"] % est.curvature_update_period == 0
 
