@@ -60,6 +60,16 @@ class DiagBlock(Block):
         self.names = list(diag)
         self.d = diag
 
+    #: a diagonal needs no factorisation: an optimizer's solver solves with the current one (:meth:`share_factors`)
+    factorised = True
+
+    def share_factors(self, current: "DiagBlock") -> None:
+        """Solve with the diagonal of ``current`` (a later average of the same statistics) instead of this block's
+        own: a diagonal costs nothing to factorise, and keeping the older one would be a second copy."""
+        if current.names != self.names:
+            raise ValueError("share_factors: another block")
+        self.d = current.d
+
     def stats(self):
         return dict(self.d)
 

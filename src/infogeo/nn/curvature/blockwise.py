@@ -7,7 +7,7 @@ block kinds.  Their statistics are tensors, so they can be averaged and checkpoi
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 import torch
 
@@ -87,9 +87,9 @@ class BlockCurvature(Curvature):
         rank's, under ``placement="memory"``) keep theirs, from which they can still be decomposed."""
         if not self.same_structure(current):
             raise ValueError("share_factors: another structure")
-        for i, b in self._factored_blocks():
-            if b.factorised:
-                b.share_factors(current.blocks[i])
+        for b, c in zip(self.blocks, current.blocks):
+            if getattr(b, "factorised", False):
+                cast(Any, b).share_factors(c)
 
     # --------------------------------------------------- statistics
     def stats(self) -> Dict[str, torch.Tensor]:
