@@ -96,7 +96,9 @@ CASES = [("kfac", "memory", "mlp", "clip"), ("kfac", "comm", "mlp", "clip"), ("d
          ("ekfac", "memory", "mlp", "clip"), ("ekfac", "comm", "mlp", "clip"), ("kfac", "memory", "mlp", "graft"),
          ("block", "comm", "mlp", "clip"), ("kfac", "memory", "mlp", "clip", "empirical"),
          ("kfac", "memory", "mlp", "clip", "exact", True), ("kfac", "memory", "block", "clip"),
-         ("kfac", "comm", "block", "graft")]
+         ("kfac", "comm", "block", "graft"),
+         # Adam in the Kronecker eigenbasis: the gradients gathered, the moments whole on every rank
+         ("kfac", "memory", "mlp", "eigen-adam"), ("kfac", "comm", "block", "eigen-adam")]
 CASES_4 = [("kfac", "memory", "mlp", "clip"), ("ekfac", "comm", "mlp", "clip")]
 # hybrid sharding (HSDP) on the four ranks
 CASES_HSDP = [("kfac", "memory", "mlp", "clip"), ("ekfac", "comm", "block", "graft")]
@@ -118,11 +120,13 @@ def run_fsdp(rank, world):
         out["bf16"] = bf16(part)
         out["refused"] = refusals()
         out["resume"] = resume(part)
+        out["resume_eigen"] = resume(part, "eigen-adam")
     return out
 
 
-def resume(part):
-    """Largest difference between 8 steps in one go and 4 steps, state_dict, a new optimizer loading it, 4 more."""
+def resume(part, step_rule=None):
+    """Largest difference between 8 steps in one go and 4 steps, state_dict, a new optimizer loading it, 4 more
+    (with the default step rule, or ``step_rule``)."""
     def run(model, opt, X, y):
         for xb, yb in zip(X, y):
             opt.zero_grad()
@@ -134,7 +138,8 @@ def resume(part):
         if state is not None:
             model.load_state_dict(state)
         return model, ig.nn.NaturalGradient(model, lr=0.05, curvature="kfac", damping=1e-2, fisher="exact",
-                                            curvature_update_period=2, inverse_update_period=3)
+                                            curvature_update_period=2, inverse_update_period=3,
+                                            **({} if step_rule is None else {"step_rule": step_rule}))
     _, X, y = problem("mlp")
     X, y = X[:, part], y[:, part]
     model, opt = fresh()
@@ -166,7 +171,6 @@ def refusals():
     out = {"dense": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), curvature="dense")),
            "quadratic": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), quadratic_model=True)),
            "adaptive": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), adaptive_damping=True)),
-           "eigen": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), step_rule="eigen-adam")),
            "shampoo": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), curvature="shampoo")),
            # not refused: the default step rule of K-FAC and EKFAC falls back to graft under FSDP2
            "default_rule": [ig.nn.NaturalGradient(shard(mlp()), curvature=c).step_rule for c in ("kfac", "ekfac")]}
@@ -263,7 +267,7 @@ def test_what_needs_the_sharded_parameters_is_refused_at_construction(two):
     for r in range(2):
         got = two[r]["refused"]
         for key, words in (("dense", "curvature='dense'"), ("quadratic", "quadratic_model"),
-                           ("adaptive", "adaptive_damping"), ("eigen", "eigen-adam"),
+                           ("adaptive", "adaptive_damping"),
                            ("shampoo", "curvature='shampoo'"),
                            ("tensor_parallel", "tensor parallelism")):
             if key in got:
@@ -281,6 +285,8 @@ def test_a_checkpoint_resumes_bit_identically_under_fsdp2(two):
         diff, kinds = two[r]["resume"]
         assert diff == 0.0
         assert "DTensor" in kinds   # the step rule's moments are sharded like the parameters
+        diff, kinds = two[r]["resume_eigen"]   # eigen-adam: whole moments in the eigenbasis, the same on every rank
+        assert diff == 0.0 and "DTensor" not in kinds
 
 
 def test_fsdp2_is_recognised_and_other_dtensors_refused_without_a_process_group():

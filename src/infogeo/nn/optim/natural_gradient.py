@@ -92,8 +92,9 @@ class NaturalGradient(torch.optim.Optimizer):
         Kronecker eigenbasis of the curvature's factors (no solve, no damping).  Default: ``"clip"`` with
         ``quadratic_model`` or ``adaptive_damping``; else the kind's (``"eigen-adam"`` for ``"kfac"`` and
         ``"soap"``, ``"graft"`` for the others: EKFAC's exact scales serve the grafted direction and would go
-        unused), except ``"graft"`` on a model sharded by ``fully_shard``, which refuses ``"eigen-adam"``, and
-        with an ``inverse`` without eigenbasis.  ``"eigen-adam"`` took fewer steps than tuned AdamW on every
+        unused), except ``"graft"`` on a model sharded by ``fully_shard`` (there ``"eigen-adam"``, when asked for,
+        gathers each gradient, and its moments are whole matrices on every rank, not shards), and with an
+        ``inverse`` without eigenbasis.  ``"eigen-adam"`` took fewer steps than tuned AdamW on every
         workload of ``benchmarks/optimizer_race.py`` (measured in docs/nn.md).
     betas, eps : (float, float) or None, float
         ``"graft"`` and ``"eigen-adam"``: decay of the first moments (gradients and directions) and of the
@@ -206,9 +207,6 @@ class NaturalGradient(torch.optim.Optimizer):
         if self.preconditioner.sharded and (quadratic_model or adaptive_damping):
             raise ValueError("quadratic_model and adaptive_damping evaluate the model at its parameters, which "
                              "fully_shard (FSDP2) keeps sharded; use the default step rules under FSDP2")
-        if self.preconditioner.sharded and rule == "eigen-adam":
-            raise ValueError("step_rule='eigen-adam' rotates each layer's whole gradient matrix, which fully_shard "
-                             "(FSDP2) keeps sharded; use step_rule='graft' (the default) or 'clip' under FSDP2")
         self.model = model
         self.kl_clip, self.quadratic_model = kl_clip, bool(quadratic_model)
         self.step_rule, self.betas, self.eps, self.unfactored = rule, betas, eps, unfactored
@@ -306,6 +304,15 @@ class NaturalGradient(torch.optim.Optimizer):
             steps, model_decrease = self._quadratic_step(raw, delta, space)
             for n, p in zip(pre.names, pre.params):
                 p.add_(steps[n])
+        elif self.step_rule == "eigen-adam" and pre.sharded:
+            # the rotations need whole gradient matrices: gathered (an all-gather each), stepped whole on every
+            # rank (the moments are whole too), this rank's shard of each step kept
+            whole = LastSteps()
+            full = eigen_steps(pre, self.state, fsdp.gather(raw), whole, self.betas, self.eps, self.unfactored)
+            steps = {n: fsdp.shard_like(full[n], p) for n, p in zip(pre.names, pre.params)}
+            for n, p in zip(pre.names, pre.params):
+                p.add_(steps[n])
+                last.record(n, partial(_shard_of, whole, n, p))
         elif self.step_rule == "eigen-adam":
             steps = eigen_steps(pre, self.state, raw, last, self.betas, self.eps, self.unfactored)
             for n, p in zip(pre.names, pre.params):
@@ -384,3 +391,8 @@ class NaturalGradient(torch.optim.Optimizer):
         pre.load_state_dict(pre_state)
         self.state[_KEY] = {"previous_step": None if prev is None else {
             n: prev[n].detach().to(device=p.device, dtype=p.dtype).clone() for n, p in zip(pre.names, pre.params)}}
+
+
+def _shard_of(whole: LastSteps, name: str, like: torch.Tensor) -> torch.Tensor:
+    """This rank's shard (laid out like the parameter ``like``) of the whole step ``whole`` recomputes for ``name``."""
+    return fsdp.shard_like(whole[name], like)

@@ -349,7 +349,8 @@ class Preconditioner:
         weight = dd.share(sizes[:, 0]) if new is not None else 1.0   # unequal batches: weighted by their sizes
         self.estimate.install(self.steps, new, template, weight, self.damping)
         if not solve:
-            self._rows = self.estimate.rows_of(grads)   # before finish_step forgets the batch
+            # before finish_step forgets the batch; none under FSDP2 (the rule gathers the gradients themselves)
+            self._rows = {} if self.sharded else self.estimate.rows_of(grads)
             self.finish_step(True)
             return grads
         given, grads = grads, fsdp.gather(grads)

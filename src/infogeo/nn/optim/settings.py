@@ -41,7 +41,8 @@ def step_defaults(curvature: Any, step_rule: Optional[str], betas: Optional[Tupl
                   options: Dict[str, Any], *, classic: bool, sharded: bool) -> Tuple[Any, Any]:
     """:class:`~.natural_gradient.NaturalGradient`'s step rule and betas: the user's where given, else
     ``"clip"`` for the classic recipe (``classic``: ``quadratic_model`` or ``adaptive_damping``), else the kind's
-    row; ``"graft"`` if it names none, on a model sharded by ``fully_shard`` (which refuses ``"eigen-adam"``),
+    row; ``"graft"`` if it names none, on a model sharded by ``fully_shard`` (``"eigen-adam"`` would keep whole
+    moments on every rank),
     and where the user's ``options`` (e.g. K-FAC's ``inverse="tikhonov"``) leave the kind no eigenbasis.  The
     betas: the user's, else :data:`BETAS` of the rule.  Unknown words are returned as given, for the caller to
     refuse."""
