@@ -334,7 +334,8 @@ def main(argv=None) -> Dict[str, Any]:
         dw = 64 if q else 512
         print(f"\nMLP of width {dw} against depth")
         header("depth")
-        rows = [row(in_child({**base, "width": dw, "depth": d, "optimizer": o}), "depth") for d in depths for o in names]
+        rows = [row(in_child({**base, "width": dw, "depth": d, "optimizer": o}), "depth")
+                for d in depths for o in names]
         result["depth"] = rows
         result["depth_exponents"] = exponents(rows, "depth")
         _plot(rows, "depth", os.path.join(args.out, "nn_scale_depth.png"), f"MLP width {dw}, batch {base['batch']}")

@@ -417,7 +417,8 @@ def main(argv=None) -> Dict[str, Any]:
             eval_every = max(1, steps // a.evals)
         t0 = time.perf_counter()
         print(f"\n{wname}: {len(names)} contestants, seeds {seeds}", flush=True)
-        result = race(w, names, seeds, steps, eval_every, a.quick, memory=not (a.quick or a.no_memory or DEVICE.type != "cpu"), grid=a.grid,
+        memory = not (a.quick or a.no_memory or DEVICE.type != "cpu")   # the measurement forks: CPU only
+        result = race(w, names, seeds, steps, eval_every, a.quick, memory=memory, grid=a.grid,
                       runs=pooled.get(wname), scored=not a.train_only)
         results[wname] = result
         if a.train_only:

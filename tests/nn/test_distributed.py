@@ -147,7 +147,8 @@ BF16_CASES = [(placement, rule) for placement in ("memory", "comm") for rule in 
 
 
 def _bf16_statistics(rank, world):
-    """Parameters (a float32 MLP, after its steps) with ``factor_dtype=torch.bfloat16`` for each of :data:`BF16_CASES`:
+    """Parameters (a float32 MLP, after its steps) with ``factor_dtype=torch.bfloat16`` for each of
+    :data:`BF16_CASES`:
     the factorisations an owner broadcasts are float32 while the factors are bfloat16."""
     out = {}
     for placement, rule in BF16_CASES:

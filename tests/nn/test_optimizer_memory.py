@@ -164,8 +164,9 @@ def test_resume_between_factorisations_is_bit_identical(tmp_path, options, dtype
 def test_state_multiples_of_the_default_settings():
     """Bytes held across steps over the parameters' bytes (MLP 6-32-32-3): AdamW 2; diag: its diagonal and
     the grafting's three moments, 4; K-FAC (default eigen-adam, or grafted) and EKFAC (grafted)
-    their factors, one factorisation and the step rule's moments, and nothing else (no last step, no damped scales, no second
-    copy of the factors: 8 steps, factorised every 3, so the last averages statistics after a factorisation)."""
+    their factors, one factorisation and the step rule's moments, and nothing else (no last step, no damped
+    scales, no second copy of the factors: 8 steps, factorised every 3, so the last averages statistics after a
+    factorisation)."""
     bench = load_benchmark("nn_scale")
 
     def multiple(make):

@@ -422,9 +422,12 @@ class EigenbasisKronBlock(KronBlock):
         self._eig = (la, Ua if self.A.dim() == 2 else None, lg, Ug if self.G.dim() == 2 else None)
 
     def factorisation_like(self):
-        A, G, dt = self.A, self.G, self.work_dtype
-        return [A.new_empty(A.shape[0], dtype=dt), torch.empty_like(A, dtype=dt) if A.dim() == 2 else A.new_empty(0, dtype=dt),
-                G.new_empty(G.shape[0], dtype=dt), torch.empty_like(G, dtype=dt) if G.dim() == 2 else G.new_empty(0, dtype=dt)]
+        dt = self.work_dtype
+
+        def side(F: torch.Tensor) -> List[torch.Tensor]:
+            return [F.new_empty(F.shape[0], dtype=dt),
+                    torch.empty_like(F, dtype=dt) if F.dim() == 2 else F.new_empty(0, dtype=dt)]
+        return side(self.A) + side(self.G)
 
 
 class ExactKronBlock(EigenbasisKronBlock):

@@ -279,8 +279,8 @@ class CurvatureEstimate:
         return {b.weight: r for b, r in zip(blocks, rows.plan(blocks, g)) if r is not None}
 
     def solve(self, g: Params, damping: float, errors: list) -> Params:
-        r""":math:`(C+\lambda I)^{-1}g` in the compute dtype (the factor dtype, at least float32): from the batch's rows where that pays (:mod:`.rows`),
-        on the blocks' owners under the ``"memory"`` placement.  Errors met on owned blocks go to ``errors``."""
+        r""":math:`(C+\lambda I)^{-1}g` in the compute dtype (the factor dtype, at least float32): from the batch's
+        rows where that pays (:mod:`.rows`), on the blocks' owners under the ``"memory"`` placement.  Errors met on owned blocks go to ``errors``."""
         g = {n: t.to(self.compute_dtype) for n, t in g.items()}
         blocks = getattr(self.solver, "blocks", None)
         rows = self.recorder.rows if blocks is not None else None

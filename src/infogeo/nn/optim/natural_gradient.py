@@ -394,5 +394,6 @@ class NaturalGradient(torch.optim.Optimizer):
 
 
 def _shard_of(whole: LastSteps, name: str, like: torch.Tensor) -> torch.Tensor:
-    """This rank's shard (laid out like the parameter ``like``) of the whole step ``whole`` recomputes for ``name``."""
+    """This rank's shard (laid out like the parameter ``like``) of the whole step that ``whole`` recomputes for
+    ``name``."""
     return fsdp.shard_like(whole[name], like)

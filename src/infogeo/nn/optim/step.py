@@ -286,8 +286,8 @@ def rotated_gradient(state: Dict[str, torch.Tensor], g: Optional[torch.Tensor], 
 
 def eigen_adam(state: Dict[str, torch.Tensor], g: Optional[torch.Tensor], basis: Optional[Basis],
                betas: Tuple[float, float], eps: float, rotated: Optional[torch.Tensor] = None) -> torch.Tensor:
-    r"""Adam in a Kronecker eigenbasis: :math:`U_G\,[\hat m/(\sqrt{\hat v}+\epsilon)]\,U_A^T` (step rule ``"eigen-adam"``),
-    for one block (:func:`eigen_steps` takes all of them at once, the same operations fused).
+    r"""Adam in a Kronecker eigenbasis: :math:`U_G\,[\hat m/(\sqrt{\hat v}+\epsilon)]\,U_A^T` (step rule
+    ``"eigen-adam"``), for one block (:func:`eigen_steps` takes all of them at once, the same operations fused).
 
     ``g`` is a block's gradient :math:`\bar W` (``(out, in [+ 1])``, the weight and bias joined) and
     ``basis`` its eigenvectors ``(U_A, U_G)``; the moments :math:`m, v` are those of the rotated gradient
