@@ -98,7 +98,9 @@ CASES = [("kfac", "memory", "mlp", "clip"), ("kfac", "comm", "mlp", "clip"), ("d
          ("kfac", "memory", "mlp", "clip", "exact", True), ("kfac", "memory", "block", "clip"),
          ("kfac", "comm", "block", "graft"),
          # Adam in the Kronecker eigenbasis: the gradients gathered, the moments whole on every rank
-         ("kfac", "memory", "mlp", "eigen-adam"), ("kfac", "comm", "block", "eigen-adam")]
+         ("kfac", "memory", "mlp", "eigen-adam"), ("kfac", "comm", "block", "eigen-adam"),
+         # Shampoo's statistics of the gathered gradients, and SOAP's Adam in their eigenbasis
+         ("shampoo", "memory", "mlp", "graft"), ("soap", "comm", "mlp", "eigen-adam")]
 CASES_4 = [("kfac", "memory", "mlp", "clip"), ("ekfac", "comm", "mlp", "clip")]
 # hybrid sharding (HSDP) on the four ranks
 CASES_HSDP = [("kfac", "memory", "mlp", "clip"), ("ekfac", "comm", "block", "graft")]
@@ -171,7 +173,6 @@ def refusals():
     out = {"dense": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), curvature="dense")),
            "quadratic": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), quadratic_model=True)),
            "adaptive": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), adaptive_damping=True)),
-           "shampoo": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), curvature="shampoo")),
            # not refused: the default step rule of K-FAC and EKFAC falls back to graft under FSDP2
            "default_rule": [ig.nn.NaturalGradient(shard(mlp()), curvature=c).step_rule for c in ("kfac", "ekfac")]}
     try:
@@ -268,7 +269,6 @@ def test_what_needs_the_sharded_parameters_is_refused_at_construction(two):
         got = two[r]["refused"]
         for key, words in (("dense", "curvature='dense'"), ("quadratic", "quadratic_model"),
                            ("adaptive", "adaptive_damping"),
-                           ("shampoo", "curvature='shampoo'"),
                            ("tensor_parallel", "tensor parallelism")):
             if key in got:
                 name, message = got[key]

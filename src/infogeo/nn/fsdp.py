@@ -6,6 +6,8 @@ inputs and output gradients the hooks record (:mod:`.optim.hooks`) are those of 
 on this rank's batch, exactly as under ``DistributedDataParallel``.  The curvature statistics
 (K-FAC's factors :math:`A, G`, a diagonal, EKFAC's scales) are therefore computed and all-reduced
 as under DDP (:mod:`.distributed`): they are per layer, not per shard, and every rank holds them.
+Statistics of the gradients themselves (Shampoo's and SOAP's kinds) are formed from the gathered
+gradients, once the ranks have agreed that the step goes ahead.
 
 After the backward each ``.grad`` is this rank's shard of the batch-mean gradient (FSDP2
 reduce-scatters; with hybrid sharding, a 2-D mesh, it also all-reduces across the replicas, and the

@@ -322,8 +322,11 @@ class Preconditioner:
 
     def _precondition(self, grads, inputs, targets, error, solve=True):
         # this rank's work first (it may fail on one rank only), then one agreement, then the collectives
-        new = template = None
+        new = template = gathered = None
         finite, n = True, -1
+        # statistics of whole gradient matrices (Shampoo's) on sharded ones: after the agreement, from the gathered
+        # gradients (a collective, which one rank's failure must not leave the others waiting in)
+        later = self.sharded and self.estimate.from_gradients
         if error is None:
             try:
                 grads = self.grads() if grads is None else grads
@@ -331,7 +334,7 @@ class Preconditioner:
                 if n == 0:
                     raise ValueError("the batch is empty (0 examples): skip empty batches before the forward pass")
                 finite = all_finite(fsdp.local(t) for t in grads.values())
-                if finite:
+                if finite and not later:
                     new, template = self.estimate.local(self.steps, inputs, targets, grads)
                     n = new[1] if new is not None else n
             except Exception as exc:
@@ -346,6 +349,13 @@ class Preconditioner:
                 return None
             self.damper.fail()
             return self._skip("gradient")
+        if later:
+            gathered, error = fsdp.gather(grads), None
+            try:
+                new, template = self.estimate.local(self.steps, inputs, targets, gathered)
+            except Exception as exc:
+                error = exc
+            dd.agree(error, (), ())
         weight = dd.share(sizes[:, 0]) if new is not None else 1.0   # unequal batches: weighted by their sizes
         self.estimate.install(self.steps, new, template, weight, self.damping)
         if not solve:
@@ -353,7 +363,7 @@ class Preconditioner:
             self._rows = {} if self.sharded else self.estimate.rows_of(grads)
             self.finish_step(True)
             return grads
-        given, grads = grads, fsdp.gather(grads)
+        given, grads = grads, (fsdp.gather(grads) if gathered is None else gathered)
         delta = self.estimate.direction(grads, self.damper, self.max_retries)
         if delta is None:
             return self._skip("direction")

@@ -144,14 +144,11 @@ def check_support(kind: str, curvature: Any, sharded: bool) -> None:
     if kind == "implicit" and dd.world_size() > 1:
         raise ValueError("curvature='cg' solves with the local batch only, so the ranks of a process group "
                          "would move apart; use 'kfac', 'diag', 'block' or 'dense' (statistics all-reduced)")
-    if sharded and KINDS[kind].statistics == "gradient":
-        raise ValueError(f"curvature={curvature!r} builds each layer's statistics from its whole gradient matrix, "
-                         f"which fully_shard (FSDP2) keeps sharded; under FSDP2 use 'kfac', 'ekfac', 'diag' or "
-                         f"'block'")
-    if sharded and kind not in CAPTURED:
+    if sharded and kind not in CAPTURED and KINDS[kind].statistics != "gradient":
         raise ValueError(f"curvature={curvature!r} evaluates the model at its parameters, which fully_shard "
                          f"(FSDP2) keeps sharded; under FSDP2 use 'kfac', 'ekfac', 'diag' or 'block' (statistics "
-                         f"recorded in the model's own forward and backward)")
+                         f"recorded in the model's own forward and backward), or 'shampoo' or 'soap' (statistics of "
+                         f"the gradients)")
 
 
 def trainable(module: torch.nn.Module, params: Optional[Iterable[Any]]) -> List[Tuple[str, torch.nn.Parameter]]:
