@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 import infogeo as ig  # noqa: E402
-from infogeo.nn.curvature.kron import EigenbasisKronBlock  # noqa: E402
+from infogeo.nn.curvature.eigenbasis import EigenbasisKronBlock  # noqa: E402
 from infogeo.nn.optim import natural_gradient as ng  # noqa: E402
 from infogeo.nn.optim.step import LastSteps  # noqa: E402
 

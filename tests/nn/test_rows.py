@@ -220,7 +220,7 @@ def test_eigen_adam_rotates_the_gradient_from_the_rows_as_from_the_gradient(monk
     the gradient: equal to rotating that gradient, on every block and step. (Whole runs are not compared: with
     fewer rows than a layer is wide its factors are rank-deficient, and the eigenbasis of their null space,
     which Adam's normalisation then acts on, is decided by rounding.)"""
-    from infogeo.nn.curvature.kron import EigenbasisKronBlock
+    from infogeo.nn.curvature.eigenbasis import EigenbasisKronBlock
     used = []
     real = EigenbasisKronBlock.rotate_rows
 

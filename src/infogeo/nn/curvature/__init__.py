@@ -13,7 +13,8 @@ from . import kinds, layers, operators
 from .base import Curvature, Inverse, LinearCombination, ScaledIdentity
 from .blockwise import BlockCurvature
 from .blocks import Block, DenseBlock, DiagBlock
-from .kron import EigenbasisKronBlock, ExactKronBlock, KronBlock, TikhonovKronBlock
+from .eigenbasis import EigenbasisKronBlock, ExactKronBlock
+from .kron import KronBlock, TikhonovKronBlock
 from .block import BlockDiagonal
 from .dense import Dense
 from .diagonal import Diagonal

@@ -30,7 +30,7 @@ from ._reducers import accumulation_dtype
 from .base import Curvature
 from .blockwise import BlockCurvature
 from .blocks import Block
-from .kron import EigenbasisKronBlock
+from .eigenbasis import EigenbasisKronBlock
 from .kfac import (MAX_FACTOR_BYTES, MAX_FACTOR_DIM, check_factor_limits, factor_layout, factored_blocks,
                    kfac_reducer, kron_blocks, position_mask)
 from .layers.base import CHUNK_ELEMENTS, chunks
@@ -44,7 +44,7 @@ class EigenKronBlock(EigenbasisKronBlock):
 
     ``s`` has the shape ``(out, in [+ 1])`` of the bias-augmented weight :math:`\bar W`;
     products and damped solves act in the eigenbasis (shared with K-FAC's
-    :class:`~.kron.ExactKronBlock`), with the scales :math:`s + \lambda`:
+    :class:`~.eigenbasis.ExactKronBlock`), with the scales :math:`s + \lambda`:
     :math:`(C + \lambda I)^{-1}\mathrm{vec}(V) = \mathrm{vec}\big(U_G[(U_G^TVU_A)\oslash(s + \lambda)]U_A^T\big)`.
     The basis is that of the factors :math:`A, G` the block holds (their eigenvectors, computed once).
     """

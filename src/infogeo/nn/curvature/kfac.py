@@ -196,7 +196,7 @@ class KFAC(BlockCurvature):
 
     Build with ``space.curvature("kfac", method=..., inverse="eigen" | "tikhonov",
     kfac_approx="expand" | "reduce")``.  The ``inverse`` selects the blocks' class (the kinds table,
-    :mod:`.kinds`): :class:`~.kron.ExactKronBlock`, the exact inverse of :math:`G\otimes A + \lambda I`
+    :mod:`.kinds`): :class:`~.eigenbasis.ExactKronBlock`, the exact inverse of :math:`G\otimes A + \lambda I`
     in the Kronecker eigenbasis (``"eigen"``), or :class:`~.kron.TikhonovKronBlock`, the factored-Tikhonov
     approximation :math:`(G + \tfrac{\sqrt\lambda}{\pi}I)^{-1}\otimes(A + \pi\sqrt\lambda I)^{-1}` (``"tikhonov"``).
     ``factors_only=True`` leaves the blocks without Kronecker factors zero, their statistics not gathered (a step

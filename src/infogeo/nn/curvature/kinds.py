@@ -109,7 +109,7 @@ KINDS: Dict[str, Kind] = {k.name: k for k in [
     Kind("kfac", (), ".kfac:KFAC", "Kronecker factors G ⊗ A per layer with a rule for them, exact diagonal "
          "blocks elsewhere (Martens & Grosse 2015)", "the diagonal of blocks without Kronecker factors; a single "
          "affine layer under the Euclidean metric", optimizer_defaults={"inverse": "tikhonov"},
-         inverses={"eigen": ".kron:ExactKronBlock", "tikhonov": ".kron:TikhonovKronBlock"},
+         inverses={"eigen": ".eigenbasis:ExactKronBlock", "tikhonov": ".kron:TikhonovKronBlock"},
          eigenbasis={"inverse": "eigen", "factors_only": True}, step_rule="eigen-adam"),
     Kind("ekfac", (), ".ekfac:EKFAC", "K-FAC's eigenbasis with the exact scales in it (George et al. 2018)",
          "the diagonal of the exact block in the Kronecker eigenbasis; the diagonal of blocks without factors",

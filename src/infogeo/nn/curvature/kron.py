@@ -1,23 +1,21 @@
-r"""Kronecker-factored blocks :math:`G \otimes A` (K-FAC, EKFAC, Shampoo): the factors and their products, and one class
-per damped inverse.
+r"""Kronecker-factored blocks :math:`G \otimes A` (K-FAC, EKFAC, Shampoo): the factors and their products, and the
+factored-damping inverse.
 
 :class:`KronBlock` holds the factors (either may be diagonal, stored as a vector);
-:class:`TikhonovKronBlock` applies Martens & Grosse's factored damping, :class:`ExactKronBlock` the exact
-damped inverse in the Kronecker eigenbasis, which it shares (:class:`EigenbasisKronBlock`) with EKFAC's
-:class:`~.ekfac.EigenKronBlock`.  Blocks are linear algebra: they know nothing of how their factors were
-estimated.
+:class:`TikhonovKronBlock` applies Martens & Grosse's factored damping.  The solves in the Kronecker eigenbasis
+(K-FAC's exact damped inverse, EKFAC's and Shampoo's scales) are :mod:`.eigenbasis`'s.  Blocks are linear
+algebra: they know nothing of how their factors were estimated.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
+from typing import Dict, List, Optional, Sequence, Tuple, cast
 
 import torch
 
 from ...linalg import NotPositiveDefiniteError
 from .._params import ParamLayout, working
 from .blocks import Block, shifted
-from .factor_eigh import factor_eigh
 
 
 def _left(G: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
@@ -38,14 +36,6 @@ def _factor_diagonal(F: torch.Tensor) -> torch.Tensor:
 
 def _factor_dense(F: torch.Tensor) -> torch.Tensor:
     return F if F.dim() == 2 else torch.diag(F)
-
-
-def _factor_eig(F: torch.Tensor) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """``(λ, U)`` of a factor; a diagonal factor is its own eigenvalues, with ``U = None`` (the identity)."""
-    if F.dim() == 1:
-        return working(F).clamp_min(0), None
-    lam, U = factor_eigh(F)
-    return lam.clamp_min(0), U
 
 
 class KronBlock(Block):
@@ -292,154 +282,6 @@ class TikhonovKronBlock(KronBlock):
 
     def _factorisation_shapes(self):
         return [self.G, self.A]
-
-
-class EigenbasisKronBlock(KronBlock):
-    r"""A Kronecker block solved in the Kronecker eigenbasis :math:`Q = U_G\otimes U_A` of its factors
-    (:math:`A = U_A\Lambda_A U_A^T`, :math:`G = U_G\Lambda_G U_G^T`, computed once):
-
-    .. math:: (C + \lambda I)^{-1}\mathrm{vec}(V)
-              = \mathrm{vec}\big(U_G\,[(U_G^T V U_A) \oslash \text{scales}(\lambda)]\,U_A^T\big),
-
-    for a block :math:`C` diagonal in :math:`Q` with the damped eigenvalues :meth:`scales`, ``(out, in [+ 1])``.
-    The scales are the subclass's: K-FAC's exact inverse (:class:`ExactKronBlock`) or EKFAC's measured ones.
-    A diagonal factor's eigenbasis is the identity (nothing to rotate on that side).
-    """
-
-    def __init__(self, weight, bias, wshape, A, G, transposed=False):
-        super().__init__(weight, bias, wshape, A, G, transposed)
-        self._eig: Optional[Tuple[Any, ...]] = None
-        #: (damping, source) whose damped scales were found positive; the scales themselves are recomputed
-        #: per solve (one outer product) rather than kept, a copy as large as the weight
-        self._checked: Optional[Tuple[float, Any]] = None
-
-    #: the names of :meth:`factorisation`'s tensors (a checkpoint's keys)
-    FACTORISATION_KEYS = ("lambda_A", "U_A", "lambda_G", "U_G")
-
-    @property
-    def factorised(self) -> bool:
-        return self._eig is not None
-
-    def saved_factorisation(self) -> Dict[str, torch.Tensor]:
-        return dict(zip(self.FACTORISATION_KEYS, self.factorisation(0.0)))
-
-    def adopt_saved(self, saved: Dict[str, torch.Tensor], dtype: Optional[torch.dtype] = None) -> None:
-        self.adopt(tuple(saved[k].to(dtype) for k in self.FACTORISATION_KEYS), 0.0)
-
-    def eig(self):
-        r"""``(λ_A, U_A, λ_G, U_G)``: eigendecompositions of the factors (computed once; ``U = None`` for a
-        diagonal factor)."""
-        if self._eig is None:
-            self._eig = _factor_eig(self.A) + _factor_eig(self.G)
-        return self._eig
-
-    def basis(self):
-        """``(U_A, U_G)``, the eigenvectors of the factors (``None``: a diagonal factor's identity)."""
-        _, Ua, _, Ug = self.eig()
-        return Ua, Ug
-
-    def rotate(self, V: torch.Tensor) -> torch.Tensor:
-        r""":math:`U_G^T V U_A`."""
-        Ua, Ug = self.basis()
-        V = V if Ug is None else Ug.T @ V
-        return V if Ua is None else V @ Ua
-
-    def unrotate(self, V: torch.Tensor) -> torch.Tensor:
-        r""":math:`U_G V U_A^T`."""
-        Ua, Ug = self.basis()
-        V = V if Ug is None else Ug @ V
-        return V if Ua is None else V @ Ua.T
-
-    def precompute(self, damping: Optional[float] = None):
-        return self.eig()
-
-    # ------------------------------------------------------------ a block Q diag(s) Q^T (EKFAC's, Shampoo's)
-    def mv_scaled(self, v, s: torch.Tensor):
-        r""":math:`Q\,\operatorname{diag}(s)\,Q^Tv` for scales ``s`` ``(out, in [+ 1])`` in this eigenbasis."""
-        return self.split(self.unrotate(self.rotate(self.join(v)) * s))
-
-    def diagonal_scaled(self, s: torch.Tensor):
-        r"""The diagonal of :math:`Q\,\operatorname{diag}(s)\,Q^T`: :math:`(U_G^{\odot2})\,s\,(U_A^{\odot2})^T`."""
-        Ua, Ug = self.basis()
-        d = s if Ug is None else Ug.square() @ s
-        return self.split(d if Ua is None else d @ Ua.square().T)
-
-    def dense_scaled(self, layout: ParamLayout, s: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        r"""``(idx, M)`` of :math:`Q\,\operatorname{diag}(s)\,Q^T` (see :meth:`Block.dense`)."""
-        Ua, Ug = self.basis()
-        eye = lambda n: torch.eye(n, dtype=s.dtype, device=s.device)  # noqa: E731
-        Q = torch.kron(eye(self.G.shape[0]) if Ug is None else Ug.contiguous(),
-                       eye(self.A.shape[0]) if Ua is None else Ua.contiguous())
-        return self.flat_index(layout), (Q * s.reshape(-1)) @ Q.T
-
-    def scales(self, damping: float) -> torch.Tensor:
-        """The damped eigenvalues of the block in its eigenbasis, ``(out, in [+ 1])``."""
-        raise NotImplementedError
-
-    def _scales_of(self) -> Any:
-        """What :meth:`scales` is computed from (the damped scales are kept while it stays the same object)."""
-        return self.eig()
-
-    def _damped_scales(self, damping: float) -> torch.Tensor:
-        """:meth:`scales`, checked positive once per damping and source (the check waits for the device)."""
-        src = self._scales_of()
-        den = self.scales(damping)
-        if self._checked is None or self._checked[0] != damping or self._checked[1] is not src:
-            if not bool((den > 0).all()):
-                raise NotPositiveDefiniteError(f"the {self.kind.upper()} block of {self.names} is singular; "
-                                               "pass damping > 0")
-            self._checked = (damping, src)
-        return den
-
-    def _eigen_solve(self, rotated: torch.Tensor, damping: float) -> Dict[str, torch.Tensor]:
-        r""":math:`U_G\,[\tilde V \oslash \text{scales}]\,U_A^T` for a gradient already rotated, :math:`\tilde V = U_G^T\bar VU_A`."""
-        return self.split(self.unrotate(rotated / self._damped_scales(damping)))
-
-    def solve(self, v, damping):
-        return self._eigen_solve(self.rotate(self.join(v)), damping)
-
-    def solve_matrix(self, V, damping):
-        return self.join(self._eigen_solve(self.rotate(V), damping))
-
-    def rotate_rows(self, b: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-        r""":math:`U_G^T\bar VU_A` of the gradient :math:`\bar V = b^T\bar a` from its rows, :math:`(bU_G)^T(\bar aU_A)`:
-        :math:`R(\text{out}^2+\text{in}^2+\text{out}\cdot\text{in})` multiply-adds instead of
-        :math:`\text{out}\cdot\text{in}\,(\text{out}+\text{in})`."""
-        Ua, Ug = self.basis()
-        bt = b if Ug is None else b @ Ug
-        return bt.T @ self._inputs_times(a, Ua)
-
-    def solve_rows(self, b, a, damping):
-        r"""The gradient rotated from its rows (:meth:`rotate_rows`), then scaled and rotated back."""
-        return self._eigen_solve(self.rotate_rows(b, a), damping)
-
-    def factorisation(self, damping):
-        # a diagonal factor's basis (None) travels as an empty placeholder
-        return [self.A.new_empty(0, dtype=self.work_dtype) if t is None else t for t in self.eig()]
-
-    def adopt(self, tensors, damping):
-        la, Ua, lg, Ug = tensors
-        self._eig = (la, Ua if self.A.dim() == 2 else None, lg, Ug if self.G.dim() == 2 else None)
-
-    def factorisation_like(self):
-        dt = self.work_dtype
-
-        def side(F: torch.Tensor) -> List[torch.Tensor]:
-            return [F.new_empty(F.shape[0], dtype=dt),
-                    torch.empty_like(F, dtype=dt) if F.dim() == 2 else F.new_empty(0, dtype=dt)]
-        return side(self.A) + side(self.G)
-
-
-class ExactKronBlock(EigenbasisKronBlock):
-    r"""K-FAC with the exact damped inverse: the damping added to the Kronecker eigenvalues,
-    :math:`(G\otimes A+\lambda I)^{-1} = Q\,(\Lambda_G\otimes\Lambda_A + \lambda I)^{-1}Q^T`
-    (scales :math:`\lambda_G\lambda_A^T + \lambda`)."""
-
-    inverse = "eigen"
-
-    def scales(self, damping):
-        la, _, lg, _ = self.eig()
-        return lg.unsqueeze(1) * la.unsqueeze(0) + damping
 
 
 def _spd_inverse(M: torch.Tensor, shift: float, names) -> torch.Tensor:

@@ -27,7 +27,7 @@ gradients' scale):
           \mu_F = \operatorname{tr}F/\dim F,
 
 exact at :math:`\lambda = 0`; the roots are taken in the factors' eigenbasis, which is what
-:class:`~.kron.EigenbasisKronBlock` solves in.  That eigenbasis is SOAP's (Vyas et al. 2025, "SOAP: Improving
+:class:`~.eigenbasis.EigenbasisKronBlock` solves in.  That eigenbasis is SOAP's (Vyas et al. 2025, "SOAP: Improving
 and stabilizing Shampoo using Adam"): ``NaturalGradient(model, curvature="soap")`` (the same statistics,
 with ``step_rule="eigen-adam"``) runs Adam in it.
 
@@ -47,7 +47,8 @@ from ._reducers import accumulation_dtype, gram
 from .blocks import Block, DiagBlock
 from .blockwise import BlockCurvature
 from .kfac import MAX_FACTOR_BYTES, MAX_FACTOR_DIM, check_factor_limits, dense_side
-from .kron import EigenbasisKronBlock, _factor_diagonal
+from .eigenbasis import EigenbasisKronBlock
+from .kron import _factor_diagonal
 
 
 def relative_shift(F: torch.Tensor, damping: float) -> float:

@@ -195,6 +195,21 @@ class CurvatureEstimate:
         state.check_fits(self, template)
         return new, template
 
+    def from_gathered(self, step: int, inputs: Any, targets: Optional[torch.Tensor],
+                      grads: Params) -> Tuple[Params, Optional[Tuple[Any, int]], Any]:
+        """:meth:`local` for statistics of whole gradient matrices (Shampoo's) when the gradients are sharded
+        (FSDP2): ``(the gathered gradients, new statistics, template)``.  The gather is a collective, so every rank
+        calls this once the ranks have agreed that the step goes ahead, and a failure here is agreed in turn."""
+        gathered, error = fsdp.gather(grads), None
+        new: Optional[Tuple[Any, int]] = None
+        template: Any = None
+        try:
+            new, template = self.local(step, inputs, targets, gathered)
+        except Exception as exc:
+            error = exc
+        dd.agree(error, (), ())
+        return gathered, new, template
+
     def _cast(self, curvature):
         stats = curvature.stats()
         if all(t.dtype == self.factor_dtype for t in stats.values()):

@@ -324,9 +324,7 @@ class Preconditioner:
         # this rank's work first (it may fail on one rank only), then one agreement, then the collectives
         new = template = gathered = None
         finite, n = True, -1
-        # statistics of whole gradient matrices (Shampoo's) on sharded ones: after the agreement, from the gathered
-        # gradients (a collective, which one rank's failure must not leave the others waiting in)
-        later = self.sharded and self.estimate.from_gradients
+        later = self.sharded and self.estimate.from_gradients   # Shampoo's statistics of sharded gradients
         if error is None:
             try:
                 grads = self.grads() if grads is None else grads
@@ -349,13 +347,8 @@ class Preconditioner:
                 return None
             self.damper.fail()
             return self._skip("gradient")
-        if later:
-            gathered, error = fsdp.gather(grads), None
-            try:
-                new, template = self.estimate.local(self.steps, inputs, targets, gathered)
-            except Exception as exc:
-                error = exc
-            dd.agree(error, (), ())
+        if later:   # gathered (a collective) only now that the ranks agree the step goes ahead
+            gathered, new, template = self.estimate.from_gathered(self.steps, inputs, targets, grads)
         weight = dd.share(sizes[:, 0]) if new is not None else 1.0   # unequal batches: weighted by their sizes
         self.estimate.install(self.steps, new, template, weight, self.damping)
         if not solve:

@@ -55,7 +55,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import torch
 
-from ..curvature.kron import EigenbasisKronBlock
+from ..curvature.eigenbasis import EigenbasisKronBlock
 from .gradient_basis import gradient_basis, matrix_view
 
 __all__ = ["STEP_RULES", "graft", "grafted", "LastSteps", "heavy_ball", "eigen_steps", "eigen_adam",
