@@ -9,10 +9,15 @@ import torch
 Params = Dict[str, torch.Tensor]
 
 
+def working_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The precision statistics kept in ``dtype`` are decomposed and applied in: ``dtype``, at least float32
+    (LAPACK has no half-precision decompositions, and rounding there would reach the steps)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def working(t: torch.Tensor) -> torch.Tensor:
-    """``t`` in at least float32: statistics kept in half precision (``factor_dtype``) are decomposed and applied
-    in float32 (LAPACK has no half-precision decompositions, and rounding there would reach the steps)."""
-    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+    """``t`` in its :func:`working_dtype` (a no-op unless it is half precision, ``factor_dtype``)."""
+    return t.to(working_dtype(t.dtype))
 
 
 def all_finite(tensors) -> bool:

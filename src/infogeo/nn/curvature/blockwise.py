@@ -75,7 +75,7 @@ class BlockCurvature(Curvature):
         for i, b in self._factored_blocks():
             if all(f"{i}/{k}" in saved for k in b.FACTORISATION_KEYS):
                 mine = {k: saved[f"{i}/{k}"] for k in b.FACTORISATION_KEYS}
-                want = {k: tuple(t.shape) for k, t in b.factorisation_like_named().items()}
+                want = dict(zip(b.FACTORISATION_KEYS, b.factorisation_shapes()))
                 if any(tuple(t.shape) != want[k] for k, t in mine.items() if k in want):
                     raise ValueError(f"checkpoint: the saved factorisation of block {i} does not fit its factors")
                 b.adopt_saved(mine, dtype)

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from ...linalg import NotPositiveDefiniteError
-from .._params import ParamLayout, working
+from .._params import ParamLayout, working, working_dtype
 from .factor_eigh import factor_eigh
 from .kron import KronBlock
 
@@ -145,18 +145,15 @@ class EigenbasisKronBlock(KronBlock):
 
     def factorisation(self, damping):
         # a diagonal factor's basis (None) travels as an empty placeholder
-        return [self.A.new_empty(0, dtype=self.work_dtype) if t is None else t for t in self.eig()]
+        return [self.A.new_empty(0, dtype=working_dtype(self.A.dtype)) if t is None else t for t in self.eig()]
 
     def adopt(self, tensors, damping):
         la, Ua, lg, Ug = tensors
         self._eig = (la, Ua if self.A.dim() == 2 else None, lg, Ug if self.G.dim() == 2 else None)
 
-    def factorisation_like(self):
-        dt = self.work_dtype
-
-        def side(F: torch.Tensor) -> List[torch.Tensor]:
-            return [F.new_empty(F.shape[0], dtype=dt),
-                    torch.empty_like(F, dtype=dt) if F.dim() == 2 else F.new_empty(0, dtype=dt)]
+    def factorisation_shapes(self):
+        def side(F: torch.Tensor) -> List[Tuple[int, ...]]:   # eigenvalues; the basis (a diagonal's: empty)
+            return [(F.shape[0],), tuple(F.shape) if F.dim() == 2 else (0,)]
         return side(self.A) + side(self.G)
 
 

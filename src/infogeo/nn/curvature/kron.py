@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, cast
 import torch
 
 from ...linalg import NotPositiveDefiniteError
-from .._params import ParamLayout, working
+from .._params import ParamLayout, working, working_dtype
 from .blocks import Block, shifted
 
 
@@ -66,6 +66,7 @@ class KronBlock(Block):
         self.out = math.prod(self.wshape[1:]) if self.transposed else self.wshape[0]
         self.names = [n for n in (weight, bias) if n is not None]
         self.A, self.G = A, G
+        self._layout: Optional["KronBlock"] = None
 
     def stats(self):
         return {"A": self.A, "G": self.G}
@@ -96,9 +97,11 @@ class KronBlock(Block):
 
     def layout_only(self) -> "KronBlock":
         """A block with this one's :meth:`join` and :meth:`split` and no factors (what a step rule keeps to lay
-        out a step, without keeping the factors alive)."""
-        return KronBlock(self.weight, self.bias, self.wshape, self.A.new_empty(0), self.G.new_empty(0),
-                         self.transposed)
+        out a step, without keeping the factors alive); made once per block."""
+        if self._layout is None:
+            self._layout = KronBlock(self.weight, self.bias, self.wshape, self.A.new_empty(0), self.G.new_empty(0),
+                                     self.transposed)
+        return self._layout
 
     def mv(self, v):
         return self.split(_right(_left(self.G, self.join(v)), self.A))
@@ -165,16 +168,13 @@ class KronBlock(Block):
         raise NotImplementedError
 
     def factorisation_like(self) -> List[torch.Tensor]:
-        """Empty tensors of the shapes and dtypes of :meth:`factorisation` (receive buffers: in the precision the
-        factorisation is computed in, float32 for factors kept in half precision)."""
-        return [torch.empty_like(t, dtype=self.work_dtype) for t in self._factorisation_shapes()]
+        """Empty tensors of the shapes and dtype of :meth:`factorisation` (receive buffers; the factors' working
+        precision, float32 for factors kept in half precision)."""
+        dtype = working_dtype(self.A.dtype)
+        return [self.A.new_empty(shape, dtype=dtype) for shape in self.factorisation_shapes()]
 
-    @property
-    def work_dtype(self) -> torch.dtype:
-        """The precision of the factorisations and products: the factors', at least float32."""
-        return torch.promote_types(self.A.dtype, torch.float32)
-
-    def _factorisation_shapes(self) -> List[torch.Tensor]:
+    def factorisation_shapes(self) -> List[Tuple[int, ...]]:
+        """The shapes of :meth:`factorisation`'s tensors, in its order."""
         raise NotImplementedError
 
     # ------------------------------------------------------------ between factorisations, and in checkpoints
@@ -195,10 +195,6 @@ class KronBlock(Block):
         """Take the factorisation of :meth:`saved_factorisation` (a checkpoint's; its matrices in ``dtype`` if
         given) instead of the factors' own."""
         raise NotImplementedError
-
-    def factorisation_like_named(self) -> Dict[str, torch.Tensor]:
-        """Empty tensors of the shapes :meth:`saved_factorisation` has for these factors (to check a checkpoint)."""
-        return dict(zip(self.FACTORISATION_KEYS, self.factorisation_like()))
 
     def share_factors(self, current: "KronBlock") -> None:
         """Refer to the factors of ``current`` (a later average of the same statistics) instead of this block's
@@ -280,8 +276,8 @@ class TikhonovKronBlock(KronBlock):
     def adopt_saved(self, saved, dtype=None):
         self.adopt((saved["G_inv"].to(dtype), saved["A_inv"].to(dtype)), float(saved["damping"]))
 
-    def _factorisation_shapes(self):
-        return [self.G, self.A]
+    def factorisation_shapes(self):
+        return [tuple(self.G.shape), tuple(self.A.shape)]
 
 
 def _spd_inverse(M: torch.Tensor, shift: float, names) -> torch.Tensor:

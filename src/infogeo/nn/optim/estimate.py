@@ -19,7 +19,7 @@ from ...linalg import NotPositiveDefiniteError
 from .. import distributed as dd
 from .. import fsdp
 from ..batch import Batch
-from .._params import ParamLayout, all_finite
+from .._params import ParamLayout, all_finite, working_dtype
 from ..curvature import _backprop as bp
 from ..curvature import kinds
 from ..space import ParameterSpace
@@ -48,7 +48,7 @@ class CurvatureEstimate:
         self.curvature_update_period, self.inverse_update_period = curvature_update_period, inverse_update_period
         self.factor_dtype, self.placement, self.cg_max_iter = factor_dtype, placement, cg_max_iter
         #: solves, factorisations and directions: the factor dtype, or float32 for statistics kept in half precision
-        self.compute_dtype = torch.promote_types(factor_dtype, torch.float32)
+        self.compute_dtype = working_dtype(factor_dtype)
         self.generator, self.loss_scale, self.options = generator, loss_scale, options
         #: the early refreshes at steps 0, 1, 2, 4, 8, ... (:meth:`early`); else at every statistics refresh
         self.geometric = geometric

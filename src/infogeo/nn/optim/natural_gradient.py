@@ -304,18 +304,16 @@ class NaturalGradient(torch.optim.Optimizer):
             steps, model_decrease = self._quadratic_step(raw, delta, space)
             for n, p in zip(pre.names, pre.params):
                 p.add_(steps[n])
-        elif self.step_rule == "eigen-adam" and pre.sharded:
-            # the rotations need whole gradient matrices: gathered (an all-gather each), stepped whole on every
-            # rank (the moments are whole too), this rank's shard of each step kept
-            whole = LastSteps()
-            full = eigen_steps(pre, self.state, fsdp.gather(raw), whole, self.betas, self.eps, self.unfactored)
-            steps = {n: fsdp.shard_like(full[n], p) for n, p in zip(pre.names, pre.params)}
-            for n, p in zip(pre.names, pre.params):
-                p.add_(steps[n])
-                last.record(n, partial(_shard_of, whole, n, p))
         elif self.step_rule == "eigen-adam":
-            steps = eigen_steps(pre, self.state, raw, last, self.betas, self.eps, self.unfactored)
+            # the rotations need whole gradient matrices: under FSDP2 gathered (an all-gather each), stepped
+            # whole on every rank (the moments are whole too), this rank's shard of each step kept
+            whole = LastSteps() if pre.sharded else last
+            steps = eigen_steps(pre, self.state, fsdp.gather(raw) if pre.sharded else raw, whole, self.betas,
+                                self.eps, self.unfactored)
             for n, p in zip(pre.names, pre.params):
+                if pre.sharded:
+                    steps[n] = fsdp.shard_like(steps[n], p)
+                    last.record(n, partial(_shard_of, whole, n, p))
                 p.add_(steps[n])
         else:
             by_id = {id(p): n for n, p in zip(pre.names, pre.params)}

@@ -90,16 +90,15 @@ def graft(state: Dict[str, torch.Tensor], g: torch.Tensor, d: torch.Tensor, lr: 
         state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(g), torch.zeros_like(g)
         state["direction_avg"] = torch.zeros_like(d)
         state["graft_step"] = torch.zeros((), dtype=torch.float64)
-    state["graft_step"] += 1
     state["direction_avg"].mul_(betas[0]).add_(d, alpha=1 - betas[0])
-    _moments(state["exp_avg"], state["exp_avg_sq"], g, betas)
+    adam_moments([state], [g], betas, step="graft_step")
     return grafted(state, lr, betas, eps)
 
 
 def grafted(state: Dict[str, torch.Tensor], lr: float, betas: Tuple[float, float], eps: float) -> torch.Tensor:
     """The step :func:`graft` took last, from its state alone (the same operations, so the same bits)."""
     u = state["direction_avg"]
-    adam = _adam_direction(state["exp_avg"], state["exp_avg_sq"], float(state["graft_step"]), betas, eps)
+    adam = adam_directions([state], betas, eps, step="graft_step")[0]
     length, norm = torch.linalg.vector_norm(adam), torch.linalg.vector_norm(u)
     # chosen on the device, not by a Python branch: reading ``norm`` would wait for the GPU at every parameter
     has_direction = (norm > 0) & torch.isfinite(norm)
@@ -154,14 +153,14 @@ def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastS
     params = dict(zip(pre.names, pre.params))
     rows = pre.take_rows()
     # per block or parameter: (its parameters, Adam state, gradient in the basis, the split of a direction
-    # into its parameters for the step, and the one kept to recompute it)
+    # into its parameters: None for a parameter on its raw coordinates)
     jobs: List[Tuple[Any, ...]] = []
     for b in (b for b in getattr(pre.solver, "blocks", ()) if isinstance(b, EigenbasisKronBlock)):
         r = rows.get(b.weight or "")
         state = states[params[b.names[0]]]
         g = rotated_gradient(state, None if r else b.join(raw), b.basis(),
                              rotated=b.rotate_rows(*r) if r else None)
-        jobs.append((b.names, state, g, b.split, b.layout_only().split))
+        jobs.append((b.names, state, g, b.layout_only().split))
     factored = {n for j in jobs for n in j[0]}
     for n, p in params.items():
         if n in factored:
@@ -169,19 +168,19 @@ def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastS
         G = matrix_view(raw[n]) if unfactored == "soap" else None
         if G is not None:
             split = partial(_as_param, n, p.shape)
-            jobs.append(([n], states[p], rotated_gradient(states[p], G, gradient_basis(states[p], G)), split, split))
+            jobs.append(([n], states[p], rotated_gradient(states[p], G, gradient_basis(states[p], G)), split))
         else:
             _as_raw(states[p], p.shape)
-            jobs.append(([n], states[p], rotated_gradient(states[p], raw[n], None), None, None))
+            jobs.append(([n], states[p], rotated_gradient(states[p], raw[n], None), None))
     adam_moments([j[1] for j in jobs], [j[2] for j in jobs], betas)
     steps = {}
-    for (names, state, _, split, kept), u in zip(jobs, adam_directions([j[1] for j in jobs], betas, eps)):
+    for (names, state, _, split), u in zip(jobs, adam_directions([j[1] for j in jobs], betas, eps)):
         u = _out_of_basis(u, state)
         parts = {names[0]: u} if split is None else split(u)
         for n in names:
             p = params[n]
             steps[n] = parts[n].to(p.dtype).mul_(-lrs[id(p)])
-            last.record(n, partial(eigen_adam_again, state, kept, n, p.dtype, lrs[id(p)], betas=betas, eps=eps))
+            last.record(n, partial(eigen_adam_again, state, split, n, p.dtype, lrs[id(p)], betas=betas, eps=eps))
     return steps
 
 
@@ -215,24 +214,10 @@ def _eigen_direction(state: Dict[str, torch.Tensor], betas: Tuple[float, float],
     return _out_of_basis(adam_directions([state], betas, eps)[0], state)
 
 
-def _moments(m: torch.Tensor, v: torch.Tensor, g: torch.Tensor, betas: Tuple[float, float]) -> None:
-    """Adam's moments updated in place with ``g``."""
-    b1, b2 = betas
-    m.mul_(b1).add_(g, alpha=1 - b1)
-    v.mul_(b2).addcmul_(g, g, value=1 - b2)
-
-
-def _adam_direction(m: torch.Tensor, v: torch.Tensor, k: float, betas: Tuple[float, float],
-                    eps: float) -> torch.Tensor:
-    r""":math:`\hat m/(\sqrt{\hat v}+\epsilon)` of Adam's moments at step ``k``."""
-    b1, b2 = betas
-    return (m / (1 - b1 ** k)) / ((v / (1 - b2 ** k)).sqrt_().add_(eps))
-
-
 def adam_moments(states: Sequence[Dict[str, torch.Tensor]], gs: Sequence[torch.Tensor],
-                 betas: Tuple[float, float]) -> None:
-    """Adam's moments ``exp_avg``, ``exp_avg_sq`` of every state updated in place with its ``g``, and its ``step``
-    counted: one fused (``torch._foreach_*``) operation per moment for all of them."""
+                 betas: Tuple[float, float], step: str = "step") -> None:
+    """Adam's moments ``exp_avg``, ``exp_avg_sq`` of every state updated in place with its ``g``, and its step
+    count (the entry ``step``) counted: one fused (``torch._foreach_*``) operation per moment for all of them."""
     if not states:
         return
     b1, b2 = betas
@@ -241,17 +226,17 @@ def adam_moments(states: Sequence[Dict[str, torch.Tensor]], gs: Sequence[torch.T
     torch._foreach_add_(ms, list(gs), alpha=1 - b1)
     torch._foreach_mul_(vs, b2)
     torch._foreach_addcmul_(vs, list(gs), list(gs), value=1 - b2)
-    torch._foreach_add_([s["step"] for s in states], 1)
+    torch._foreach_add_([s[step] for s in states], 1)
 
 
 def adam_directions(states: Sequence[Dict[str, torch.Tensor]], betas: Tuple[float, float],
-                    eps: float) -> List[torch.Tensor]:
+                    eps: float, step: str = "step") -> List[torch.Tensor]:
     r""":math:`\hat m/(\sqrt{\hat v}+\epsilon)` of every state's moments (Adam's bias corrections at its step
-    count), fused over the states that share a step count."""
+    count, the entry ``step``), fused over the states that share a step count."""
     b1, b2 = betas
     by_step: Dict[float, List[int]] = {}
     for i, s in enumerate(states):
-        by_step.setdefault(float(s["step"]), []).append(i)
+        by_step.setdefault(float(s[step]), []).append(i)
     out: List[torch.Tensor] = [cast(torch.Tensor, None)] * len(states)
     for k, idx in by_step.items():
         num = torch._foreach_div([states[i]["exp_avg"] for i in idx], 1 - b1 ** k)
