@@ -15,9 +15,17 @@ def test_reach_and_ratio():
     race = _load()
     curve = {"step": [0, 5, 10], "cpu": [0.0, 1.0, 2.0], "wall": [0.0, 1.5, 3.0], "loss": [3.0, 2.0, 1.0]}
     assert race.reach(curve, 2.0) == {"steps": 5, "cpu": 1.0, "wall": 1.5}
-    assert race.reach(curve, 0.5)["steps"] == math.inf
-    r = race.ratio([1.0, 2.0, math.inf], [2.0, 2.0, 1.0])
+    missed = race.reach(curve, 0.5)
+    assert missed["steps"] == math.inf and missed["whole"] == {"steps": 10, "cpu": 2.0, "wall": 3.0}
+    assert "whole" not in race.reach(curve, 0.5, diverged=True)   # a diverged run would never reach it
+    ours = [{"cpu": 1.0}, {"cpu": 2.0}, {"cpu": math.inf}]
+    r = race.ratio(ours, [{"cpu": 2.0}, {"cpu": 2.0}, {"cpu": 1.0}], "cpu")
     assert r["median"] == 1.0 and r["lo"] == 0.5 and r["hi"] == math.inf
+    # a seed the peer did not reach: its whole run (4 s) bounds its time, so the ratio is at most 3/4, not 0
+    censored = race.ratio([{"cpu": 3.0}], [race.reach({**curve, "cpu": [0.0, 2.0, 4.0]}, 0.5)], "cpu")
+    assert censored["median"] == 0.75
+    diverged = race.ratio([{"cpu": 3.0}], [race.reach(curve, 0.5, diverged=True)], "cpu")
+    assert diverged["median"] == 0.0
     # unreached by most seeds: no median
     assert race.med([1.0, math.inf, math.inf]) == math.inf
 

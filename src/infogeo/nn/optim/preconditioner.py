@@ -39,7 +39,7 @@ from . import kl_clipping, state
 from .damping import Damping
 from .estimate import CurvatureEstimate
 from .hooks import ForwardRecorder, unwrap
-from .settings import CURVATURES, FISHER, KINDS, PERIODS, check_settings, check_support, kind_defaults, trainable
+from .settings import CURVATURES, FISHER, KINDS, check_settings, check_support, kind_defaults, trainable
 
 logger = logging.getLogger(__name__)
 
@@ -138,12 +138,9 @@ class Preconditioner:
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"Preconditioner needs the torch.nn.Module whose gradients it preconditions, "
                             f"got {type(model).__name__}")
-        defaults = kind_defaults(curvature)   # the kind's own, e.g. Shampoo's statistics every step
-        geometric = curvature_update_period is None and inverse_update_period is None   # else yours, exactly
-        if curvature_update_period is None:
-            curvature_update_period = defaults.pop("curvature_update_period")
-        if inverse_update_period is None:
-            inverse_update_period = defaults.pop("inverse_update_period")
+        # the kind's own defaults, e.g. Shampoo's statistics every step
+        curvature_update_period, inverse_update_period, geometric, defaults = kind_defaults(
+            curvature, curvature_update_period, inverse_update_period)
         s = check_settings(damping=damping, min_damping=min_damping, max_damping=max_damping, curvature=curvature,
                            fisher=fisher, ema_decay=ema_decay, kl_clip=kl_clip, damping_increase=damping_increase,
                            damping_recovery=damping_recovery, placement=placement, samples=samples,
@@ -168,8 +165,7 @@ class Preconditioner:
         pdtype = self.params[0].dtype
         self.factor_dtype = factor_dtype or (torch.float32 if pdtype in (torch.float16, torch.bfloat16) else pdtype)
         for key, value in defaults.items():
-            if key not in PERIODS:
-                options.setdefault(key, value)
+            options.setdefault(key, value)
         KINDS[self.kind].check_options(options)
         self.placement, self.grad_scaler, self.output_fn = placement, grad_scaler, output_fn
         self.state: Dict[str, Any] = {"step": 0}
@@ -360,8 +356,7 @@ class Preconditioner:
         delta = self.estimate.direction(grads, self.damper, self.max_retries)
         if delta is None:
             return self._skip("direction")
-        scale = self.clip_scale(grads, delta)
-        if scale != 1.0:
+        if (scale := self.clip_scale(grads, delta)) != 1.0:
             delta = {k: d * scale for k, d in delta.items()}
         self.finish_step(True)
         return fsdp.shards_like(delta, given)

@@ -25,11 +25,18 @@ KINDS = kinds.KINDS
 PERIODS = {"curvature_update_period": 10, "inverse_update_period": 100}
 
 
-def kind_defaults(curvature: Any) -> Dict[str, Any]:
-    """The options the preconditioner takes unless told: :data:`PERIODS` and the kind's ``optimizer_defaults``
-    (none for an unknown word, which :func:`check_settings` then refuses)."""
+def kind_defaults(curvature: Any, curvature_update_period: Optional[int] = None,
+                  inverse_update_period: Optional[int] = None) -> Tuple[int, int, bool, Dict[str, Any]]:
+    """The refresh periods (the user's, else the kind's ``optimizer_defaults``, else :data:`PERIODS`), whether
+    the early refreshes are geometric (neither period given), and the kind's other default options (none for an
+    unknown word, which :func:`check_settings` then refuses)."""
     row = KINDS.get(CURVATURES.get(str(curvature).lower(), ""))
-    return {**PERIODS, **(row.optimizer_defaults if row is not None else {})}
+    defaults = {**PERIODS, **(row.optimizer_defaults if row is not None else {})}
+    geometric = curvature_update_period is None and inverse_update_period is None   # else the user's, exactly
+    kind_periods = {k: defaults.pop(k) for k in PERIODS}
+    return (kind_periods["curvature_update_period"] if curvature_update_period is None else curvature_update_period,
+            kind_periods["inverse_update_period"] if inverse_update_period is None else inverse_update_period,
+            geometric, defaults)
 
 
 #: Adam's decay rates per step rule unless the user sets ``betas``: in an eigenbasis a faster second moment, as
