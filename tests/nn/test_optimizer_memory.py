@@ -237,3 +237,26 @@ def test_a_checkpoint_saves_the_shared_factors_once(tmp_path):
         opt_b.load_state_dict(state)
         train(b, opt_b, 7, 2)
         assert torch.equal(flat(a), flat(b))
+
+
+@pytest.mark.parametrize("curvature,fisher", [("kfac", "mc"), ("kfac", "empirical"), ("ekfac", "mc"), ("dense", "mc"),
+                                              ("diag", "exact")])
+def test_a_refresh_batch_is_not_kept_alive_by_the_optimizer(curvature, fisher):
+    """Once the loop has moved on, the batch of the last statistics refresh is freed (weakly referenced only);
+    the optimizer used to keep it until the next refresh, ``curvature_update_period`` steps later."""
+    import gc
+    import weakref
+    model = mlp()
+    opt = ig.nn.NaturalGradient(model, curvature=curvature, fisher=fisher, curvature_update_period=10)
+    refs = []
+    for i in range(3):   # step 0 refreshes the statistics; steps 1 and 2 do not
+        x, y = batch(i)
+        refs.append(weakref.ref(x))
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        del x, y
+    gc.collect()
+    # the last batch is still the one the hooks saw last (``space()``'s default); the refresh's batch is gone
+    assert refs[0]() is None and refs[1]() is None
+    assert all(torch.isfinite(p).all() for p in model.parameters())

@@ -97,6 +97,16 @@ class CurvatureEstimate:
         space.metric.clear_cache()  # type: ignore[attr-defined]  # the space's NetworkMetric
         return space
 
+    def _let_go(self, space: ParameterSpace) -> None:
+        """The kept space (one per batch signature) lets go of its batch once the statistics are built: the batch of
+        a refresh would otherwise stay alive until the next one, ``curvature_update_period`` steps later.  Its
+        tensors are kept on the meta device (shapes only), so a stray use fails instead of reading old data.  The
+        implicit kind's curvature is the space itself (its products are taken at the solve): it keeps its batch."""
+        if self.kind != "implicit" and any(s is space for s in self._spaces.values()):
+            space.batch = space.batch.map(lambda a: a.to("meta"))
+            space._outputs = None
+            space.metric.clear_cache()  # type: ignore[attr-defined]  # a linearisation holds the batch's graph
+
     def _build(self, space: ParameterSpace, generator: Optional[torch.Generator] = None, **given: Any):
         if space.batch_size == 0:
             raise ValueError("the batch is empty (0 examples): a curvature needs at least one example; "
@@ -145,7 +155,11 @@ class CurvatureEstimate:
             def build(output_grads=None):
                 with bp.recorded_forward(z, calls, output_grads), self.recorder.paused(), \
                         fsdp.no_reshard_in_backward(self.module):
-                    return self._build(self.space(inputs), **given)
+                    space = self.space(inputs)
+                    try:
+                        return self._build(space, **given)
+                    finally:
+                        self._let_go(space)
             if given and z.dim() == 2 and n > 0:
                 grads = OutputGradients(calls, n / scale)
                 self.pending.add(Deferred(lambda: build(grads), grads.remove), n)
@@ -170,7 +184,10 @@ class CurvatureEstimate:
                 return pending, n
             space = self.space(inputs, targets)
             batch = space.batch
-            return self._build(space, generator), space.batch_size
+            try:
+                return self._build(space, generator), space.batch_size
+            finally:
+                self._let_go(space)
         except (RuntimeError, IndexError) as exc:   # torch's error on this batch: name the batch
             batch = batch or (Batch.of(inputs) if inputs is not None else self.recorder.inputs)
             sig = [(tuple(t.shape), str(t.dtype).replace("torch.", "")) for t in batch.tensors()] if batch else "?"
