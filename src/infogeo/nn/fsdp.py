@@ -36,7 +36,8 @@ were DTensors before) is not supported (each rank's layers would compute a slice
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, TypeGuard
+import functools
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Tuple, TypeGuard
 
 import torch
 
@@ -47,9 +48,15 @@ __all__ = ["class_names", "is_dtensor", "managed", "local", "gather", "shard_lik
            "no_reshard_in_backward"]
 
 
-def class_names(obj: Any) -> List[str]:
+def class_names(obj: Any) -> Tuple[str, ...]:
     """The qualified names of ``obj``'s classes (recognises torch.distributed's types without importing them)."""
-    return [f"{c.__module__}.{c.__qualname__}" for c in type(obj).__mro__]
+    return _type_names(type(obj))  # type: ignore[arg-type]  # a class is hashable
+
+
+@functools.lru_cache(maxsize=None)
+def _type_names(cls: type) -> Tuple[str, ...]:
+    # once per type: this is asked of every gradient every step
+    return tuple(f"{c.__module__}.{c.__qualname__}" for c in cls.__mro__)
 
 
 def is_dtensor(t: Any) -> "TypeGuard[DTensor]":
