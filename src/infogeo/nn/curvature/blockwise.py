@@ -124,6 +124,35 @@ class BlockCurvature(Curvature):
         return (type(self) is type(other) and self.layout == other.layout and
                 [(b.kind, b.names) for b in self.blocks] == [(b.kind, b.names) for b in other.blocks])
 
+    def aligned(self, old: Curvature) -> Optional[Tuple["BlockCurvature", "BlockCurvature"]]:
+        """``(old, self)`` brought to one structure where they differ only by layers that one of them saw no use of,
+        or ``None`` where they differ otherwise.
+
+        A layer that no example of a batch reached (a branch not taken, an expert not routed to) has all-zero
+        statistics, in the block its builder gives unused layers (a diagonal); the other batch's block kind is kept
+        for it, with zero statistics, so that the running average keeps its factors (decayed, as the average of
+        the batch Fishers is) instead of starting over, and a step rule's state keeps its layout."""
+        if not isinstance(old, BlockCurvature) or type(old) is not type(self) or old.layout != self.layout:
+            return None
+        mine = {tuple(b.names): b for b in self.blocks}
+        theirs = {tuple(b.names): b for b in old.blocks}
+        if set(mine) != set(theirs):
+            return None
+        new_old, new_mine = [], {}
+        for names, o in theirs.items():
+            m = mine[names]
+            if m.kind != o.kind:
+                if _unused(m):
+                    m = _zero_like(o)
+                elif _unused(o):
+                    o = _zero_like(m)
+                else:
+                    return None
+            new_old.append(o)
+            new_mine[names] = m
+        return (type(self)._from_blocks(old, new_old),
+                type(self)._from_blocks(self, [new_mine[tuple(o.names)] for o in new_old]))
+
     def ema(self, new: Curvature, decay: float) -> Curvature:
         r"""Exponential moving average :math:`\beta\,C + (1-\beta)\,C_\text{new}`, statistic by statistic.
 
@@ -147,3 +176,14 @@ class BlockCurvature(Curvature):
         for b in self.blocks:
             kinds[b.kind] = kinds.get(b.kind, 0) + 1
         return f"{type(self).__name__}({self.layout!r}, blocks={kinds})"
+
+
+def _unused(block: Block) -> bool:
+    """Whether a block's statistics are all zero (its layer was not reached by any example)."""
+    return not any(bool(t.any()) for t in block.stats().values())
+
+
+def _zero_like(block: Block) -> Block:
+    """The same block with all-zero statistics, every one of them (also those still to be measured)."""
+    ref = next(iter(block.stats().values()))
+    return block.with_stats({k: ref.new_zeros(shape) for k, shape in block.stat_shapes().items()})

@@ -87,6 +87,8 @@ class EigenKronBlock(EigenbasisKronBlock):
         for w, f in self.pending or ():
             t = f(Ua, Ug).mul_(w)
             s = t if s is None else s.add_(t)
+        if s is None:   # nothing measured: no example reached the layer
+            s = self.A.new_zeros(self.G.shape[0], self.A.shape[0])
         block = EigenKronBlock(self.weight, self.bias, self.wshape, self.A, self.G, self.transposed,
                                s.to(self.A.dtype))
         block._eig = self._eig
@@ -267,7 +269,12 @@ class EKFAC(BlockCurvature):
         basis it was measured in (it is factorised).
         """
         if old is not None and not (isinstance(old, EKFAC) and self.same_structure(old)):
-            old = None
+            pair = self.aligned(old)   # layers unused in one of the batches keep their kind; else start over
+            if pair is None:
+                old = None
+            else:
+                old, aligned = cast("EKFAC", pair[0]), pair[1]
+                return cast("EKFAC", aligned).refreshed(old, decay, reduce, basis_of)
         known = {} if basis_of is None else {b.key: b.eig() for b in getattr(basis_of, "blocks", [])
                                              if isinstance(b, EigenKronBlock)}
         blocks: List[Block] = []

@@ -284,7 +284,11 @@ class CurvatureEstimate:
                 warnings.warn("Preconditioner: the curvature statistics contain NaN or inf; they are discarded "
                               "and the last good ones kept", RuntimeWarning, stacklevel=4)
             elif self.curvature is None or not self.curvature.same_structure(fresh):
-                self.curvature, self.solver = fresh, None
+                pair = getattr(fresh, "aligned", lambda old: None)(self.curvature)
+                if pair is None:   # another structure: start over from this batch
+                    self.curvature, self.solver = fresh, None
+                else:   # layers unused in one of the batches: averaged as their kind, then factorised anew
+                    self.curvature, self.solver = pair[0].ema(pair[1], self.ema_decay), None
             else:
                 self.curvature = self.curvature.ema(fresh, self.ema_decay)
                 if self.solver is not None and self.solver is not self.curvature and \

@@ -157,6 +157,7 @@ def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastS
     jobs: List[Tuple[Any, ...]] = []
     for b in (b for b in getattr(pre.solver, "blocks", ()) if isinstance(b, EigenbasisKronBlock)):
         r = rows.get(b.weight or "")
+        _into_block(b, [states[params[n]] for n in b.names], [params[n] for n in b.names])
         state = states[params[b.names[0]]]
         g = rotated_gradient(state, None if r else b.join(raw), b.basis(),
                              rotated=b.rotate_rows(*r) if r else None)
@@ -165,6 +166,8 @@ def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastS
     for n, p in params.items():
         if n in factored:
             continue
+        if "exp_avg" in states[p] and not {"L", "R"} & set(states[p]) and {"U_A", "U_G"} & set(states[p]):
+            states[p].clear()   # a Kronecker block's moments, whose block is gone: started afresh
         G = matrix_view(raw[n]) if unfactored == "soap" else None
         if G is not None:
             split = partial(_as_param, n, p.shape)
@@ -182,6 +185,40 @@ def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastS
             steps[n] = parts[n].to(p.dtype).mul_(-lrs[id(p)])
             last.record(n, partial(eigen_adam_again, state, split, n, p.dtype, lrs[id(p)], betas=betas, eps=eps))
     return steps
+
+
+def _into_block(block: EigenbasisKronBlock, parts: List[Dict[str, torch.Tensor]], params: List[torch.Tensor]) -> None:
+    r"""Moments kept per parameter (``parts``: the states of the block's parameters, in its order) carried into the
+    block's joined layout :math:`[W\ b]`, where the block is new to them: a layer that had no Kronecker factors at
+    an earlier step (unused until now, or another structure).  Each parameter's moments go to its raw coordinates
+    (:func:`_as_raw`), are joined like its gradient, and are kept in the identity basis, from which the next
+    :func:`change_basis` turns them into the block's eigenbasis; a parameter without moments contributes zeros."""
+    first, rest = parts[0], parts[1:]
+    shape = (block.G.shape[0], block.A.shape[0])
+    stale = any("exp_avg" in s for s in rest) or ("exp_avg" in first and (
+        tuple(first["exp_avg"].shape) != shape or "L" in first or "R" in first
+        or any(f.dim() == 2 and k not in first for k, f in (("U_A", block.A), ("U_G", block.G)))))
+    if not stale:
+        return
+    moments: Dict[str, Dict[str, torch.Tensor]] = {"exp_avg": {}, "exp_avg_sq": {}}
+    count = None
+    for name, s, p in zip(block.names, parts, params):
+        if "exp_avg" in s:
+            _as_raw(s, p.shape)
+            if s["exp_avg"].shape == p.shape:   # else a joined layout of another block: not separable, dropped
+                for key in moments:
+                    moments[key][name] = s[key]
+                count = s["step"] if count is None else torch.maximum(count, s["step"])
+        s.clear()
+    if count is None:
+        return
+    like = next(iter(moments["exp_avg"].values()))
+    for key, given in moments.items():
+        first[key] = block.join({n: given.get(n, like.new_zeros(p.shape)) for n, p in zip(block.names, params)})
+    first["step"] = count
+    for key, factor in (("U_A", block.A), ("U_G", block.G)):
+        if factor.dim() == 2:   # the identity basis: raw coordinates (a diagonal factor's side has no matrix)
+            first[key] = torch.eye(factor.shape[0], dtype=like.dtype, device=like.device)
 
 
 def _as_raw(state: Dict[str, torch.Tensor], shape: torch.Size) -> None:
