@@ -157,7 +157,32 @@ def refusals(rank):
     return out
 
 
-SCENARIOS = {"nan_memory": lambda r: nan_on_one_rank(r, "memory"), "nan_comm": lambda r: nan_on_one_rank(r, "comm"),
+class _Branches(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = torch.nn.Linear(5, 3).double(), torch.nn.Linear(5, 3).double()
+
+    def forward(self, x, use_b):
+        return self.b(x) if use_b else self.a(x)
+
+
+def branches_on_one_rank(rank):
+    """At a refresh, rank 1's batch reaches layer ``b`` and rank 0's does not: the statistics have other structures;
+    both ranks raise the same clear error (no exchange of tensors of other shapes), then train on together."""
+    model = _Branches()
+    net = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
+    opt = ig.nn.NaturalGradient(net, curvature="kfac", curvature_update_period=1)
+    x, y = torch.randn(4, 5, dtype=torch.float64), torch.randint(0, 3, (4,))
+    steps = []
+    for use_b in (False, rank == 1, False):
+        opt.zero_grad()
+        F.cross_entropy(net(x, use_b), y).backward()
+        steps.append(outcome(lambda: opt.step() or "stepped"))
+    return steps, flat(model)
+
+
+SCENARIOS = {"branches": branches_on_one_rank, "nan_memory": lambda r: nan_on_one_rank(r, "memory"), "nan_comm": lambda r: nan_on_one_rank(r, "comm"),
              "adam_nan": adam_nan_on_one_rank, "error": error_on_one_rank, "unequal": unequal_batches,
              "adaptive": adaptive_quadratic,
              "refusals": refusals}
@@ -238,3 +263,11 @@ def test_agree_without_a_process_group():
     assert dd.agree(None, [True, False], [3.0]) == ([True, False], torch.tensor([[3.0]], dtype=torch.float64))
     with pytest.raises(KeyError):
         dd.agree(KeyError("raised where it happened"))
+
+
+def test_layers_reached_on_some_ranks_only_end_the_refresh_with_one_clear_error(results):
+    (s0, p0), (s1, p1) = ok(results, "branches")
+    assert tuple(s0[0]) == tuple(s1[0]) == ("ok", "stepped")
+    for s in (s0[1], s1[1]):
+        assert s[0] == "ValueError" and "other structures" in s[1]
+    assert tuple(s0[2]) == tuple(s1[2]) == ("ok", "stepped") and p0 == p1

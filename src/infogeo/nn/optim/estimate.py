@@ -11,6 +11,7 @@ only (:meth:`CurvatureEstimate.local`) is kept apart from the collectives
 from __future__ import annotations
 
 import warnings
+import zlib
 from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 import torch
@@ -211,6 +212,23 @@ class CurvatureEstimate:
                                                   grads=grads)[0]
         state.check_fits(self, template)
         return new, template
+
+    def agree(self, error: Optional[BaseException], finite: bool, n: int,
+              new: Optional[Tuple[Any, int]]) -> Tuple[bool, torch.Tensor]:
+        """The step's one agreement over the ranks (:func:`~infogeo.nn.distributed.agree`): this rank's ``error``,
+        whether its gradients are ``finite``, its batch size ``n`` and the structure of its ``new`` statistics.
+        Returns whether some rank's gradient is not finite, and every rank's ``n`` (column 0).  Statistics of other
+        structures (a layer reached on some ranks only) cannot be averaged: every rank raises the same
+        ``ValueError`` instead of exchanging tensors of other shapes."""
+        blocks = getattr(new[0], "blocks", None) if new is not None else None
+        code = -1.0 if blocks is None else float(zlib.crc32(repr([(b.kind, b.names, b.stat_shapes())
+                                                                  for b in blocks]).encode()))
+        (nonfinite,), values = dd.agree(error, [not finite], [n, code])
+        if len({c for c in values[:, 1].tolist() if c >= 0}) > 1:   # (-1: no statistics, e.g. a skipped step)
+            raise ValueError("the ranks' curvature statistics have other structures at this refresh (a layer reached "
+                             "by the batch of some ranks only, e.g. a branch or an expert): every rank's batch must "
+                             "reach the same layers on the steps that refresh the statistics")
+        return nonfinite, values
 
     def from_gathered(self, step: int, inputs: Any, targets: Optional[torch.Tensor],
                       grads: Params) -> Tuple[Params, Optional[Tuple[Any, int]], Any]:
