@@ -98,3 +98,19 @@ def test_a_copied_model_with_the_checkpoint_loaded_continues_as_the_original():
         train(twin, opt_twin, 1, start=i)
     assert all(torch.equal(p, q) for p, q in zip(params(model), params(twin)))
 
+
+def _save(obj):
+    torch.save(obj, io.BytesIO())
+
+
+@pytest.mark.parametrize("how", [copy.copy, copy.deepcopy, pickle.dumps, _save])
+@pytest.mark.parametrize("which", ["NaturalGradient", "Preconditioner"])
+def test_copying_or_pickling_an_optimizer_is_refused_with_what_to_do(how, which):
+    model = mlp()
+    opt = ig.nn.NaturalGradient(model)
+    train(model, opt, 1)
+    obj = opt if which == "NaturalGradient" else opt.preconditioner
+    with pytest.raises(TypeError, match=rf"{which} cannot be copied or pickled.*state_dict\(\).*load_state_dict"):
+        how(obj)
+    train(model, opt, 1, start=1)   # the optimizer itself is untouched
+    assert opt.preconditioner.steps == 2
