@@ -3,8 +3,10 @@
 Each model has (N, C) or (N, T, C) outputs under the categorical Fisher; the
 representations are compared with the reference's GGN, its diagonal, its
 per-module blocks, and (for K-FAC's layers without Kronecker factors) its
-diagonal.
+diagonal.  A float32 LSTM's curvature is the same computed under ``torch.no_grad()`` (the optimizer's step).
 """
+import math
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -179,3 +181,33 @@ def test_language_model_with_frozen_recurrence(cell):
     # K-FAC-expand: diag(token frequencies) ⊗ G
     emb = next(b for b in space.curvature("kfac").blocks if "emb.weight" in b.names)
     assert emb.kind == "kfac" and torch.equal(emb.A, torch.bincount(X.reshape(-1), minlength=7).double() / X.numel())
+
+
+@pytest.mark.parametrize("kind", ["dense", "diag"])
+def test_float32_lstm_curvature_under_no_grad_is_the_one_outside(kind, caplog):
+    """A float32 LSTM's kernel takes an inference path without a backward under no_grad; the curvature's jacrev
+    (dense) and per-example vjps (diag) run with grad enabled: the same matrix, and no fallback to a loop."""
+    torch.manual_seed(0)
+    model, X = make("lstm")
+    space = ig.nn.ParameterSpace(model, "categorical", data=X)
+    outside = space.curvature(kind).to_dense()
+    with torch.no_grad(), caplog.at_level("DEBUG", logger="infogeo.nn.curvature.layers.module"):
+        inside = space.curvature(kind).to_dense()
+    assert torch.equal(inside, outside)
+    assert not [r for r in caplog.records if "vmap failed" in r.getMessage()]
+
+
+def test_a_float32_lstm_trains_with_the_dense_curvature():
+    """The optimizer's step runs under no_grad; the dense curvature of a float32 LSTM is computed all the same."""
+    torch.manual_seed(0)
+    model, X = make("lstm")
+    y = torch.randint(0, C, (N, T))
+    opt = ig.nn.NaturalGradient(model, curvature="dense")
+    losses = []
+    for _ in range(5):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(X).reshape(-1, C), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert all(map(math.isfinite, losses)) and all(b < a for a, b in zip(losses, losses[1:])), losses

@@ -275,6 +275,23 @@ def test_a_sparse_gradient_met_at_a_step_is_refused_by_name():
         opt.step()
 
 
+@pytest.mark.parametrize("make", [lambda m: ig.nn.NaturalGradient(m).preconditioner,
+                                  lambda m: ig.nn.Preconditioner(m, lr=0.1)])
+def test_a_model_on_the_meta_device_is_refused_until_materialised(make):
+    with torch.device("meta"):
+        model = mlp()
+    with pytest.raises(ValueError, match=r"'0.weight' is on the meta device.*to_empty"):
+        make(model)
+    model.to_empty(device="cpu")
+    for m in model.modules():
+        if isinstance(m, torch.nn.Linear):
+            m.reset_parameters()
+    make(model).remove()
+    opt = ig.nn.NaturalGradient(model)
+    train(model, opt, 2)
+    assert opt.preconditioner.steps == 2 and torch.isfinite(flat(model)).all()
+
+
 @pytest.mark.parametrize("curvature", ["kfac", "diag", "dense"])
 def test_an_empty_batch_is_refused_and_the_next_step_works(curvature):
     model = mlp()

@@ -121,8 +121,10 @@ class NetworkMetric(PullbackMetric):
             z = sp.function(p)
             return z, z.detach()
         # z from the very forward pass J is taken in: a random forward (active dropout) then gives the
-        # metric of one sampled network, as every other representation does
-        with composite_attention():  # the fused attention kernels have no vmap rule
+        # metric of one sampled network, as every other representation does.  Grad enabled (the optimizer's
+        # step runs under no_grad): some kernels (a float32 LSTM's) take an inference path there that has no
+        # backward, though jacrev asks for one
+        with torch.enable_grad(), composite_attention():  # the fused attention kernels have no vmap rule
             J, z = torch.func.jacrev(outputs, has_aux=True)(prim)
         Jm = torch.cat([J[n].reshape(tuple(z.shape) + (-1,)) for n in sp.names], dim=-1)  # (N, ..., m, P)
         GJ = self.output_metric.mv(z.unsqueeze(0), Jm.movedim(-1, 0)).movedim(0, -1)

@@ -27,7 +27,7 @@ from .compiled import EagerWhileArmed, compiling
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ForwardRecorder", "OutputGradients", "unwrap", "MAX_PENDING"]
+__all__ = ["ForwardRecorder", "Hook", "OutputGradients", "unwrap", "MAX_PENDING"]
 
 #: forward outputs held at once while waiting for their backward
 MAX_PENDING = 4
@@ -123,14 +123,11 @@ class ForwardRecorder:
         self._calls: Optional[Dict[str, list]] = None
         self._sinks: Dict[str, Callable] = {}
         self._boxes: List[list] = []
-        # the model holds the hooks, the hooks only a weak reference to this recorder: an optimizer the user
-        # drops is collected, and its hooks are removed with it
-        me = weakref.ref(self)
-        self._handles = [module.register_forward_pre_hook(_weak(me, "_pre"), with_kwargs=True),
-                         module.register_forward_hook(_weak(me, "_post"), always_call=True)]
+        self._handles = [module.register_forward_pre_hook(Hook(self, module, "_pre"), with_kwargs=True),
+                         module.register_forward_hook(Hook(self, module, "_post"), always_call=True)]
         for layer in self.layers:
-            self._handles.append(layer.module.register_forward_hook(_weak(me, "_layer_hook", layer.path),
-                                                                    with_kwargs=True))
+            self._handles.append(layer.module.register_forward_hook(
+                Hook(self, layer.module, "_layer_hook", layer.path), with_kwargs=True))
         weakref.finalize(self, _remove, self._handles)
         weakref.finalize(self, self._eager.set, False)
 
@@ -239,12 +236,38 @@ class Recorded(dict):
     foreign: set = set()
 
 
-def _weak(ref: "weakref.ref", method: str, *bound: Any) -> Callable:
-    """A hook calling ``method`` of the recorder behind ``ref`` while it is alive (a no-op after)."""
-    def hook(*args):
-        obj = ref()
-        return None if obj is None else getattr(obj, method)(*bound, *args)
-    return hook
+def _gone() -> None:
+    """The dead reference of a copied :class:`Hook`."""
+    return None
+
+
+class Hook:
+    """A module hook calling ``recorder.method(*bound, module, ...)`` for the one ``module`` it was registered on.
+
+    The model holds its hooks, a hook only weak references to the recorder and the module: an optimizer the
+    user drops is collected, and its hooks are removed with it.  A copy of the model (``copy.deepcopy``,
+    ``torch.save``/pickle) copies its hooks: a copied hook drops both references and does nothing (torch copies
+    the hook dicts, so the copy's passes would otherwise reach this optimizer's statistics), and a hook called
+    for another module (a shallow copy shares the dicts) does nothing either.
+    """
+
+    def __init__(self, recorder: "ForwardRecorder", module: torch.nn.Module, method: str, *bound: Any):
+        self._recorder: Callable[[], Any] = weakref.ref(recorder)
+        self._module: Callable[[], Any] = weakref.ref(module)
+        self.method, self.bound = method, bound
+
+    def __call__(self, module: torch.nn.Module, *args: Any) -> Any:
+        rec = self._recorder()
+        if rec is None or module is not self._module():
+            return None
+        return getattr(rec, self.method)(*self.bound, module, *args)
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {"method": self.method, "bound": self.bound}   # weak references neither pickle nor belong to a copy
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.method, self.bound = state["method"], state["bound"]
+        self._recorder = self._module = _gone
 
 
 def _remove(handles: list) -> None:

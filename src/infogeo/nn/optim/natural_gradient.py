@@ -68,7 +68,7 @@ DEFAULT_LR = {"graft": 1e-2, "clip": 0.1, "eigen-adam": 1e-2}
 _SOLVING = ("graft", "clip")
 
 
-class NaturalGradient(torch.optim.Optimizer):
+class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
     r"""Natural gradient with K-FAC, EKFAC, diagonal, block, dense or CG curvature (module docstring).
 
     Parameters

@@ -48,7 +48,7 @@ __all__ = ["Preconditioner"]
 Params = Dict[str, torch.Tensor]
 
 
-class Preconditioner:
+class Preconditioner(state.NotCopyable):
     r"""Replace the gradients of ``model`` by natural-gradient directions, in place (module docstring).
 
     Parameters

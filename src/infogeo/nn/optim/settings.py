@@ -172,5 +172,10 @@ def trainable(module: torch.nn.Module, params: Optional[Iterable[Any]]) -> List[
         named = [(n, p) for n, p in named if id(p) in wanted]
     if not named:
         raise ValueError("no parameters with requires_grad=True to precondition")
+    meta = [n for n, p in named if p.is_meta]
+    if meta:   # no values to train, nor a device for the Monte Carlo generator
+        raise ValueError(f"parameter {meta[0]!r} is on the meta device (shapes without values): materialise the "
+                         f"model first, e.g. model.to_empty(device=...) and then initialise its parameters (or load a "
+                         f"state_dict), and build the optimizer on it")
     refuse_sparse(module, {id(p) for _, p in named})
     return named

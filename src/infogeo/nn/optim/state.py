@@ -1,5 +1,6 @@
 r"""Checkpoints of a :class:`~.preconditioner.Preconditioner` that ``torch.load(weights_only=True)`` reads
-(and the checks of :class:`~.natural_gradient.NaturalGradient`'s own entries, :func:`check_optimizer`).
+(and the checks of :class:`~.natural_gradient.NaturalGradient`'s own entries, :func:`check_optimizer`), the
+one way to copy an optimizer (:class:`NotCopyable`).
 
 The state is tensors and Python numbers only: the step count, the damping and its base, the
 Monte Carlo generator's state (a byte tensor), the curvature statistics, the solver's own statistics where
@@ -28,10 +29,26 @@ import torch
 from .. import distributed as dd
 from .settings import check_learning_rate, positive_number
 
-__all__ = ["checkpoint", "check", "check_optimizer", "load", "check_fits", "restore"]
+__all__ = ["checkpoint", "check", "check_optimizer", "load", "check_fits", "restore", "NotCopyable"]
 
 _CURVATURE_KEYS = ("curvature", "solver")
 _REQUIRED = ("step", "damping", "rng")
+
+
+class NotCopyable:
+    """Refuses ``copy.copy``, ``copy.deepcopy`` and pickling with a ``TypeError`` that says what to do instead.
+
+    An optimizer's hooks are on its own model and its statistics come from them: a copy would lack its
+    preconditioner (``torch.optim.Optimizer`` pickles only its defaults, state and groups) or record the
+    original model, not the copy.  The copy is a new optimizer built on the (copied or loaded) model, with
+    the checkpoint (``state_dict()``) of this one loaded.
+    """
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        name = type(self).__name__
+        raise TypeError(f"a {name} cannot be copied or pickled (its hooks are on its own model, its statistics "
+                        f"come from them): save or copy its state_dict() instead, and load_state_dict() it into a "
+                        f"new {name} built on the copied or loaded model")
 
 
 def _name(text: str) -> torch.Tensor:

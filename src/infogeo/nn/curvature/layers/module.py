@@ -69,7 +69,9 @@ def per_row_vjps(call: Callable[[Batch, Dict[str, torch.Tensor]], Any], p: Dict[
         g = rows(sl)
         if batched:
             try:
-                with math_attention():
+                # grad enabled, as in the loop: under no_grad some kernels (a float32 LSTM's) take an inference
+                # path without the backward the vjp needs
+                with torch.enable_grad(), math_attention():
                     res = torch.func.vmap(one, in_dims=(None, 0, 0))(p, {k: x[n_idx] for k, x in per.items()}, g)
                 yield {n: t.detach() for n, t in res.items()}
                 continue
