@@ -23,6 +23,7 @@ from ..batch import Batch
 from .._params import ParamLayout, all_finite, working_dtype
 from ..curvature import _backprop as bp
 from ..curvature import kinds
+from ..output_metrics.ignored import empirical_scale, ignoring_flat
 from ..space import ParameterSpace
 from . import state
 from .damping import Damping
@@ -151,18 +152,23 @@ class CurvatureEstimate:
             return
         try:
             n, scale = z.shape[0], self.loss_scale()
-            given = {"columns": grad.detach().unsqueeze(0) * (n / scale)} if self.fisher == "empirical" else {}
+            masked = ignoring_flat(self.output_metric, z, grad)   # the positions the loss ignores (None: none)
+            column = empirical_scale(self.output_metric.bind(z) if masked is None else masked, z) * (n / scale)
+            given = {"columns": grad.detach().unsqueeze(0) * column} if self.fisher == "empirical" else {}
 
             def build(output_grads=None):
                 with bp.recorded_forward(z, calls, output_grads), self.recorder.paused(), \
                         fsdp.no_reshard_in_backward(self.module):
                     space = self.space(inputs)
+                    own = space.output_metric
+                    space.output_metric = own if masked is None else masked
                     try:
                         return self._build(space, **given)
                     finally:
+                        space.output_metric = own
                         self._let_go(space)
-            if given and z.dim() == 2 and n > 0:
-                grads = OutputGradients(calls, n / scale)
+            if given and z.dim() == 2 and n > 0:   # the examples kept weigh the same: one factor for all
+                grads = OutputGradients(calls, float(column.max()))
                 self.pending.add(Deferred(lambda: build(grads), grads.remove), n)
             else:
                 self.pending.add(build(), n)

@@ -111,6 +111,10 @@ class OutputMetric(Metric):
         """
         return self.loss_grad(z, targets).unsqueeze(0)
 
+    #: whether a position whose loss gradient is exactly zero has no curvature either (a likelihood whose Hessian
+    #: vanishes where its gradient does, at saturation), so that a zero gradient marks a position the loss ignores
+    flat_means_ignored: bool = False
+
     def bind(self, z: torch.Tensor, targets: Optional[torch.Tensor] = None) -> "OutputMetric":
         """This metric for one batch of outputs (shape ``z.shape``) and its targets.
 

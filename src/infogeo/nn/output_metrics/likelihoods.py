@@ -64,6 +64,8 @@ class CategoricalFisher(OutputMetric):
         ``torch.nn.CrossEntropyLoss``.  The Hessian in :math:`z` (so the metric) does not change.
     """
 
+    flat_means_ignored = True
+
     name = "categorical Fisher metric"
 
     def __init__(self, dim: Optional[int] = None, label_smoothing: float = 0.0):
@@ -127,6 +129,8 @@ class BernoulliFisher(DiagonalOutputMetric):
     Samples :math:`\sigma(z) - t`, :math:`t\sim\mathrm{Bernoulli}(\sigma(z))`; this is also the
     Hessian of the binary cross-entropy in :math:`z`.
     """
+
+    flat_means_ignored = True
 
     name = "Bernoulli Fisher metric"
 
@@ -219,6 +223,8 @@ class CategoricalLogProbFisher(DiagonalOutputMetric):
     :class:`CategoricalFisher`.  (The loss is linear in :math:`z`, so its Gauss-Newton matrix
     would vanish; the Fisher is the metric of this likelihood.)
     """
+
+    flat_means_ignored = True
 
     name = "categorical (log-probability) Fisher metric"
 

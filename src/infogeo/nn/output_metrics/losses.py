@@ -25,7 +25,8 @@ exactly:
 The weights depend on the batch (and, with ignored positions or class weights, on
 its targets): :class:`LossOutput` is fitted to a batch by :meth:`LossOutput.bind`,
 which :class:`~infogeo.nn.space.ParameterSpace` calls with its ``targets``.
-Without targets no position is taken to be ignored.
+Without targets no position is taken to be ignored, unless the positions are given (``bind(z, kept=...)``):
+the optimizers' hooks, which see no targets, read them off the loss gradient (:mod:`.ignored`).
 """
 from __future__ import annotations
 
@@ -82,9 +83,16 @@ class LossOutput(WeightedOutput):
         self.bound = False
         self.name = f"{base.name} of {type(loss).__name__}(reduction={loss.reduction!r})"
 
-    def bind(self, z: torch.Tensor, targets: Optional[torch.Tensor] = None) -> "LossOutput":
-        """A copy whose weights reproduce the torch loss on this batch (outputs of shape ``z.shape``)."""
+    def bind(self, z: torch.Tensor, targets: Optional[torch.Tensor] = None,
+             kept: Optional[torch.Tensor] = None) -> "LossOutput":
+        """A copy whose weights reproduce the torch loss on this batch (outputs of shape ``z.shape``); without
+        targets, ``kept`` (booleans of shape ``z.shape[:-1]``) marks the positions the loss does not ignore."""
         N, T = int(z.shape[0]), math.prod(z.shape[1:-1])
+        if (targets is None and kept is not None and self.elements == "one" and self.ignore_index is not None
+                and self.class_weight is None):
+            # the weights the class-index targets give, of which only the ignored positions are known (any class
+            # stands for the others: without class weights, each weighs the same)
+            targets = torch.where(kept, 0, self.ignore_index).to(torch.long)
         index_targets = targets is not None and not targets.is_floating_point()
         if self.class_weight is not None and not index_targets:
             raise ValueError(f"{type(self.loss_module).__name__} with class weights needs the class-index targets "

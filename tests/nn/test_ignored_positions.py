@@ -1,0 +1,105 @@
+"""The plain training loop with a loss that ignores positions (``ignore_index``: masked language modelling,
+padding): the optimizers' hooks see no targets, so they read the ignored positions off the loss gradient, and
+the curvature equals the one :class:`~infogeo.nn.ParameterSpace` builds from the targets (exact and empirical
+Fisher), and does not depend on what the ignored positions hold (Monte Carlo Fisher too)."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import infogeo as ig  # noqa: E402
+
+F64 = torch.float64
+LAM = 1e-2
+
+
+def model(seed=1):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Embedding(7, 3), torch.nn.Linear(3, 5), torch.nn.Tanh(),
+                               torch.nn.Linear(5, 4)).double()
+
+
+def batch(seed=0, T=5):
+    g = torch.Generator().manual_seed(seed)
+    ids, y = torch.randint(0, 7, (3, T), generator=g), torch.randint(0, 4, (3, T), generator=g)
+    y[0, 2:] = -100
+    y[2, 3:] = -100
+    return ids, y
+
+
+def plain_direction(m, ids, y, kind, fisher, metric, reduction="mean"):
+    """The preconditioner's direction in the plain loop (hooks, no targets)."""
+    ce = torch.nn.CrossEntropyLoss(ignore_index=-100, reduction=reduction)
+    exact = {"inverse": "eigen"} if kind == "kfac" else {}   # the damped block inverted exactly, as below
+    pre = ig.nn.Preconditioner(m, kind, damping=LAM, fisher=fisher, kl_clip=None, output_metric=metric, seed=3,
+                               **exact)
+    m.zero_grad()
+    ce(m(ids).reshape(-1, 4), y.reshape(-1)).backward()
+    g = torch.cat([p.grad.reshape(-1) for p in m.parameters()])
+    return torch.cat([v.reshape(-1) for v in pre.precondition().values()]), g
+
+
+@pytest.mark.parametrize("kind", ["diag", "block", "kfac"])   # the kinds recorded from the user's backward
+@pytest.mark.parametrize("fisher", ["exact", "empirical"])
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_the_plain_loop_equals_the_curvature_of_the_targets(kind, fisher, reduction):
+    """Against :math:`(C + \\lambda I)^{-1} g` with the targets' curvature in its dense form."""
+    ce = torch.nn.CrossEntropyLoss(ignore_index=-100, reduction=reduction)
+    ids, y = batch()
+    d, g = plain_direction(model(), ids, y, kind, fisher, ce, reduction)
+    C = ig.nn.ParameterSpace(model(), ce, data=ids, targets=y).curvature(kind, fisher).to_dense()
+    want = torch.linalg.solve(C + LAM * torch.eye(len(g), dtype=F64), g)
+    assert torch.allclose(d, want, rtol=1e-9, atol=1e-12)
+
+
+def test_examples_a_classifier_ignores_are_left_out():
+    """2-D outputs: an example whose target is ``ignore_index`` adds nothing, as with the targets."""
+    ce = torch.nn.CrossEntropyLoss(ignore_index=-100)
+    torch.manual_seed(0)
+    X, y = torch.randn(6, 3, dtype=F64), torch.tensor([0, 1, -100, 2, -100, 1])
+    for kind, fisher in [("kfac", "exact"), ("kfac", "empirical"), ("diag", "empirical")]:
+        m = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 3)).double()
+        ref = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 3)).double()
+        ref.load_state_dict(m.state_dict())
+        exact = {"inverse": "eigen"} if kind == "kfac" else {}
+        pre = ig.nn.Preconditioner(m, kind, damping=LAM, fisher=fisher, kl_clip=None, output_metric=ce, **exact)
+        m.zero_grad()
+        ce(m(X), y).backward()
+        g = torch.cat([p.grad.reshape(-1) for p in m.parameters()])
+        d = torch.cat([v.reshape(-1) for v in pre.precondition().values()])
+        C = ig.nn.ParameterSpace(ref, ce, data=X, targets=y).curvature(kind, fisher).to_dense()
+        want = torch.linalg.solve(C + LAM * torch.eye(len(g), dtype=F64), g)
+        assert torch.allclose(d, want, rtol=1e-9, atol=1e-12), (kind, fisher)
+
+
+@pytest.mark.parametrize("kind,fisher", [("diag", "mc"), ("kfac", "mc"), ("kfac", "exact"), ("diag", "exact"),
+                                         ("kfac", "empirical")])
+@pytest.mark.parametrize("metric", ["categorical", "loss"])
+def test_what_the_ignored_positions_hold_changes_nothing(kind, fisher, metric):
+    """The same gradient (the loss ignores the positions that differ) gives the same direction, with the model's
+    own metric by name too, and with sampled targets (the same draws)."""
+    ids, y = batch()
+    other = ids.clone()
+    other[0, 2:] = 1
+    other[2, 3:] = 1
+    spec = torch.nn.CrossEntropyLoss(ignore_index=-100) if metric == "loss" else metric
+    d1, g1 = plain_direction(model(), ids, y, kind, fisher, spec)
+    d2, g2 = plain_direction(model(), other, y, kind, fisher, spec)
+    assert torch.equal(g1, g2)
+    assert torch.allclose(d1, d2, rtol=1e-10, atol=1e-13)
+
+
+def test_a_squared_error_at_an_exact_fit_is_not_taken_for_ignored():
+    """A zero gradient row of a squared error is an exact fit, whose Gauss-Newton block is not zero: kept."""
+    m = model()
+    ids, _ = batch()
+    with torch.no_grad():
+        target = m(ids).clone()
+    target[0, 0] += 1.0   # one position off, the others fitted exactly (zero gradient there)
+    mse = torch.nn.MSELoss()
+    pre = ig.nn.Preconditioner(m, "diag", damping=LAM, fisher="exact", kl_clip=None, output_metric=mse)
+    m.zero_grad()
+    mse(m(ids), target).backward()
+    d = torch.cat([v.reshape(-1) for v in pre.precondition().values()])
+    g = torch.cat([p.grad.reshape(-1) for p in m.parameters()])
+    C = ig.nn.ParameterSpace(model(), mse, data=ids, targets=target).curvature("diag", "exact").to_dense()
+    assert torch.allclose(d, torch.linalg.solve(C + LAM * torch.eye(len(g), dtype=F64), g), rtol=1e-9, atol=1e-12)
