@@ -103,3 +103,26 @@ def test_a_squared_error_at_an_exact_fit_is_not_taken_for_ignored():
     g = torch.cat([p.grad.reshape(-1) for p in m.parameters()])
     C = ig.nn.ParameterSpace(model(), mse, data=ids, targets=target).curvature("diag", "exact").to_dense()
     assert torch.allclose(d, torch.linalg.solve(C + LAM * torch.eye(len(g), dtype=F64), g), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["dense", "cg"])
+def test_a_kind_that_needs_the_targets_says_how_to_give_them(kind):
+    """``dense``/``cg`` with the empirical Fisher on sequence outputs: the plain loop cannot give them the targets;
+    the error says how (the explicit step), and that step works."""
+    m = model()
+    ids, y = batch()
+    ce = torch.nn.CrossEntropyLoss(ignore_index=-100)
+    opt = ig.nn.NaturalGradient(m, curvature=kind, fisher="empirical", step_rule="clip", output_metric=ce)
+    opt.zero_grad()
+    ce(m(ids).reshape(-1, 4), y.reshape(-1)).backward()
+    with pytest.raises(ValueError, match=r"opt\.step\(closure, inputs=x, targets=y\)"):
+        opt.step()
+
+    def closure():
+        opt.zero_grad()
+        loss = ce(m(ids).reshape(-1, 4), y.reshape(-1))
+        loss.backward()
+        return loss
+    before = [p.detach().clone() for p in m.parameters()]
+    opt.step(closure, inputs=ids, targets=y)
+    assert any(not torch.equal(a, p) for a, p in zip(before, m.parameters()))

@@ -45,10 +45,14 @@ from .output_metrics import OutputMetric, output_metric as _resolve_metric
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ParameterSpace", "NetworkMetric"]
+__all__ = ["ParameterSpace", "NetworkMetric", "MissingTargets"]
 
 
 Cost = Callable[[Params], torch.Tensor]
+
+
+class MissingTargets(ValueError):
+    """A computation that needs the batch's targets (the empirical Fisher, the loss) was asked for without them."""
 
 
 class ParameterSpace(Manifold):
@@ -327,7 +331,7 @@ class ParameterSpace(Manifold):
     def _targets(self, targets):
         t = self.targets if targets is None else targets
         if t is None:
-            raise ValueError("this needs training targets: pass targets=... to ParameterSpace or to this call")
+            raise MissingTargets("this needs training targets: pass targets=... to ParameterSpace or to this call")
         self.output_metric.check_targets(self.outputs, t)
         return t
 

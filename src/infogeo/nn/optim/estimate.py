@@ -24,7 +24,7 @@ from .._params import ParamLayout, all_finite, working_dtype
 from ..curvature import _backprop as bp
 from ..curvature import kinds
 from ..output_metrics.ignored import empirical_scale, ignoring_flat
-from ..space import ParameterSpace
+from ..space import MissingTargets, ParameterSpace
 from . import state
 from .damping import Damping
 from .hooks import ForwardRecorder, OutputGradients
@@ -195,6 +195,12 @@ class CurvatureEstimate:
                 return self._build(space, generator), space.batch_size
             finally:
                 self._let_go(space)
+        except MissingTargets as exc:   # said in the optimizers' terms
+            raise MissingTargets(f"curvature={self.kind!r} with fisher={self.fisher!r} needs the batch's targets here "
+                                 f"(the hooks carry the loss gradient to this kind only on outputs without middle "
+                                 f"axes): call opt.step(closure, inputs=x, targets=y), "
+                                 f"or use fisher='mc' or 'exact', or curvature 'diag', 'block', 'kfac' or "
+                                 f"'ekfac'") from exc
         except (RuntimeError, IndexError) as exc:   # torch's error on this batch: name the batch
             batch = batch or (Batch.of(inputs) if inputs is not None else self.recorder.inputs)
             sig = [(tuple(t.shape), str(t.dtype).replace("torch.", "")) for t in batch.tensors()] if batch else "?"
