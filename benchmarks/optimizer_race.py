@@ -48,6 +48,7 @@ import os
 import pickle
 import statistics
 import sys
+import textwrap
 import threading
 import time
 import warnings
@@ -323,8 +324,8 @@ def plot(workload: Workload, result: Dict[str, Any], names: List[str], out: Path
     for ax in axes:
         ax.set_ylim(bottom=max(lo, 1e-6 * result["tight"]))
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"{workload.name}: {workload.describe} (median of seeds; dotted: tight and loose targets)",
-                 fontsize=9)
+    title = f"{workload.name}: {workload.describe} (median of seeds; dotted: tight and loose targets)"
+    fig.suptitle(textwrap.fill(title, 150), fontsize=9)   # long descriptions wrap instead of running off the figure
     fig.tight_layout()
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"race_{workload.name}.png"
