@@ -126,3 +126,50 @@ def test_a_kind_that_needs_the_targets_says_how_to_give_them(kind):
     before = [p.detach().clone() for p in m.parameters()]
     opt.step(closure, inputs=ids, targets=y)
     assert any(not torch.equal(a, p) for a, p in zip(before, m.parameters()))
+
+
+class _Attention(torch.nn.Module):
+    """Embedding, one self-attention (its own q, k, v, o Linear layers) and a read-out: the positions mix."""
+
+    def __init__(self, d=4):
+        super().__init__()
+        self.emb = torch.nn.Embedding(7, d)
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(d, d) for _ in range(4))
+        self.head = torch.nn.Linear(d, 4)
+        self.d = d
+
+    def inner(self, ids):
+        """The inputs of ``v`` and of the read-out."""
+        h = self.emb(ids)
+        att = torch.softmax(self.q(h) @ self.k(h).transpose(1, 2) / self.d ** 0.5, -1) @ self.v(h)
+        return h, self.o(att)
+
+    def forward(self, ids):
+        return self.head(self.inner(ids)[1])
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_ignored_positions_stay_in_a_where_they_reach_the_loss_through_the_layer(plain):
+    """Before the attention, an ignored position's value still feeds the others: ``v``'s input factor averages
+    over every position; the read-out acts on each position alone: its factor over the positions kept only."""
+    torch.manual_seed(0)
+    m = _Attention().double()
+    ids, y = batch(T=6)
+    ce = torch.nn.CrossEntropyLoss(ignore_index=-100)
+    if plain:
+        pre = ig.nn.Preconditioner(m, "kfac", damping=LAM, fisher="exact", kl_clip=None, output_metric=ce)
+        ce(m(ids).reshape(-1, 4), y.reshape(-1)).backward()
+        pre.precondition()
+        C = pre.curvature
+    else:
+        C = ig.nn.ParameterSpace(m, ce, data=ids, targets=y).curvature("kfac", "exact")
+    blocks = {b.names[0]: b for b in C.blocks}
+    with torch.no_grad():
+        h, att = m.inner(ids)
+
+    def second_moment(rows):
+        rows = torch.cat([rows, torch.ones(len(rows), 1, dtype=F64)], 1)
+        return rows.T @ rows / len(rows)
+    kept = y != -100
+    assert torch.allclose(blocks["v.weight"].A, second_moment(h.reshape(-1, 4)), rtol=1e-10, atol=1e-12)
+    assert torch.allclose(blocks["head.weight"].A, second_moment(att[kept]), rtol=1e-10, atol=1e-12)

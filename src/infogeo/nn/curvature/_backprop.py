@@ -126,6 +126,7 @@ class Layer:
     stat: Any = None                         # what a reducer accumulated over the columns
     bias_stat: Any = None                    # the same for a bias with a block of its own (AffineRule.separate_bias)
     stat_unsquared: bool = False             # square_sum: ``stat`` still holds the single column b
+    reached: Any = None                      # K-FAC: booleans per output row, whether any column's gradient is non-zero
 
     @property
     def names(self) -> List[str]:

@@ -61,8 +61,10 @@ def position_mask(space) -> Optional[torch.Tensor]:
     r"""``(N, T)`` booleans: the output positions that carry a loss (``None`` when all do).
 
     Positions of weight zero (``ignore_index`` targets of a torch loss, class weight 0) add
-    nothing to :math:`G`; :math:`A` leaves them out too, for layers with as many positions as
-    the outputs (Eschenhagen et al. 2023 average :math:`A` over the positions of the loss).
+    nothing to :math:`G` through the layers that act on each position alone; :math:`A` leaves them out
+    too, for layers with as many positions as the outputs (Eschenhagen et al. 2023 average :math:`A` over
+    the positions of the loss), unless they reach the loss through the layer (:func:`kron_blocks`: before
+    an attention, an ignored position's keys and values feed the others, and its gradient there is not zero).
     """
     w = getattr(space.output_metric, "weight", None)
     if not isinstance(w, torch.Tensor) or w.dim() < 1 or not bool((w == 0).any()):
@@ -85,6 +87,12 @@ def kron_blocks(space, layer: bp.Layer, cls: type, layout: Layout, approx: str =
     bias = layer.params.get("bias")
     own = bias is not None and rule.separate_bias
     blocks = []
+    reached = layer.reached
+    if mask is not None and reached is not None and reached.numel() == mask.numel():
+        # positions the loss ignores still count where they reach it through this layer (attention mixes the
+        # positions: the keys and values of an ignored position feed the others); only positions with no
+        # gradient here leave A, as they leave G
+        mask = mask | reached.reshape(mask.shape)
     if "weight" in layer.params or not own:
         blocks.append(cls(layer.params.get("weight"), None if own else bias, tuple(weight.shape),
                           rule.input_factor(layer, approx, mask, diagonal=layout[1]), layer.stat.div_(N),
@@ -92,7 +100,7 @@ def kron_blocks(space, layer: bp.Layer, cls: type, layout: Layout, approx: str =
     if own:
         Gb = layer.bias_stat.div_(N)
         blocks.append(cls(None, bias, (Gb.shape[0],), Gb.new_ones(1, 1), Gb))
-    layer.stat = layer.bias_stat = None
+    layer.stat = layer.bias_stat = layer.reached = None
     return blocks
 
 

@@ -263,7 +263,11 @@ class AffineRule(LayerRule):
             return gram(b) if acc is None else acc.add_(gram(b))
 
         def sink(j, g):
-            layer.stat = moment(self.summed_outputs(g) if reduce_positions else self.position_rows(g), layer.stat)
+            rows = self.summed_outputs(g) if reduce_positions else self.position_rows(g)
+            layer.stat = moment(rows, layer.stat)
+            if not reduce_positions:   # the rows through which this layer reaches the loss (any column)
+                reached = rows.ne(0).any(-1)
+                layer.reached = reached if layer.reached is None else layer.reached.logical_or_(reached)
             if own:
                 layer.bias_stat = moment(self.bias_gradient(g), layer.bias_stat)
         return sink
