@@ -123,12 +123,14 @@ def run_fsdp(rank, world):
         out["refused"] = refusals()
         out["resume"] = resume(part)
         out["resume_eigen"] = resume(part, "eigen-adam")
+        out["resume_between"] = resume(part, at=3)   # step 3 refreshes nothing (default periods: 0, 1, 2, 4, ...)
     return out
 
 
-def resume(part, step_rule=None):
+def resume(part, step_rule=None, at=None):
     """Largest difference between 8 steps in one go and 4 steps, state_dict, a new optimizer loading it, 4 more
-    (with the default step rule, or ``step_rule``)."""
+    (with the default step rule, or ``step_rule``); ``at``: resumed after ``at`` steps with the default periods
+    (the step after the load then does not refresh the statistics)."""
     def run(model, opt, X, y):
         for xb, yb in zip(X, y):
             opt.zero_grad()
@@ -139,21 +141,21 @@ def resume(part, step_rule=None):
         model = shard(problem("mlp")[0])
         if state is not None:
             model.load_state_dict(state)
+        periods = {} if at is not None else {"curvature_update_period": 2, "inverse_update_period": 3}
         return model, ig.nn.NaturalGradient(model, lr=0.05, curvature="kfac", damping=1e-2, fisher="exact",
-                                            curvature_update_period=2, inverse_update_period=3,
-                                            **({} if step_rule is None else {"step_rule": step_rule}))
+                                            **periods, **({} if step_rule is None else {"step_rule": step_rule}))
     _, X, y = problem("mlp")
-    X, y = X[:, part], y[:, part]
+    X, y = torch.cat([X[:, part]] * 2), torch.cat([y[:, part]] * 2)
+    k = len(X) // 2 if at is None else at
     model, opt = fresh()
     run(model, opt, X, y)
-    run(model, opt, X, y)
     half, half_opt = fresh()
-    run(half, half_opt, X, y)
+    run(half, half_opt, X[:k], y[:k])
     saved = half_opt.state_dict()
     kinds = sorted({type(v).__name__ for st in saved["state"].values() if isinstance(st, dict) for v in st.values()})
     again, again_opt = fresh(half.state_dict())
     again_opt.load_state_dict(saved)
-    run(again, again_opt, X, y)
+    run(again, again_opt, X[k:], y[k:])
     whole = [torch.cat([p.full_tensor().reshape(-1) for p in m.parameters()]) for m in (model, again)]
     return float((whole[0] - whole[1]).abs().max()), kinds
 
@@ -287,6 +289,8 @@ def test_a_checkpoint_resumes_bit_identically_under_fsdp2(two):
         assert "DTensor" in kinds   # the step rule's moments are sharded like the parameters
         diff, kinds = two[r]["resume_eigen"]   # eigen-adam: whole moments in the eigenbasis, the same on every rank
         assert diff == 0.0 and "DTensor" not in kinds
+        diff, _ = two[r]["resume_between"]   # the structure recorded by the hooks: no forward of its own
+        assert diff == 0.0
 
 
 def test_fsdp2_is_recognised_and_other_dtensors_refused_without_a_process_group():

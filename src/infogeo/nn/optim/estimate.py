@@ -58,6 +58,10 @@ class CurvatureEstimate:
         self.solver: Any = None       # the factorised curvature the directions come from
         #: statistics loaded from a checkpoint, waiting for a structure (:func:`.state.restore`)
         self.loaded: Optional[Dict[str, Any]] = None
+        #: the hooks record the next batch for its structure only, with a generator of their own (after a load,
+        #: on a step that does not refresh the statistics: no forward of the optimizer's own, which FSDP2's
+        #: sharded parameters would refuse, and the saved sampling state untouched)
+        self.template_only = False
         self.pending = StatisticsPool()   # statistics recorded by this step's backward passes
         self.owners: Optional[List[int]] = None   # block owners under torch.distributed
         self._spaces: Dict[tuple, ParameterSpace] = {}   # per batch signature
@@ -163,7 +167,8 @@ class CurvatureEstimate:
                     own = space.output_metric
                     space.output_metric = own if masked is None else masked
                     try:
-                        return self._build(space, **given)
+                        return self._build(space, torch.Generator(self.generator.device) if self.template_only
+                                           else None, **given)
                     finally:
                         space.output_metric = own
                         self._let_go(space)
@@ -186,7 +191,7 @@ class CurvatureEstimate:
                 self.batch_size(inputs)
         batch = None
         try:
-            pending, n = self.pending.take(build=generator is None)
+            pending, n = self.pending.take(build=generator is None or self.template_only)
             if pending is not None:
                 return pending, n
             space = self.space(inputs, targets)
@@ -219,9 +224,10 @@ class CurvatureEstimate:
         if self.statistics_due(step):
             new = self.statistics(inputs, targets, grads=grads)
             template = new[0]
-        else:   # a throw-away computation with its own generator: the saved sampling state stays untouched
+        else:   # recorded by the hooks, or else a throw-away computation: with a generator of its own either way
             new, template = None, self.statistics(inputs, targets, generator=torch.Generator(self.generator.device),
                                                   grads=grads)[0]
+        self.template_only = False
         state.check_fits(self, template)
         return new, template
 
@@ -398,5 +404,8 @@ class CurvatureEstimate:
         return int(sized[0].shape[0]) if sized else -1
 
     def arm(self, step: int) -> None:
-        """Record the next forward's statistics if step ``step`` refreshes them."""
-        self.recorder.armed = self.captures and (self.curvature is None or self.statistics_due(step))
+        """Record the next forward's statistics if step ``step`` refreshes them, or, with a checkpoint's statistics
+        waiting for their structure, that structure (:attr:`template_only`)."""
+        due = self.curvature is None or self.statistics_due(step)
+        self.template_only = self.captures and self.loaded is not None and not self.statistics_due(step)
+        self.recorder.armed = self.captures and (due or self.template_only)

@@ -156,7 +156,7 @@ def load(pre, saved: Dict[str, Any]) -> None:
     if "solver" in est.loaded:   # the statistics it shared with the curvature: the same (copied) tensors
         est.loaded["solver"] = _solver_stats(est.loaded)
     est.curvature = est.solver = None
-    est.recorder.armed = est.captures and pre.state["step"] % est.curvature_update_period == 0
+    est.arm(pre.state["step"])   # the next batch: its statistics if the step refreshes them, else its structure
 
 
 def check_fits(est, template) -> None:
