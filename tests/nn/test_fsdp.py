@@ -46,12 +46,23 @@ def mlp():
                                torch.nn.Linear(5, 3))
 
 
+class Branch(torch.nn.Module):
+    """The MLP and a layer its forward never calls (a branch not taken): under FSDP2 that layer stays sharded."""
+
+    def __init__(self):
+        super().__init__()
+        self.net, self.spare = mlp(), torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.net(x)
+
+
 def problem(arch, dtype=torch.float64):
     """A freshly seeded model and ``STEPS`` batches of ``N`` examples."""
     torch.manual_seed(0)
-    model = (mlp() if arch == "mlp" else Block()).to(dtype)
+    model = {"mlp": mlp, "block": Block, "branch": Branch}[arch]().to(dtype)
     g = torch.Generator().manual_seed(1)
-    X = torch.randn(STEPS, N, 4, generator=g, dtype=dtype) if arch == "mlp" else \
+    X = torch.randn(STEPS, N, 4, generator=g, dtype=dtype) if arch != "block" else \
         torch.randint(0, VOCAB, (STEPS, N, T), generator=g)
     y = torch.randint(0, 3, (STEPS, N), generator=g)
     return model, X, y
@@ -100,7 +111,10 @@ CASES = [("kfac", "memory", "mlp", "clip"), ("kfac", "comm", "mlp", "clip"), ("d
          # Adam in the Kronecker eigenbasis: the gradients gathered, the moments whole on every rank
          ("kfac", "memory", "mlp", "eigen-adam"), ("kfac", "comm", "block", "eigen-adam"),
          # Shampoo's statistics of the gathered gradients, and SOAP's Adam in their eigenbasis
-         ("shampoo", "memory", "mlp", "graft"), ("soap", "comm", "mlp", "eigen-adam")]
+         ("shampoo", "memory", "mlp", "graft"), ("soap", "comm", "mlp", "eigen-adam"),
+         # a layer no example reaches: zero statistics of its whole shape (it was never gathered)
+         ("kfac", "memory", "branch", "eigen-adam"), ("kfac", "comm", "branch", "clip"),
+         ("diag", "memory", "branch", "clip")]
 CASES_4 = [("kfac", "memory", "mlp", "clip"), ("ekfac", "comm", "mlp", "clip")]
 # hybrid sharding (HSDP) on the four ranks
 CASES_HSDP = [("kfac", "memory", "mlp", "clip"), ("ekfac", "comm", "block", "graft")]

@@ -275,6 +275,7 @@ class Capture:
     cols: "Columns"
     layers: List[Layer]
     network: List[List[str]]    # groups: each fallen-back layer's parameters, each shared parameter
+    unused: List[str] = field(default_factory=list)   # parameters of layers the forward did not call
 
     @property
     def network_names(self) -> List[str]:
@@ -324,9 +325,14 @@ def _backpropagate(space, z: torch.Tensor, layers: List[Layer], shared: List[str
     """:func:`capture` after its forward pass: classify the layers, back-propagate the columns."""
     space.output_metric.check(z)
     N = space.batch_size
-    live = []
+    live: List[Layer] = []
     network = [[n] for n in shared]
+    unused: List[str] = []
     for l in layers:
+        if not calls[l.path] and not foreign & set(l.names):   # not reached: zero curvature, no pass needed
+            l.rule = None
+            unused += l.names
+            continue
         l.rule = None if foreign & set(l.names) else _classify(l, calls[l.path], N)
         if l.rule is not None:
             c = calls[l.path][0]
@@ -372,4 +378,4 @@ def _backpropagate(space, z: torch.Tensor, layers: List[Layer], shared: List[str
             del outs
         for l in live:
             l.output = None  # drop the graph
-    return Capture(z.detach(), cols, live, network)
+    return Capture(z.detach(), cols, live, network, unused)

@@ -45,7 +45,7 @@ def _dense_blocks(space, cap: bp.Capture, max_block_size: int, chunk_elements: i
             big_network.append(group)
         else:
             blocks.append(_dense(space, group, network_rows(space, group, cap.cols, chunk_elements)))
-    return blocks + diag_blocks(space, big, big_network, cap.cols, chunk_elements)
+    return blocks + diag_blocks(space, big, big_network, cap.cols, chunk_elements, cap.unused)
 
 
 def _dense(space, names: List[str], chunks) -> DenseBlock:

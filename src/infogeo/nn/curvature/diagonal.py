@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Dict, List
+from typing import Dict, List, Sequence
 
 import torch
 
@@ -72,9 +72,19 @@ def squared_rows_sink(layer: bp.Layer, space, N: int, chunk_elements: int = CHUN
     return sink
 
 
+def zero_block(space, names: Sequence[str]) -> List[DiagBlock]:
+    """A zero :class:`DiagBlock` for parameters no example reached (none if ``names`` is empty); plain tensors of
+    the parameters' whole shapes (under FSDP2 the parameters of a layer never called stay sharded)."""
+    if not names:
+        return []
+    return [DiagBlock({n: torch.zeros(space.point[n].shape, dtype=space.point[n].dtype,
+                                      device=space.point[n].device) for n in names})]
+
+
 def diag_blocks(space, layers: List[bp.Layer], network: List[List[str]], cols: bp.Columns,
-                chunk_elements: int = CHUNK_ELEMENTS) -> List[DiagBlock]:
-    """One :class:`DiagBlock` per layer, and one for the parameters taken through the whole network."""
+                chunk_elements: int = CHUNK_ELEMENTS, unused: Sequence[str] = ()) -> List[DiagBlock]:
+    """One :class:`DiagBlock` per layer, one for the parameters taken through the whole network, and a zero one
+    for those no example reached (``unused``)."""
     N = space.batch_size
     blocks = []
     # last layer first, releasing each layer's recorded tensors once used: the wide
@@ -92,7 +102,7 @@ def diag_blocks(space, layers: List[bp.Layer], network: List[List[str]], cols: b
     names = [n for group in network for n in group]
     if names:
         blocks.append(_mean_of_squares(network_rows(space, names, cols, chunk_elements), N))
-    return blocks
+    return blocks + zero_block(space, unused)
 
 
 def _add_squares(acc: Dict[str, torch.Tensor], chunk: Dict[str, torch.Tensor]) -> None:
@@ -123,5 +133,5 @@ class Diagonal(BlockCurvature):
         cap = bp.capture(space, factor_fn, functools.partial(diag_reducer, space=space, chunk_elements=chunk_elements),
                          per_position)
         with bp.without_autocast():
-            return cls(space.layout, diag_blocks(space, cap.layers, cap.network, cap.cols, chunk_elements),
-                       space.point)
+            return cls(space.layout, diag_blocks(space, cap.layers, cap.network, cap.cols, chunk_elements,
+                                                 cap.unused), space.point)

@@ -47,9 +47,9 @@ import torch
 
 from . import _backprop as bp
 from .blockwise import BlockCurvature
-from .blocks import Block, DiagBlock
+from .blocks import Block
 from .kron import KronBlock
-from .diagonal import diag_blocks
+from .diagonal import diag_blocks, zero_block
 from ._reducers import accumulation_dtype
 from .layers.base import CHUNK_ELEMENTS
 
@@ -250,9 +250,8 @@ def factored_blocks(space, factor_fn, reducer, per_position: bool, chunk_element
         other = [l for l, lay in zip(cap.layers, layouts) if lay is None]
         blocks = list(make_blocks([l for l, _ in kron], [lay for _, lay in kron], cap.cols)) if kron else []
         if factors_only:
-            rest = [n for l in other for n in l.names] + cap.network_names
             for l in other:
                 l.stat = l.grad_out = None
                 l.inputs = ()
-            return blocks + ([DiagBlock({n: torch.zeros_like(space.point[n]) for n in rest})] if rest else [])
-        return blocks + diag_blocks(space, other, cap.network, cap.cols, chunk_elements)
+            return blocks + zero_block(space, [n for l in other for n in l.names] + cap.network_names + cap.unused)
+        return blocks + diag_blocks(space, other, cap.network, cap.cols, chunk_elements, cap.unused)
