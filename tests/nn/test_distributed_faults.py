@@ -182,7 +182,19 @@ def branches_on_one_rank(rank):
     return steps, flat(model)
 
 
-SCENARIOS = {"branches": branches_on_one_rank, "nan_memory": lambda r: nan_on_one_rank(r, "memory"), "nan_comm": lambda r: nan_on_one_rank(r, "comm"),
+def empty_on_one_rank(rank):
+    """Rank 1's batch is empty: it says that every rank needs examples (skipping its forward would leave DDP's
+    all-reduce waiting), rank 0 a PeerFailure; nothing hangs."""
+    model, X, y = problem()
+    net = torch.nn.parallel.DistributedDataParallel(model)
+    opt = ig.nn.NaturalGradient(net, **KW, step_rule="clip")
+    part = slice(0, 8) if rank == 0 else slice(0, 0)
+    opt.zero_grad()
+    F.cross_entropy(net(X[0, part]), y[0, part], reduction="sum").backward()
+    return outcome(lambda: opt.step() or "stepped")
+
+
+SCENARIOS = {"branches": branches_on_one_rank, "empty": empty_on_one_rank, "nan_memory": lambda r: nan_on_one_rank(r, "memory"), "nan_comm": lambda r: nan_on_one_rank(r, "comm"),
              "adam_nan": adam_nan_on_one_rank, "error": error_on_one_rank, "unequal": unequal_batches,
              "adaptive": adaptive_quadratic,
              "refusals": refusals}
@@ -271,3 +283,9 @@ def test_layers_reached_on_some_ranks_only_end_the_refresh_with_one_clear_error(
     for s in (s0[1], s1[1]):
         assert s[0] == "ValueError" and "other structures" in s[1]
     assert tuple(s0[2]) == tuple(s1[2]) == ("ok", "stepped") and p0 == p1
+
+
+def test_an_empty_batch_on_one_rank_ends_both_with_advice_that_does_not_deadlock(results):
+    r0, r1 = ok(results, "empty")
+    assert r1[0] == "ValueError" and "every rank" in r1[1] and "DistributedSampler" in r1[1]
+    assert r0[0] == "PeerFailure"

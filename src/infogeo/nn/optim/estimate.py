@@ -113,10 +113,19 @@ class CurvatureEstimate:
             space._outputs = None
             space.metric.clear_cache()  # type: ignore[attr-defined]  # a linearisation holds the batch's graph
 
+    @staticmethod
+    def empty_batch() -> ValueError:
+        """The error of a batch of 0 examples, with advice that does not deadlock a process group."""
+        if dd.world_size() > 1:   # skipping the forward on one rank would leave DDP's all-reduce waiting
+            return ValueError("this rank's batch is empty (0 examples): a curvature needs at least one example on "
+                              "every rank; give every rank examples at every step (DistributedSampler pads the last "
+                              "batch; or drop_last=True), as DDP's own gradient all-reduce needs every rank's backward")
+        return ValueError("the batch is empty (0 examples): a curvature needs at least one example; skip empty "
+                          "batches before the forward pass")
+
     def _build(self, space: ParameterSpace, generator: Optional[torch.Generator] = None, **given: Any):
         if space.batch_size == 0:
-            raise ValueError("the batch is empty (0 examples): a curvature needs at least one example; "
-                             "skip empty batches before the forward pass")
+            raise self.empty_batch()
         with bp.constant_batch_statistics():   # BatchNorm in training mode, as K-FAC optimizers treat it
             return space.curvature(self.kind, self.fisher, samples=self.samples, **self.options, **given,
                                    **self._scale_options(), generator=self.generator if generator is None else generator)
@@ -243,9 +252,10 @@ class CurvatureEstimate:
                                                                   for b in blocks]).encode()))
         (nonfinite,), values = dd.agree(error, [not finite], [n, code])
         if len({c for c in values[:, 1].tolist() if c >= 0}) > 1:   # (-1: no statistics, e.g. a skipped step)
-            raise ValueError("the ranks' curvature statistics have other structures at this refresh (a layer reached "
-                             "by the batch of some ranks only, e.g. a branch or an expert): every rank's batch must "
-                             "reach the same layers on the steps that refresh the statistics")
+            raise ValueError("the ranks' curvature statistics have other structures at this refresh: a layer reached "
+                             "by the batch of some ranks only (e.g. a branch or an expert: every rank's batch must "
+                             "reach the same layers on the steps that refresh the statistics), or other optimizer "
+                             "settings on some ranks (curvature, its options)")
         return nonfinite, values
 
     def from_gathered(self, step: int, inputs: Any, targets: Optional[torch.Tensor],

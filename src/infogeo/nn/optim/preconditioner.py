@@ -326,7 +326,7 @@ class Preconditioner(state.NotCopyable):
                 grads = self.grads() if grads is None else grads
                 n = self.estimate.batch_size(inputs)
                 if n == 0:
-                    raise ValueError("the batch is empty (0 examples): skip empty batches before the forward pass")
+                    raise self.estimate.empty_batch()
                 finite = all_finite(fsdp.local(t) for t in grads.values())
                 if finite and not later:
                     new, template = self.estimate.local(self.steps, inputs, targets, grads)
