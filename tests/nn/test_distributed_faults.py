@@ -167,19 +167,26 @@ class _Branches(torch.nn.Module):
         return self.b(x) if use_b else self.a(x)
 
 
+def _branch_input(rank):
+    return torch.randn(4, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(10 + rank))
+
+
 def branches_on_one_rank(rank):
-    """At a refresh, rank 1's batch reaches layer ``b`` and rank 0's does not: the statistics have other structures;
-    both ranks raise the same clear error (no exchange of tensors of other shapes), then train on together."""
+    """At step 1 rank 1's batch reaches layer ``b`` and rank 0's does not: rank 0 adopts ``b``'s Kronecker block
+    with zero statistics, and the statistics of the union batch are averaged as usual; both ranks train on alike."""
     model = _Branches()
     net = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
-    opt = ig.nn.NaturalGradient(net, curvature="kfac", curvature_update_period=1)
-    x, y = torch.randn(4, 5, dtype=torch.float64), torch.randint(0, 3, (4,))
+    opt = ig.nn.NaturalGradient(net, curvature="kfac", curvature_update_period=1, ema_decay=0.9, fisher="exact")
+    x, y = _branch_input(rank), torch.randint(0, 3, (4,), generator=torch.Generator().manual_seed(rank))
     steps = []
     for use_b in (False, rank == 1, False):
         opt.zero_grad()
         F.cross_entropy(net(x, use_b), y).backward()
         steps.append(outcome(lambda: opt.step() or "stepped"))
-    return steps, flat(model)
+        if len(steps) == 2:
+            blocks = {b.names[0]: b for b in opt.preconditioner.curvature.blocks}
+            after = {n: (blocks[n].kind, blocks[n].A.tolist()) for n in ("a.weight", "b.weight")}
+    return steps, after, flat(model)
 
 
 def empty_on_one_rank(rank):
@@ -277,12 +284,24 @@ def test_agree_without_a_process_group():
         dd.agree(KeyError("raised where it happened"))
 
 
-def test_layers_reached_on_some_ranks_only_end_the_refresh_with_one_clear_error(results):
-    (s0, p0), (s1, p1) = ok(results, "branches")
-    assert tuple(s0[0]) == tuple(s1[0]) == ("ok", "stepped")
-    for s in (s0[1], s1[1]):
-        assert s[0] == "ValueError" and "other structures" in s[1]
-    assert tuple(s0[2]) == tuple(s1[2]) == ("ok", "stepped") and p0 == p1
+def test_a_layer_reached_on_some_ranks_only_is_averaged_as_the_union_batch(results):
+    """Step 0: both ranks reach ``a``; step 1: rank 0 reaches ``a``, rank 1 ``b``.  ``b``'s input factor is then
+    (1 - β) times the union's, which holds rank 1's four examples of eight: :math:`0.1\cdot\tfrac12 A(x_1)`;
+    ``a``'s is β times step 0's mean plus (1 - β) times half of rank 0's."""
+    (s0, after0, p0), (s1, after1, p1) = ok(results, "branches")
+    assert [tuple(s) for s in s0] == [tuple(s) for s in s1] == [("ok", "stepped")] * 3
+    assert p0 == p1 and after0 == after1
+
+    def A(x):
+        xb = torch.cat([x, torch.ones(len(x), 1, dtype=torch.float64)], 1)
+        return xb.T @ xb / len(x)
+    A0, A1 = A(_branch_input(0)), A(_branch_input(1))
+    kind_a, Aa = after0["a.weight"]
+    kind_b, Ab = after0["b.weight"]
+    assert kind_a == kind_b == "kfac"
+    assert torch.allclose(torch.tensor(Ab, dtype=torch.float64), 0.1 * 0.5 * A1, rtol=1e-12, atol=0)
+    assert torch.allclose(torch.tensor(Aa, dtype=torch.float64), 0.9 * (A0 + A1) / 2 + 0.1 * 0.5 * A0,
+                          rtol=1e-12, atol=0)
 
 
 def test_an_empty_batch_on_one_rank_ends_both_with_advice_that_does_not_deadlock(results):

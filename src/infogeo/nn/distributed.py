@@ -37,12 +37,12 @@ Nothing here is used unless a process group with more than one rank is initialis
 from __future__ import annotations
 
 import heapq
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["world_size", "rank", "share", "all_reduce_mean", "all_reduce_min", "all_gather", "assign_owners", "broadcast_from",
+__all__ = ["world_size", "rank", "share", "all_reduce_mean", "all_reduce_min", "all_gather", "all_gather_objects", "assign_owners", "broadcast_from",
            "agree", "PeerFailure", "PLACEMENTS"]
 
 PLACEMENTS = ("memory", "comm")
@@ -161,6 +161,16 @@ def all_reduce_min(t: torch.Tensor) -> torch.Tensor:
     out = t.clone()
     if world_size() > 1:
         dist.all_reduce(out, op=dist.ReduceOp.MIN)
+    return out
+
+
+def all_gather_objects(obj: Any) -> List[Any]:
+    """Every rank's picklable ``obj``, by rank (``[obj]`` without a process group); for rare exchanges of
+    descriptions, not for the tensors of every step."""
+    if world_size() == 1:
+        return [obj]
+    out: List[Any] = [None] * world_size()
+    dist.all_gather_object(out, obj)
     return out
 
 

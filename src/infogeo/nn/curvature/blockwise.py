@@ -153,6 +153,25 @@ class BlockCurvature(Curvature):
         return (type(self)._from_blocks(old, new_old),
                 type(self)._from_blocks(self, [new_mine[tuple(o.names)] for o in new_old]))
 
+    def templates(self) -> Dict[Tuple[str, ...], Block]:
+        """The blocks of the layers this batch reached, with zero statistics on the CPU (what another rank, whose
+        batch did not reach a layer, adopts for it: :meth:`adopting`)."""
+        return {tuple(b.names): _zero_like(b, torch.device("cpu")) for b in self.blocks if not _unused(b)}
+
+    def adopting(self, templates: Dict[Tuple[str, ...], Block]) -> "BlockCurvature":
+        """This curvature with each block of a layer no example reached replaced by ``templates``' block for the
+        same parameters where that is of another kind (its zero statistics, in this curvature's dtype and device)."""
+        ref = self._reference()
+        blocks = []
+        for b in self.blocks:
+            t = templates.get(tuple(b.names))
+            if t is not None and t.kind != b.kind and _unused(b):
+                b = t.with_stats({k: v.to(device=ref.device, dtype=ref.dtype) for k, v in t.stats().items()})
+            blocks.append(b)
+        # in the parameters' order, the same on every rank (a builder orders its blocks by kind first)
+        where = {n: i for i, n in enumerate(self.layout.names)}
+        return type(self)._from_blocks(self, sorted(blocks, key=lambda b: where[b.names[0]]))
+
     def ema(self, new: Curvature, decay: float) -> Curvature:
         r"""Exponential moving average :math:`\beta\,C + (1-\beta)\,C_\text{new}`, statistic by statistic.
 
@@ -183,7 +202,9 @@ def _unused(block: Block) -> bool:
     return not any(bool(t.any()) for t in block.stats().values())
 
 
-def _zero_like(block: Block) -> Block:
-    """The same block with all-zero statistics, every one of them (also those still to be measured)."""
+def _zero_like(block: Block, device: Optional[torch.device] = None) -> Block:
+    """The same block with all-zero statistics, every one of them (also those still to be measured), on
+    ``device`` (default: its own)."""
     ref = next(iter(block.stats().values()))
-    return block.with_stats({k: ref.new_zeros(shape) for k, shape in block.stat_shapes().items()})
+    return block.with_stats({k: torch.zeros(shape, dtype=ref.dtype, device=ref.device if device is None else device)
+                             for k, shape in block.stat_shapes().items()})

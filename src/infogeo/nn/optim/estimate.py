@@ -241,22 +241,31 @@ class CurvatureEstimate:
         return new, template
 
     def agree(self, error: Optional[BaseException], finite: bool, n: int,
-              new: Optional[Tuple[Any, int]]) -> Tuple[bool, torch.Tensor]:
+              new: Optional[Tuple[Any, int]]) -> Tuple[bool, torch.Tensor, Optional[Tuple[Any, int]]]:
         """The step's one agreement over the ranks (:func:`~infogeo.nn.distributed.agree`): this rank's ``error``,
         whether its gradients are ``finite``, its batch size ``n`` and the structure of its ``new`` statistics.
-        Returns whether some rank's gradient is not finite, and every rank's ``n`` (column 0).  Statistics of other
-        structures (a layer reached on some ranks only) cannot be averaged: every rank raises the same
-        ``ValueError`` instead of exchanging tensors of other shapes."""
-        blocks = getattr(new[0], "blocks", None) if new is not None else None
-        code = -1.0 if blocks is None else float(zlib.crc32(repr([(b.kind, b.names, b.stat_shapes())
-                                                                  for b in blocks]).encode()))
-        (nonfinite,), values = dd.agree(error, [not finite], [n, code])
+        Returns whether some rank's gradient is not finite, every rank's ``n`` (column 0), and ``new``.
+
+        Statistics of other structures cannot be averaged.  Where a layer was reached by the batches of some ranks
+        only (a branch, an expert), the others adopt its block kind with zero statistics (one exchange of the
+        blocks' descriptions, only then; not for EKFAC's statistics awaiting their scales); any other difference
+        raises the same ``ValueError`` on every rank instead of exchanging tensors of other shapes."""
+        (nonfinite,), values = dd.agree(error, [not finite], [n, _structure_code(new)])
+        if not nonfinite and len({c for c in values[:, 1].tolist() if c >= 0}) > 1 and new is not None and \
+                hasattr(new[0], "templates") and not getattr(new[0], "deferred", False):
+            offers = dd.all_gather_objects(new[0].templates())
+            templates: Dict[tuple, Any] = {}
+            for offer in offers:
+                for names, block in offer.items():
+                    templates.setdefault(names, block)
+            new = (new[0].adopting(templates), new[1])
+            values[:, 1] = torch.tensor(dd.all_gather_objects(_structure_code(new)), dtype=values.dtype)
         if len({c for c in values[:, 1].tolist() if c >= 0}) > 1:   # (-1: no statistics, e.g. a skipped step)
             raise ValueError("the ranks' curvature statistics have other structures at this refresh: a layer reached "
                              "by the batch of some ranks only (e.g. a branch or an expert: every rank's batch must "
                              "reach the same layers on the steps that refresh the statistics), or other optimizer "
                              "settings on some ranks (curvature, its options)")
-        return nonfinite, values
+        return nonfinite, values, new
 
     def from_gathered(self, step: int, inputs: Any, targets: Optional[torch.Tensor],
                       grads: Params) -> Tuple[Params, Optional[Tuple[Any, int]], Any]:
@@ -419,3 +428,10 @@ class CurvatureEstimate:
         due = self.curvature is None or self.statistics_due(step)
         self.template_only = self.captures and self.loaded is not None and not self.statistics_due(step)
         self.recorder.armed = self.captures and (due or self.template_only)
+
+
+def _structure_code(new: Optional[Tuple[Any, int]]) -> float:
+    """A number that differs between statistics of other structures (kinds, parameters, shapes); -1 for none."""
+    blocks = getattr(new[0], "blocks", None) if new is not None else None
+    return -1.0 if blocks is None else float(zlib.crc32(repr([(b.kind, b.names, b.stat_shapes())
+                                                              for b in blocks]).encode()))

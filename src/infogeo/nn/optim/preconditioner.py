@@ -333,7 +333,7 @@ class Preconditioner(state.NotCopyable):
                     n = new[1] if new is not None else n
             except Exception as exc:
                 error = exc
-        nonfinite, sizes = self.estimate.agree(error, finite, n, new)
+        nonfinite, sizes, new = self.estimate.agree(error, finite, n, new)
         self.skip_reason = None
         if nonfinite:
             if self.grad_scaler is not None:   # an overflow of the scaled loss: the scaler skips this step
