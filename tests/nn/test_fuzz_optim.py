@@ -63,7 +63,7 @@ def NONNEG(v):
 
 
 VALID = {
-    "lr": REAL_POS,
+    "lr": lambda v: REAL_POS(v) or (isinstance(v, (int, float)) and not isinstance(v, bool) and v == 0),
     "damping": lambda v: REAL_POS(v) and 1e-4 <= v <= 1e8,     # between the default min and max damping
     "kl_clip": lambda v: v is None or REAL_POS(v),
     "ema_decay": lambda v: NONNEG(v) and v < 1,

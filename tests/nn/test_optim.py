@@ -147,8 +147,8 @@ def test_bad_arguments():
         ig.nn.NaturalGradient(mlp().parameters(), model=model, step_rule="clip")
     with pytest.raises(ValueError, match="unknown curvature"):
         ig.nn.NaturalGradient(model, curvature="kronecker", step_rule="clip")
-    with pytest.raises(ValueError, match="lr must be > 0"):
-        ig.nn.NaturalGradient(model, lr=0.0, step_rule="clip")
+    with pytest.raises(ValueError, match="lr must be >= 0"):
+        ig.nn.NaturalGradient(model, lr=-0.1, step_rule="clip")
     frozen = mlp()
     for p in frozen.parameters():
         p.requires_grad_(False)

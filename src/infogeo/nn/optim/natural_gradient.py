@@ -54,7 +54,8 @@ from ..space import ParameterSpace
 from . import quadratic, state
 from .preconditioner import Preconditioner
 from .gradient_basis import UNFACTORED
-from .settings import CURVATURES, KINDS, agrees, check_learning_rate, positive_int, positive_number, step_defaults
+from .settings import (CURVATURES, KINDS, agrees, check_groups, check_learning_rate, positive_int, positive_number,
+                       step_defaults)
 from .step import STEP_RULES, LastSteps, eigen_steps, graft, grafted, heavy_ball
 
 logger = logging.getLogger(__name__)
@@ -194,9 +195,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         factor = positive_number("damping_factor", damping_factor, maximum=1.0)
         positive_number("damping", damping)
         super().__init__(params, dict(lr=lr, momentum=momentum))
-        for g in self.param_groups:
-            check_learning_rate(g["lr"], "a parameter group's lr")
-            positive_number("a parameter group's momentum", g["momentum"], inclusive=True, maximum=1.0)
+        check_groups(self.param_groups, rule)
         trainable = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
         if not trainable:
             raise ValueError("NaturalGradient got no parameters with requires_grad=True")
@@ -235,6 +234,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         if self.adaptive_damping and closure is None:
             raise ValueError("adaptive_damping=True needs a closure that re-evaluates the loss")
         pre = self.preconditioner
+        check_groups(self.param_groups, self.step_rule)
         if inputs is not None:  # the batch is named: no need to record the closure's forward
             pre.use_batch()
         loss, error = None, None
@@ -299,11 +299,10 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
     def _update(self, raw, delta, space: Optional[ParameterSpace]) -> Optional[float]:
         """Move the parameters along ``-lr * delta`` (or the quadratic model's step); returns the model's decrease."""
         pre, st, last = self.preconditioner, self.state[_KEY], LastSteps()   # recomputed to undo, not kept
+        idle = {n for n, p in zip(pre.names, pre.params) if p.grad is None}   # left alone, as torch's optimizers do
         model_decrease = None
         if self.quadratic_model:
             steps, model_decrease = self._quadratic_step(raw, delta, space)
-            for n, p in zip(pre.names, pre.params):
-                p.add_(steps[n])
         elif self.step_rule == "eigen-adam":
             # the rotations need whole gradient matrices: under FSDP2 gathered (an all-gather each), stepped
             # whole on every rank (the moments are whole too), this rank's shard of each step kept
@@ -314,26 +313,29 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
                 if pre.sharded:
                     steps[n] = fsdp.shard_like(steps[n], p)
                     last.record(n, partial(_shard_of, whole, n, p))
-                p.add_(steps[n])
         else:
             by_id = {id(p): n for n, p in zip(pre.names, pre.params)}
             steps = {}
             for group in self.param_groups:
                 for p in group["params"]:
                     name = by_id.get(id(p))
-                    if name is None:
+                    if name is None or name in idle:
                         continue
                     if self.step_rule == "graft":
-                        s = graft(self.state[p], raw[name], delta[name], group["lr"], self.betas, self.eps)
+                        steps[name] = graft(self.state[p], raw[name], delta[name], group["lr"], self.betas, self.eps)
                         last.record(name, partial(grafted, self.state[p], group["lr"], self.betas, self.eps))
                     else:
-                        s = heavy_ball(self.state[p], delta[name], group["lr"], group["momentum"])
-                    p.add_(s)
-                    steps[name] = s
-            if self.adaptive_damping:
-                Cs = pre.curvature_mv(steps)
-                model_decrease = float(sum((raw[n] * steps[n]).sum() + 0.5 * (steps[n] * Cs[n]).sum()
-                                           for n in steps))
+                        steps[name] = heavy_ball(self.state[p], delta[name], group["lr"], group["momentum"])
+        for n, p in zip(pre.names, pre.params):
+            if n in idle:
+                steps[n] = torch.zeros_like(p)
+                if last:
+                    last.record(n, partial(torch.zeros_like, p))
+            else:
+                p.add_(steps[n])
+        if self.adaptive_damping and self.step_rule in _SOLVING and not self.quadratic_model:
+            Cs = pre.curvature_mv(steps)
+            model_decrease = float(sum((raw[n] * steps[n]).sum() + 0.5 * (steps[n] * Cs[n]).sum() for n in steps))
         st["previous_step"] = last if last else steps
         return model_decrease
 

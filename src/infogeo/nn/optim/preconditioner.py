@@ -383,8 +383,8 @@ class Preconditioner(state.NotCopyable):
             for p in self.params:
                 p.grad = None
             return False
-        for n, p in zip(self.names, self.params):
-            p.grad = delta[n] if p.grad is None else p.grad.copy_(delta[n])
+        for g, d in ((p.grad, delta[n]) for n, p in zip(self.names, self.params) if p.grad is not None):
+            g.copy_(d)   # a parameter without a gradient stays without one (an optimizer skips it)
         return True
 
     # ------------------------------------------------------------ checkpoints

@@ -12,7 +12,7 @@ from ..curvature import kinds
 from .hooks import refuse_sparse
 
 __all__ = ["CURVATURES", "FISHER", "CAPTURED", "KINDS", "PERIODS", "BETAS", "kind_defaults", "step_defaults", "agrees",
-           "check_settings", "check_support",
+           "check_settings", "check_support", "check_groups", "IGNORED_GROUP_KEYS",
            "check_learning_rate", "positive_int", "positive_number", "trainable"]
 
 #: the curvature words the optimizers accept (the kinds table, :mod:`~infogeo.nn.curvature.kinds`)
@@ -102,8 +102,33 @@ def positive_int(name: str, value: Any, minimum: int = 1, maximum: int = 2 ** 62
 
 
 def check_learning_rate(value: Any, name: str = "lr") -> float:
-    """A learning rate: finite and positive (an infinite one turns every parameter into NaN)."""
-    return positive_number(name, value)
+    """A learning rate: finite (an infinite one turns every parameter into NaN) and >= 0; 0 takes no step, as for
+    torch's optimizers (a scheduler's warm-up starts there, a cosine schedule ends there)."""
+    return positive_number(name, value, inclusive=True)
+
+
+#: torch optimizers' per-group settings that :class:`~.natural_gradient.NaturalGradient` does not take (a group may
+#: hold other keys: schedulers keep their own, e.g. ``initial_lr``, ``max_momentum``)
+IGNORED_GROUP_KEYS = ("weight_decay", "betas", "eps", "amsgrad", "nesterov", "dampening", "maximize", "alpha",
+                      "centered", "lr_decay", "decoupled_weight_decay", "initial_accumulator_value")
+
+
+def check_groups(groups: Iterable[Dict[str, Any]], rule: str) -> None:
+    """Refuse a parameter group that sets what the step rule ``rule`` would ignore (a ``ValueError`` naming it), or
+    an lr or momentum out of range; called at construction and at every step (schedulers edit the groups)."""
+    for g in groups:
+        extra = sorted(set(g) & set(IGNORED_GROUP_KEYS))
+        if extra:
+            raise ValueError(f"a parameter group sets {extra[0]!r}, which NaturalGradient does not take per group "
+                             f"(its group settings: lr, and momentum for step_rule='clip'); weight decay: add it "
+                             f"to the loss, or use Preconditioner with a torch optimizer that has it; betas and eps: "
+                             f"set once, NaturalGradient(..., betas=..., eps=...)")
+        check_learning_rate(g["lr"], "a parameter group's lr")
+        positive_number("a parameter group's momentum", g["momentum"], inclusive=True, maximum=1.0)
+        if rule != "clip" and g["momentum"]:
+            raise ValueError(f"a parameter group's momentum is {g['momentum']!r}, but step_rule={rule!r} averages "
+                             f"with betas[0]: momentum belongs to step_rule='clip' (a scheduler that cycles "
+                             f"momentum, such as OneCycleLR, takes cycle_momentum=False)")
 
 
 def check_settings(*, damping, min_damping, max_damping, curvature, fisher, ema_decay, kl_clip, damping_increase,

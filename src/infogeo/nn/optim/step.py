@@ -55,6 +55,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import torch
 
+from .._params import working
 from ..curvature.eigenbasis import EigenbasisKronBlock
 from .gradient_basis import gradient_basis, matrix_view
 
@@ -86,6 +87,7 @@ def graft(state: Dict[str, torch.Tensor], g: torch.Tensor, d: torch.Tensor, lr: 
     ``g`` is the raw gradient, ``d`` the natural-gradient direction; ``state`` holds ``exp_avg``,
     ``exp_avg_sq``, ``direction_avg`` and the step count ``graft_step``.
     """
+    g, d = working(g), working(d)   # half-precision moments lose eps (1e-8) and small squares to underflow
     if "exp_avg" not in state:
         state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(g), torch.zeros_like(g)
         state["direction_avg"] = torch.zeros_like(d)
@@ -299,7 +301,7 @@ def rotated_gradient(state: Dict[str, torch.Tensor], g: Optional[torch.Tensor], 
         else:
             g = cast(torch.Tensor, g)
             g = _turn(g.to(_dtype(basis, g)), Ug.T if Ug is not None else None, Ua)
-    g = cast(torch.Tensor, g)
+    g = working(cast(torch.Tensor, g))   # moments of half-precision parameters in float32 (as in a basis)
     if "exp_avg" not in state:
         state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(g), torch.zeros_like(g)
         state["step"] = torch.zeros((), dtype=torch.float64)

@@ -1,0 +1,131 @@
+"""``NaturalGradient`` and ``Preconditioner`` as torch users drive optimizers: schedulers that reach a learning rate
+of 0, parameters without a gradient, half-precision models under Adam-type moments, parameter-group settings."""
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+import infogeo as ig  # noqa: E402
+
+RULES = ["eigen-adam", "graft", "clip"]
+
+
+def mlp(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+
+
+def data():
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(64, 8, generator=g), torch.randint(0, 3, (64,), generator=g)
+
+
+def flat(m):
+    return torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+
+
+def one_step(m, opt, X, y):
+    opt.zero_grad()
+    F.cross_entropy(m(X), y).backward()
+    opt.step()
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_a_scheduler_that_starts_or_ends_at_zero_drives_the_steps(rule):
+    """A warm-up from 0 (LambdaLR), the optimizer's own state_dict loaded back at lr 0 (what accelerate does when
+    it wraps the optimizer), no move at lr 0, moves afterwards; a cosine schedule down to 0 runs through."""
+    m, (X, y) = mlp(), data()
+    opt = ig.nn.NaturalGradient(m, step_rule=rule)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: e / 2)
+    opt.load_state_dict(opt.state_dict())
+    before = flat(m)
+    one_step(m, opt, X, y)
+    assert torch.equal(flat(m), before)   # lr 0: no step
+    sched.step()
+    one_step(m, opt, X, y)
+    assert not torch.equal(flat(m), before)
+    cos = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=3)
+    for _ in range(6):
+        one_step(m, opt, X, y)
+        cos.step()
+    assert torch.isfinite(flat(m)).all()
+
+
+def test_the_preconditioner_reads_a_learning_rate_of_zero_from_its_optimizer():
+    m, (X, y) = mlp(), data()
+    sgd = torch.optim.SGD(m.parameters(), lr=0.1)
+    pre = ig.nn.Preconditioner(m, lr=sgd)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(sgd, T_max=2)
+    for _ in range(4):
+        sgd.zero_grad()
+        F.cross_entropy(m(X), y).backward()
+        assert pre.step()
+        sgd.step()
+        sched.step()
+    assert torch.isfinite(flat(m)).all()
+
+
+@pytest.mark.parametrize("curvature,rule", [("kfac", r) for r in RULES] + [("diag", "graft"), ("diag", "clip")])
+def test_a_parameter_without_a_gradient_stays_where_it_is(curvature, rule):
+    """As torch's optimizers leave a parameter whose ``.grad`` is None (a layer frozen mid-run)."""
+    m, (X, y) = mlp(), data()
+    opt = ig.nn.NaturalGradient(m, curvature=curvature, step_rule=rule)
+    for _ in range(3):
+        one_step(m, opt, X, y)
+    m[0].requires_grad_(False)
+    frozen = [p.detach().clone() for p in m[0].parameters()]
+    moving = m[2].weight.detach().clone()
+    for _ in range(3):
+        one_step(m, opt, X, y)
+    assert all(torch.equal(a, p) for a, p in zip(frozen, m[0].parameters()))
+    assert not torch.equal(moving, m[2].weight)
+
+
+def test_the_preconditioner_leaves_a_missing_gradient_missing():
+    m, (X, y) = mlp(), data()
+    pre = ig.nn.Preconditioner(m)
+    F.cross_entropy(m(X), y).backward()
+    m[0].weight.grad = None
+    assert pre.step()
+    assert m[0].weight.grad is None and m[2].weight.grad is not None
+
+
+@pytest.mark.parametrize("curvature,rule", [("kfac", "graft"), ("diag", None), ("kfac", "eigen-adam")])
+def test_a_float16_model_keeps_its_moments_in_float32(curvature, rule):
+    """Adam's eps (1e-8) and the squares of small gradients underflow in float16: the moments are float32."""
+    m, (X, y) = mlp(), data()
+    m = m.half()
+    opt = ig.nn.NaturalGradient(m, curvature=curvature, **({} if rule is None else {"step_rule": rule}))
+    losses = []
+    for _ in range(6):
+        opt.zero_grad()
+        loss = F.cross_entropy(m(X.half()).float(), y)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    assert torch.isfinite(flat(m)).all() and all(math.isfinite(v) for v in losses)
+    assert losses[-1] < losses[0]
+    moments = [t for st in opt.state.values() if isinstance(st, dict) for k, t in st.items()
+               if k in ("exp_avg", "exp_avg_sq") and isinstance(t, torch.Tensor)]
+    assert moments and all(t.dtype == torch.float32 for t in moments)
+
+
+@pytest.mark.parametrize("key,value", [("weight_decay", 0.5), ("betas", (0.0, 0.5)), ("eps", 1.0),
+                                       ("momentum", 0.9)])
+def test_a_group_setting_the_rule_would_ignore_is_refused(key, value):
+    m = mlp()
+    groups = [{"params": m[0].parameters(), key: value}, {"params": m[2].parameters()}]
+    with pytest.raises(ValueError, match=key):
+        ig.nn.NaturalGradient(groups, model=m)   # the default rule, eigen-adam, takes no momentum
+
+
+def test_a_scheduler_that_cycles_momentum_is_told_to_stop():
+    m, (X, y) = mlp(), data()
+    opt = ig.nn.NaturalGradient(m)
+    torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.01, total_steps=10)
+    with pytest.raises(ValueError, match="cycle_momentum=False"):
+        one_step(m, opt, X, y)
+    clip = ig.nn.NaturalGradient(mlp(), step_rule="clip", momentum=0.9)
+    torch.optim.lr_scheduler.OneCycleLR(clip, max_lr=0.01, total_steps=10)   # momentum is clip's own
