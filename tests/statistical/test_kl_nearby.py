@@ -1,0 +1,70 @@
+"""KL divergences between nearby distributions, against mpmath at 50 digits.
+
+The textbook forms subtract numbers of order one (trace minus dimension minus log-determinant,
+sums of p log p - p log q) and returned rounding noise, often negative, for nearby points; the
+inputs here are exactly representable (dyadic perturbations), so the reference is the KL of
+exactly the floats given and the tolerances measure the computation alone.
+"""
+import numpy as np
+import pytest
+
+import infogeo as ig
+
+mp = pytest.importorskip("mpmath")
+mp.mp.dps = 50
+
+
+def mp_gaussian_kl(m1, S1, m2, S2):
+    S1, S2 = mp.matrix(S1.tolist()), mp.matrix(S2.tolist())
+    dm = mp.matrix([mp.mpf(b) - mp.mpf(a) for a, b in zip(m1, m2)])
+    S2i = S2 ** -1
+    d = S1.rows
+    tr = sum((S2i * S1)[i, i] for i in range(d))
+    maha = (dm.T * S2i * dm)[0, 0]
+    return (tr - d + mp.log(mp.det(S2) / mp.det(S1)) + maha) / 2
+
+
+def dyadic_spd(rng, d):
+    A = np.round(rng.standard_normal((d, d)) * 64) / 64
+    return A @ A.T + np.eye(d) / 8         # entries with few bits: S * (1 + 2^-k) is exact
+
+
+@pytest.mark.parametrize("d", [2, 3, 5])
+def test_full_gaussian_kl_of_nearby_points_matches_mpmath(d):
+    G = ig.Gaussian(d)
+    rng = np.random.default_rng(d)
+    for _ in range(6):
+        S = dyadic_spd(rng, d)
+        m = np.round(rng.standard_normal(d) * 64) / 64
+        p = G.point(mean=m, cov=S)
+        assert float(G.kl(p, p)) == 0.0
+        for k in (10, 20, 30, 40):
+            E = np.round(rng.standard_normal((d, d)) * 8)
+            S2 = S + (E + E.T) * 2.0 ** -k          # exact: a perturbation of relative size ~2^-k
+            m2 = m + np.round(rng.standard_normal(d) * 8) * 2.0 ** -(k + 2)
+            for a, b in (((m, S), (m2, S2)), ((m2, S2), (m, S)), ((m, S), (m, S * (1 + 2.0 ** -k)))):
+                ref = mp_gaussian_kl(*a, *b)
+                got = float(G.kl(G.point(mean=a[0], cov=a[1]), G.point(mean=b[0], cov=b[1])))
+                assert got > 0
+                assert got == pytest.approx(float(ref), rel=1e-11, abs=0)
+
+
+def test_full_gaussian_kl_far_apart_and_batched_matches_mpmath():
+    G = ig.Gaussian(3)
+    rng = np.random.default_rng(7)
+    S1, S2 = dyadic_spd(rng, 3), dyadic_spd(rng, 3) * 4
+    m1, m2 = np.array([1.0, -2.0, 0.5]), np.array([0.0, 3.0, -1.0])
+    P = np.stack([G.point(mean=m1, cov=S1), G.point(mean=m2, cov=S2)])
+    got = G.kl(P, P[::-1])
+    for i, (a, b) in enumerate((((m1, S1), (m2, S2)), ((m2, S2), (m1, S1)))):
+        assert got[i] == pytest.approx(float(mp_gaussian_kl(*a, *b)), rel=1e-13, abs=0)
+
+
+def test_zero_mean_gaussian_kl_of_nearby_points_matches_mpmath():
+    Z = ig.Gaussian(3, covariance="zero_mean")
+    S = dyadic_spd(np.random.default_rng(3), 3)
+    m = np.zeros(3)
+    for k in (15, 30, 45):
+        S2 = S * (1 + 2.0 ** -k)
+        got = float(Z.kl(Z.point(cov=S), Z.point(cov=S2)))
+        assert got == pytest.approx(float(mp_gaussian_kl(m, S, m, S2)), rel=1e-11, abs=0)
