@@ -124,3 +124,29 @@ def test_categorical_kl_near_the_boundary_and_of_nearby_points_matches_mpmath():
         assert got == pytest.approx(float(ref), rel=1e-11, abs=0)
         checked += 1
     assert checked > 100
+
+
+def mp_bernoulli_dist(a, b):
+    return 2 * abs(mp.asin(mp.sqrt(mp.mpf(a))) - mp.asin(mp.sqrt(mp.mpf(b))))
+
+
+@pytest.mark.parametrize("a, b", [(1 - 1e-10, 1 - 2.0 ** -53), (1 - 2.0 ** -30, 1 - 2.0 ** -31), (0.75, 0.75 + 2.0 ** -40),
+                                  (1e-10, 2.0 ** -53), (0.3, 0.3 + 2.0 ** -45), (0.2, 0.9)])
+def test_bernoulli_distance_matches_mpmath_and_the_mirror_pair(a, b):
+    Be = ig.Bernoulli()
+    # the pair and its mirror image under the isometry p -> 1 - p (the floats 1 - a, 1 - b as passed)
+    for x, y in ((a, b), (1 - a, 1 - b)):
+        got = float(Be.dist(Be.point(prob=x), Be.point(prob=y)))
+        assert got == pytest.approx(float(mp_bernoulli_dist(x, y)), rel=1e-13, abs=0)
+
+
+def test_categorical_distance_of_nearby_points_matches_mpmath():
+    C = ig.Categorical(3)
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        eta = np.sort(rng.dirichlet(np.ones(3)))[:2]
+        zeta = eta + np.round(rng.standard_normal(2) * 8) * 2.0 ** -rng.integers(30, 50)
+        a = [mp.mpf(x) for x in eta] + [1 - mp.mpf(eta[0]) - mp.mpf(eta[1])]
+        b = [mp.mpf(x) for x in zeta] + [1 - mp.mpf(zeta[0]) - mp.mpf(zeta[1])]
+        ref = 2 * mp.acos(sum(mp.sqrt(x * y) for x, y in zip(a, b)))
+        assert float(C.dist(eta, zeta)) == pytest.approx(float(ref), rel=1e-11, abs=0)

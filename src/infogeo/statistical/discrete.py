@@ -253,11 +253,15 @@ class Categorical(FiniteFamily):
         return (2 * u * du)[..., :-1]
 
     def _geo_dist(self, eta, zeta):
-        # chord |u - w| between the square roots: the angle 2 arcsin(chord / 2), accurate when near
+        # chord |u - w| between the square roots: the angle 2 arcsin(chord / 2), accurate when near (arccos of
+        # u.w is not).  sqrt(p) - sqrt(q) as (p - q) / (sqrt(p) + sqrt(q)): the difference of two rounded
+        # square roots cancels; the last class's p - q as minus the others' (1 - sum rounds), so p <-> 1 - p
+        # is an isometry to the last bit for the Bernoulli family
         xp = B.ops_of(eta, zeta)  # one dispatch per call
-        diff = xp.sqrt(eta) - xp.sqrt(zeta)
-        d2 = _rowsum(diff * diff, xp) + (xp.sqrt(1.0 - _rowsum(eta, xp)) - xp.sqrt(1.0 - _rowsum(zeta, xp))) ** 2
-        return 4.0 * xp.arcsin(0.5 * xp.sqrt(d2))
+        dp = eta - zeta
+        diff = dp / (xp.sqrt(eta) + xp.sqrt(zeta))
+        last = -_rowsum(dp, xp) / (xp.sqrt(1.0 - _rowsum(eta, xp)) + xp.sqrt(1.0 - _rowsum(zeta, xp)))
+        return 4.0 * xp.arcsin(0.5 * xp.sqrt(_rowsum(diff * diff, xp) + last * last))
 
 
 class Bernoulli(Categorical):
@@ -295,11 +299,6 @@ class Bernoulli(Categorical):
                                  f"{a.tolist() if a.size < 50 else '...'}")
             return self.from_chart(q[..., None], "mean")
         return super().point(coords, probs=probs)
-
-    def _geo_dist(self, p, q):
-        # the angle between (sqrt p, sqrt(1 - p)) and (sqrt q, sqrt(1 - q)) is |arcsin sqrt p - arcsin sqrt q|
-        xp = B.ops_of(p, q)
-        return 2.0 * xp.abs(xp.arcsin(xp.sqrt(p[..., 0])) - xp.arcsin(xp.sqrt(q[..., 0])))
 
     def _sample(self, p, n, rng):
         q = float(B.to_numpy(self._to_chart(p, "mean"))[0])
