@@ -75,3 +75,15 @@ def test_small_mean_parameters_are_inverted_to_full_relative_accuracy(eta):
     np.testing.assert_allclose(theta, np.log(eta), rtol=1e-14, atol=0)
     # the mean-chart Fisher is diag(1 / eta)
     np.testing.assert_allclose(np.diag(np.asarray(P.fisher(eta))), 1.0 / eta, rtol=1e-12, atol=0)
+
+
+def test_fit_refuses_data_whose_mean_statistics_lie_on_the_boundary():
+    """A Poisson sample of all zeros has no MLE (eta = 0): fit returned theta = -30.5, where
+    exp(theta) matched 0 to the absolute tolerance (found by an independent QA sweep)."""
+    P = _poissons(1)
+    with pytest.raises(ValueError, match="does not exist"):
+        P.fit(np.zeros(3))
+    with pytest.raises(ValueError, match="boundary"):
+        P.in_chart("mean").point(np.array([0.0]))
+    theta = np.asarray(P.fit(np.array([0.0, 0.0, 1.0])))     # one count: the MLE is log(1/3)
+    np.testing.assert_allclose(theta, [np.log(1 / 3)], rtol=1e-14)

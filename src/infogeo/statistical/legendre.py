@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from .. import backend as B
-from ..budget import Budget, as_budget
+from ..budget import Budget, BudgetExceededError, as_budget
 
 __all__ = ["newton_legendre", "legendre_primitive", "DEFAULT_BUDGET"]
 
@@ -87,7 +87,15 @@ def newton_legendre(psi: Callable, eta: np.ndarray, theta0: Any,
         if small and (not newton or np.max(np.abs(step) / (1.0 + np.abs(theta))) <= STEP_TOL):
             return _last_step(theta, step if newton else None, lambda th: B.to_numpy(grad(th)) - eta,
                               in_domain, tol * (1.0 + np.linalg.norm(eta)))
-        b.tick()
+        try:
+            b.tick()
+        except BudgetExceededError:
+            if small:  # the moments match to rounding yet theta keeps moving: it runs off to infinity
+                raise ValueError(f"mean parameters {eta} are not attained by any natural parameter: the moment "
+                                 f"error is {np.linalg.norm(g):.3g} but the natural parameter keeps moving "
+                                 f"(now {np.array2string(theta, precision=4)}) towards infinity; eta lies on "
+                                 "the boundary of the moment space (or within rounding of it)") from None
+            raise
         if not newton:
             step = -g  # Hessian not numerically positive definite here: steepest descent
         t = 1.0
