@@ -219,3 +219,11 @@ def test_transport_in_a_gaussian_graphical_model_keeps_inner_products():
     u, v = (G.vector(p, rng.standard_normal(G.dim)) for _ in range(2))
     tu, tv = G.transport(p, q, u), G.transport(p, q, v)
     np.testing.assert_allclose(float(G.metric.inner(tu, tv)), float(G.metric.inner(u, v)), rtol=1e-8)
+
+
+@pytest.mark.parametrize("shape", [(0, 2), (3, 0, 2), (0, 3, 2)])
+def test_frechet_mean_of_no_points_is_a_clear_error(shape):
+    """It raised ZeroDivisionError (found by an independent QA sweep)."""
+    for method in ("auto", "gradient"):
+        with pytest.raises(ValueError, match="no points"):
+            ig.Gaussian(1).frechet_mean(np.ones(shape), method=method)

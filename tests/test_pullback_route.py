@@ -64,3 +64,25 @@ def test_a_matrix_free_output_metric_is_never_asked_for_a_matrix_by_sharp():
     assert res.success and np.allclose(res.x, 1.0)
     with pytest.raises(NotImplementedError, match="use mv"):
         G.matrix(x)
+
+
+def test_pullback_refuses_a_vector_or_point_that_is_not_the_maps_input():
+    """A vector longer than the point was cut to the map's inputs without a word (found by a QA sweep)."""
+    f = lambda x: B.stack([B.sin(x[0]) * x[1], x[1] ** 2, B.exp(x[0] + x[2])])  # noqa: E731
+    x = np.array([0.1, 0.2, 0.3])
+    for PM in (ig.PullbackMetric(f, ig.EuclideanMetric(3)), ig.PullbackMetric(f, ig.EuclideanMetric(3), dim=3)):
+        with pytest.raises(ValueError, match="vector has shape"):
+            PM.mv(x, np.array([1.0, 1.0, 1.0, 7.0, 9.0]))
+        with pytest.raises(ValueError, match="vector has shape"):
+            PM.mv(x, np.array([1.0, 1.0]))
+        v = np.array([1.0, -2.0, 0.5])
+        np.testing.assert_allclose(PM.mv(x, v), PM.matrix(x) @ v, rtol=1e-13)
+    PM = ig.PullbackMetric(f, ig.EuclideanMetric(3), dim=3)
+    with pytest.raises(ValueError, match="takes 3 inputs"):
+        PM.matrix(np.ones(5))
+    with pytest.raises(ValueError, match="takes 3 inputs"):
+        PM.mv(np.ones(5), np.ones(5))
+    # on a manifold the metric takes the manifold's dimension
+    N = ig.Euclidean(3).with_metric(ig.PullbackMetric(f, ig.EuclideanMetric(3)))
+    with pytest.raises(ValueError, match="takes 3 inputs"):
+        N.metric.matrix(np.ones(5))

@@ -53,8 +53,14 @@ def test_kmeans_errors():
     G = ig.Gaussian(1)
     with pytest.raises(ValueError, match="n_samples"):
         ig.stats.KMeans(G, 3).fit(np.array([[0.0, 1.0], [1.0, 1.0]]))
-    with pytest.raises(RuntimeError, match="not fitted"):
+    with pytest.raises(ig.stats.NotFittedError, match="not fitted"):
         ig.stats.KMeans(G, 2).predict(np.array([[0.0, 1.0]]))
+    # scikit-learn's error where it is installed (a ValueError and an AttributeError either way)
+    sklearn_exceptions = pytest.importorskip("sklearn.exceptions")
+    assert ig.stats.NotFittedError is sklearn_exceptions.NotFittedError
+    assert issubclass(ig.stats.NotFittedError, (ValueError, AttributeError))
+    with pytest.raises(sklearn_exceptions.NotFittedError):
+        ig.stats.TangentPCA(G).transform(np.array([[0.0, 1.0]]))
     with pytest.raises(ValueError, match="init"):
         ig.stats.KMeans(G, 2, init="random")
     with pytest.raises(ValueError, match="outside|positive|variance"):

@@ -53,3 +53,37 @@ def test_legendre_budget():
         newton_legendre(psi, eta, start, F.in_natural_domain, budget=Budget(max_iter=1, max_time=10))
     theta = newton_legendre(psi, eta, [np.zeros(2), start], F.in_natural_domain)   # (0, 0) is outside: skipped
     np.testing.assert_allclose(F.in_chart("natural").to_chart(theta, "mean"), eta, atol=1e-11)
+
+
+def _poissons(k):
+    """k independent Poisson counts as a generic family: psi = sum exp(theta), eta = exp(theta)."""
+    from scipy.special import gammaln
+    B = ig.backend
+    return ig.ExponentialFamily(
+        sufficient_statistics=lambda x: np.asarray(x, float).reshape(-1, k),
+        log_partition=lambda th: B.sum(B.exp(th)), dim=k,
+        log_base_measure=lambda x: -gammaln(np.asarray(x, float).reshape(-1, k) + 1).sum(-1))
+
+
+@pytest.mark.parametrize("eta", [[1e-10], [1e-20], [1e-3], [1.0], [1e8], [1e-12, 1e5], [3e-9, 2e-15]])
+def test_small_mean_parameters_are_inverted_to_full_relative_accuracy(eta):
+    """The moment error was measured against 1 + |eta|, so a Poisson mean of 1e-10 stopped at
+    theta = -23.025389 (exact log 1e-10 = -23.025851); found by an independent QA sweep."""
+    eta = np.array(eta)
+    P = _poissons(len(eta)).in_chart("mean")
+    theta = np.asarray(P.to_chart(eta, "natural"))
+    np.testing.assert_allclose(theta, np.log(eta), rtol=1e-14, atol=0)
+    # the mean-chart Fisher is diag(1 / eta)
+    np.testing.assert_allclose(np.diag(np.asarray(P.fisher(eta))), 1.0 / eta, rtol=1e-12, atol=0)
+
+
+def test_fit_refuses_data_whose_mean_statistics_lie_on_the_boundary():
+    """A Poisson sample of all zeros has no MLE (eta = 0): fit returned theta = -30.5, where
+    exp(theta) matched 0 to the absolute tolerance (found by an independent QA sweep)."""
+    P = _poissons(1)
+    with pytest.raises(ValueError, match="does not exist"):
+        P.fit(np.zeros(3))
+    with pytest.raises(ValueError, match="boundary"):
+        P.in_chart("mean").point(np.array([0.0]))
+    theta = np.asarray(P.fit(np.array([0.0, 0.0, 1.0])))     # one count: the MLE is log(1/3)
+    np.testing.assert_allclose(theta, [np.log(1 / 3)], rtol=1e-14)

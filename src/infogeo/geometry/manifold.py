@@ -126,10 +126,12 @@ class Manifold:
         self._as_point(x)
 
     def point(self, coords: Any):
-        """Validated point (or batch, shape ``(..., dim)``) from coordinates; numpy unless given a tensor."""
+        """Validated point (or batch, shape ``(..., dim)``) from coordinates; numpy unless given a tensor.
+
+        A new array: never the caller's ``coords`` object (which they may modify later)."""
         x = _points.as_coordinates(coords, self.dim, "point", self.name)
         self.check_point(x)  # the public hook: subclasses may add checks there
-        return self._mark(x)
+        return self._mark(_points.own_copy(x, coords))
 
     def vector(self, x: Any, components: Any) -> TangentVector:
         """A :class:`TangentVector` at ``x`` (shape checked)."""

@@ -234,6 +234,26 @@ def mark(x: Any, manifold_key: str) -> Any:
     return x
 
 
+def copy_array(x: Any) -> Any:
+    """A new array with the coordinates of the numpy array or tensor ``x`` (a tensor is cloned, so
+    gradients still flow to ``x``), and the manifold recorded for ``x`` by :func:`mark`; anything
+    else (a number, an autograd box) as it is."""
+    if _dispatch.is_torch(x):
+        y = x.clone()
+    elif isinstance(x, np.ndarray):
+        y = x.copy()
+    else:
+        return x
+    key = origin(x)
+    return y if key is None else mark(y, key)
+
+
+def own_copy(x: Any, given: Any) -> Any:
+    """``x``, or a copy of it where it is the caller's object ``given`` itself, which the caller could
+    modify later: what a public function returns never aliases its input."""
+    return copy_array(x) if x is given else x
+
+
 def plain(x: Any) -> Any:
     """The same coordinates as a new array object with no record: read them as plain numbers.
 

@@ -10,6 +10,7 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 
 from .. import backend as B
+from ..backend import tree as _tree
 from ..divergences import Divergence
 from .linearization import Linearization, LinearizationCache
 from .metric import DENSE_MAX_DIM, Metric
@@ -130,7 +131,19 @@ class PullbackMetric(Metric):
             raise ValueError(f"the map's output has shape {shape}, but the output metric "
                              f"expects shape ({m},)")
 
+    def _check_input(self, x: Any, v: Any = None) -> None:
+        """The point has the map's input size ``dim`` (where known: given, or the manifold's) and the
+        vector the point's shape: a longer vector was cut to the map's inputs without a word."""
+        xs = _tree.tree_shape(x)
+        if self.dim is not None and not isinstance(x, dict) and xs[-1:] != (self.dim,):
+            raise ValueError(f"the point has shape {xs}, but the map of this pullback metric takes "
+                             f"{self.dim} inputs")
+        if v is not None and _tree.tree_shape(v) != xs:
+            raise ValueError(f"the vector has shape {_tree.tree_shape(v)}, but the point (the map's input) "
+                             f"has shape {xs}")
+
     def matrix(self, x):
+        self._check_input(x)
         z = self.map(x)
         self._check_output(z)
         J = B.jacobian(self.map, x)
@@ -139,6 +152,7 @@ class PullbackMetric(Metric):
 
     def mv(self, x, v):
         r""":math:`J^T G_z J v` from the cached linearisation at ``x``."""
+        self._check_input(x, v)
         lin = self.linearize(x)
         z = lin.outputs
         self._check_output(z)

@@ -232,6 +232,8 @@ def frechet_mean(M: Any, points: Any, weights: Any = None, *, x0: Any = None, me
     X = M._as_point(points, "points")
     if len(X.shape) < 2:
         raise ValueError(f"points must have shape (n, {M.dim}) (one point per row), got shape {tuple(X.shape)}")
+    if 0 in tuple(X.shape[:-1]):
+        raise ValueError(f"the Fréchet mean of no points is undefined: points has shape {tuple(X.shape)}")
     if len(X.shape) > 2:
         if x0 is not None:
             raise ValueError("x0 is for one set of points (shape (n, dim))")

@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import backend as B
 from ..backend import tree as _tree
+from ..geometry import points as _points
 from ..geometry.manifold import Manifold
 from ..geometry.vectors import Covector, TangentVector
 from ..linalg import NotPositiveDefiniteError
@@ -291,7 +292,8 @@ class Solver:
             if logged != k:  # the last row, if it fell between two logged ones
                 logger.info("%6d  %+.15e  %.5e  %11s", k, it.fun, it.grad_norm, "")
             logger.info("%s: %s after %d iterations", self.name, message, k)
-        return OptimizeResult(x=it.x, fun=it.fun, grad_norm=it.grad_norm, jac=it.differential,
+        # the result's x is its own array: not x0 (a run stopped at iteration 0), nor the history's last x
+        return OptimizeResult(x=_points.copy_array(it.x), fun=it.fun, grad_norm=it.grad_norm, jac=it.differential,
                               nit=k, nfev=nfev, success=status == CONVERGED, status=status, message=message,
                               history=history)
 

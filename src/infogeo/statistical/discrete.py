@@ -28,6 +28,7 @@ import numpy as np
 from .. import backend as B
 from ..geometry import points as _points
 from ..geometry.charts import Chart
+from . import _stable
 from .exponential_family import ExponentialFamily
 
 __all__ = ["FiniteFamily", "Categorical", "Bernoulli", "IndependenceModel"]
@@ -191,18 +192,35 @@ class Categorical(FiniteFamily):
         return None
 
     def _kl(self, p, q):
-        r""":math:`\sum_i p_i \log(p_i / q_i)`."""
-        (a, log_a), log_b = self._log_probs(p), self._log_probs(q)[1]
-        return B.sum(a * (log_a - log_b), axis=-1)
-
-    def _log_probs(self, x):
-        """``(p, log p)`` of all classes; from logits by the log-softmax (a p that underflows keeps a finite log)."""
+        r""":math:`\sum_i p_i \log(p_i / q_i) = \sum_i (q_i - p_i - p_i\log(q_i/p_i))`, a sum of terms
+        :math:`\ge 0` (:func:`._stable.kl_terms`): the plain sum cancels between classes and went
+        negative for nearby points.  :math:`q_i/p_i - 1` is formed from the differences of the
+        probabilities (mean chart; the last class's as minus the sum of the others', exact where
+        :math:`1 - \sum` rounds) or as ``expm1`` of the difference of the log-softmaxes (natural chart)."""
+        xp = B.ops_of(p, q)
         if self.chart == "natural":
-            z = self._with_reference(x)
-            log_p = z - B.logsumexp(z, axis=-1, keepdims=True)
-            return B.exp(log_p), log_p
-        p = _all_classes(self._to_chart(x, "mean"))
-        return p, B.log(p)
+            ta, tb = self._with_reference(p), self._with_reference(q)
+            lse_a = xp.logsumexp(ta, axis=-1, keepdims=True)
+            log_a = ta - lse_a
+            a = xp.exp(log_a)
+            # log(q_i/p_i) = delta_i - (lse(tb) - lse(ta)) with delta = tb - ta; for logits within 1 of each
+            # other the lse difference is log1p(sum_j p_j expm1(delta_j)), exact to rounding where the
+            # difference of the two lse would lose |lse| ulps
+            delta = tb - ta
+            small = xp.sum(xp.where(xp.abs(delta) < 1.0, 0.0, 1.0), axis=-1, keepdims=True) == 0
+            ds = xp.where(small, delta, 0.0 * delta)
+            dlse = xp.where(small, xp.log1p(xp.sum(a * xp.expm1(ds), axis=-1, keepdims=True)),
+                            xp.logsumexp(tb, axis=-1, keepdims=True) - lse_a)
+            log_r = delta - dlse
+            b = xp.exp(log_a + log_r)
+            z = xp.expm1(xp.minimum(log_r, 1.0 + 0.0 * log_r))   # only |z| < 1/2 is read: no overflow
+        else:
+            eta, zeta = self._to_chart(p, "mean"), self._to_chart(q, "mean")
+            a, b = _all_classes(eta), _all_classes(zeta)
+            diff = zeta - eta
+            diff = xp.concatenate([diff, -_rowsum(diff, xp)[..., None]], axis=-1)
+            z, log_r = diff / a, _stable.log_ratio(b, a, xp)
+        return xp.sum(_stable.kl_terms(a, b, z, log_r, xp), axis=-1)
 
     # ------------------------------------------------------------ sphere geometry (mean chart)
     # u = sqrt(p) lies on the unit sphere; the Fisher metric is 4 times its round metric
@@ -235,11 +253,15 @@ class Categorical(FiniteFamily):
         return (2 * u * du)[..., :-1]
 
     def _geo_dist(self, eta, zeta):
-        # chord |u - w| between the square roots: the angle 2 arcsin(chord / 2), accurate when near
+        # chord |u - w| between the square roots: the angle 2 arcsin(chord / 2), accurate when near (arccos of
+        # u.w is not).  sqrt(p) - sqrt(q) as (p - q) / (sqrt(p) + sqrt(q)): the difference of two rounded
+        # square roots cancels; the last class's p - q as minus the others' (1 - sum rounds), so p <-> 1 - p
+        # is an isometry to the last bit for the Bernoulli family
         xp = B.ops_of(eta, zeta)  # one dispatch per call
-        diff = xp.sqrt(eta) - xp.sqrt(zeta)
-        d2 = _rowsum(diff * diff, xp) + (xp.sqrt(1.0 - _rowsum(eta, xp)) - xp.sqrt(1.0 - _rowsum(zeta, xp))) ** 2
-        return 4.0 * xp.arcsin(0.5 * xp.sqrt(d2))
+        dp = eta - zeta
+        diff = dp / (xp.sqrt(eta) + xp.sqrt(zeta))
+        last = -_rowsum(dp, xp) / (xp.sqrt(1.0 - _rowsum(eta, xp)) + xp.sqrt(1.0 - _rowsum(zeta, xp)))
+        return 4.0 * xp.arcsin(0.5 * xp.sqrt(_rowsum(diff * diff, xp) + last * last))
 
 
 class Bernoulli(Categorical):
@@ -277,11 +299,6 @@ class Bernoulli(Categorical):
                                  f"{a.tolist() if a.size < 50 else '...'}")
             return self.from_chart(q[..., None], "mean")
         return super().point(coords, probs=probs)
-
-    def _geo_dist(self, p, q):
-        # the angle between (sqrt p, sqrt(1 - p)) and (sqrt q, sqrt(1 - q)) is |arcsin sqrt p - arcsin sqrt q|
-        xp = B.ops_of(p, q)
-        return 2.0 * xp.abs(xp.arcsin(xp.sqrt(p[..., 0])) - xp.arcsin(xp.sqrt(q[..., 0])))
 
     def _sample(self, p, n, rng):
         q = float(B.to_numpy(self._to_chart(p, "mean"))[0])

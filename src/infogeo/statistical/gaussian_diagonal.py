@@ -14,6 +14,7 @@ import numpy as np
 from .. import backend as B
 from ..geometry import points as _points
 from ..geometry.charts import Chart
+from . import _stable
 
 LOG2PI = math.log(2 * math.pi)
 from .gaussian import Gaussian
@@ -166,7 +167,7 @@ class DiagonalGaussian(Gaussian):
         vp, vq = sp[..., d:], sq[..., d:]
         # (dmu)^2 / vq as a square of halves: no overflow of the difference or of its square before the division
         w = (0.5 * sq[..., :d] - 0.5 * sp[..., :d]) / xp.sqrt(vq)
-        return 0.5 * B.sum(_ratio_minus_one_minus_log(vp, vq, xp) + 4.0 * w * w, axis=-1)
+        return 0.5 * B.sum(_stable.ratio_minus_one_minus_log(vp, vq, xp) + 4.0 * w * w, axis=-1)
 
     # ---------------------------------------------- product of half-planes (x, y) = (mu_i / sqrt2, sigma_i)
     # metric 2 (dx^2 + dy^2) / y^2.  The closed forms below are written so that no two large numbers are
@@ -245,29 +246,6 @@ def _halfplane_offsets(mu, var, mu2, var2, xp):
     t = 2.0 * xp.where(normal, xp.arcsinh(xp.where(normal, r, 1.0 + zero)),
                        xp.where(log_r > 0, far, xp.exp(xp.minimum(log_r, zero))))
     return dx, t
-
-
-@_quiet
-def _ratio_minus_one_minus_log(vp, vq, xp):
-    r""":math:`r - 1 - \log r` for :math:`r = v_p / v_q`, accurate near :math:`r = 1` and for ratios that overflow."""
-    z = (vp - vq) / vq
-    near = xp.abs(z) < 0.5
-    zero = 0.0 * vq
-    zn = xp.where(near, z, zero)
-    # with w = z / (2 + z), |w| <= 1/3: log1p z = 2 atanh w, so z - log1p z = 2w^2/(1-w) - 2(w^3/3 + w^5/5 + ...),
-    # a sum without cancellation (the tail is at most an eighth of the first term)
-    w = zn / (2.0 + zn)
-    w2 = w * w
-    tail = 0.0 * w
-    for k in range(33, 1, -2):
-        tail = 1.0 / k + w2 * tail
-    close = 2.0 * w2 / (1.0 - w) - 2.0 * w * w2 * tail
-    # far from 1: the ratio (0 or inf where it leaves the floats, as the answer does), and its log taken whole
-    # where it is a normal float (log vp - log vq would lose |log vp| ulps), by parts where it is not
-    r = vp / vq
-    normal = (r > 1e-300) & (r < 1e300)
-    log_r = xp.where(normal, xp.log(xp.where(normal, r, 1.0 + zero)), xp.log(vp) - xp.log(vq))
-    return xp.where(near, close, r - 1.0 - log_r)
 
 
 class UnivariateGaussian(DiagonalGaussian):

@@ -14,13 +14,17 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from .. import backend as B
-from ..budget import Budget, as_budget
+from ..budget import Budget, BudgetExceededError, as_budget
 
 __all__ = ["newton_legendre", "legendre_primitive", "DEFAULT_BUDGET"]
 
 
 #: default budget of one Legendre inversion: Newton iterations (line-search steps included) and wall time
 DEFAULT_BUDGET = Budget(max_iter=500, max_time=20.0)
+
+#: once the moment error is within tol, a Newton step below this (relative to 1 + |theta_i|, each component)
+#: ends the inversion: it is taken, and the error left is about its square
+STEP_TOL = 1e-8
 
 
 def newton_legendre(psi: Callable, eta: np.ndarray, theta0: Any,
@@ -35,6 +39,10 @@ def newton_legendre(psi: Callable, eta: np.ndarray, theta0: Any,
     sense of the dual objective).  Each Newton step is backtracked until it stays in
     the domain and satisfies Armijo's condition, so the iteration converges from any
     interior start when :math:`\eta` lies in the interior of the moment space.
+    It stops when the moment error :math:`\|\nabla\psi(\theta) - \eta\|` is within ``tol`` times
+    :math:`1 + \|\eta\|` *and* the Newton step is below ``STEP_TOL`` relative to :math:`1 + |\theta_i|` in
+    every component (that last step is taken): the moment error alone is blind to the small components
+    of :math:`\eta` (a Poisson mean of 1e-10).
     Raises ``ValueError`` when :math:`\eta` is not attained and
     :class:`~infogeo.budget.BudgetExceededError` when the budget runs out.
     ``grad`` and ``hessian`` give :math:`\nabla\psi` and :math:`\nabla^2\psi` in closed form
@@ -64,16 +72,31 @@ def newton_legendre(psi: Callable, eta: np.ndarray, theta0: Any,
             g = B.to_numpy(grad(theta)) - eta
         if not np.all(np.isfinite(g)):
             break
-        if np.linalg.norm(g) <= tol * (1.0 + np.linalg.norm(eta)):
-            return theta
-        b.tick()
+        # a moment error at the level of ||eta|| is not yet convergence for the small components of eta
+        # (Poisson mean 1e-10 stopped at theta = log(1.00005e-10)): stop on the Newton step, relative to theta
+        small = np.linalg.norm(g) <= tol * (1.0 + np.linalg.norm(eta))
         with np.errstate(all="ignore"):
             H = B.to_numpy(hessian(theta))
         try:
             step = -np.linalg.solve(H, g)
         except np.linalg.LinAlgError:
+            if small:
+                return theta
             break  # psi flattens out: eta lies outside the moment space
-        if not np.all(np.isfinite(step)) or float(g @ step) >= 0:
+        newton = np.all(np.isfinite(step)) and float(g @ step) < 0
+        if small and (not newton or np.max(np.abs(step) / (1.0 + np.abs(theta))) <= STEP_TOL):
+            return _last_step(theta, step if newton else None, lambda th: B.to_numpy(grad(th)) - eta,
+                              in_domain, tol * (1.0 + np.linalg.norm(eta)))
+        try:
+            b.tick()
+        except BudgetExceededError:
+            if small:  # the moments match to rounding yet theta keeps moving: it runs off to infinity
+                raise ValueError(f"mean parameters {eta} are not attained by any natural parameter: the moment "
+                                 f"error is {np.linalg.norm(g):.3g} but the natural parameter keeps moving "
+                                 f"(now {np.array2string(theta, precision=4)}) towards infinity; eta lies on "
+                                 "the boundary of the moment space (or within rounding of it)") from None
+            raise
+        if not newton:
             step = -g  # Hessian not numerically positive definite here: steepest descent
         t = 1.0
         while t > 1e-14:
@@ -86,9 +109,10 @@ def newton_legendre(psi: Callable, eta: np.ndarray, theta0: Any,
                                            or abs(f_new - f) <= 1e-15 * (1 + abs(f))):
                     break
                 # near the solution f is flat to rounding: accept a step that shrinks the moment error
-                with np.errstate(all="ignore"):
+                with np.errstate(all="ignore"):   # an overflowing moment error is a rejected step
                     g_new = B.to_numpy(grad(cand)) - eta
-                if np.linalg.norm(g_new) <= (1 - 1e-4 * t) * np.linalg.norm(g):
+                    shrinks = np.linalg.norm(g_new) <= (1 - 1e-4 * t) * np.linalg.norm(g)
+                if shrinks:
                     f_new = obj(cand)
                     break
             t *= 0.5
@@ -104,6 +128,20 @@ def newton_legendre(psi: Callable, eta: np.ndarray, theta0: Any,
     raise ValueError(f"mean parameters {eta} are not attained by any natural parameter "
                      f"(Legendre inversion stalled with moment error {np.linalg.norm(g):.3g}); "
                      "expected a point in the interior of the convex hull of the sufficient statistics")
+
+
+def _last_step(theta: np.ndarray, step: Optional[np.ndarray], moment_error: Callable, in_domain: Callable,
+               tol: float) -> np.ndarray:
+    """``theta + step`` (the Newton step, below ``STEP_TOL`` relative to theta: its error is about the square
+    of that) where it stays in the domain with a moment error still within ``tol``, else ``theta``."""
+    if step is None:
+        return theta
+    cand = theta + step
+    if not in_domain(cand):
+        return theta
+    with np.errstate(all="ignore"):
+        g = moment_error(cand)
+    return cand if np.all(np.isfinite(g)) and np.linalg.norm(g) <= tol else theta
 
 
 def _candidate_starts(family: Any, eta: np.ndarray) -> list:

@@ -9,4 +9,12 @@ from ..geometry.statistics import frechet_mean, register_mean, register_transpor
 from .kmeans import KMeans
 from .pca import TangentPCA
 
-__all__ = ["KMeans", "TangentPCA", "frechet_mean", "transport", "register_mean", "register_transport"]
+__all__ = ["KMeans", "TangentPCA", "NotFittedError", "frechet_mean", "transport", "register_mean", "register_transport"]
+
+
+def __getattr__(name: str):
+    # NotFittedError is scikit-learn's, imported on first use (see ._fitted)
+    if name == "NotFittedError":
+        from ._fitted import not_fitted_error
+        return not_fitted_error()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

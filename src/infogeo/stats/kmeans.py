@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import backend as B
 from ..geometry import points as _points
+from ._fitted import check_fitted
 
 logger = logging.getLogger(__name__)
 
@@ -126,8 +127,7 @@ class KMeans:
         return B.array(B.to_numpy(C), like=X) if B.is_torch(X) != B.is_torch(C) else C
 
     def _check_fitted(self) -> None:
-        if not hasattr(self, "cluster_centers_"):
-            raise RuntimeError("this KMeans is not fitted yet; call fit(X) first")
+        check_fitted(self, "cluster_centers_")
 
     def _seed_centres(self, X: Any, rng: np.random.Generator):
         n = X.shape[0]

@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import backend as B
 from ..geometry import points as _points
+from ._fitted import check_fitted
 from ..geometry.vectors import TangentVector
 
 __all__ = ["TangentPCA"]
@@ -112,5 +113,4 @@ class TangentPCA:
         return V @ self._L                                          # y = L^T v, as rows
 
     def _check_fitted(self) -> None:
-        if not hasattr(self, "components_"):
-            raise RuntimeError("this TangentPCA is not fitted yet; call fit(X) first")
+        check_fitted(self, "components_")
