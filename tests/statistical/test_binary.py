@@ -259,3 +259,30 @@ def test_gibbs_on_bits_within_four_standard_errors():
     theta = np.array([0.3, -0.5, 0.2, 0.1, 0.8, -0.6, 0.4])
     est = M.estimate_moments(theta, 6400, rng=0, chains=32, burn_in=50)   # t with 31 dof: 4 SE is a wide band
     assert np.all(np.abs(est.value - M.moments(theta)) <= 4 * est.stderr)
+
+
+@pytest.mark.parametrize("theta", [6.0, -6.0, 9.0])
+def test_ising_moments_stay_inside_and_near_the_boundary_are_accurate(theta):
+    """The moments of a strongly coupled Ising model never round past the bounds, and their distance to the nearer
+    bound (1 - eta or eta + 1) matches mpmath enumeration (a plain sum of probabilities gave 1 + 4e-16 at 6)."""
+    mpmath = pytest.importorskip("mpmath")
+    import itertools
+    edges = [(0, 1), (1, 2), (2, 3), (0, 3)]
+    M = ig.IsingModel(4, edges)
+    th = np.full(8, theta)
+    eta = np.asarray(M.in_chart("natural").to_chart(th, "mean"))
+    assert np.all(eta <= 1) and np.all(eta >= -1)   # (at theta = 9 the gap, 7e-24, is below float64's near 1)
+    mpmath.mp.dps = 50
+    w, acc = [], [mpmath.mpf(0)] * 8
+    for x in itertools.product((-1, 1), repeat=4):
+        t = list(x) + [x[i] * x[j] for i, j in edges]
+        e = mpmath.exp(sum(mpmath.mpf(theta) * v for v in t))
+        w.append((e, t))
+    Z = sum(e for e, _ in w)
+    for e, t in w:
+        acc = [a + e * v for a, v in zip(acc, t)]
+    want = [a / Z for a in acc]
+    for got, ref in zip(eta, want):
+        gap = 1 - ref if ref > 0 else ref + 1   # distance to the nearer bound
+        got_gap = 1 - got if ref > 0 else got + 1
+        assert abs(got_gap - float(gap)) <= 1e-12 * abs(float(gap)) + 4 * np.finfo(float).eps

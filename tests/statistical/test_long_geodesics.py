@@ -56,3 +56,15 @@ def test_log_of_logits_that_round_onto_the_simplex_boundary_is_refused(make):
             M.log(a, b)
     v = M.log(np.full(M.dim, 5.0), near).components          # far from the boundary: unchanged
     assert np.all(np.isfinite(v)) and float(M.dist(np.full(M.dim, 5.0), near)) > 0
+
+
+def test_a_generic_geodesic_that_leaves_the_domain_is_refused_as_too_long():
+    """A family given by its log-partition alone (Poisson, natural chart): the ODE geodesic reaches the boundary
+    (the Fisher metric e^θ vanishes as θ → -∞: φ = 2e^{θ/2} is flat, so the step's length 2 ends at φ = 0), so
+    exp raises the ValueError of a step too long; a step that fits matches the flat coordinate's closed form."""
+    P = ig.ExponentialFamily(sufficient_statistics=lambda x: np.asarray(x, float).reshape(-1, 1),
+                             log_partition=lambda th: B.exp(th[0]), dim=1)
+    x = np.array([0.0])
+    with pytest.raises(ValueError, match="shorter step"):
+        P.exp(x, P.vector(x, [-1e4]))
+    np.testing.assert_allclose(P.exp(x, P.vector(x, [-0.5])), [2 * np.log(0.75)], rtol=1e-8)

@@ -242,7 +242,13 @@ class BinaryExponentialFamily(FiniteFamily):
         self._require_exact("the moments")
         T = self._full_table()
         if T is not None:
-            return B.matmul(B.softmax(B.matmul(theta, B.array(T.T, like=theta)), axis=-1), B.array(T, like=theta))
+            P = B.softmax(B.matmul(theta, B.array(T.T, like=theta)), axis=-1)
+            # E[t] = hi - E[hi - t] near the top and lo + E[t - lo] near the bottom: sums of non-negative terms,
+            # so a moment never rounds past the values t takes (a plain E[t] could end at 1 + 4e-16)
+            lo, hi = float(min(self.values)), float(max(self.values))
+            top = hi - B.matmul(P, B.array(hi - T, like=theta))
+            bottom = lo + B.matmul(P, B.array(T - lo, like=theta))
+            return B.where(top + bottom > lo + hi, top, bottom)
         lead, eta = self._batched(theta, "the moments", lambda a: self._sums(a, False)[1])
         return eta.reshape(lead + (self.dim,))
 

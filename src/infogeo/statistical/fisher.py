@@ -135,7 +135,14 @@ class FisherMetric(Metric):
         """The end point of the geodesic, refused (``ValueError``) when it is not a valid point in floating point:
         a long step overflows (``cosh``, ``exp``) or rounds onto the boundary (a variance of 0)."""
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # the end point is checked instead
-            return self._valid_end(self._exp(x, v))
+            try:
+                y = self._exp(x, v)
+            except RuntimeError as exc:   # the generic geodesic ODE stopped, at the boundary of the domain
+                from ..geometry.geodesics import GeodesicError   # (loaded already if that is what was raised)
+                if not isinstance(exc, GeodesicError):
+                    raise
+                raise self._invalid_end(self.family.chart, exc) from None
+            return self._valid_end(y)
 
     def _exp(self, x, v):
         if (out := self._route("exp", x, v)) is not _BY_CHART:
