@@ -173,3 +173,34 @@ def test_ignored_positions_stay_in_a_where_they_reach_the_loss_through_the_layer
     kept = y != -100
     assert torch.allclose(blocks["v.weight"].A, second_moment(h.reshape(-1, 4)), rtol=1e-10, atol=1e-12)
     assert torch.allclose(blocks["head.weight"].A, second_moment(att[kept]), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["diag", "kfac"])
+@pytest.mark.parametrize("fisher", ["exact", "empirical"])
+@pytest.mark.parametrize("sequence", [False, True])
+def test_a_class_weighted_loss_in_the_plain_loop_equals_the_curvature_of_the_targets(kind, fisher, sequence):
+    """``CrossEntropyLoss(weight=w)``: each position weighs its class's weight, which needs the targets; the
+    hooks read them off the gradient (its one negative entry), so the plain loop needs none (it raised)."""
+    w = torch.tensor([0.2, 1.0, 2.5, 5.0], dtype=F64)
+    ce = torch.nn.CrossEntropyLoss(weight=w, ignore_index=-100)
+    if sequence:
+        ids, y = batch()
+        inputs, make = ids, model
+    else:
+        g = torch.Generator().manual_seed(2)
+        inputs, y = torch.randn(12, 3, dtype=F64, generator=g), torch.randint(0, 4, (12,), generator=g)
+        y[3] = -100
+
+        def make():
+            torch.manual_seed(1)
+            return torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 4)).double()
+    m = make()
+    exact = {"inverse": "eigen"} if kind == "kfac" else {}
+    pre = ig.nn.Preconditioner(m, kind, damping=LAM, fisher=fisher, kl_clip=None, output_metric=ce, **exact)
+    m.zero_grad()
+    ce(m(inputs).reshape(-1, 4), y.reshape(-1)).backward()
+    g = torch.cat([p.grad.reshape(-1) for p in m.parameters()])
+    d = torch.cat([v.reshape(-1) for v in pre.precondition().values()])
+    C = ig.nn.ParameterSpace(make(), ce, data=inputs, targets=y).curvature(kind, fisher).to_dense()
+    want = torch.linalg.solve(C + LAM * torch.eye(len(g), dtype=F64), g)
+    assert torch.allclose(d, want, rtol=1e-9, atol=1e-12)

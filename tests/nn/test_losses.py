@@ -167,8 +167,9 @@ def test_other_callables_are_refused_unless_wrapped():
         ig.nn.ParameterSpace(model, nn.CrossEntropyLoss(reduction="none"), data=X)
     with pytest.raises(ValueError, match="pos_weight"):
         ig.nn.ParameterSpace(model, nn.BCEWithLogitsLoss(pos_weight=torch.ones(3)), data=X)
-    with pytest.raises(ValueError, match="targets"):
-        ig.nn.ParameterSpace(model, nn.CrossEntropyLoss(weight=torch.ones(3, dtype=torch.float64)), data=X)
+    weighted = ig.nn.ParameterSpace(model, nn.CrossEntropyLoss(weight=torch.ones(3, dtype=torch.float64)), data=X)
+    with pytest.raises(ValueError, match="targets"):   # the class weights are the targets' classes'
+        weighted.curvature("diag", "exact")
     # an explicit divergence is its Hessian metric: 0.5 |u - w|^2 gives the Gauss-Newton matrix
     space = ig.nn.ParameterSpace(model, ig.nn.DivergenceOutput(lambda u, w: 0.5 * ((u - w) ** 2).sum()), data=X)
     assert rel(space.metric.matrix(), ig.nn.ParameterSpace(model, "euclidean", data=X).metric.matrix()) < EXACT

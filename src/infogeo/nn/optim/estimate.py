@@ -181,7 +181,7 @@ class CurvatureEstimate:
                     finally:
                         space.output_metric = own
                         self._let_go(space)
-            if given and z.dim() == 2 and n > 0:   # the examples kept weigh the same: one factor for all
+            if given and z.dim() == 2 and n > 0 and _uniform(column):   # one factor for all the examples kept
                 grads = OutputGradients(calls, float(column.max()))
                 self.pending.add(Deferred(lambda: build(grads), grads.remove), n)
             else:
@@ -435,3 +435,10 @@ def _structure_code(new: Optional[Tuple[Any, int]]) -> float:
     blocks = getattr(new[0], "blocks", None) if new is not None else None
     return -1.0 if blocks is None else float(zlib.crc32(repr([(b.kind, b.names, b.stat_shapes())
                                                               for b in blocks]).encode()))
+
+
+def _uniform(scale: torch.Tensor) -> bool:
+    """Whether the non-zero entries of ``scale`` are one number (the examples a loss keeps weigh the same, unless it
+    has class weights): then the user's backward can carry the empirical Fisher's one column to every layer."""
+    nonzero = scale.reshape(-1)[scale.reshape(-1) != 0]
+    return nonzero.numel() == 0 or bool((nonzero == nonzero[0]).all())

@@ -6,7 +6,8 @@ non-zero gradient, unless the likelihood is saturated there (:math:`p = \text{on
 its Fisher is zero too (the Hessian of a categorical or Bernoulli likelihood vanishes where its gradient does,
 :attr:`~.base.OutputMetric.flat_means_ignored`).  So for those metrics a zero gradient row marks a position
 the curvature leaves out, as the targets' ``ignore_index`` would.  Metrics whose curvature does not vanish with
-the gradient (a squared error at an exact fit) are left as they are.
+the gradient (a squared error at an exact fit) are left as they are.  A class-weighted cross-entropy needs the
+targets themselves (each position's weight is its class's): the gradient gives them too, its one negative entry.
 """
 from __future__ import annotations
 
@@ -27,18 +28,28 @@ def _base(metric: OutputMetric) -> OutputMetric:
 
 def ignoring_flat(metric: OutputMetric, z: torch.Tensor, grad: torch.Tensor) -> Optional[OutputMetric]:
     """``metric`` bound to outputs ``z`` with the positions where the loss gradient ``grad`` is zero weighted 0,
-    or ``None`` where every position has a gradient or the metric cannot tell (then the metric stands as bound
-    without targets).  A torch loss's weights are those its targets would give (the mean over the positions it
-    keeps); another metric keeps its weights and gets 0 at the ignored positions."""
+    or ``None`` where every position has a gradient and nothing else is to be read (then the metric stands as
+    bound without targets).  A torch loss's weights are those its targets would give (the mean over the positions
+    it keeps); with class weights, the targets themselves are read off the gradient (below); another metric keeps
+    its weights and gets 0 at the ignored positions."""
     if not _base(metric).flat_means_ignored or grad.dim() < 2 or grad.shape != z.shape:
         return None
     kept = grad.detach().ne(0).any(-1)
-    if bool(kept.all()) or not bool(kept.any()):   # none ignored; or no gradient at all (no loss to read)
+    if not bool(kept.any()):   # no gradient at all: no loss to read
         return None
     if isinstance(metric, LossOutput):
-        if metric.elements != "one" or metric.ignore_index is None or metric.class_weight is not None:
+        if metric.elements != "one":
+            return None
+        if metric.class_weight is not None:
+            # class-index losses without smoothing (torch refuses class weights with it): the gradient
+            # w_y (p - e_y) / W is negative at the target class alone, so that class is its smallest entry
+            ignore = -100 if metric.ignore_index is None else metric.ignore_index
+            return metric.bind(z, torch.where(kept, grad.detach().argmin(-1), ignore))
+        if bool(kept.all()) or metric.ignore_index is None:
             return None
         return metric.bind(z, kept=kept)
+    if bool(kept.all()):
+        return None
     return WeightedOutput(metric.bind(z), kept.to(z.dtype))
 
 

@@ -95,8 +95,9 @@ class LossOutput(WeightedOutput):
             targets = torch.where(kept, 0, self.ignore_index).to(torch.long)
         index_targets = targets is not None and not targets.is_floating_point()
         if self.class_weight is not None and not index_targets:
-            raise ValueError(f"{type(self.loss_module).__name__} with class weights needs the class-index targets "
-                             "of the batch: pass targets=... to ParameterSpace")
+            # the weights are the targets' classes': unknown here (the optimizers' hooks read them off the loss
+            # gradient, :mod:`.ignored`); an unbound copy says so when it is used
+            return LossOutput(self.base, self.loss_module, self.elements, self.ignore_index, self.class_weight)
         if targets is not None and index_targets and self.elements == "one":
             self.base.check_targets(z, self._targets(targets))
             w = torch.ones(targets.shape, dtype=z.dtype if z.is_floating_point() else torch.float64,
@@ -122,6 +123,10 @@ class LossOutput(WeightedOutput):
         return new
 
     def _w(self, like, power=1.0):
+        if not self.bound and self.class_weight is not None:
+            raise ValueError(f"{type(self.loss_module).__name__} with class weights needs the class-index targets "
+                             "of the batch: pass targets=... to ParameterSpace, or to the optimizer's step with "
+                             "inputs=... (its plain loop reads them off your loss's gradient)")
         if not self.bound:
             raise RuntimeError(f"the output metric of {type(self.loss_module).__name__} depends on the batch: "
                                "fit it with .bind(outputs, targets) (ParameterSpace does this)")
