@@ -402,3 +402,30 @@ def test_half_precision_models_solve_in_the_curvatures_precision(kind, dtype):
     bad = dict(g, **{space.names[0]: torch.full_like(g[space.names[0]], float("nan"))})
     with pytest.raises(ValueError, match="NaN or inf"):
         C.solve(None, bad, damping=1e-2)
+
+
+def test_an_embedding_bag_has_the_kronecker_factors_of_its_bags_token_counts():
+    """K-FAC's block of an EmbeddingBag (mean, padding left out) against its definition: A = mean of c c^T over the
+    bags' count vectors c (formed by hand), G = mean of the output-gradient outer products (the exact Fisher's
+    columns, by autograd on the bag outputs)."""
+    torch.manual_seed(0)
+    bag = torch.nn.EmbeddingBag(6, 3, mode="mean", padding_idx=0).double()
+    model = torch.nn.Sequential(bag, torch.nn.Tanh(), torch.nn.Linear(3, 4)).double()
+    X = torch.tensor([[1, 2, 2, 0], [3, 0, 0, 0], [4, 5, 1, 3], [0, 0, 0, 0], [5, 5, 5, 2]])
+    y = torch.tensor([0, 1, 2, 3, 1])
+    space = ig.nn.ParameterSpace(model, "categorical", data=X, targets=y)
+    block = next(b for b in space.curvature("kfac", "exact").blocks if b.names == ["0.weight"])
+    c = torch.zeros(5, 6, dtype=torch.float64)
+    for n, row in enumerate(X.tolist()):
+        kept = [t for t in row if t != 0]
+        for t in kept:
+            c[n, t] += 1.0 / len(kept)
+    assert torch.allclose(block.A, c.T @ c / 5, rtol=1e-12, atol=1e-15)
+    # G: the exact Fisher's columns at the bag outputs, sqrt(H) pulled back through the read-out
+    h = bag(X)
+    z = model[2](torch.tanh(h))
+    p = torch.softmax(z, -1)
+    H = torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)
+    J = torch.stack([torch.autograd.functional.jacobian(lambda u: model[2](torch.tanh(u)), h[n]) for n in range(5)])
+    G = torch.einsum("nck,ncd,ndl->kl", J, H, J) / 5
+    assert torch.allclose(block.G, G, rtol=1e-10, atol=1e-13)

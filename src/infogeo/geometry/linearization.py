@@ -179,7 +179,14 @@ class _TorchLinearization:
         with torch.no_grad(), composite_attention(), fwAD.dual_level():
             for v in vs:
                 dual = {n: fwAD.make_dual(p, v[n].to(p)) for n, p in self.point.items()}
-                z, t = fwAD.unpack_dual(self._checked(self.fn(dual)))
+                try:
+                    z, t = fwAD.unpack_dual(self._checked(self.fn(dual)))
+                except NotImplementedError as exc:   # the double vjp failed first: no route to Jv is left
+                    why = (str(exc).splitlines() or [type(exc).__name__])[0]
+                    raise ValueError(f"Jacobian-vector products of this map need forward-mode autodiff or a double "
+                                     f"backward, and torch implements neither for one of its operations ({why}); "
+                                     f"for a network, use a curvature that takes no such products ('kfac', 'diag', "
+                                     f"'block' or 'dense')") from exc
                 if self._z is None:
                     self._z = z
                 out.append(torch.zeros_like(z) if t is None else t)

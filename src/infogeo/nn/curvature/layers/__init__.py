@@ -24,16 +24,18 @@ from .batchnorm import BatchNormRule
 from .conv import ConvRule
 from .conv_transpose import ConvTransposeRule
 from .embedding import EmbeddingRule
+from .embedding_bag import EmbeddingBagRule
 from .hf_conv1d import HFConv1DRule
 from .linear import LinearRule
 from .module import ModuleRule
 
-__all__ = ["LayerRule", "AffineRule", "LinearRule", "HFConv1DRule", "ConvRule", "ConvTransposeRule", "EmbeddingRule", "BatchNormRule", "ModuleRule", "RULES",
+__all__ = ["LayerRule", "AffineRule", "LinearRule", "HFConv1DRule", "ConvRule", "ConvTransposeRule", "EmbeddingRule", "EmbeddingBagRule",
+           "BatchNormRule", "ModuleRule", "RULES",
            "register", "unregister", "rule_for", "support_table"]
 
 #: the rules in the order they are tried (the generic :class:`~.module.ModuleRule` last)
-RULES: List[LayerRule] = [LinearRule(), HFConv1DRule(), ConvRule(), ConvTransposeRule(), EmbeddingRule(), BatchNormRule(),
-                          ModuleRule()]
+RULES: List[LayerRule] = [LinearRule(), HFConv1DRule(), ConvRule(), ConvTransposeRule(), EmbeddingRule(),
+                          EmbeddingBagRule(), BatchNormRule(), ModuleRule()]
 
 
 def register(rule: LayerRule, before: Optional[str] = None) -> LayerRule:
@@ -74,6 +76,7 @@ def support_table() -> str:
     lines = ["| rule | layers | Kronecker factors (K-FAC, EKFAC) |", "|---|---|---|"]
     for r in RULES:
         lines.append(f"| `{r.name}` | {r.description} | {'yes' if r.kronecker else 'no: exact diagonal block'} |")
-    lines.append("| `network` | parameters no rule can take: modules called several times or never, tied "
-                 "weights, uses outside the owning module | no: exact diagonal block through the whole network |")
+    lines.append("| `network` | parameters no rule can take: modules called several times, tied weights, uses "
+                 "outside the owning module | no: exact diagonal block through the whole network |")
+    lines.append("| (unused) | parameters of a module the forward never calls | no: zero (nothing reached them) |")
     return "\n".join(lines)
