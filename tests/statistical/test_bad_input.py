@@ -76,3 +76,14 @@ def test_geodesic_leaving_the_simplex_is_reported():
     p = C.point(probs=[0.1, 0.1, 0.8])
     with pytest.raises(ValueError, match="leaves the probability simplex"):
         C.exp(p, C.vector(p, np.array([-0.5, 0.0])))
+
+
+def test_a_valid_vector_whose_last_class_the_mean_chart_cannot_hold_is_refused_with_the_reason():
+    """[.4, .3, .3, 1e-30] is a probability vector, but its first three entries sum to 1 in floating point:
+    the error says so (it blamed the input as off the simplex), and the natural chart holds the point."""
+    C = ig.Categorical(4)
+    with pytest.raises(ValueError, match="below what the mean chart"):
+        C.point(probs=[.4, .3, .3, 1e-30])
+    logits = np.log([.4, .3, .3]) - np.log(1e-30)
+    p = C.in_chart("natural").point(logits)
+    assert np.all(np.isfinite(np.asarray(p)))

@@ -170,6 +170,11 @@ class Categorical(FiniteFamily):
             raise ValueError(f"probabilities off the simplex: {a.tolist() if a.size < 50 else '...'} "
                              f"(sums {np.unique(a.sum(-1))[:3].tolist()}); expected strictly positive entries "
                              "summing to 1")
+        if np.min(1.0 - a[..., :-1].sum(-1)) <= 0:   # a valid vector the first k-1 probabilities cannot hold
+            raise ValueError(f"the last class's probability ({a[..., -1].min():.3g}) is below what the mean chart's "
+                             f"first {self.k - 1} probabilities resolve (their sum rounds to 1): order the classes "
+                             f"with a large one last, or give the point in the natural chart (logits "
+                             f"log(p_i / p_k)), which holds it")
         return self.from_chart(q[..., :-1], "mean")
 
     def _sample(self, p, n, rng):
