@@ -32,13 +32,13 @@ from __future__ import annotations
 from .base import DiagonalOutputMetric, OutputMetric
 from .euclidean import EuclideanOutput, GaussianFisher
 from .generic import DivergenceOutput, FactorOutput, HessianOutput, SampledOutput
-from .likelihoods import (BernoulliFisher, CategoricalFisher, CategoricalLogProbFisher, GaussianVarianceFisher,
-                          HeteroscedasticGaussianFisher)
+from .likelihoods import (BernoulliFisher, BernoulliProbabilityFisher, CategoricalFisher, CategoricalLogProbFisher,
+                          GaussianVarianceFisher, HeteroscedasticGaussianFisher)
 from .losses import LossOutput, from_loss
 from .resolve import output_metric
 from .weighted import WeightedOutput
 
 __all__ = ["OutputMetric", "DiagonalOutputMetric", "EuclideanOutput", "CategoricalFisher", "BernoulliFisher",
-           "GaussianFisher", "HeteroscedasticGaussianFisher", "DivergenceOutput", "HessianOutput", "SampledOutput",
+           "GaussianFisher", "HeteroscedasticGaussianFisher", "BernoulliProbabilityFisher", "DivergenceOutput", "HessianOutput", "SampledOutput",
            "FactorOutput", "output_metric", "CategoricalLogProbFisher", "GaussianVarianceFisher", "WeightedOutput",
            "LossOutput", "from_loss"]

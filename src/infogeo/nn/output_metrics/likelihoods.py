@@ -151,6 +151,37 @@ class BernoulliFisher(DiagonalOutputMetric):
         return torch.sigmoid(z) - targets.to(z.dtype)
 
 
+class BernoulliProbabilityFisher(DiagonalOutputMetric):
+    r"""Fisher metric of independent Bernoullis with probabilities :math:`z \in (0, 1)` as outputs (a sigmoid in the
+    model, ``nn.BCELoss``): :math:`G_z = \operatorname{diag}(1/(z(1-z)))`, the Bernoulli Fisher in its mean
+    coordinates (the expected Hessian of the binary cross-entropy in :math:`z`; the Hessian itself depends on the
+    targets).  Samples :math:`(z - t)/(z(1-z))`, :math:`t\sim\mathrm{Bernoulli}(z)`.
+    """
+
+    name = "Bernoulli Fisher metric (probabilities)"
+
+    def check(self, z: torch.Tensor) -> None:
+        super().check(z)
+        if z.device.type != "meta" and z.numel() and not bool(((z > 0) & (z < 1)).all()):
+            raise ValueError("the Bernoulli metric of probabilities needs outputs strictly between 0 and 1 (a "
+                             "sigmoid's); for logits use 'bernoulli' or BCEWithLogitsLoss")
+
+    def diag(self, z: torch.Tensor) -> torch.Tensor:
+        return 1.0 / (z * (1 - z))
+
+    def sample(self, z: torch.Tensor, samples: int = 1, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        p = z.expand((samples,) + tuple(z.shape))
+        return (p - torch.bernoulli(p, generator=generator)) / (p * (1 - p))
+
+    def position_loss(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        self.check_targets(z, targets)
+        return torch.nn.functional.binary_cross_entropy(z, targets.to(z.dtype), reduction="none").sum(-1)
+
+    def loss_grad(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        self.check_targets(z, targets)
+        return (z - targets.to(z.dtype)) / (z * (1 - z))
+
+
 class _MeanAndSpreadOutput(DiagonalOutputMetric):
     """Outputs whose last axis holds :math:`d` means, then :math:`d` spread parameters; targets are the means' shape."""
 

@@ -37,7 +37,8 @@ import torch
 
 from .base import OutputMetric
 from .euclidean import EuclideanOutput
-from .likelihoods import BernoulliFisher, CategoricalFisher, CategoricalLogProbFisher, GaussianVarianceFisher
+from .likelihoods import (BernoulliFisher, BernoulliProbabilityFisher, CategoricalFisher, CategoricalLogProbFisher,
+                          GaussianVarianceFisher)
 from .weighted import WeightedOutput
 
 __all__ = ["LossOutput", "from_loss", "is_torch_loss", "SUPPORTED_LOSSES"]
@@ -45,10 +46,11 @@ __all__ = ["LossOutput", "from_loss", "is_torch_loss", "SUPPORTED_LOSSES"]
 nn, F = torch.nn, torch.nn.functional
 
 #: torch losses with an output metric
-SUPPORTED_LOSSES = ("CrossEntropyLoss", "NLLLoss", "BCEWithLogitsLoss", "MSELoss", "GaussianNLLLoss")
+SUPPORTED_LOSSES = ("CrossEntropyLoss", "NLLLoss", "BCEWithLogitsLoss", "BCELoss", "MSELoss", "GaussianNLLLoss")
 
 _FUNCTIONAL = {F.cross_entropy: nn.CrossEntropyLoss, F.nll_loss: nn.NLLLoss,
-               F.binary_cross_entropy_with_logits: nn.BCEWithLogitsLoss, F.mse_loss: nn.MSELoss,
+               F.binary_cross_entropy_with_logits: nn.BCEWithLogitsLoss, F.binary_cross_entropy: nn.BCELoss,
+               F.mse_loss: nn.MSELoss,
                F.gaussian_nll_loss: nn.GaussianNLLLoss}
 
 
@@ -175,6 +177,11 @@ def from_loss(loss: Any) -> LossOutput:
             raise ValueError("BCEWithLogitsLoss with weight= or pos_weight= is not supported (the curvature would "
                              "depend on the targets elementwise); use it without them")
         return LossOutput(BernoulliFisher(), loss, "last")
+    if isinstance(loss, nn.BCELoss):
+        if loss.weight is not None:
+            raise ValueError("BCELoss with weight= is not supported (the curvature would depend on the targets "
+                             "elementwise); use it without")
+        return LossOutput(BernoulliProbabilityFisher(), loss, "last")
     if isinstance(loss, nn.MSELoss):
         return LossOutput(EuclideanOutput(2.0), loss, "last")
     if isinstance(loss, nn.GaussianNLLLoss):

@@ -7,14 +7,15 @@ from ...divergences import Divergence
 from .base import OutputMetric
 from .euclidean import EuclideanOutput, GaussianFisher
 from .generic import DivergenceOutput
-from .likelihoods import BernoulliFisher, CategoricalFisher, CategoricalLogProbFisher, HeteroscedasticGaussianFisher
+from .likelihoods import (BernoulliFisher, BernoulliProbabilityFisher, CategoricalFisher, CategoricalLogProbFisher,
+                          HeteroscedasticGaussianFisher)
 from .losses import from_loss, is_torch_loss
 
 __all__ = ["output_metric"]
 
 _NAMED = {
     "categorical": CategoricalFisher, "softmax": CategoricalFisher, "cross_entropy": CategoricalFisher,
-    "bernoulli": BernoulliFisher, "sigmoid": BernoulliFisher,
+    "bernoulli": BernoulliFisher, "sigmoid": BernoulliFisher, "bernoulli_probabilities": BernoulliProbabilityFisher,
     "euclidean": EuclideanOutput, "gauss-newton": EuclideanOutput, "gauss_newton": EuclideanOutput,
     "mse": EuclideanOutput, "gaussian": GaussianFisher,
     "gaussian_learned": HeteroscedasticGaussianFisher, "heteroscedastic": HeteroscedasticGaussianFisher,
@@ -28,11 +29,11 @@ def output_metric(spec: Union[str, OutputMetric, Divergence, Any]) -> OutputMetr
     Parameters
     ----------
     spec : str, OutputMetric, Divergence or torch loss
-        A name (``"categorical"``, ``"bernoulli"``, ``"euclidean"``, ``"gaussian"``,
-        ``"gaussian_learned"``, ``"log_probabilities"``), an :class:`OutputMetric`
+        A name (``"categorical"``, ``"bernoulli"``, ``"bernoulli_probabilities"``, ``"euclidean"``,
+        ``"gaussian"``, ``"gaussian_learned"``, ``"log_probabilities"``), an :class:`OutputMetric`
         (returned as is), a :class:`~infogeo.divergences.Divergence` (its metric, see
         :class:`DivergenceOutput`), or a torch loss (``CrossEntropyLoss``, ``NLLLoss``,
-        ``BCEWithLogitsLoss``, ``MSELoss``, ``GaussianNLLLoss``, as modules or functionals;
+        ``BCEWithLogitsLoss``, ``BCELoss``, ``MSELoss``, ``GaussianNLLLoss``, as modules or functionals;
         see :mod:`.losses`).
 
     Raises
@@ -55,7 +56,7 @@ def output_metric(spec: Union[str, OutputMetric, Divergence, Any]) -> OutputMetr
         return from_loss(spec)
     if callable(spec):
         raise TypeError(f"output_metric got the callable {getattr(spec, '__name__', type(spec).__name__)!r}, which "
-                        "is neither a supported torch loss (CrossEntropyLoss, NLLLoss, BCEWithLogitsLoss, MSELoss, "
+                        "is neither a supported torch loss (CrossEntropyLoss, NLLLoss, BCEWithLogitsLoss, BCELoss, MSELoss, "
                         "GaussianNLLLoss) nor a Divergence; if it is a divergence rho(u, w), wrap it explicitly as "
                         "ig.nn.DivergenceOutput(rho)")
     raise TypeError(f"output_metric must be a name, an OutputMetric, a Divergence or a torch loss, "
