@@ -7,7 +7,11 @@ from typing import Any, Callable, Dict, List, Tuple, Union
 import torch
 from torch.func import functional_call
 
-__all__ = ["Batch"]
+__all__ = ["Batch", "MissingTargets"]
+
+
+class MissingTargets(ValueError):
+    """A computation that needs the batch's targets (the empirical Fisher, the loss) was asked for without them."""
 
 
 @dataclass

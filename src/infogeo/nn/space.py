@@ -37,7 +37,7 @@ from ..geometry.linearization import Linearization, same_state, versions
 from ..geometry.manifold import Manifold
 from ..geometry.vectors import Covector, TangentVector
 from ._layers import batch_statistics_layers, check_per_example, warn_random_layers
-from .batch import Batch
+from .batch import Batch, MissingTargets
 from ._params import CurrentPoint, ParamLayout, Params
 from .curvature import Curvature, _backprop as _bp, build as _build_curvature, kinds
 from .network_metric import NetworkMetric
@@ -45,14 +45,10 @@ from .output_metrics import OutputMetric, output_metric as _resolve_metric
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ParameterSpace", "NetworkMetric", "MissingTargets"]
+__all__ = ["ParameterSpace", "NetworkMetric"]
 
 
 Cost = Callable[[Params], torch.Tensor]
-
-
-class MissingTargets(ValueError):
-    """A computation that needs the batch's targets (the empirical Fisher, the loss) was asked for without them."""
 
 
 class ParameterSpace(Manifold):

@@ -11,7 +11,6 @@ only (:meth:`CurvatureEstimate.local`) is kept apart from the collectives
 from __future__ import annotations
 
 import warnings
-import zlib
 from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 import torch
@@ -19,12 +18,12 @@ import torch
 from ...linalg import NotPositiveDefiniteError
 from .. import distributed as dd
 from .. import fsdp
-from ..batch import Batch
+from ..batch import Batch, MissingTargets
 from .._params import ParamLayout, all_finite, working_dtype
 from ..curvature import _backprop as bp
 from ..curvature import kinds
-from ..output_metrics.ignored import empirical_scale, ignoring_flat
-from ..space import MissingTargets, ParameterSpace
+from ..output_metrics.ignored import empirical_scale, ignoring_flat, one_scale
+from ..space import ParameterSpace
 from . import state
 from .damping import Damping
 from .hooks import ForwardRecorder, OutputGradients
@@ -104,10 +103,8 @@ class CurvatureEstimate:
         return space
 
     def _let_go(self, space: ParameterSpace) -> None:
-        """The kept space (one per batch signature) lets go of its batch once the statistics are built: the batch of
-        a refresh would otherwise stay alive until the next one, ``curvature_update_period`` steps later.  Its
-        tensors are kept on the meta device (shapes only), so a stray use fails instead of reading old data.  The
-        implicit kind's curvature is the space itself (its products are taken at the solve): it keeps its batch."""
+        """The kept space lets go of its batch once the statistics are built (else held until the next refresh), its
+        tensors kept on the meta device (a stray use fails); the implicit kind's curvature is the space itself."""
         if self.kind != "implicit" and any(s is space for s in self._spaces.values()):
             space.batch = space.batch.map(lambda a: a.to("meta"))
             space._outputs = None
@@ -148,9 +145,8 @@ class CurvatureEstimate:
         return self.solver is None or step % self.inverse_update_period == 0 or self.early(step)
 
     def _scale_options(self) -> Dict[str, Any]:
-        r"""EKFAC measures its scales in the basis the solves will use (George et al. 2018): the current one
-        between factorisations, else that of the factors averaged over the ranks and steps; so the scales
-        wait for :meth:`install` (``defer``), where both are known on every rank."""
+        r"""EKFAC measures its scales in the basis the solves will use (George et al. 2018), known on every rank only
+        in :meth:`install`: they wait for it (``defer``)."""
         return {"defer": True} if self.kind == "ekfac" else {}
 
     def _on_backward(self, z: torch.Tensor, calls: Dict[str, list], inputs: tuple, grad: torch.Tensor) -> None:
@@ -181,7 +177,7 @@ class CurvatureEstimate:
                     finally:
                         space.output_metric = own
                         self._let_go(space)
-            if given and z.dim() == 2 and n > 0 and _uniform(column):   # one factor for all the examples kept
+            if given and z.dim() == 2 and n > 0 and one_scale(column):   # one factor for all the examples kept
                 grads = OutputGradients(calls, float(column.max()))
                 self.pending.add(Deferred(lambda: build(grads), grads.remove), n)
             else:
@@ -239,33 +235,6 @@ class CurvatureEstimate:
         self.template_only = False
         state.check_fits(self, template)
         return new, template
-
-    def agree(self, error: Optional[BaseException], finite: bool, n: int,
-              new: Optional[Tuple[Any, int]]) -> Tuple[bool, torch.Tensor, Optional[Tuple[Any, int]]]:
-        """The step's one agreement over the ranks (:func:`~infogeo.nn.distributed.agree`): this rank's ``error``,
-        whether its gradients are ``finite``, its batch size ``n`` and the structure of its ``new`` statistics.
-        Returns whether some rank's gradient is not finite, every rank's ``n`` (column 0), and ``new``.
-
-        Statistics of other structures cannot be averaged.  Where a layer was reached by the batches of some ranks
-        only (a branch, an expert), the others adopt its block kind with zero statistics (one exchange of the
-        blocks' descriptions, only then; not for EKFAC's statistics awaiting their scales); any other difference
-        raises the same ``ValueError`` on every rank instead of exchanging tensors of other shapes."""
-        (nonfinite,), values = dd.agree(error, [not finite], [n, _structure_code(new)])
-        if not nonfinite and len({c for c in values[:, 1].tolist() if c >= 0}) > 1 and new is not None and \
-                hasattr(new[0], "templates") and not getattr(new[0], "deferred", False):
-            offers = dd.all_gather_objects(new[0].templates())
-            templates: Dict[tuple, Any] = {}
-            for offer in offers:
-                for names, block in offer.items():
-                    templates.setdefault(names, block)
-            new = (new[0].adopting(templates), new[1])
-            values[:, 1] = torch.tensor(dd.all_gather_objects(_structure_code(new)), dtype=values.dtype)
-        if len({c for c in values[:, 1].tolist() if c >= 0}) > 1:   # (-1: no statistics, e.g. a skipped step)
-            raise ValueError("the ranks' curvature statistics have other structures at this refresh: a layer reached "
-                             "by the batch of some ranks only (e.g. a branch or an expert: every rank's batch must "
-                             "reach the same layers on the steps that refresh the statistics), or other optimizer "
-                             "settings on some ranks (curvature, its options)")
-        return nonfinite, values, new
 
     def from_gathered(self, step: int, inputs: Any, targets: Optional[torch.Tensor],
                       grads: Params) -> Tuple[Params, Optional[Tuple[Any, int]], Any]:
@@ -429,16 +398,3 @@ class CurvatureEstimate:
         self.template_only = self.captures and self.loaded is not None and not self.statistics_due(step)
         self.recorder.armed = self.captures and (due or self.template_only)
 
-
-def _structure_code(new: Optional[Tuple[Any, int]]) -> float:
-    """A number that differs between statistics of other structures (kinds, parameters, shapes); -1 for none."""
-    blocks = getattr(new[0], "blocks", None) if new is not None else None
-    return -1.0 if blocks is None else float(zlib.crc32(repr([(b.kind, b.names, b.stat_shapes())
-                                                              for b in blocks]).encode()))
-
-
-def _uniform(scale: torch.Tensor) -> bool:
-    """Whether the non-zero entries of ``scale`` are one number (the examples a loss keeps weigh the same, unless it
-    has class weights): then the user's backward can carry the empirical Fisher's one column to every layer."""
-    nonzero = scale.reshape(-1)[scale.reshape(-1) != 0]
-    return nonzero.numel() == 0 or bool((nonzero == nonzero[0]).all())

@@ -35,7 +35,7 @@ from .. import fsdp
 from .._params import all_finite
 from ..output_metrics import output_metric as _resolve_output_metric
 from ..space import ParameterSpace
-from . import kl_clipping, state
+from . import agreement, kl_clipping, state
 from .damping import Damping
 from .estimate import CurvatureEstimate
 from .hooks import ForwardRecorder, unwrap
@@ -333,7 +333,7 @@ class Preconditioner(state.NotCopyable):
                     n = new[1] if new is not None else n
             except Exception as exc:
                 error = exc
-        nonfinite, sizes, new = self.estimate.agree(error, finite, n, new)
+        nonfinite, sizes, new = agreement.agree_step(error, finite, n, new)
         self.skip_reason = None
         if nonfinite:
             if self.grad_scaler is not None:   # an overflow of the scaled loss: the scaler skips this step

@@ -19,7 +19,7 @@ from .base import OutputMetric
 from .losses import LossOutput
 from .weighted import WeightedOutput
 
-__all__ = ["ignoring_flat", "empirical_scale"]
+__all__ = ["ignoring_flat", "empirical_scale", "one_scale"]
 
 
 def _base(metric: OutputMetric) -> OutputMetric:
@@ -64,3 +64,11 @@ def empirical_scale(metric: OutputMetric, z: torch.Tensor) -> torch.Tensor:
     w = torch.as_tensor(w, dtype=z.dtype, device=z.device)
     scale = torch.where(w > 0, w.clamp_min(torch.finfo(z.dtype).tiny).rsqrt(), torch.zeros_like(w))
     return scale.unsqueeze(-1) if scale.dim() else scale
+
+
+def one_scale(scale: torch.Tensor) -> bool:
+    """Whether the non-zero entries of an :func:`empirical_scale` are one number (the examples a loss keeps weigh
+    the same, unless it has class weights): then the user's backward can carry the empirical Fisher's one column to
+    every layer."""
+    nonzero = scale.reshape(-1)[scale.reshape(-1) != 0]
+    return nonzero.numel() == 0 or bool((nonzero == nonzero[0]).all())
