@@ -204,3 +204,27 @@ def test_a_class_weighted_loss_in_the_plain_loop_equals_the_curvature_of_the_tar
     C = ig.nn.ParameterSpace(make(), ce, data=inputs, targets=y).curvature(kind, fisher).to_dense()
     want = torch.linalg.solve(C + LAM * torch.eye(len(g), dtype=F64), g)
     assert torch.allclose(d, want, rtol=1e-9, atol=1e-12)
+
+
+def test_a_loss_that_takes_its_classes_on_axis_1_is_pointed_out():
+    """Per-pixel outputs (N, C, H, W) with torch's cross-entropy (classes on axis 1) but the categorical metric's
+    classes on the last axis: the softmax gradient sums to zero over axis 1, not the last, and a warning says to
+    permute; the permuted outputs give none."""
+    import warnings
+    torch.manual_seed(0)
+    seg = torch.nn.Conv2d(2, 3, 1).double()
+    X = torch.randn(2, 2, 4, 5, dtype=F64)
+    y = torch.randint(0, 3, (2, 4, 5))
+    from infogeo.nn.output_metrics import ignored
+    ignored._SAID.clear()
+    pre = ig.nn.Preconditioner(seg, "diag", kl_clip=None)
+    with pytest.warns(UserWarning, match=r"axis 1 .*movedim\(1, -1\)"):
+        torch.nn.functional.cross_entropy(seg(X), y).backward()
+        pre.precondition()
+    pre.remove()
+    ok = ig.nn.Preconditioner(seg, "diag", kl_clip=None, output_fn=lambda z: z.movedim(1, -1))
+    seg.zero_grad()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        torch.nn.functional.cross_entropy(seg(X).movedim(1, -1).reshape(-1, 3), y.reshape(-1)).backward()
+        ok.precondition()

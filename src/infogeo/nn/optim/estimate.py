@@ -22,7 +22,7 @@ from ..batch import Batch, MissingTargets
 from .._params import ParamLayout, all_finite, working_dtype
 from ..curvature import _backprop as bp
 from ..curvature import kinds
-from ..output_metrics.ignored import empirical_scale, ignoring_flat, one_scale
+from ..output_metrics.ignored import empirical_scale, ignoring_flat, one_scale, warn_classes_on_axis_1
 from ..space import ParameterSpace
 from . import state
 from .damping import Damping
@@ -152,15 +152,15 @@ class CurvatureEstimate:
     def _on_backward(self, z: torch.Tensor, calls: Dict[str, list], inputs: tuple, grad: torch.Tensor) -> None:
         r"""Called from the user's backward at the model output: the statistics of that batch, no forward pass.
 
-        The empirical Fisher's columns are the loss gradients per example, :math:`N\,\partial L/\partial z_n`
-        for the batch-mean loss :math:`L` (torch's default reduction).  With one column (no middle axes)
-        the user's backward delivers each layer's share itself (:class:`.hooks.OutputGradients`), and
-        the step builds the statistics; else the columns are back-propagated here.
+        The empirical Fisher's columns are the loss gradients per example, :math:`N\,\partial L/\partial z_n` for the
+        batch-mean loss :math:`L` (torch's default).  With one column (no middle axes) the user's backward delivers
+        each layer's share itself (:class:`.hooks.OutputGradients`); else the columns are back-propagated here.
         """
         if self.pending.failed:   # an earlier batch of this step failed: the step raises it
             return
         try:
             n, scale = z.shape[0], self.loss_scale()
+            warn_classes_on_axis_1(self.output_metric, grad)
             masked = ignoring_flat(self.output_metric, z, grad)   # the positions the loss ignores (None: none)
             column = empirical_scale(self.output_metric.bind(z) if masked is None else masked, z) * (n / scale)
             given = {"columns": grad.detach().unsqueeze(0) * column} if self.fisher == "empirical" else {}

@@ -11,6 +11,7 @@ targets themselves (each position's weight is its class's): the gradient gives t
 """
 from __future__ import annotations
 
+import warnings
 from typing import Optional
 
 import torch
@@ -19,7 +20,7 @@ from .base import OutputMetric
 from .losses import LossOutput
 from .weighted import WeightedOutput
 
-__all__ = ["ignoring_flat", "empirical_scale", "one_scale"]
+__all__ = ["ignoring_flat", "empirical_scale", "one_scale", "class_axis_second", "warn_classes_on_axis_1"]
 
 
 def _base(metric: OutputMetric) -> OutputMetric:
@@ -72,3 +73,33 @@ def one_scale(scale: torch.Tensor) -> bool:
     every layer."""
     nonzero = scale.reshape(-1)[scale.reshape(-1) != 0]
     return nonzero.numel() == 0 or bool((nonzero == nonzero[0]).all())
+
+
+def class_axis_second(metric: OutputMetric, grad: torch.Tensor) -> bool:
+    r"""Whether the loss gradient ``grad`` at outputs of three or more axes says that the loss took the classes on
+    axis 1 (torch's ``(N, C, ...)`` layout) while the categorical metric takes them on the last: a softmax
+    cross-entropy's gradient :math:`w(p - 	ilde y)` sums to zero over the class axis at every position (label
+    smoothing and class weights included), so sums that vanish over axis 1 and not over the last axis mark
+    the layout (a penalty added to the logits makes neither vanish, and is not taken for it)."""
+    from .likelihoods import CategoricalFisher
+    if not isinstance(_base(metric), CategoricalFisher) or grad.dim() < 3 or grad.shape[1] == grad.shape[-1]:
+        return False
+    g = grad.detach()
+    scale = g.abs().sum() + torch.finfo(g.dtype).tiny
+    tol = 64 * torch.finfo(g.dtype).eps * max(g.shape[1], g.shape[-1])
+    last, second = g.sum(-1).abs().sum() / scale, g.sum(1).abs().sum() / scale
+    return bool(second <= tol) and bool(last > 1e3 * tol)
+
+
+_SAID: set = set()
+
+
+def warn_classes_on_axis_1(metric: OutputMetric, grad: torch.Tensor) -> None:
+    """Warn (once per output shape) where :func:`class_axis_second` finds the classes on axis 1."""
+    key = tuple(grad.shape)
+    if key not in _SAID and class_axis_second(metric, grad):
+        _SAID.add(key)
+        warnings.warn(f"the loss takes its classes on axis 1 of the outputs {key} (torch's (N, C, ...) layout) but "
+                      f"the categorical metric on the last axis: the curvature is of another loss; permute the "
+                      f"outputs in output_fn (output_fn=lambda z: z.movedim(1, -1)) and give the loss the same "
+                      f"layout", UserWarning, stacklevel=3)
