@@ -130,28 +130,12 @@ class BlockCurvature(Curvature):
 
         A layer that no example of a batch reached (a branch not taken, an expert not routed to) has all-zero
         statistics, in the block its builder gives unused layers (a diagonal); the other batch's block kind is kept
-        for it, with zero statistics, so that the running average keeps its factors (decayed, as the average of
-        the batch Fishers is) instead of starting over, and a step rule's state keeps its layout."""
+        for it, with zero statistics (:meth:`adopting`), so that the running average keeps its factors (decayed, as
+        the average of the batch Fishers is) instead of starting over, and a step rule's state keeps its layout."""
         if not isinstance(old, BlockCurvature) or type(old) is not type(self) or old.layout != self.layout:
             return None
-        mine = {tuple(b.names): b for b in self.blocks}
-        theirs = {tuple(b.names): b for b in old.blocks}
-        if set(mine) != set(theirs):
-            return None
-        new_old, new_mine = [], {}
-        for names, o in theirs.items():
-            m = mine[names]
-            if m.kind != o.kind:
-                if _unused(m):
-                    m = _zero_like(o)
-                elif _unused(o):
-                    o = _zero_like(m)
-                else:
-                    return None
-            new_old.append(o)
-            new_mine[names] = m
-        return (type(self)._from_blocks(old, new_old),
-                type(self)._from_blocks(self, [new_mine[tuple(o.names)] for o in new_old]))
+        pair = old.adopting(self.templates()), self.adopting(old.templates())
+        return pair if pair[0].same_structure(pair[1]) else None
 
     def templates(self) -> Dict[Tuple[str, ...], Block]:
         """The blocks of the layers this batch reached, with zero statistics on the CPU (what another rank, whose

@@ -167,9 +167,10 @@ def _fits(basis: Tuple[Optional[torch.Tensor], Optional[torch.Tensor]], block: E
                for U, F in zip(basis, (block.A, block.G)))
 
 
-def ekfac_reducer(approx: str, max_factor_dim: int = MAX_FACTOR_DIM, max_factor_bytes: int = MAX_FACTOR_BYTES):
+def ekfac_reducer(approx: str, max_factor_dim: int = MAX_FACTOR_DIM, max_factor_bytes: int = MAX_FACTOR_BYTES,
+                  reached: bool = False):
     """K-FAC's gradient-factor sink for layers with Kronecker factors, also keeping each column's output gradient."""
-    kron = kfac_reducer(approx, max_factor_dim, max_factor_bytes)
+    kron = kfac_reducer(approx, max_factor_dim, max_factor_bytes, reached=reached)
 
     def reducer(layer: bp.Layer, cols: bp.Columns):
         if factor_layout(layer, max_factor_dim, approx, max_factor_bytes) is None:
@@ -225,7 +226,7 @@ class EKFAC(BlockCurvature):
                 if not defer:
                     layer.grad_out, layer.inputs = None, ()
             return blocks
-        blocks = factored_blocks(space, factor_fn, ekfac_reducer(kfac_approx, *limits), per_position,
+        blocks = factored_blocks(space, factor_fn, ekfac_reducer(kfac_approx, *limits, reached=mask is not None), per_position,
                                  chunk_elements, make_blocks, limits, kfac_approx)
         return cls(space.layout, blocks, space.point)
 

@@ -182,15 +182,16 @@ def _size(nbytes: int) -> str:
 
 
 def kfac_reducer(approx: str = "expand", max_factor_dim: int = MAX_FACTOR_DIM,
-                 max_factor_bytes: int = MAX_FACTOR_BYTES, factors_only: bool = False):
-    r"""Column sinks for :func:`~._backprop.capture`: layers with Kronecker factors keep only :math:`G`; the
-    others their diagonal's statistics (``factors_only``: nothing)."""
+                 max_factor_bytes: int = MAX_FACTOR_BYTES, factors_only: bool = False, reached: bool = False):
+    r"""Column sinks for :func:`~._backprop.capture`: layers with Kronecker factors keep only :math:`G` (and, with
+    ``reached``, the rows that reach the loss: :func:`kron_blocks`); the others their diagonal's statistics
+    (``factors_only``: nothing)."""
     check_approx(approx)
 
     def reducer(layer: bp.Layer, cols: bp.Columns):
         layout = factor_layout(layer, max_factor_dim, approx, max_factor_bytes)
         if layout is not None:
-            return layer.rule.gradient_sink(layer, approx == "reduce", diagonal=layout[0])
+            return layer.rule.gradient_sink(layer, approx == "reduce", diagonal=layout[0], reached=reached)
         return _discard if factors_only else layer.rule.diagonal_sink(layer, cols)
     return reducer
 
@@ -226,7 +227,7 @@ class KFAC(BlockCurvature):
         def make_blocks(layers, layouts, cols):
             return [b for l, lay in zip(layers, layouts)
                     for b in kron_blocks(space, l, block_cls, lay, kfac_approx, mask)]
-        blocks = factored_blocks(space, factor_fn, kfac_reducer(kfac_approx, *limits, bool(factors_only)),
+        blocks = factored_blocks(space, factor_fn, kfac_reducer(kfac_approx, *limits, bool(factors_only), mask is not None),
                                  per_position, chunk_elements, make_blocks, limits, kfac_approx, bool(factors_only))
         return cls(space.layout, blocks, space.point)
 

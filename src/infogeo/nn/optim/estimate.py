@@ -22,7 +22,7 @@ from ..batch import Batch, MissingTargets
 from .._params import ParamLayout, all_finite, working_dtype
 from ..curvature import _backprop as bp
 from ..curvature import kinds
-from ..output_metrics.ignored import empirical_scale, ignoring_flat, one_scale, warn_classes_on_axis_1
+from ..output_metrics.ignored import bound_from_gradient, empirical_scale, one_scale, warn_classes_on_axis_1
 from ..space import ParameterSpace
 from . import state
 from .damping import Damping
@@ -161,23 +161,23 @@ class CurvatureEstimate:
         try:
             n, scale = z.shape[0], self.loss_scale()
             warn_classes_on_axis_1(self.output_metric, grad)
-            masked = ignoring_flat(self.output_metric, z, grad)   # the positions the loss ignores (None: none)
-            column = empirical_scale(self.output_metric.bind(z) if masked is None else masked, z) * (n / scale)
-            given = {"columns": grad.detach().unsqueeze(0) * column} if self.fisher == "empirical" else {}
+            masked = bound_from_gradient(self.output_metric, z, grad)   # ignored positions, class weights (or None)
+            column = (empirical_scale(self.output_metric.bind(z) if masked is None else masked, z) * (n / scale)
+                      if self.fisher == "empirical" else None)   # the empirical Fisher's columns' scale
+            given = {} if column is None else {"columns": grad.detach().unsqueeze(0) * column}
 
             def build(output_grads=None):
                 with bp.recorded_forward(z, calls, output_grads), self.recorder.paused(), \
                         fsdp.no_reshard_in_backward(self.module):
                     space = self.space(inputs)
-                    own = space.output_metric
-                    space.output_metric = own if masked is None else masked
+                    own, space.output_metric = space.output_metric, space.output_metric if masked is None else masked
                     try:
                         return self._build(space, torch.Generator(self.generator.device) if self.template_only
                                            else None, **given)
                     finally:
                         space.output_metric = own
                         self._let_go(space)
-            if given and z.dim() == 2 and n > 0 and one_scale(column):   # one factor for all the examples kept
+            if column is not None and z.dim() == 2 and n > 0 and one_scale(column):   # one factor for all the kept
                 grads = OutputGradients(calls, float(column.max()))
                 self.pending.add(Deferred(lambda: build(grads), grads.remove), n)
             else:

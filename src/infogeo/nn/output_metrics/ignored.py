@@ -17,17 +17,18 @@ from typing import Optional
 import torch
 
 from .base import OutputMetric
+from .likelihoods import CategoricalFisher
 from .losses import LossOutput
 from .weighted import WeightedOutput
 
-__all__ = ["ignoring_flat", "empirical_scale", "one_scale", "class_axis_second", "warn_classes_on_axis_1"]
+__all__ = ["bound_from_gradient", "empirical_scale", "one_scale", "class_axis_second", "warn_classes_on_axis_1"]
 
 
 def _base(metric: OutputMetric) -> OutputMetric:
     return metric.base if isinstance(metric, WeightedOutput) else metric
 
 
-def ignoring_flat(metric: OutputMetric, z: torch.Tensor, grad: torch.Tensor) -> Optional[OutputMetric]:
+def bound_from_gradient(metric: OutputMetric, z: torch.Tensor, grad: torch.Tensor) -> Optional[OutputMetric]:
     """``metric`` bound to outputs ``z`` with the positions where the loss gradient ``grad`` is zero weighted 0,
     or ``None`` where every position has a gradient and nothing else is to be read (then the metric stands as
     bound without targets).  A torch loss's weights are those its targets would give (the mean over the positions
@@ -81,7 +82,6 @@ def class_axis_second(metric: OutputMetric, grad: torch.Tensor) -> bool:
     cross-entropy's gradient :math:`w(p - 	ilde y)` sums to zero over the class axis at every position (label
     smoothing and class weights included), so sums that vanish over axis 1 and not over the last axis mark
     the layout (a penalty added to the logits makes neither vanish, and is not taken for it)."""
-    from .likelihoods import CategoricalFisher
     if not isinstance(_base(metric), CategoricalFisher) or grad.dim() < 3 or grad.shape[1] == grad.shape[-1]:
         return False
     g = grad.detach()

@@ -250,10 +250,14 @@ class AffineRule(LayerRule):
             A = A[order][:, order]
         return A.div_(max(R, 1))
 
-    def gradient_sink(self, layer, reduce_positions: bool = False, diagonal: bool = False) -> Sink:
+    def gradient_sink(self, layer, reduce_positions: bool = False, diagonal: bool = False,
+                      reached: bool = False) -> Sink:
         r"""Column sink accumulating :math:`\sum_{j,n,t} b_{jnt} b_{jnt}^T` into ``layer.stat`` (K-FAC's :math:`G`;
         with ``reduce_positions``, of :math:`\sum_t b_{jnt}`; with ``diagonal``, only its diagonal), and for a
-        :attr:`separate_bias` the second moment of the bias pseudo-gradients into ``layer.bias_stat``."""
+        :attr:`separate_bias` the second moment of the bias pseudo-gradients into ``layer.bias_stat``; with
+        ``reached`` (a loss that ignores positions), the rows with a non-zero gradient in any column into
+        ``layer.reached``."""
+        track = reached and not reduce_positions
         own = "bias" in layer.params and self.separate_bias
 
         def moment(b, acc):
@@ -265,9 +269,9 @@ class AffineRule(LayerRule):
         def sink(j, g):
             rows = self.summed_outputs(g) if reduce_positions else self.position_rows(g)
             layer.stat = moment(rows, layer.stat)
-            if not reduce_positions:   # the rows through which this layer reaches the loss (any column)
-                reached = rows.ne(0).any(-1)
-                layer.reached = reached if layer.reached is None else layer.reached.logical_or_(reached)
+            if track:   # the rows through which this layer reaches the loss (any column)
+                nonzero = rows.ne(0).any(-1)
+                layer.reached = nonzero if layer.reached is None else layer.reached.logical_or_(nonzero)
             if own:
                 layer.bias_stat = moment(self.bias_gradient(g), layer.bias_stat)
         return sink
