@@ -5,6 +5,7 @@ Every curvature is checked against a dense float64 pullback written here from ``
 closed-form output Hessians (nothing from infogeo's estimation code), or against an equivalent model whose
 curvature is already checked (an ``nn.Linear`` in place of a transposed-weight layer).
 """
+from functools import partial
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -98,6 +99,33 @@ def test_gpt2_kfac_diagonal_blocks_are_exact_where_not_factored(gpt2_case):
                 assert rel(d[n].reshape(-1), exact[n]) < 1e-10, n
 
 
+def test_t5_with_an_attention_mask_has_exact_blocks():
+    """T5's trainable relative position bias reaches the fused attention kernel as its mask; the per-example
+    loop (taken where vmap cannot batch the model) must compute attention by the composite kernel, which takes a
+    mask that requires grad.  The blocks equal the dense reference's (T5's norm computes in float32: a float32
+    tolerance)."""
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    cfg = transformers.T5Config(vocab_size=40, d_model=12, d_kv=6, d_ff=16, num_layers=1, num_decoder_layers=1,
+                                num_heads=2, dropout_rate=0.0, relative_attention_num_buckets=4,
+                                decoder_start_token_id=0)
+    model = transformers.T5ForConditionalGeneration(cfg).eval()
+    g = torch.Generator().manual_seed(0)
+    mask = torch.ones(2, 5, dtype=torch.long)
+    mask[1, 3:] = 0
+    data = {"input_ids": torch.randint(0, 40, (2, 5), generator=g), "attention_mask": mask,
+            "decoder_input_ids": torch.randint(0, 40, (2, 4), generator=g)}
+    y = torch.randint(0, 40, (2, 4), generator=g)
+    space = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=data, targets=y, output_fn=lambda o: o.logits)
+    ref = space.curvature("dense").to_dense()
+    for method in ("exact", "mc"):
+        B = space.curvature("block", method).to_dense()   # raised the fused kernel's RuntimeError
+        assert torch.isfinite(B).all()
+    B = space.curvature("block").to_dense()
+    assert rel(B[B != 0], ref[B != 0]) < 1e-4
+
+
 def test_conv1d_kronecker_factors_are_those_of_the_equivalent_linear():
     """A Conv1D layer (weight stored (in, out)) and nn.Linear with the transposed weight have the same K-FAC."""
     pytest.importorskip("transformers")
@@ -163,21 +191,29 @@ def test_gpt2_trains_with_natural_gradient_in_the_plain_loop(curvature, fisher):
 
 
 # ---------------------------------------------------------------- a parameter is every use of it
-class TiedLM(torch.nn.Module):
-    """Embedding, a hidden layer, and the output projection tied to the embedding (two ways)."""
+#: ways of writing a read-out through the embedding's weight outside any module (``.T`` and ``.mT`` are
+#: attributes, which reach the watch of the forward as a getter rather than as a function of the weight)
+READOUTS = {"F.linear": lambda h, w: F.linear(h, w), "h @ w.T": lambda h, w: h @ w.T,
+            "matmul(h, w.mT)": lambda h, w: torch.matmul(h, w.mT),
+            "einsum": lambda h, w: torch.einsum("ntd,vd->ntv", h, w)}
 
-    def __init__(self, V=7, d=4, functional=True):
+
+class TiedLM(torch.nn.Module):
+    """Embedding, a hidden layer, and the output projection tied to the embedding (by a module sharing it,
+    or by one of the :data:`READOUTS`)."""
+
+    def __init__(self, V=7, d=4, functional=True, readout="F.linear"):
         super().__init__()
         self.emb = torch.nn.Embedding(V, d)
         self.hidden = torch.nn.Linear(d, d)
-        self.functional = functional
+        self.functional, self.readout = functional, READOUTS[readout]
         if not functional:
             self.head = torch.nn.Linear(d, V, bias=False)
             self.head.weight = self.emb.weight
 
     def forward(self, x):
         h = torch.tanh(self.hidden(self.emb(x)))
-        return F.linear(h, self.emb.weight) if self.functional else self.head(h)
+        return self.readout(h, self.emb.weight) if self.functional else self.head(h)
 
 
 class TwiceOutside(torch.nn.Module):
@@ -193,8 +229,9 @@ class TwiceOutside(torch.nn.Module):
         return self.b(torch.tanh(F.linear(h, self.a.weight)))
 
 
-@pytest.mark.parametrize("make", [lambda: TiedLM(functional=True), lambda: TiedLM(functional=False),
-                                  TwiceOutside], ids=["functional-tie", "module-tie", "used-outside"])
+@pytest.mark.parametrize("make", [lambda: TiedLM(functional=False), TwiceOutside]
+                         + [partial(TiedLM, readout=r) for r in READOUTS],
+                         ids=["module-tie", "used-outside"] + [f"functional-tie {r}" for r in READOUTS])
 def test_a_parameter_is_every_use_of_it(make):
     torch.manual_seed(0)
     model = make().double()

@@ -57,11 +57,19 @@ class ForeignUses(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func not in _METADATA and getattr(func, "__name__", "") != "__get__":
-            self._scan(args)
-            if kwargs:
-                self._scan(kwargs.values())
-        return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if func in _METADATA:
+            return out
+        if getattr(func, "__name__", "") == "__get__":
+            # an attribute: a use when it gives a tensor of the parameter's values (``w.T``, ``w.mT``), not
+            # metadata (``w.shape``, ``w.dtype``)
+            if isinstance(out, torch.Tensor):
+                self._scan(args[:1])
+            return out
+        self._scan(args)
+        if kwargs:
+            self._scan(kwargs.values())
+        return out
 
     def _scan(self, items) -> None:
         """Note the watched tensors among ``items`` (nested in lists, tuples and dicts) used outside their owners.

@@ -93,7 +93,7 @@ def _row_loop(f_of, p: Dict[str, torch.Tensor], per: Dict[Any, torch.Tensor], n_
     out = {n: torch.empty((len(n_idx),) + tuple(t.shape), dtype=t.dtype, device=t.device) for n, t in p.items()}
     for n in torch.unique(n_idx).tolist():
         idx = (n_idx == n).nonzero().flatten()
-        with torch.enable_grad():
+        with torch.enable_grad(), math_attention():   # the fused kernels refuse a mask that requires grad
             z, vjp = torch.func.vjp(f_of({k: x[n] for k, x in per.items()}), p)[:2]
             for i in idx.tolist():
                 res = vjp(g[i].unsqueeze(0).to(z.dtype))[0]
