@@ -228,3 +228,26 @@ def test_a_loss_that_takes_its_classes_on_axis_1_is_pointed_out():
         warnings.simplefilter("error", UserWarning)
         torch.nn.functional.cross_entropy(seg(X).movedim(1, -1).reshape(-1, 3), y.reshape(-1)).backward()
         ok.precondition()
+
+
+@pytest.mark.parametrize("kind", ["diag", "block", "kfac", "ekfac"])
+@pytest.mark.parametrize("fisher", ["exact", "empirical"])
+def test_a_loss_on_the_returned_outputs_that_output_fn_permutes(kind, fisher):
+    """Per-pixel outputs (N, C, H, W), ``output_fn`` moving the classes last, the loss (ignoring a pixel) taken on
+    what the model returns: the hooks read z's gradient as that permutation of the returned tensor's (it raised
+    MissingTargets for the empirical Fisher).  The direction equals the one of the same loss taken on z itself."""
+    y = torch.randint(0, 3, (2, 3, 4), generator=torch.Generator().manual_seed(1))
+    y[1, 2, 3] = -100
+    X = torch.randn(2, 2, 3, 4, dtype=F64, generator=torch.Generator().manual_seed(2))
+    move = lambda z: z.movedim(1, -1)  # noqa: E731
+    losses = {"returned": lambda out: torch.nn.functional.cross_entropy(out, y, ignore_index=-100),
+              "z": lambda out: torch.nn.functional.cross_entropy(move(out).reshape(-1, 3), y.reshape(-1),
+                                                                 ignore_index=-100)}
+    d = {}
+    for on, loss in losses.items():
+        torch.manual_seed(0)
+        seg = torch.nn.Sequential(torch.nn.Conv2d(2, 4, 1), torch.nn.Tanh(), torch.nn.Conv2d(4, 3, 1)).double()
+        pre = ig.nn.Preconditioner(seg, kind, damping=LAM, fisher=fisher, kl_clip=None, output_fn=move, seed=3)
+        loss(seg(X)).backward()
+        d[on] = torch.cat([v.reshape(-1) for v in pre.precondition().values()])
+    assert torch.allclose(d["returned"], d["z"], rtol=1e-10, atol=1e-13)

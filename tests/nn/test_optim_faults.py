@@ -324,3 +324,50 @@ def test_half_precision_models_train_with_every_representation(dtype, curvature)
     after = flat(model)
     assert after.dtype == dtype and bool(torch.isfinite(after).all()) and not torch.equal(after, before)
     assert opt.preconditioner.skip_reason is None
+
+
+# ------------------------------------------------------------------ settings at the edge of their types (fault battery)
+def test_a_learning_rate_past_the_parameters_dtype_is_refused():
+    """lr = 1e300 on float32 parameters made every step inf and its undoing NaN, silently."""
+    model = mlp().float()
+    with pytest.raises(ValueError, match="beyond the largest number"):
+        ig.nn.NaturalGradient(model, lr=1e300)
+    opt = ig.nn.NaturalGradient(model, lr=0.1)
+    opt.param_groups[0]["lr"] = 1e300   # a scheduler's doing: checked at the step
+    F.cross_entropy(model(batch(0, dtype=torch.float32)[0]), batch(0)[1]).backward()
+    with pytest.raises(ValueError, match="beyond the largest number"):
+        opt.step()
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_the_trust_region_of_a_huge_learning_rate_does_not_overflow():
+    """The KL of lr = 1e300 times a direction overflows a float (lr^2); the clip factor is formed relative to lr,
+    so the clipped step lr * direction is finite and the same as with any other clipped lr (here 1e3)."""
+    steps = []
+    for lr in (1e300, 1e3):
+        model = mlp()
+        pre = ig.nn.Preconditioner(model, curvature="diag", fisher="exact", lr=lr, kl_clip=1e-3)
+        X, y = batch(0)
+        F.cross_entropy(model(X), y).backward()
+        assert pre.step()
+        steps.append(torch.cat([p.grad.reshape(-1) * lr for p in model.parameters()]))
+    assert torch.isfinite(steps[0]).all() and steps[0].abs().max() > 0
+    assert torch.allclose(steps[0], steps[1], rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("kw, error", [(dict(quadratic_model="abc"), TypeError), (dict(adaptive_damping=float("nan")),
+                                                                                  TypeError),
+                                       (dict(step_rule=["clip"]), TypeError)])
+def test_flags_and_words_of_the_wrong_type_are_refused(kw, error):
+    with pytest.raises(error, match=next(iter(kw))):
+        ig.nn.NaturalGradient(mlp(), **kw)
+
+
+@pytest.mark.parametrize("damping, error", [(float("inf"), ValueError), (float("nan"), ValueError), ("a", TypeError),
+                                            (-1.0, ValueError)])
+def test_a_curvature_refuses_a_damping_that_is_not_a_finite_number(damping, error):
+    model = mlp()
+    X, y = batch(0)
+    C = ig.nn.ParameterSpace(model, "categorical", data=X, targets=y).curvature("kfac")
+    with pytest.raises(error, match="damping"):
+        C.inverse(damping)

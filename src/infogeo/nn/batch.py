@@ -13,6 +13,19 @@ __all__ = ["Batch", "MissingTargets"]
 class MissingTargets(ValueError):
     """A computation that needs the batch's targets (the empirical Fisher, the loss) was asked for without them."""
 
+    #: the kinds the optimizers build from the loss gradient their hooks see in the user's backward
+    HOOKED = ("diag", "block", "kfac", "ekfac")
+
+    @classmethod
+    def in_optimizer(cls, kind: str, fisher: str) -> "MissingTargets":
+        """The error in an optimizer's terms: no loss gradient reached the outputs in the backward."""
+        hooked = kind in cls.HOOKED
+        why = ("the loss was taken neither on what output_fn returns nor on a tensor it only rearranges" if hooked
+               else "this kind is not built in the backward")
+        return cls(f"curvature={kind!r} with fisher={fisher!r} needs the batch's loss gradient at the outputs, and "
+                   f"none reached them ({why}): call opt.step(closure, inputs=x, targets=y), or use fisher='mc' or "
+                   f"'exact'" + ("" if hooked else f", or curvature {', '.join(map(repr, cls.HOOKED))}"))
+
 
 @dataclass
 class Batch:

@@ -23,6 +23,7 @@ Block-structured representations are :class:`~.blockwise.BlockCurvature` objects
 """
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -39,10 +40,16 @@ Vector = Union[Params, TangentVector]
 
 
 def _check_damping(damping: float) -> float:
-    damping = float(damping)
-    if not damping >= 0:
-        raise ValueError(f"damping must be >= 0, got {damping}")
-    return damping
+    """``damping`` as a float, if it is a real number, finite (an infinite one would make every solve zero)
+    and >= 0."""
+    if isinstance(damping, torch.Tensor) and damping.numel() == 1 and not damping.is_complex():
+        damping = damping.item()
+    if isinstance(damping, bool) or not isinstance(damping, numbers.Real):
+        raise TypeError(f"damping must be a real number, got {type(damping).__name__} {damping!r}")
+    value = float(damping)
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"damping must be >= 0 and finite, got {damping!r}")
+    return value
 
 
 class Curvature(Metric):

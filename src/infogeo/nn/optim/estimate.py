@@ -206,11 +206,7 @@ class CurvatureEstimate:
             finally:
                 self._let_go(space)
         except MissingTargets as exc:   # said in the optimizers' terms
-            raise MissingTargets(f"curvature={self.kind!r} with fisher={self.fisher!r} needs the batch's targets here "
-                                 f"(the hooks carry the loss gradient to this kind only on outputs without middle "
-                                 f"axes): call opt.step(closure, inputs=x, targets=y), "
-                                 f"or use fisher='mc' or 'exact', or curvature 'diag', 'block', 'kfac' or "
-                                 f"'ekfac'") from exc
+            raise MissingTargets.in_optimizer(self.kind, self.fisher) from exc
         except (RuntimeError, IndexError) as exc:   # torch's error on this batch: name the batch
             batch = batch or (Batch.of(inputs) if inputs is not None else self.recorder.inputs)
             sig = [(tuple(t.shape), str(t.dtype).replace("torch.", "")) for t in batch.tensors()] if batch else "?"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import weakref
+from functools import partial
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
@@ -106,6 +107,7 @@ class ForwardRecorder:
                  on_forward: Optional[Callable[[], None]] = None, output_fn: Optional[Callable] = None):
         self.module = module
         self.on_forward, self.output_fn = on_forward, output_fn
+        self._rearranging: Dict[tuple, bool] = {}   # output shape -> whether output_fn only rearranges it
         self.layers, _ = bp.find_layers(module, list(names))
         self._owned = {n: p for n, p in module.named_parameters() if n in set(names)}
         self._owners = bp.owners(module, list(names))
@@ -190,10 +192,15 @@ class ForwardRecorder:
         live, self._live = self._live, False
         if output is None:
             return
+        raw = output
         if live and self.output_fn is not None:
             output = self.output_fn(output)   # the outputs z in what the model returns
         if not live or not (isinstance(output, torch.Tensor) and output.requires_grad) or self.inputs is None:
             return
+        # a loss on what the model returns, when output_fn only rearranges it (torch's (N, C, ...) layout permuted
+        # to classes last): z's gradient is that rearrangement of the returned tensor's
+        rearranged = (raw is not output and isinstance(raw, torch.Tensor) and raw.requires_grad
+                      and self._rearranges(raw))
         if calls is None and compiling():
             return   # nothing to record, and the hook below would break the compiled graph (it sets self.inputs)
         inputs, box = self.inputs, []
@@ -206,16 +213,36 @@ class ForwardRecorder:
                 self._boxes.pop(0).clear()   # outputs never back-propagated (e.g. monitoring with grad enabled)
 
         me = weakref.ref(self)   # an output kept by the caller must not keep the recorder (and its hooks) alive
+        reached = []   # z's own gradient arrived (it comes before the returned tensor's)
 
-        def on_grad(grad: torch.Tensor):
+        def on_grad(grad: torch.Tensor, of_z: bool = True):
             rec = me()
-            if rec is None or rec._paused:
+            if rec is None or rec._paused or (reached and not of_z):
                 return
+            if of_z:
+                reached.append(True)
             rec.inputs = inputs   # the batch this backward belongs to (not a later monitoring forward)
             if box and rec.armed:
                 z = box.pop()
-                rec.on_backward(z, calls, inputs, grad)
+                rec.on_backward(z, calls, inputs, grad if of_z else rec.output_fn(grad))
         output.register_hook(on_grad)
+        if rearranged:
+            raw.register_hook(partial(on_grad, of_z=False))
+
+    def _rearranges(self, raw: torch.Tensor) -> bool:
+        """Whether ``output_fn`` maps a tensor shaped like ``raw`` to a rearrangement of its entries (a permute, a
+        transpose, a reshape), found once per shape by applying it to the entries' indices."""
+        key = tuple(raw.shape)
+        if key not in self._rearranging:
+            idx = torch.arange(raw.numel(), device=raw.device).reshape(raw.shape)
+            try:
+                out = self.output_fn(idx)
+                ok = (isinstance(out, torch.Tensor) and out.numel() == idx.numel()
+                      and bool((out.reshape(-1).sort().values == idx.reshape(-1)).all()))
+            except Exception:   # noqa: BLE001 - an output_fn that takes no plain tensor: not a rearrangement
+                ok = False
+            self._rearranging[key] = ok
+        return self._rearranging[key]
 
     def release(self) -> None:
         """Drop the outputs still waiting for their backward (after a step)."""

@@ -46,6 +46,10 @@ def scale(kl_clip: Optional[float], lrs: Dict[int, float], params: Dict[str, Any
     r"""The factor :math:`\nu` (module docstring) for the named ``params``; 1 without ``kl_clip``."""
     if kl_clip is None:
         return 1.0
-    kl = float(sum(lrs[id(p)] ** 2 * torch.dot(delta[n].reshape(-1), grads[n].reshape(-1))
-                   for n, p in params.items()))
-    return math.sqrt(kl_clip / kl) if kl > kl_clip else 1.0
+    # relative to the largest rate L (kl = L^2 s): a rate whose square overflows still gives nu, which is then tiny
+    L = max((lrs[id(p)] for p in params.values()), default=0.0)
+    if L == 0:
+        return 1.0
+    s = float(sum((lrs[id(p)] / L) ** 2 * torch.dot(delta[n].reshape(-1), grads[n].reshape(-1))
+                  for n, p in params.items()))
+    return math.sqrt(kl_clip / s) / L if s > kl_clip / L / L else 1.0

@@ -5,6 +5,7 @@ import math
 import numbers
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+import numpy as np
 import torch
 
 from .. import distributed as dd
@@ -13,7 +14,7 @@ from .hooks import refuse_sparse
 
 __all__ = ["CURVATURES", "FISHER", "CAPTURED", "KINDS", "PERIODS", "BETAS", "kind_defaults", "step_defaults", "agrees",
            "check_settings", "check_support", "check_groups", "IGNORED_GROUP_KEYS",
-           "check_learning_rate", "positive_int", "positive_number", "trainable"]
+           "check_learning_rate", "flag", "positive_int", "positive_number", "trainable"]
 
 #: the curvature words the optimizers accept (the kinds table, :mod:`~infogeo.nn.curvature.kinds`)
 CURVATURES = kinds.ALIASES
@@ -53,6 +54,8 @@ def step_defaults(curvature: Any, step_rule: Optional[str], betas: Optional[Tupl
     and where the user's ``options`` (e.g. K-FAC's ``inverse="tikhonov"``) leave the kind no eigenbasis.  The
     betas: the user's, else :data:`BETAS` of the rule.  Unknown words are returned as given, for the caller to
     refuse."""
+    if step_rule is not None and not isinstance(step_rule, str):
+        raise TypeError(f"step_rule must be a word or None, got {type(step_rule).__name__} {step_rule!r}")
     rule = step_rule
     if rule is None:
         row = KINDS.get(CURVATURES.get(str(curvature).lower(), ""))
@@ -101,6 +104,13 @@ def positive_int(name: str, value: Any, minimum: int = 1, maximum: int = 2 ** 62
     return int(value) if isinstance(value, numbers.Integral) else int(x)
 
 
+def flag(name: str, value: Any) -> bool:
+    """``value`` if it is a bool (numpy's included): a string or a number is refused rather than read as truth."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
 def check_learning_rate(value: Any, name: str = "lr") -> float:
     """A learning rate: finite (an infinite one turns every parameter into NaN) and >= 0; 0 takes no step, as for
     torch's optimizers (a scheduler's warm-up starts there, a cosine schedule ends there)."""
@@ -123,7 +133,12 @@ def check_groups(groups: Iterable[Dict[str, Any]], rule: str) -> None:
                              f"(its group settings: lr, and momentum for step_rule='clip'); weight decay: add it "
                              f"to the loss, or use Preconditioner with a torch optimizer that has it; betas and eps: "
                              f"set once, NaturalGradient(..., betas=..., eps=...)")
-        check_learning_rate(g["lr"], "a parameter group's lr")
+        lr = check_learning_rate(g["lr"], "a parameter group's lr")
+        # a rate past the parameters' largest number makes every step inf, and its undoing NaN
+        top = min((torch.finfo(p.dtype).max for p in g["params"] if p.is_floating_point()), default=math.inf)
+        if lr > top:
+            raise ValueError(f"a parameter group's lr is {g['lr']!r}, beyond the largest number of its parameters' "
+                             f"dtype ({top:.3g}): every step would overflow")
         positive_number("a parameter group's momentum", g["momentum"], inclusive=True, maximum=1.0)
         if rule != "clip" and g["momentum"]:
             raise ValueError(f"a parameter group's momentum is {g['momentum']!r}, but step_rule={rule!r} averages "
