@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import math
-import numbers
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Union
@@ -21,35 +20,13 @@ import numpy as np
 from .. import backend as B
 from ..backend import tree as _tree
 from ..geometry import points as _points
+from ..geometry.points import check_count, check_real  # noqa: F401  (shared with geometry and stats)
 from ..geometry.manifold import Manifold
 from ..geometry.vectors import Covector, TangentVector
 from ..linalg import NotPositiveDefiniteError
 from .result import CONVERGED, FAILED, LIMIT_REACHED, STOPPED_BY_CALLBACK, OptimizeResult
 
 logger = logging.getLogger("infogeo.solvers")
-
-
-def check_real(label: str, value: Any, *, positive: bool = False) -> float:
-    """``value`` as a finite float ``>= 0`` (``> 0`` with ``positive``), or a clear error naming ``label``.
-
-    Infinity is refused too: an infinite damping makes every gradient zero (a "converged" run at a
-    non-stationary point), an infinite tolerance stops at once, an infinite step destroys the point.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{label} must be a real number, got {type(value).__name__} {value!r}")
-    value = float(value)
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        raise ValueError(f"{label} must be finite and {'> 0' if positive else '>= 0'}, got {value!r}")
-    return value
-
-
-def check_count(label: str, value: Any) -> int:
-    """``value`` as an ``int >= 0`` (an integral float is accepted), or a clear error naming ``label``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{label} must be a non-negative integer, got {type(value).__name__} {value!r}")
-    if not math.isfinite(value) or int(value) != value or value < 0:
-        raise ValueError(f"{label} must be a non-negative integer, got {value!r}")
-    return int(value)
 
 
 def _ensure_console_handler() -> None:
