@@ -209,3 +209,13 @@ def test_a_rounding_asymmetry_is_accepted_and_half_precision_upcast():
     v = g1.metric.sharp(g1.covector(p, np.array([0.1, 0.1], dtype=np.float16)))
     np.testing.assert_allclose(v.components, g1.metric.sharp(g1.covector(p, np.array([0.1, 0.1]))).components,
                                rtol=1e-3)
+
+
+@pytest.mark.parametrize("u, w, error", [
+    (np.array([1 + 1j, 0.0]), np.zeros(2), TypeError), (np.array([np.nan, 0.0]), np.zeros(2), ValueError),
+    (np.zeros(3), np.zeros(2), ValueError), (None, np.zeros(2), TypeError)])
+@pytest.mark.parametrize("rho", [ig.SquaredEuclidean(), ig.Bregman(lambda x: B.sum(x ** 4))])
+def test_a_divergence_validates_its_arguments(rho, u, w, error):
+    """Found by an independent fault-battery sweep: a complex value, NaN or a raw broadcast error came out."""
+    with pytest.raises(error, match="u|w"):
+        rho(u, w)
