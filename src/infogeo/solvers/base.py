@@ -29,6 +29,19 @@ from .result import CONVERGED, FAILED, LIMIT_REACHED, STOPPED_BY_CALLBACK, Optim
 logger = logging.getLogger("infogeo.solvers")
 
 
+def check_choice(label: str, value: Any, choices: tuple) -> Any:
+    """``value`` if it is one of ``choices`` (strings, or ``None``), else a clear error naming ``label``.
+
+    A value of another type (an array, a number) gets a ``TypeError``, not the ambiguous comparison
+    that ``value in choices`` would make of it.
+    """
+    if not (value is None or isinstance(value, str)):
+        raise TypeError(f"{label} must be one of {choices}, got {type(value).__name__} {value!r}")
+    if value not in choices:
+        raise ValueError(f"{label} must be one of {choices}, got {value!r}")
+    return value
+
+
 def _ensure_console_handler() -> None:
     """Verbose runs print their table through logging; attach a stdout handler once if none is set."""
     root_pkg = logging.getLogger("infogeo")
@@ -67,11 +80,9 @@ def log_every(verbose: Union[bool, int], max_iter: int) -> int:
 
     ``verbose=k`` (an int) logs every k-th iteration; ``True`` about twenty rows per run.
     """
-    if isinstance(verbose, bool) or verbose is None:
+    if isinstance(verbose, (bool, np.bool_)) or verbose is None:
         return max(1, round(max_iter / 20)) if verbose else 0
-    if int(verbose) != verbose or verbose < 0:
-        raise ValueError(f"verbose must be a bool or a non-negative int (log every k-th iteration), got {verbose!r}")
-    return int(verbose)
+    return check_count("verbose (a bool, or log every k-th iteration)", verbose)
 
 
 @dataclass
@@ -149,6 +160,9 @@ class Solver:
         damping = check_real("damping", damping)
         if not callable(callback) and callback is not None:
             raise TypeError(f"callback must be callable or None, got {type(callback).__name__}")
+        if progress is not None and not isinstance(progress, (bool, np.bool_)):
+            raise TypeError(f"progress must be True, False or None (automatic), got {type(progress).__name__} "
+                            f"{progress!r}")
         self.damping, self.verbose, self.progress, self.callback = damping, verbose, progress, callback
         log_every(verbose, self.max_iter)  # a bad value fails here, not at the first run
 
