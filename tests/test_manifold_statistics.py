@@ -227,3 +227,15 @@ def test_frechet_mean_of_no_points_is_a_clear_error(shape):
     for method in ("auto", "gradient"):
         with pytest.raises(ValueError, match="no points"):
             ig.Gaussian(1).frechet_mean(np.ones(shape), method=method)
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    (dict(weights="abc"), TypeError), (dict(weights=np.ones(3) + 1j), TypeError),
+    (dict(weights=np.ones((3, 1))), ValueError), (dict(tol=float("nan")), ValueError),
+    (dict(tol=-1.0), ValueError), (dict(tol=0.0), ValueError), (dict(tol="a"), TypeError)])
+def test_frechet_mean_refuses_bad_weights_and_tol(kwargs, error):
+    """Found by an independent fault-battery sweep: complex or (n, 1) weights were used silently, a NaN tol
+    ran out the budget."""
+    X = np.array([[0.0, 1.0], [2.0, 0.25], [1.0, 4.0]])
+    with pytest.raises(error, match="weights|tol"):
+        ig.stats.frechet_mean(ig.Gaussian(1), X, **kwargs)

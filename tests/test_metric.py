@@ -171,3 +171,51 @@ def test_matrix_metric_of_a_point_function_evaluates_batches_point_by_point(back
         assert float(np.sqrt(v @ Gv.matrix(x) @ v)) == pytest.approx(half_plane_dist(x, y), rel=1e-9)
     with pytest.raises(TypeError, match="function"):
         ig.MatrixMetric(np.eye(2), dim=2)
+
+
+@pytest.mark.parametrize("bad, error", [
+    (np.array([np.nan, 0.0]), ValueError), (np.array([1 + 1j, 0.0]), TypeError),
+    (np.array([1.0, 2.0, 3.0]), ValueError), (np.float64(1.0), ValueError), (None, TypeError)])
+@pytest.mark.parametrize("metric", [ig.Gaussian(1).metric, ig.EuclideanMetric(2),
+                                    ig.DampedMetric(ig.Gaussian(1).metric, 0.1)])
+def test_mv_and_solve_validate_the_vector(metric, bad, error):
+    """Found by an independent fault-battery sweep: NaN in -> NaN out, complex accepted, raw matmul errors."""
+    p = np.array([0.3, 1.5])
+    with pytest.raises(error, match="vector|right-hand side"):
+        metric.mv(p, bad)
+    with pytest.raises(error, match="vector|right-hand side"):
+        metric.solve(p, bad)
+
+
+@pytest.mark.parametrize("make, error", [
+    (lambda: ig.EuclideanMetric(-1), ValueError), (lambda: ig.EuclideanMetric("x"), TypeError),
+    (lambda: ig.EuclideanMetric(1.5), ValueError), (lambda: ig.EuclideanMetric(2).matrix(None), TypeError),
+    (lambda: ig.DampedMetric(ig.EuclideanMetric(2), np.inf), ValueError),
+    (lambda: ig.DampedMetric(ig.EuclideanMetric(2), "a"), TypeError),
+    (lambda: ig.Euclidean(2).metric.sharp(ig.Covector(np.zeros(2), np.ones(2)), damping=np.inf), ValueError),
+    (lambda: ig.Gaussian(1).metric.sharp(ig.Covector(np.array([0.3, 1.5]), np.ones(2)), damping="a"), TypeError),
+    (lambda: ig.MatrixMetric(lambda x: np.array([[1.0, 2.0], [0.0, 1.0]]), 2).matrix(np.zeros(2)), ValueError)])
+def test_bad_dimension_point_damping_or_matrix_is_refused(make, error):
+    """Found by an independent fault-battery sweep: each was accepted (or gave inf/NaN, or a raw TypeError)."""
+    with pytest.raises(error, match="dim|point|damping|symmetric"):
+        make()
+
+
+def test_a_rounding_asymmetry_is_accepted_and_half_precision_upcast():
+    G = np.array([[2.0, 1.0], [1.0 + 1e-13, 3.0]])
+    ig.MatrixMetric(lambda x: G, 2).matrix(np.zeros(2))
+    g1 = ig.Gaussian(1)
+    p = np.array([0.3, 1.5])
+    v = g1.metric.sharp(g1.covector(p, np.array([0.1, 0.1], dtype=np.float16)))
+    np.testing.assert_allclose(v.components, g1.metric.sharp(g1.covector(p, np.array([0.1, 0.1]))).components,
+                               rtol=1e-3)
+
+
+@pytest.mark.parametrize("u, w, error", [
+    (np.array([1 + 1j, 0.0]), np.zeros(2), TypeError), (np.array([np.nan, 0.0]), np.zeros(2), ValueError),
+    (np.zeros(3), np.zeros(2), ValueError), (None, np.zeros(2), TypeError)])
+@pytest.mark.parametrize("rho", [ig.SquaredEuclidean(), ig.Bregman(lambda x: B.sum(x ** 4))])
+def test_a_divergence_validates_its_arguments(rho, u, w, error):
+    """Found by an independent fault-battery sweep: a complex value, NaN or a raw broadcast error came out."""
+    with pytest.raises(error, match="u|w"):
+        rho(u, w)

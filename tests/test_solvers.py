@@ -242,3 +242,20 @@ def test_bad_input_is_rejected():
         ig.solvers.GradientDescent().minimize("R2", rosen_cost, X0)
     with pytest.raises(ValueError, match="damping"):
         ig.solvers.GradientDescent(damping=-1.0)
+
+
+@pytest.mark.parametrize("make, error", [
+    (lambda: ig.solvers.GradientDescent(progress="abc"), TypeError),
+    (lambda: ig.solvers.GradientDescent(verbose=float("nan")), ValueError),
+    (lambda: ig.solvers.GradientDescent(verbose="x"), TypeError),
+    (lambda: ig.solvers.GradientDescent(update=np.array([1])), TypeError),
+    (lambda: ig.solvers.GradientDescent(line_search=3), TypeError),
+    (lambda: ig.solvers.TrustRegion(hessian=["exact"]), TypeError),
+    (lambda: ig.solvers.MirrorDescent(gradient_chart=1.0), TypeError),
+    (lambda: ig.solvers.InverseTime(c="a"), TypeError),
+    (lambda: ig.solvers.InverseTime(k0="b"), TypeError)])
+def test_settings_of_the_wrong_type_are_refused(make, error):
+    """Found by an independent fault-battery sweep: progress='abc' drew a bar, verbose=nan and the others gave
+    raw int()/comparison errors."""
+    with pytest.raises(error, match="progress|verbose|update|line_search|hessian|gradient_chart|c |k0"):
+        make()

@@ -95,3 +95,23 @@ def test_tangent_pca_of_gaussians_is_metric_orthonormal_and_invertible():
     assert one.components_.shape == (1, G.dim)
     with pytest.raises(ValueError, match="n_components"):
         ig.stats.TangentPCA(G, n_components=G.dim + 1)
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    (dict(seed=-1.0), TypeError), (dict(seed="a"), TypeError), (dict(seed=float("nan")), TypeError),
+    (dict(seed=-1), ValueError), (dict(mean_options={"bogus": 1}), ValueError),
+    (dict(mean_options=[("tol", 1.0)]), TypeError), (dict(tol="a"), TypeError), (dict(M=None), TypeError)])
+def test_kmeans_settings_are_checked_at_construction(kwargs, error):
+    """Found by an independent fault-battery sweep: a bad seed or option failed in fit with numpy's or
+    frechet_mean's message, KMeans(None, 2) was accepted."""
+    M = kwargs.pop("M", ig.Gaussian(1))
+    with pytest.raises(error, match="seed|mean_options|tol|Manifold"):
+        ig.stats.KMeans(M, 2, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, error", [(dict(max_iter="a"), TypeError), (dict(max_time="a"), TypeError),
+                                           (dict(max_time=float("nan")), ValueError)])
+def test_a_budget_of_the_wrong_type_is_refused(kwargs, error):
+    from infogeo.budget import Budget
+    with pytest.raises(error, match="max_iter|max_time"):
+        Budget(**kwargs)

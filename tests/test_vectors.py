@@ -94,3 +94,34 @@ def test_division_by_zero_is_refused_instead_of_giving_inf():
     with pytest.raises(ZeroDivisionError, match="TangentVector"):
         v / 0
     np.testing.assert_array_equal((v / 2.0).components, [0.5, -1.0])
+
+
+def test_a_vector_copies_the_callers_array_and_keeps_the_graph():
+    """Found by an independent fault-battery sweep: the caller's array was the vector's components."""
+    import torch
+    a = np.array([1.0, 2.0])
+    v, w = ig.TangentVector(X[:2], a), ig.Covector(X[:2], a)
+    a[0] = 7.0
+    assert v.components[0] == 1.0 and w.components[0] == 1.0
+    t = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    tv = ig.TangentVector(torch.zeros(2, dtype=torch.float64), t)
+    assert tv.components.data_ptr() != t.data_ptr()
+    (tv.components ** 2).sum().backward()              # still differentiable in the caller's leaf
+    assert torch.equal(t.grad, 2 * t.detach())
+    flat = ig.Euclidean(2).metric.flat(ig.TangentVector(np.zeros(2), a))
+    out = ig.Euclidean(2).metric.mv(np.zeros(2), a)
+    out[0], flat.components[1] = 5.0, 5.0
+    np.testing.assert_array_equal(a, [7.0, 2.0])
+
+
+def test_a_numpy_point_with_torch_components_and_a_list_point_make_one_vector():
+    """Found by an independent fault-battery sweep: a numpy point with torch components gave an AttributeError
+    in sharp; a list point with a vector made at the same list was 'attached to another base point'."""
+    import torch
+    G1 = ig.Gaussian(1)
+    p = np.array([0.3, 1.5])
+    w = G1.covector(p, torch.tensor([0.1, 0.1], dtype=torch.float64))
+    ref = G1.metric.sharp(G1.covector(p, np.array([0.1, 0.1]))).components
+    np.testing.assert_allclose(G1.metric.sharp(w).components.numpy(), ref)       # as with numpy alone
+    end = G1.exp([0.3, 1.5], G1.vector([0.3, 1.5], [0.1, 0.1]))
+    np.testing.assert_allclose(end, G1.exp(p, G1.vector(p, np.array([0.1, 0.1]))))

@@ -21,6 +21,7 @@ infogeo.budget.BudgetExceededError: demo solve: iteration budget of 3 exhausted 
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -60,10 +61,16 @@ class Budget:
     _t0: Optional[float] = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        if self.max_iter is not None and (int(self.max_iter) != self.max_iter or self.max_iter < 1):
-            raise ValueError(f"max_iter must be a positive integer or None, got {self.max_iter!r}")
-        if self.max_time is not None and not self.max_time > 0:
-            raise ValueError(f"max_time must be positive or None, got {self.max_time!r}")
+        from .geometry.points import positive_int  # here: geometry imports this module
+        if self.max_iter is not None:
+            positive_int(self.max_iter, "max_iter")
+        if self.max_time is not None:
+            # a type check first: a string compared with 0 gave a raw TypeError (inf stays: no limit)
+            if isinstance(self.max_time, bool) or not isinstance(self.max_time, numbers.Real):
+                raise TypeError(f"max_time must be a positive number or None, got {type(self.max_time).__name__} "
+                                f"{self.max_time!r}")
+            if not self.max_time > 0:
+                raise ValueError(f"max_time must be positive or None, got {self.max_time!r}")
 
     def start(self, operation: str, scale: str = "", hint: str = "") -> "Budget":
         """A running copy of this budget for ``operation``; ``scale`` and ``hint`` go into the error."""

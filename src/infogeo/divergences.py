@@ -12,6 +12,32 @@ from typing import Any, Callable
 from . import backend as B
 
 
+def _traced(a: Any) -> bool:
+    """Whether ``a`` is a value being traced by autodiff (an autograd box, a torch.func tensor)."""
+    if hasattr(a, "_value"):
+        return True
+    torch = __import__("sys").modules.get("torch")
+    return torch is not None and isinstance(a, torch.Tensor) and torch._C._functorch.is_functorch_wrapped_tensor(a)
+
+
+def check_pair(u: Any, w: Any) -> tuple:
+    """``u`` and ``w`` as float arrays of one shape with finite entries, or a clear error naming them.
+
+    A traced call (the Hessian on the diagonal, by autodiff) is not checked again: its plain call was,
+    and a traced value cannot be read.
+    """
+    if _traced(u) or _traced(w):
+        return u, w
+    from .geometry.points import as_coordinates  # here: geometry imports this module
+    u, w = as_coordinates(u, None, "first argument u"), as_coordinates(w, None, "second argument w")
+    if B.is_torch(u) != B.is_torch(w):
+        raise TypeError("u and w must be arrays of the same backend (both numpy or both torch), got "
+                        f"{type(u).__name__} and {type(w).__name__}")
+    if tuple(u.shape) != tuple(w.shape):
+        raise ValueError(f"u and w must have the same shape, got {tuple(u.shape)} and {tuple(w.shape)}")
+    return u, w
+
+
 class Divergence:
     """A dissimilarity ``rho(u, w)``; subclass and implement :meth:`__call__`.
 
@@ -49,6 +75,7 @@ class SquaredEuclidean(Divergence):
     r""":math:`\rho(u, w) = \tfrac12 \|u - w\|^2`; its metric is the identity."""
 
     def __call__(self, u, w):
+        u, w = check_pair(u, w)
         d = u - w
         return 0.5 * B.sum(d * d)
 
@@ -73,6 +100,7 @@ class Bregman(Divergence):
         self.phi = phi
 
     def __call__(self, u, w):
+        u, w = check_pair(u, w)
         phi_w, grad_w = B.value_and_grad(self.phi, w)
         return self.phi(u) - phi_w - B.sum(grad_w * (u - w))
 

@@ -24,6 +24,20 @@ def tree_map(f: Callable, *trees: Any) -> Any:
     return f(*trees)
 
 
+def tree_copy(tree: Any) -> Any:
+    """A copy of every array leaf, so that the result shares no memory with ``tree``.
+
+    A tensor is cloned (``clone`` is differentiable: a leaf that requires grad stays in its
+    graph); autograd's traced boxes are immutable and kept; anything else is returned as is.
+    """
+    def copy(x: Any) -> Any:
+        if _dispatch.is_torch(x):
+            return x.clone()
+        import numpy as np
+        return x.copy() if isinstance(x, np.ndarray) else x
+    return tree_map(copy, tree)
+
+
 def leaves(tree: Any) -> list:
     return list(tree.values()) if isinstance(tree, dict) else [tree]
 

@@ -133,15 +133,21 @@ class Manifold:
         self.check_point(x)  # the public hook: subclasses may add checks there
         return self._mark(_points.own_copy(x, coords))
 
+    def _at(self, x: Any, components: Any, what: str) -> tuple:
+        """The base point validated (a list becomes the array that later calls compare with) and the
+        components; a numpy one becomes a tensor when the other is one (as ``exp`` and ``log`` do), so that
+        the metric never meets a numpy point with torch components."""
+        x = self._as_point(x, f"base point of the {what}")
+        components = _points.as_coordinates(components, self.dim, what, self.name)
+        return _points.same_backend(x, components)
+
     def vector(self, x: Any, components: Any) -> TangentVector:
-        """A :class:`TangentVector` at ``x`` (shape checked)."""
-        components = _points.as_coordinates(components, self.dim, "tangent vector", self.name)
-        return TangentVector(x, components, self.chart)
+        """A :class:`TangentVector` at ``x`` (point and shape checked)."""
+        return TangentVector(*self._at(x, components, "tangent vector"), self.chart)
 
     def covector(self, x: Any, components: Any) -> Covector:
-        """A :class:`Covector` at ``x`` (shape checked)."""
-        components = _points.as_coordinates(components, self.dim, "covector", self.name)
-        return Covector(x, components, self.chart)
+        """A :class:`Covector` at ``x`` (point and shape checked)."""
+        return Covector(*self._at(x, components, "covector"), self.chart)
 
     def random_point(self, rng: Optional[np.random.Generator] = None, scale: float = 1.0):
         """A random point: Gaussian coordinates, redrawn until inside the domain."""

@@ -27,7 +27,8 @@ import numpy as np
 from .. import backend as B
 from ..backend import tree as _tree
 from ..linalg import NotPositiveDefiniteError, conjugate_gradient
-from .points import batch_shape, per_point
+from . import points as _points
+from .points import batch_shape, check_real, per_point
 from .vectors import Covector, TangentVector
 
 # dense solves up to this dimension, conjugate gradient beyond
@@ -52,14 +53,50 @@ def _size(x: Any, dim: Optional[int]) -> int:
     return int(shape[-1]) if shape else 1
 
 
-def check_components(components: Any, dim: Optional[int], what: str) -> None:
-    """Raise ``ValueError`` for components of the wrong shape or with NaN/inf."""
-    if not isinstance(components, dict):
-        shape = tuple(getattr(components, "shape", ()))
-        if dim is not None and shape[-1:] != (dim,):
-            raise ValueError(f"{what} must have shape ({dim},), got shape {shape}")
-    if not _tree.tree_all_finite(components):
-        raise ValueError(f"{what} contains NaN or inf")
+def check_components(components: Any, dim: Optional[int], what: str) -> Any:
+    """``components`` validated as :func:`~infogeo.geometry.points.as_coordinates` does.
+
+    ``TypeError`` for a non-array, complex or boolean entries; ``ValueError`` for the wrong shape
+    (a 0-d array included) or NaN/inf.  Returns the float array to compute with (a list converted,
+    half precision upcast); a ``{name: tensor}`` dict is only checked for finiteness.
+    """
+    if isinstance(components, dict):
+        if not _tree.tree_all_finite(components):
+            raise ValueError(f"{what} contains NaN or inf")
+        return components
+    out = _points.as_coordinates(components, dim, what)
+    if not tuple(getattr(out, "shape", ())):
+        raise ValueError(f"a {what} must be an array of shape (..., dim), got a 0-d value {components!r}")
+    return out
+
+
+def _point_dim(x: Any, dim: Optional[int]) -> Optional[int]:
+    """The size a vector at ``x`` must have: ``dim`` when declared, else the last axis of ``x``."""
+    if dim is not None:
+        return dim
+    shape = tuple(getattr(x, "shape", ()))
+    return int(shape[-1]) if shape else None
+
+
+def _check_symmetric(G: Any, owner: str) -> None:
+    """``ValueError`` unless ``G`` is symmetric up to rounding (relative to its norm).
+
+    The tolerance is the square root of the dtype's epsilon times the norm: a product such as
+    ``J.T @ J`` is symmetric only up to rounding, a genuinely non-symmetric matrix is far off.
+    """
+    try:
+        g = _points.numpy_view(G)
+    except RuntimeError:  # a tensor traced by torch.func has no values to read; its plain call is checked
+        return
+    if g.ndim < 2 or g.shape[-1] != g.shape[-2]:
+        raise ValueError(f"{owner}: the metric matrix must be square, shape (..., dim, dim), got shape {g.shape}")
+    if g.dtype.kind != "f":
+        return  # complex/int entries are refused elsewhere; nothing to measure here
+    gap = np.abs(g - np.swapaxes(g, -1, -2)).max(initial=0.0)
+    scale = np.abs(g).max(initial=0.0)
+    if gap > np.sqrt(np.finfo(g.dtype).eps) * scale:
+        raise ValueError(f"{owner}: the metric matrix is not symmetric (largest |G - G^T| entry {gap:.3g}, "
+                         f"largest |G| entry {scale:.3g}); a metric is a symmetric positive definite matrix")
 
 
 class Metric:
@@ -73,7 +110,7 @@ class Metric:
     has_matrix: bool = True
 
     def __init__(self, dim: Optional[int] = None):
-        self.dim = dim
+        self.dim = None if dim is None else _points.positive_int(dim, "dim")
 
     def dense_at(self, x: Any) -> bool:
         """Whether :meth:`solve` at ``x`` forms the dense matrix (else it runs conjugate gradient on :meth:`mv`).
@@ -90,6 +127,7 @@ class Metric:
 
     def mv(self, x: Any, v: Any):
         """Metric-vector product :math:`G(x) v` on raw components (broadcast over leading axes)."""
+        v = check_components(v, _point_dim(x, self.dim), "vector")
         G = self.matrix(x)
         if len(G.shape) == 2 and len(getattr(v, "shape", ())) == 1:
             return B.matmul(G, v)
@@ -103,8 +141,8 @@ class Metric:
         on :meth:`mv` otherwise.  Raises :class:`~infogeo.linalg.NotPositiveDefiniteError`
         if :math:`G(x) + \lambda I` is not positive definite.
         """
-        if not damping >= 0:
-            raise ValueError(f"damping must be >= 0, got {damping}")
+        damping = check_real("damping", damping)
+        b = check_components(b, _point_dim(x, self.dim), "right-hand side b")
         if not isinstance(b, dict) and self.dense_at(x):
             G = self.matrix(x)
             if not _tree.tree_all_finite(G):
@@ -136,8 +174,8 @@ class Metric:
         if not isinstance(v, TangentVector):
             raise TypeError(f"flat takes a TangentVector, got {type(v).__name__}"
                             + ("; did you mean sharp()?" if isinstance(v, Covector) else ""))
-        check_components(v.components, self.dim, "tangent vector")
-        return Covector(v.base, self.mv(v.base, v.components), v.chart)
+        comps = check_components(v.components, self.dim, "tangent vector")
+        return Covector(v.base, self.mv(v.base, comps), v.chart)
 
     def sharp(self, w: Covector, damping: float = 0.0) -> TangentVector:
         r"""Covector to vector: the unique :math:`w^\sharp` with :math:`\langle w^\sharp, u\rangle = w(u)`.
@@ -153,8 +191,8 @@ class Metric:
         if not isinstance(w, Covector):
             raise TypeError(f"sharp takes a Covector, got {type(w).__name__}"
                             + ("; did you mean flat()?" if isinstance(w, TangentVector) else ""))
-        check_components(w.components, self.dim, "covector")
-        return TangentVector(w.base, self.solve(w.base, w.components, damping), w.chart)
+        comps = check_components(w.components, self.dim, "covector")
+        return TangentVector(w.base, self.solve(w.base, comps, damping), w.chart)
 
     def inner(self, u: TangentVector, v: TangentVector):
         r""":math:`\langle u, v\rangle_x = u^T G(x) v`."""
@@ -221,15 +259,23 @@ class Metric:
 class EuclideanMetric(Metric):
     """The identity metric :math:`G = I`; geodesics are straight lines."""
 
+    def _point(self, x):
+        """``x`` checked (G ignores it, but a non-point is a caller's error, not a point of R^n)."""
+        return x if isinstance(x, dict) else _points.as_coordinates(x, self.dim, "point")
+
     def matrix(self, x):
+        x = self._point(x)
         return B.eye(self.dim if self.dim is not None else x.shape[-1], like=x)
 
     def mv(self, x, v):
-        return v
+        x = self._point(x)
+        # a copy: G v = v must not be the caller's array itself
+        return _tree.tree_copy(check_components(v, _point_dim(x, self.dim), "vector"))
 
     def solve(self, x, b, damping: float = 0.0):
-        if not damping >= 0:
-            raise ValueError(f"damping must be >= 0, got {damping}")
+        damping = check_real("damping", damping)
+        x = self._point(x)
+        b = check_components(b, _point_dim(x, self.dim), "right-hand side b")
         return _tree.tree_map(lambda t: t / (1.0 + damping), b)
 
     def christoffel(self, x):
@@ -289,17 +335,19 @@ class MatrixMetric(Metric):
         return self._matrix_fn
 
     def matrix(self, x):
-        return per_point(self._matrix_fn, x, vectorized=self.vectorized)
+        G = per_point(self._matrix_fn, x, vectorized=self.vectorized)
+        _check_symmetric(G, type(self).__name__)
+        return G
 
 
 class DampedMetric(Metric):
     r""":math:`G(x) + \lambda I` for a metric :math:`G`."""
 
     def __init__(self, base: Metric, damping: float):
-        if not damping > 0:
-            raise ValueError(f"damping must be > 0, got {damping}")
+        if not isinstance(base, Metric):
+            raise TypeError(f"DampedMetric needs a Metric, got {type(base).__name__}")
         super().__init__(base.dim)
-        self.base, self.damping = base, float(damping)
+        self.base, self.damping = base, check_real("damping", damping, positive=True)
         self.has_matrix = base.has_matrix
 
     def dense_at(self, x: Any) -> bool:
@@ -310,8 +358,9 @@ class DampedMetric(Metric):
         return G + self.damping * B.eye(G.shape[-1], like=G)
 
     def mv(self, x, v):
+        v = check_components(v, _point_dim(x, self.dim), "vector")
         return _tree.tree_map(lambda a, b: a + self.damping * b, self.base.mv(x, v), v)
 
     def solve(self, x, b, damping: float = 0.0):
-        return self.base.solve(x, b, damping=self.damping + damping)
+        return self.base.solve(x, b, damping=self.damping + check_real("damping", damping))
 

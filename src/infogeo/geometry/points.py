@@ -46,6 +46,29 @@ def raw_value(x: Any) -> Any:
     return x
 
 
+def check_real(label: str, value: Any, *, positive: bool = False) -> float:
+    """``value`` as a finite float ``>= 0`` (``> 0`` with ``positive``), or a clear error naming ``label``.
+
+    Infinity is refused too: an infinite damping makes every gradient zero (a "converged" run at a
+    non-stationary point), an infinite tolerance stops at once, an infinite step destroys the point.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{label} must be a real number, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise ValueError(f"{label} must be finite and {'> 0' if positive else '>= 0'}, got {value!r}")
+    return value
+
+
+def check_count(label: str, value: Any) -> int:
+    """``value`` as an ``int >= 0`` (an integral float is accepted), or a clear error naming ``label``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{label} must be a non-negative integer, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value) or int(value) != value or value < 0:
+        raise ValueError(f"{label} must be a non-negative integer, got {value!r}")
+    return int(value)
+
+
 def positive_int(value: Any, what: str, minimum: int = 1) -> int:
     """``value`` as an ``int >= minimum``: ``TypeError`` for non-numbers and booleans, ``ValueError`` otherwise."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.number)):
@@ -120,9 +143,10 @@ def as_coordinates(x: Any, dim: Optional[int], what: str = "point", owner: str =
     Returns
     -------
     The same array when it already was a float array of either backend (never
-    copied), else a float64 copy.
+    copied), else a float64 copy; half precision is upcast to float32.
     """
-    if type(x) is np.ndarray and x.dtype.kind == "f" and dim is not None and x.shape[-1:] == (dim,):
+    if type(x) is np.ndarray and x.dtype.kind == "f" and x.dtype.itemsize >= 4 and dim is not None \
+            and x.shape[-1:] == (dim,):
         # the common case (a float numpy batch of the right shape): one reduction, no dispatch
         if _finite_numpy(x):
             return x
@@ -161,6 +185,17 @@ def as_coordinates(x: Any, dim: Optional[int], what: str = "point", owner: str =
                          f"got shape {shape}")
     if not all_finite(x):
         raise ValueError(f"the {what}{where} contains NaN or inf")
+    return _upcast_half(x)
+
+
+def _upcast_half(x: Any) -> Any:
+    """Half precision (float16, bfloat16) as float32: the linear algebra has no half-precision kernels."""
+    if _dispatch.is_torch(x):
+        import torch
+        return x.to(torch.float32) if x.dtype in (torch.float16, torch.bfloat16) else x
+    a = raw_value(x)
+    if getattr(a, "dtype", None) == np.float16:
+        return x.astype(np.float32) if a is x else x * np.float32(1.0)
     return x
 
 

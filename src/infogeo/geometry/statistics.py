@@ -179,13 +179,23 @@ def _connection(metric: Any, x: Any, u: Any, w: Any):
 
 # ---------------------------------------------------------------- Fréchet mean
 def _weights(weights: Any, n: int, like: Any):
+    """The weights normalised to sum 1: ``TypeError`` unless real numbers, ``ValueError`` unless ``(n,)``,
+    finite and non-negative with a positive sum (a complex weight's imaginary part, or an ``(n, 1)``
+    column, would otherwise be dropped or flattened silently)."""
     if weights is None:
         return np.full(n, 1.0 / n)
-    w = np.asarray(B.to_numpy(weights), dtype=float).reshape(-1) if B.is_torch(weights) else \
-        np.asarray(weights, dtype=float).reshape(-1)
+    if isinstance(weights, (str, bytes)):
+        raise TypeError(f"weights must be an array of {n} real numbers, got {type(weights).__name__} {weights!r}")
+    try:
+        w = np.asarray(B.to_numpy(weights) if B.is_torch(weights) else weights)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"weights must be an array of {n} real numbers, got {type(weights).__name__}") from exc
+    if w.dtype.kind not in "iuf":
+        raise TypeError(f"weights must be real numbers, got dtype {w.dtype}")
+    w = w.astype(float)
     if w.shape != (n,) or not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
-        raise ValueError(f"weights must be {n} finite non-negative numbers (one per point) with a positive sum, "
-                         f"got {w.tolist() if w.size < 20 else f'shape {w.shape}'}")
+        raise ValueError(f"weights must be {n} finite non-negative numbers (shape ({n},), one per point) with a "
+                         f"positive sum, got {w.tolist() if w.size < 20 else f'shape {w.shape}'}")
     return w / w.sum()
 
 
@@ -227,6 +237,8 @@ def frechet_mean(M: Any, points: Any, weights: Any = None, *, x0: Any = None, me
     -------
     mean : point of ``M``, shape ``(dim,)`` (or ``(..., dim)``), in the points' backend
     """
+    # a NaN, negative or zero tol never stops the descent (it only ran into the budget)
+    tol = _points.check_real("tol", tol, positive=True)
     if method not in ("auto", "gradient"):
         raise ValueError(f"method must be 'auto' or 'gradient', got {method!r}")
     X = M._as_point(points, "points")

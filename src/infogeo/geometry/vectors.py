@@ -45,7 +45,8 @@ class _AtPoint:
                 f"components of a {type(self).__name__} must be an array, got a "
                 f"{type(components).__name__}; use metric.sharp / metric.flat to convert")
         self.base = base
-        self.components = components
+        # a copy: the caller's array, changed later, must not change this vector (nor this one it)
+        self.components = _tree.tree_copy(components)
         self.chart = chart
 
     # ----------------------------------------------------------- checks
@@ -68,7 +69,10 @@ class _AtPoint:
                 f"different tangent spaces; transport one first")
 
     def _new(self, components: Any):
-        return type(self)(self.base, components, self.chart)
+        # components computed here are new arrays: no copy needed
+        new = object.__new__(type(self))
+        new.base, new.components, new.chart = self.base, components, self.chart
+        return new
 
     # ----------------------------------------------------------- algebra
     def __add__(self, other: Any):

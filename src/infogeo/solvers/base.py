@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import math
-import numbers
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Union
@@ -21,6 +20,7 @@ import numpy as np
 from .. import backend as B
 from ..backend import tree as _tree
 from ..geometry import points as _points
+from ..geometry.points import check_count, check_real  # noqa: F401  (shared with geometry and stats)
 from ..geometry.manifold import Manifold
 from ..geometry.vectors import Covector, TangentVector
 from ..linalg import NotPositiveDefiniteError
@@ -29,27 +29,17 @@ from .result import CONVERGED, FAILED, LIMIT_REACHED, STOPPED_BY_CALLBACK, Optim
 logger = logging.getLogger("infogeo.solvers")
 
 
-def check_real(label: str, value: Any, *, positive: bool = False) -> float:
-    """``value`` as a finite float ``>= 0`` (``> 0`` with ``positive``), or a clear error naming ``label``.
+def check_choice(label: str, value: Any, choices: tuple) -> Any:
+    """``value`` if it is one of ``choices`` (strings, or ``None``), else a clear error naming ``label``.
 
-    Infinity is refused too: an infinite damping makes every gradient zero (a "converged" run at a
-    non-stationary point), an infinite tolerance stops at once, an infinite step destroys the point.
+    A value of another type (an array, a number) gets a ``TypeError``, not the ambiguous comparison
+    that ``value in choices`` would make of it.
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{label} must be a real number, got {type(value).__name__} {value!r}")
-    value = float(value)
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        raise ValueError(f"{label} must be finite and {'> 0' if positive else '>= 0'}, got {value!r}")
+    if not (value is None or isinstance(value, str)):
+        raise TypeError(f"{label} must be one of {choices}, got {type(value).__name__} {value!r}")
+    if value not in choices:
+        raise ValueError(f"{label} must be one of {choices}, got {value!r}")
     return value
-
-
-def check_count(label: str, value: Any) -> int:
-    """``value`` as an ``int >= 0`` (an integral float is accepted), or a clear error naming ``label``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{label} must be a non-negative integer, got {type(value).__name__} {value!r}")
-    if not math.isfinite(value) or int(value) != value or value < 0:
-        raise ValueError(f"{label} must be a non-negative integer, got {value!r}")
-    return int(value)
 
 
 def _ensure_console_handler() -> None:
@@ -90,11 +80,9 @@ def log_every(verbose: Union[bool, int], max_iter: int) -> int:
 
     ``verbose=k`` (an int) logs every k-th iteration; ``True`` about twenty rows per run.
     """
-    if isinstance(verbose, bool) or verbose is None:
+    if isinstance(verbose, (bool, np.bool_)) or verbose is None:
         return max(1, round(max_iter / 20)) if verbose else 0
-    if int(verbose) != verbose or verbose < 0:
-        raise ValueError(f"verbose must be a bool or a non-negative int (log every k-th iteration), got {verbose!r}")
-    return int(verbose)
+    return check_count("verbose (a bool, or log every k-th iteration)", verbose)
 
 
 @dataclass
@@ -172,6 +160,9 @@ class Solver:
         damping = check_real("damping", damping)
         if not callable(callback) and callback is not None:
             raise TypeError(f"callback must be callable or None, got {type(callback).__name__}")
+        if progress is not None and not isinstance(progress, (bool, np.bool_)):
+            raise TypeError(f"progress must be True, False or None (automatic), got {type(progress).__name__} "
+                            f"{progress!r}")
         self.damping, self.verbose, self.progress, self.callback = damping, verbose, progress, callback
         log_every(verbose, self.max_iter)  # a bad value fails here, not at the first run
 

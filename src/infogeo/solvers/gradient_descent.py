@@ -27,7 +27,7 @@ from .. import backend as B
 from ..backend import tree as _tree
 from ..geometry.manifold import Manifold
 from ..geometry.metric import Metric
-from .base import Iterate, Solver, Step, check_count
+from .base import Iterate, Solver, Step, check_choice, check_count
 from .step_rules import StepSize, armijo, step_at
 
 
@@ -72,10 +72,8 @@ class GradientDescent(Solver):
                  line_search: Optional[str] = "auto", armijo_c1: float = 1e-4, armijo_shrink: float = 0.5,
                  memory: int = 10, metric: Optional[Metric] = None, **kwargs: Any):
         super().__init__(**kwargs)
-        if update not in ("retraction", "exp"):
-            raise ValueError(f"update must be 'retraction' or 'exp', got {update!r}")
-        if line_search not in ("auto", None, "armijo", "nonmonotone"):
-            raise ValueError(f"line_search must be 'auto', None, 'armijo' or 'nonmonotone', got {line_search!r}")
+        check_choice("update", update, ("retraction", "exp"))
+        check_choice("line_search", line_search, ("auto", None, "armijo", "nonmonotone"))
         for label, val in (("armijo_c1", armijo_c1), ("armijo_shrink", armijo_shrink)):
             if isinstance(val, bool) or not isinstance(val, numbers.Real) or not 0 < val < 1:
                 raise ValueError(f"{label} must be a number in (0, 1), got {val!r}")

@@ -19,7 +19,7 @@ from .. import backend as B
 from ..geometry.charts import ChartedManifold
 from ..geometry.manifold import Manifold
 from ..geometry.vectors import Covector
-from .base import Iterate, Solver, Step
+from .base import Iterate, Solver, Step, check_choice
 from .step_rules import StepSize, step_at
 
 __all__ = ["MirrorDescent", "online_mle"]
@@ -53,8 +53,7 @@ class MirrorDescent(Solver):
 
     def __init__(self, step_size: StepSize = 1.0, *, gradient_chart: str = "natural", **kwargs: Any):
         super().__init__(**kwargs)
-        if gradient_chart not in _DUAL:
-            raise ValueError(f"gradient_chart must be 'natural' or 'mean', got {gradient_chart!r}")
+        check_choice("gradient_chart", gradient_chart, tuple(_DUAL))
         if not callable(step_size):
             step_at(step_size, 1)
         self.step_size, self.gradient_chart = step_size, gradient_chart

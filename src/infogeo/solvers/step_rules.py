@@ -2,7 +2,10 @@ r"""Step sizes: constant, schedules, and Armijo backtracking on the manifold."""
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Callable, Union
+
+from ..geometry.points import check_real
 
 
 class InverseTime:
@@ -13,10 +16,9 @@ class InverseTime:
     """
 
     def __init__(self, c: float = 1.0, k0: float = 0.0):
-        if isinstance(c, bool) or isinstance(k0, bool):
-            raise TypeError("c and k0 must be numbers")
-        if not 0 < c < math.inf:
-            raise ValueError(f"c must be positive and finite, got {c}")
+        c = check_real("c", c, positive=True)
+        if isinstance(k0, bool) or not isinstance(k0, numbers.Real):
+            raise TypeError(f"k0 must be a real number, got {type(k0).__name__} {k0!r}")
         if not -1 < k0 < math.inf:  # alpha_k = c / (k + k0) must stay positive and finite from k = 1 on
             raise ValueError(f"k0 must be > -1 and finite, got {k0}")
         self.c, self.k0 = float(c), float(k0)

@@ -21,7 +21,7 @@ from .. import backend as B
 from ..backend import tree as _tree
 from ..geometry.manifold import Manifold
 from ..geometry.vectors import TangentVector
-from .base import Iterate, Solver, Step, check_real
+from .base import Iterate, Solver, Step, check_choice, check_real
 
 
 def _f(a) -> float:
@@ -96,8 +96,7 @@ class TrustRegion(Solver):
     def __init__(self, eta: float = 0.5, eta_max: float = 1e6, *, hessian: str = "exact",
                  accept_ratio: float = 0.1, **kwargs: Any):
         super().__init__(**kwargs)
-        if hessian not in ("exact", "metric"):
-            raise ValueError(f"hessian must be 'exact' or 'metric', got {hessian!r}")
+        check_choice("hessian", hessian, ("exact", "metric"))
         eta, eta_max = check_real("eta", eta, positive=True), check_real("eta_max", eta_max, positive=True)
         if not eta <= eta_max:
             raise ValueError(f"need 0 < eta <= eta_max, got eta={eta}, eta_max={eta_max}")

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import backend as B
 from ..geometry import points as _points
+from ..geometry.manifold import Manifold
 from ._fitted import check_fitted
 
 logger = logging.getLogger(__name__)
@@ -31,6 +32,31 @@ def _pairwise_sq_dist(M: Any, X: Any, C: Any) -> np.ndarray:
     Cb = B.broadcast_to(C[None, :, :], (n, k, M.dim))
     D = np.asarray(B.to_numpy(M.metric.dist(Xb, Cb)), dtype=float).reshape(n, k)
     return D * D
+
+
+def _check_seed(seed: Any) -> Any:
+    """``seed`` if numpy takes it for a generator (checked here, not at the first ``fit``)."""
+    if isinstance(seed, (float, str, bytes)):  # numpy's message names neither the argument nor the fix
+        raise TypeError(f"seed must be None, a non-negative int or a numpy Generator, got {type(seed).__name__} "
+                        f"{seed!r}")
+    try:
+        np.random.default_rng(seed)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"seed must be None, a non-negative int or a numpy Generator, got {seed!r}: {exc}") from None
+    return seed
+
+
+def _check_mean_options(options: Any) -> dict:
+    """A copy of the keyword arguments for :func:`~infogeo.geometry.statistics.frechet_mean`, names checked."""
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise TypeError(f"mean_options must be a dict of frechet_mean keywords, got {type(options).__name__}")
+    allowed = ("x0", "method", "tol", "max_iter", "max_time")
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ValueError(f"mean_options has unknown keys {unknown}; frechet_mean takes {list(allowed)}")
+    return dict(options)
 
 
 class KMeans:
@@ -67,6 +93,8 @@ class KMeans:
 
     def __init__(self, M: Any, k: int = 8, *, init: Any = "k-means++", n_init: int = 1, max_iter: int = 100,
                  tol: float = 1e-8, seed: Any = None, mean_options: Optional[dict] = None):
+        if not isinstance(M, Manifold):
+            raise TypeError(f"KMeans needs a Manifold to cluster on, got {type(M).__name__}")
         self.M = M
         self.k = _points.positive_int(k, "k (the number of clusters)")
         if isinstance(init, str) and init != "k-means++":
@@ -74,10 +102,8 @@ class KMeans:
         self.init = init
         self.n_init = _points.positive_int(n_init, "n_init")
         self.max_iter = _points.positive_int(max_iter, "max_iter")
-        if not tol >= 0:
-            raise ValueError(f"tol must be >= 0, got {tol}")
-        self.tol, self.seed = float(tol), seed
-        self.mean_options = dict(mean_options or {})
+        self.tol, self.seed = _points.check_real("tol", tol), _check_seed(seed)
+        self.mean_options = _check_mean_options(mean_options)
 
     # ------------------------------------------------------------ sklearn API
     def fit(self, X: Any, y: Any = None) -> "KMeans":
