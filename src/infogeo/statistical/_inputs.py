@@ -9,7 +9,19 @@ from .. import backend as B
 from ..geometry import points as _points
 
 __all__ = ["numpy_only", "named_coordinates", "split_parameters", "check_samples", "check_event_shape",
-           "statistics_of"]
+           "statistics_of", "unaliased", "observations_of"]
+
+
+def unaliased(y: Any, given: Any) -> Any:
+    """``y``, copied where it shares memory with the caller's array ``given`` (an identity chart map, a
+    slice): a public result never aliases its input, so writing to it cannot change the caller's point."""
+    if isinstance(y, np.ndarray) and isinstance(given, np.ndarray):
+        shared = np.may_share_memory(y, given)
+    elif B.is_torch(y) and B.is_torch(given):
+        shared = y.untyped_storage().data_ptr() == given.untyped_storage().data_ptr()
+    else:
+        return y
+    return _points.copy_array(y) if shared else y
 
 
 def named_coordinates(parameters: Mapping[str, Any], shapes: Mapping[str, tuple]):
@@ -49,6 +61,14 @@ def check_samples(x: Any, owner: str):
     a = a.astype(float)
     if not _points.all_finite(a):
         raise ValueError(f"observations of {owner} contain NaN or inf")
+    return a
+
+
+def observations_of(family: Any, x: Any) -> np.ndarray:
+    """The observations ``x`` of ``family`` as a new float array (never the caller's), checked as by
+    :func:`check_samples` and :func:`check_event_shape`: what a family's ``sufficient_statistics`` reads."""
+    a = check_samples(x, family.name)
+    check_event_shape(a, family.event_shape, family.name)
     return a
 
 

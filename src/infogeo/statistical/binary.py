@@ -37,6 +37,7 @@ import numpy as np
 from .. import backend as B
 from ..geometry import points as _points
 from ..geometry.charts import Chart
+from ._inputs import observations_of
 from .discrete import FiniteFamily
 from .legendre import legendre_primitive
 
@@ -150,7 +151,7 @@ class BinaryExponentialFamily(FiniteFamily):
 
     def sufficient_statistics(self, x: Any) -> np.ndarray:
         r""":math:`t(x)`: one row of monomials per observation, shape ``(N, dim)``."""
-        x = np.asarray(x, dtype=float).reshape(-1, self.n)
+        x = observations_of(self, x).reshape(-1, self.n)
         lo, hi = self.values
         if not np.all((x == lo) | (x == hi)):
             raise ValueError(f"observations of {self.name} must have entries {lo} or {hi}")

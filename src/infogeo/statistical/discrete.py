@@ -29,6 +29,7 @@ from .. import backend as B
 from ..geometry import points as _points
 from ..geometry.charts import Chart
 from . import _stable
+from ._inputs import observations_of
 from .exponential_family import ExponentialFamily
 
 __all__ = ["FiniteFamily", "Categorical", "Bernoulli", "IndependenceModel"]
@@ -119,7 +120,7 @@ class Categorical(FiniteFamily):
         return B.concatenate([theta, B.zeros(tuple(theta.shape[:-1]) + (1,), like=theta)], axis=-1)
 
     def sufficient_statistics(self, x):
-        x = np.asarray(x, dtype=float).reshape(-1)
+        x = observations_of(self, x).reshape(-1)
         if np.any(x != np.round(x)) or np.any(x < 0) or np.any(x >= self.k):
             raise ValueError(f"categories of {self.name} must be integers in 0..{self.k - 1}, "
                              f"got {np.unique(x[(x != np.round(x)) | (x < 0) | (x >= self.k)])[:5].tolist()}")
@@ -280,7 +281,7 @@ class Bernoulli(Categorical):
         super().__init__(2, chart=chart, name="Bernoulli")
 
     def sufficient_statistics(self, x):
-        x = np.asarray(x, dtype=float).reshape(-1)
+        x = observations_of(self, x).reshape(-1)
         if not np.all((x == 0) | (x == 1)):
             raise ValueError("Bernoulli observations must be 0 or 1")
         return x[:, None]
@@ -339,7 +340,7 @@ class IndependenceModel(FiniteFamily):
         return B.tanh(theta)
 
     def sufficient_statistics(self, x):
-        x = np.asarray(x, dtype=float).reshape(-1, self.dim)
+        x = observations_of(self, x).reshape(-1, self.dim)
         if not np.all(np.abs(x) == 1):
             raise ValueError("independence-model observations must have entries -1 or +1")
         return x

@@ -39,7 +39,7 @@ import numpy as np
 from .. import backend as B
 from ..divergences import Bregman
 from ..geometry.charts import Chart, ChartedManifold, per_point
-from ._inputs import named_coordinates, numpy_only, split_parameters
+from ._inputs import named_coordinates, numpy_only, split_parameters, unaliased
 from .fisher import ClosedGeodesics, FisherMetric
 from .legendre import legendre_primitive
 from .observations import Observations
@@ -175,6 +175,17 @@ class ExponentialFamily(Observations, ChartedManifold):
         super()._set_chart(chart)
         self.metric = FisherMetric(self)
 
+    def to_chart(self, x: Any, name: str):
+        """Coordinates in chart ``name`` of the point (or batch) ``x``; a new array, never a view of ``x``
+        (charts that coincide, such as the mean and standard charts of a categorical family, map a
+        point to itself)."""
+        return unaliased(super().to_chart(x, name), x)
+
+    def from_chart(self, y: Any, name: str, like: Any = None):
+        """Coordinates in the current chart of the point (or batch) ``y`` given in chart ``name``; a new
+        array, never a view of ``y``."""
+        return unaliased(super().from_chart(y, name, like=like), y)
+
     def to_natural(self, x: Any):
         r"""Natural parameters :math:`\theta` of the point ``x``."""
         return self.to_chart(x, "natural")
@@ -257,7 +268,7 @@ class ExponentialFamily(Observations, ChartedManifold):
 
     def sufficient_statistics(self, x: Any):
         """:math:`t(x)` for a batch of observations (leading sample axis) -> ``(n, dim)``."""
-        t = self._t_fn(x)
+        t = unaliased(self._t_fn(x), x)   # a t(x) = x must not hand back the caller's array
         t = B.reshape(t, (-1, self.dim)) if getattr(t, "ndim", 2) == 1 and self.dim == 1 else t
         return t
 

@@ -49,6 +49,7 @@ from ..geometry import points as _points
 from ..geometry.charts import Chart
 from . import _stable
 from . import gaussian_bounds as _bounds
+from ._inputs import observations_of
 from ._vech import _check_spd, _cov_of_t, _miller_cov_block, _outer, _Vech
 from .exponential_family import ExponentialFamily
 
@@ -318,7 +319,7 @@ class FullGaussian(Gaussian):
         return B.concatenate([mu, self.vh.vech(S + _outer(mu, mu))], axis=-1)
 
     def sufficient_statistics(self, x):
-        x = np.asarray(B.to_numpy(x), dtype=float).reshape(-1, self.d)
+        x = observations_of(self, x).reshape(-1, self.d)
         return np.concatenate([x, (x[:, :, None] * x[:, None, :])[:, self.vh.iu[0], self.vh.iu[1]]], axis=1)
 
     def in_natural_domain(self, theta):

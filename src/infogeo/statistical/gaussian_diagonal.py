@@ -15,6 +15,7 @@ from .. import backend as B
 from ..geometry import points as _points
 from ..geometry.charts import Chart
 from . import _stable
+from ._inputs import observations_of
 
 LOG2PI = math.log(2 * math.pi)
 from .gaussian import Gaussian
@@ -94,7 +95,7 @@ class DiagonalGaussian(Gaussian):
         return B.concatenate([mu, var + mu * mu], axis=-1)
 
     def sufficient_statistics(self, x):
-        x = np.asarray(x, dtype=float).reshape(-1, self.d)
+        x = observations_of(self, x).reshape(-1, self.d)
         return np.concatenate([x, x * x], axis=1)
 
     def in_natural_domain(self, theta):
