@@ -32,12 +32,14 @@ matrix) and ``geodesics`` (:class:`ClosedGeodesics`); ``manifolds/`` shows how.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
 from .. import backend as B
 from ..divergences import Bregman
+from ..geometry import points as _points
 from ..geometry.charts import Chart, ChartedManifold, per_point
 from ._inputs import named_coordinates, numpy_only, split_parameters, unaliased
 from .fisher import ClosedGeodesics, FisherMetric
@@ -45,6 +47,32 @@ from .legendre import legendre_primitive
 from .observations import Observations
 
 __all__ = ["Chart", "ClosedGeodesics", "ExponentialFamily", "FisherMetric"]
+
+#: the public methods that take natural parameters theta first; every family's own version is checked
+_NATURAL_METHODS = ("log_partition", "moments", "fisher_natural", "fisher_natural_vp", "in_natural_domain")
+
+
+def _checks_theta(method: Callable) -> Callable:
+    """``method(self, theta, ...)`` with ``theta`` checked once at the boundary: real coordinates of
+    shape ``(..., dim)`` (integers cast to float, never truncated), finite.  A wrong length, NaN, ``None``
+    or a 0-d value is a clear error instead of a number for another family, a NaN or a raw IndexError;
+    ``in_natural_domain`` answers ``False`` for a non-finite theta of the right shape."""
+    if getattr(method, "_checks_theta", False):
+        return method
+    name = method.__name__
+
+    @functools.wraps(method)
+    def checked(self, theta, *args, **kwargs):
+        try:
+            theta = _points.as_coordinates(theta, self.dim, f"natural parameter theta ({name})", self.name)
+        except ValueError:
+            if (name == "in_natural_domain" and tuple(getattr(theta, "shape", np.shape(theta)))[-1:] == (self.dim,)
+                    and not _points.all_finite(theta)):
+                return False
+            raise
+        return method(self, theta, *args, **kwargs)
+    checked._checks_theta = True
+    return checked
 
 
 class ExponentialFamily(Observations, ChartedManifold):
@@ -114,6 +142,13 @@ class ExponentialFamily(Observations, ChartedManifold):
     _numpy_geodesics_why: dict = {}
     _standard_chart: Optional[Chart] = None
     _geodesics: Optional[ClosedGeodesics] = None
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        for name in _NATURAL_METHODS:   # a family's override is validated like the generic method
+            f = cls.__dict__.get(name)
+            if callable(f):
+                setattr(cls, name, _checks_theta(f))
 
     def __init__(self, sufficient_statistics: Optional[Callable] = None,
                  log_partition: Optional[Callable] = None, dim: Optional[int] = None, *,
@@ -207,13 +242,15 @@ class ExponentialFamily(Observations, ChartedManifold):
         # iff the Legendre inversion finds a natural parameter for it
         self._charts["mean"].to_natural(eta)
 
+    @_checks_theta
     def in_natural_domain(self, theta: Any) -> bool:
         """Whether ``theta`` lies in the natural domain."""
         if self._domain_fn is not None:
             return bool(self._domain_fn(theta))
         with np.errstate(all="ignore"):
             try:
-                return bool(np.isfinite(float(B.to_numpy(self.log_partition(theta)))))
+                # a batch is inside when every point is
+                return bool(np.all(np.isfinite(np.asarray(B.to_numpy(self.log_partition(theta)), dtype=float))))
             except (ValueError, FloatingPointError, np.linalg.LinAlgError):
                 return False
 
@@ -262,6 +299,7 @@ class ExponentialFamily(Observations, ChartedManifold):
         raise RuntimeError(f"could not draw a random point of {self.name}; override random_point")
 
     # ------------------------------------------------------------ the family
+    @_checks_theta
     def log_partition(self, theta: Any):
         r""":math:`\psi(\theta)`."""
         return self._psi_fn(theta)
@@ -283,16 +321,19 @@ class ExponentialFamily(Observations, ChartedManifold):
         r"""Whether :math:`h` is declared (else :math:`h = 1` and :math:`\log h` is not evaluated)."""
         return self._log_h_fn is not None or type(self).log_base_measure is not ExponentialFamily.log_base_measure
 
+    @_checks_theta
     def moments(self, theta: Any):
         r"""Mean parameters :math:`\eta = \nabla\psi(\theta)` (autodiff unless overridden); batches broadcast."""
         if len(theta.shape) > 1 and self._vectorized:  # psi maps (..., dim) -> (...): grad of the sum, per point
             return B.grad(lambda t: B.sum(self.log_partition(t)), theta)
         return per_point(lambda t: B.grad(self.log_partition, t), theta)
 
+    @_checks_theta
     def fisher_natural(self, theta: Any):
         r"""Fisher information in natural coordinates, :math:`\nabla^2\psi(\theta)`."""
         return B.hessian(self.log_partition, theta)
 
+    @_checks_theta
     def fisher_natural_vp(self, theta: Any, v: Any):
         r""":math:`\nabla^2\psi(\theta)\,v` by a Hessian-vector product (no matrix formed)."""
         return B.hvp(self.log_partition, theta, v)
