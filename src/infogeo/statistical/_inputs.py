@@ -1,6 +1,7 @@
 """Validation of the inputs of statistical operations: named parameters and observations."""
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping, Optional
 
 import numpy as np
@@ -9,7 +10,7 @@ from .. import backend as B
 from ..geometry import points as _points
 
 __all__ = ["numpy_only", "named_coordinates", "split_parameters", "check_samples", "check_event_shape",
-           "statistics_of", "unaliased", "observations_of"]
+           "statistics_of", "unaliased", "observations_of", "check_fits"]
 
 
 def unaliased(y: Any, given: Any) -> Any:
@@ -62,6 +63,23 @@ def check_samples(x: Any, owner: str):
     if not _points.all_finite(a):
         raise ValueError(f"observations of {owner} contain NaN or inf")
     return a
+
+
+def _memory_bytes() -> int:
+    """This machine's physical memory in bytes (a generous 2^40 where the system does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return 2 ** 40
+
+
+def check_fits(n_values: int, what: str) -> None:
+    """ValueError when ``n_values`` float64 numbers (what a size asks for) exceed this machine's memory:
+    a clear refusal with the size, instead of a MemoryError or a loop that runs for hours."""
+    need, have = 8 * int(n_values), _memory_bytes()
+    if need > have:
+        raise ValueError(f"{what} needs {int(n_values):.3g} float64 values ({need / 2 ** 30:.3g} GiB), more than "
+                         f"this machine's memory ({have / 2 ** 30:.3g} GiB)")
 
 
 def observations_of(family: Any, x: Any) -> np.ndarray:

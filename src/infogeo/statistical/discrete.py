@@ -29,7 +29,7 @@ from .. import backend as B
 from ..geometry import points as _points
 from ..geometry.charts import Chart
 from . import _stable
-from ._inputs import observations_of
+from ._inputs import check_fits, observations_of
 from .exponential_family import ExponentialFamily
 
 __all__ = ["FiniteFamily", "Categorical", "Bernoulli", "IndependenceModel"]
@@ -102,9 +102,8 @@ class Categorical(FiniteFamily):
     event_shape = ()
 
     def __init__(self, k: int, chart: Optional[str] = None, name: Optional[str] = None):
-        if int(k) != k or k < 2:
-            raise ValueError(f"a categorical distribution needs k >= 2 classes, got {k!r}")
-        self.k = int(k)
+        self.k = _points.positive_int(k, "k (the number of classes of a categorical distribution)", minimum=2)
+        check_fits(self.k ** 2, f"Categorical({self.k}) (its k x k class tables)")
         self._others, self._off = 1.0 - np.eye(self.k)[:, :-1], 1.0 - np.eye(self.k - 1)
         super().__init__(dim=self.k - 1, chart=chart, name=name or f"Categorical({self.k})")
 
@@ -328,10 +327,10 @@ class IndependenceModel(FiniteFamily):
     geometry_chart = "standard"
 
     def __init__(self, n: int, chart: Optional[str] = None):
-        if int(n) != n or n < 1:
-            raise ValueError(f"the independence model needs n >= 1 variables, got {n!r}")
-        self.event_shape = (int(n),)
-        super().__init__(dim=int(n), chart=chart, name=f"IndependenceModel({int(n)})")
+        n = _points.positive_int(n, "n (the number of variables of the independence model)")
+        check_fits(n, f"IndependenceModel({n}) (one coordinate per variable)")
+        self.event_shape = (n,)
+        super().__init__(dim=n, chart=chart, name=f"IndependenceModel({n})")
 
     def log_partition(self, theta):
         return B.sum(B.logsumexp(B.stack([theta, -theta]), axis=0), axis=-1)

@@ -49,7 +49,7 @@ from ..geometry import points as _points
 from ..geometry.charts import Chart
 from . import _stable
 from . import gaussian_bounds as _bounds
-from ._inputs import observations_of
+from ._inputs import check_fits, observations_of
 from ._vech import _check_spd, _cov_of_t, _miller_cov_block, _outer, _Vech
 from .exponential_family import ExponentialFamily
 
@@ -120,6 +120,7 @@ class Gaussian(ExponentialFamily):
 
     def _init(self, d: int, dim: int, chart: Optional[str], kind: str):
         d = _points.positive_int(d, "dim (the sample dimension)")
+        check_fits(d * d, f"a Gaussian family on R^{d} (its d x d covariance)")
         #: dimension of the sample space, :math:`x \in \mathbb{R}^{d}` (``.dim`` is the manifold's dimension)
         self.sample_dim = self.d = d
         self.event_shape = (d,)
