@@ -10,7 +10,7 @@ from .. import backend as B
 from ..geometry import points as _points
 
 __all__ = ["numpy_only", "named_coordinates", "split_parameters", "check_samples", "check_event_shape",
-           "statistics_of", "unaliased", "observations_of", "check_fits"]
+           "statistics_of", "unaliased", "observations_of", "check_fits", "finite_velocity"]
 
 
 def unaliased(y: Any, given: Any) -> Any:
@@ -80,6 +80,13 @@ def check_fits(n_values: int, what: str) -> None:
     if need > have:
         raise ValueError(f"{what} needs {int(n_values):.3g} float64 values ({need / 2 ** 30:.3g} GiB), more than "
                          f"this machine's memory ({have / 2 ** 30:.3g} GiB)")
+
+
+def finite_velocity(v) -> None:
+    """ValueError unless the velocity of a geodesic (``t`` times a tangent vector) is finite."""
+    if not _points.all_finite(v):
+        raise ValueError("the geodesic's velocity (t times the tangent vector) is not finite: expected a finite "
+                         "real t and a finite tangent vector")
 
 
 def observations_of(family: Any, x: Any) -> np.ndarray:

@@ -49,7 +49,7 @@ from ..geometry import points as _points
 from ..geometry.charts import Chart
 from . import _stable
 from . import gaussian_bounds as _bounds
-from ._inputs import check_fits, observations_of
+from ._inputs import check_fits, finite_velocity, observations_of
 from ._vech import _check_spd, _cov_of_t, _miller_cov_block, _outer, _Vech
 from .exponential_family import ExponentialFamily
 
@@ -394,6 +394,7 @@ class FullGaussian(Gaussian):
         return tuple(B.to_numpy(a) for a in self._mu_cov(B.array(s)))
 
     def _geo_exp(self, s, v):
+        finite_velocity(v)
         mu0, S0 = self._mu_cov_np(s)
         dS = B.to_numpy(self.vh.sym(B.array(v[..., self.d:])))
         mu1, S1 = _geodesics().exp(mu0, S0, v[..., :self.d], dS)

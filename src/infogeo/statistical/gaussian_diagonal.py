@@ -15,7 +15,7 @@ from .. import backend as B
 from ..geometry import points as _points
 from ..geometry.charts import Chart
 from . import _stable
-from ._inputs import observations_of
+from ._inputs import finite_velocity, observations_of
 
 LOG2PI = math.log(2 * math.pi)
 from .gaussian import Gaussian
@@ -178,6 +178,7 @@ class DiagonalGaussian(Gaussian):
     # representable coordinates and finite answer gets it to a few ulps (tests: mpmath at 60 digits).
     @_quiet
     def _geo_exp(self, s, v):
+        finite_velocity(v)   # a NaN velocity (geodesic(p, q)(nan)) took the branch "not moving" and returned s
         d, xp = self.d, B.ops_of(s, v)
         mu, var = s[..., :d], s[..., d:]
         # velocity in units of the hyperbolic speed: (a, b) = t (cos phi, sin phi)
