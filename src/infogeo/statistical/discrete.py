@@ -178,7 +178,9 @@ class Categorical(FiniteFamily):
         return self.from_chart(q[..., :-1], "mean")
 
     def _sample(self, p, n, rng):
-        return rng.choice(self.k, size=n, p=B.to_numpy(self.probs(p)))
+        # renormalised in float64: float32 probabilities (a torch point) miss numpy's sum-to-one tolerance
+        q = np.asarray(B.to_numpy(self.probs(p)), dtype=np.float64)
+        return rng.choice(self.k, size=n, p=q / q.sum())
 
     def random_point(self, rng=None, scale: float = 1.0):
         q = np.random.default_rng(rng).dirichlet(np.full(self.k, 2.0))
