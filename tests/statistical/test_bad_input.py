@@ -48,7 +48,7 @@ def test_unknown_covariance_kind_and_wrong_sizes():
         ig.Gaussian(dim=2, covariance="banded")
     with pytest.raises(ValueError, match="needs the covariance"):
         ig.Gaussian(dim=2, covariance="fixed")
-    with pytest.raises(ValueError, match="k >= 2"):
+    with pytest.raises(ValueError, match="k .* must be an integer >= 2"):
         ig.Categorical(1)
     with pytest.raises(ValueError, match="mean must have 2 entries"):
         ig.Gaussian(dim=2).point(mean=[0, 0, 0])
@@ -87,3 +87,49 @@ def test_a_valid_vector_whose_last_class_the_mean_chart_cannot_hold_is_refused_w
     logits = np.log([.4, .3, .3]) - np.log(1e-30)
     p = C.in_chart("natural").point(logits)
     assert np.all(np.isfinite(np.asarray(p)))
+
+
+def _writes_back(result, given):
+    """Whether writing to ``result`` changes the caller's array ``given``."""
+    before = np.array(given, copy=True)
+    np.asarray(result)[...] = 7.0
+    return not np.array_equal(given, before)
+
+
+@pytest.mark.parametrize("M, p", [
+    (ig.Gaussian(1), [0.3, 1.5]),
+    (ig.Gaussian(2, covariance="diagonal"), [0.0, 1.0, 1.0, 2.0]),
+    (ig.Gaussian(2, covariance="fixed", cov=np.eye(2)), [0.0, 1.0]),
+    (ig.Gaussian(2, covariance="zero_mean"), [1.0, 0.0, 1.0]),
+    (ig.Categorical(3), [0.2, 0.3]),
+    (ig.Bernoulli(), [0.3]),
+    (ig.IndependenceModel(2), [0.3, 0.4]),
+])
+def test_chart_maps_and_parameters_never_return_a_view_of_the_caller_point(M, p):
+    # A1/A2 (found by an independent fault-battery sweep): mean() and to_mean() were views of p
+    for f in (lambda a: M.to_mean(a), lambda a: M.to_chart(a, "standard"), lambda a: M.from_chart(a, "standard"),
+              lambda a: M.point(a)) + ((lambda a: M.mean(a)),) * hasattr(M, "mean"):
+        a = np.array(p)
+        assert not _writes_back(f(a), a)
+
+
+def test_points_from_probabilities_and_statistics_are_new_arrays():
+    # A3/A4 (independent fault-battery sweep): point(probs=) and t(x) handed back the caller's array or a view
+    pr = np.array([0.2, 0.3, 0.5])
+    assert not _writes_back(ig.Categorical(3).point(probs=pr), pr)
+    pr = np.array([0.2, 0.3])
+    assert not _writes_back(ig.IndependenceModel(2).point(probs=pr), pr)
+    for M, x in [(ig.Bernoulli(), np.array([0.0, 1.0, 1.0])), (ig.IndependenceModel(2), np.array([[1.0, -1.0]])),
+                 (ig.Gaussian(2, covariance="fixed", cov=np.eye(2)), np.array([[1.0, 2.0]]))]:
+        assert not _writes_back(M.sufficient_statistics(x), x)
+
+
+def test_sufficient_statistics_of_no_or_malformed_observations_is_a_clear_error():
+    # B16 (independent fault-battery sweep): None gave "cannot reshape", a 0-d value [[nan, nan]] or a raw error
+    G = ig.Gaussian(2)
+    with pytest.raises(TypeError, match="observations of Gaussian"):
+        G.sufficient_statistics(None)
+    with pytest.raises(ValueError, match=r"must have shape \(n, 2\)"):
+        G.sufficient_statistics(np.float64(1.0))
+    with pytest.raises(ValueError, match="NaN"):
+        ig.Gaussian(1).sufficient_statistics(np.array([np.nan]))

@@ -211,3 +211,23 @@ def test_mean_parameters_outside_the_moment_space_are_rejected():
     from .conftest import poisson
     with pytest.raises(ValueError, match="not attained"):
         poisson().in_chart("mean").point([-1.0])
+
+
+def test_natural_parameter_methods_check_theta_at_the_boundary():
+    # A9/B5 (found by an independent fault-battery sweep): a theta of the wrong length gave a number, NaN gave
+    # NaN (or True from in_natural_domain), integers were truncated, 0-d/None gave raw IndexError/AttributeError,
+    # and in_natural_domain of a batch raised "only length-1 arrays"
+    C, G1 = ig.Categorical(3), ig.Gaussian(1)
+    for f in (C.log_partition, C.moments, C.fisher_natural, C.in_natural_domain):
+        with pytest.raises(ValueError, match=r"theta .* must have shape \(2,\)"):
+            f(np.array([0.0, 1.0, 2.0]))
+    with pytest.raises(ValueError, match="NaN"):
+        G1.log_partition(np.array([np.nan, -1.0]))
+    assert G1.in_natural_domain(np.array([np.nan, -1.0])) is False
+    with pytest.raises(ValueError, match=r"must have shape \(2,\)"):
+        G1.log_partition(np.float64(1.0))
+    with pytest.raises(TypeError, match="numeric array"):
+        G1.moments(None)
+    # integers are cast, not truncated: F = [[-1/(2c), h/(2c^2)], ...] at (h, c) = (1, -1)
+    np.testing.assert_allclose(G1.fisher_natural(np.array([1, -1])), [[0.5, 0.5], [0.5, 1.0]])
+    assert C.in_natural_domain(np.zeros((2, 2))) is True

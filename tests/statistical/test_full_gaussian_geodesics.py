@@ -145,3 +145,18 @@ def test_budget_ends_the_shooting_with_a_clear_error():
     G.budget = Budget(max_iter=1, max_time=60)
     with pytest.raises(BudgetExceededError):
         G.dist(G.point(mean=mu0, cov=S0), G.point(mean=mu1, cov=S1))
+
+
+def test_a_non_finite_time_or_an_overflowing_vector_is_refused_clearly():
+    # A7/B7 (found by an independent fault-battery sweep): geodesic(p, q)(nan) returned p for the univariate and
+    # diagonal families and raised "cannot convert float NaN to integer" for the full one; a vector of entries
+    # 1e300 raised a raw OverflowError
+    G1, G2 = ig.Gaussian(1), ig.Gaussian(2)
+    p2, q2 = np.array([0, 0, 1.0, 0, 1]), np.array([1, 0, 2.0, 0.3, 1])
+    for M, p, q in [(G1, np.array([0.3, 1.5]), np.array([1.0, 0.5])), (G2, p2, q2),
+                    (ig.Gaussian(2, covariance="diagonal"), np.array([0, 0, 1.0, 1]), np.array([1, 0, 2.0, 1]))]:
+        for t in (np.nan, None):
+            with pytest.raises(ValueError, match="not finite"):
+                M.geodesic(p, q)(t)
+    with pytest.raises(ValueError, match="overflows"):
+        G2.exp(p2, G2.vector(p2, np.full(5, 1e300)))

@@ -45,3 +45,11 @@ def test_simplex_from_logs_keeps_rows_on_the_open_simplex_and_the_law_of_moderat
     y = dirichlet.sample(dirichlet.point(concentration=a), 20000, rng=3)
     sd = np.sqrt(a / 3.5 * (1 - a / 3.5) / 4.5 / 20000)      # standard error of the mean of each coordinate
     assert np.all(np.abs(y.mean(0) - a / 3.5) < 5 * sd)
+
+
+def test_categorical_samples_from_a_float32_tensor_point():
+    # B14 (found by an independent fault-battery sweep): float32 probabilities missed numpy's sum-to-one check
+    torch = pytest.importorskip("torch")
+    x = ig.Categorical(3).sample(torch.tensor([0.29048639, 0.28736856], dtype=torch.float32), 50,
+                                 np.random.default_rng(0))
+    assert x.shape == (50,) and set(np.unique(x)) <= {0, 1, 2}

@@ -210,3 +210,21 @@ def test_import_does_not_pull_scipy_integrate_or_stats():
                          env={**__import__("os").environ, "PYTHONPATH": str(__import__("pathlib").Path(
                              ig.__file__).resolve().parents[1])})
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_sizes_are_integers_that_fit_in_memory():
+    # B9/C2 (found by an independent fault-battery sweep): Categorical(inf) raised OverflowError, None/nan raw
+    # errors, IndependenceModel(n=1.5) was accepted as 1, Gaussian(dim=1e13) / sample(p, 10**13) ran into a
+    # MemoryError and IsingModel(10**13) built its statistics for minutes
+    for k in (float("inf"), float("nan"), 2.5, 1):
+        with pytest.raises(ValueError, match="k .* must be an integer >= 2"):
+            ig.Categorical(k)
+    with pytest.raises(TypeError, match="must be an integer"):
+        ig.Categorical(None)
+    with pytest.raises(ValueError, match="must be an integer >= 1"):
+        ig.IndependenceModel(n=1.5)
+    for make in (lambda: ig.Gaussian(dim=1e13), lambda: ig.IndependenceModel(10 ** 13),
+                 lambda: ig.IsingModel(10 ** 13, [(0, 1)]), lambda: ig.Categorical(10 ** 8),
+                 lambda: ig.Gaussian(1).sample(np.array([0.0, 1.0]), 10 ** 13)):
+        with pytest.raises(ValueError, match="GiB.*more than this machine's memory"):
+            make()

@@ -1,6 +1,7 @@
 """Validation of the inputs of statistical operations: named parameters and observations."""
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping, Optional
 
 import numpy as np
@@ -9,7 +10,19 @@ from .. import backend as B
 from ..geometry import points as _points
 
 __all__ = ["numpy_only", "named_coordinates", "split_parameters", "check_samples", "check_event_shape",
-           "statistics_of"]
+           "statistics_of", "unaliased", "observations_of", "check_fits", "finite_velocity"]
+
+
+def unaliased(y: Any, given: Any) -> Any:
+    """``y``, copied where it shares memory with the caller's array ``given`` (an identity chart map, a
+    slice): a public result never aliases its input, so writing to it cannot change the caller's point."""
+    if isinstance(y, np.ndarray) and isinstance(given, np.ndarray):
+        shared = np.may_share_memory(y, given)
+    elif B.is_torch(y) and B.is_torch(given):
+        shared = y.untyped_storage().data_ptr() == given.untyped_storage().data_ptr()
+    else:
+        return y
+    return _points.copy_array(y) if shared else y
 
 
 def named_coordinates(parameters: Mapping[str, Any], shapes: Mapping[str, tuple]):
@@ -49,6 +62,38 @@ def check_samples(x: Any, owner: str):
     a = a.astype(float)
     if not _points.all_finite(a):
         raise ValueError(f"observations of {owner} contain NaN or inf")
+    return a
+
+
+def _memory_bytes() -> int:
+    """This machine's physical memory in bytes (a generous 2^40 where the system does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return 2 ** 40
+
+
+def check_fits(n_values: int, what: str) -> None:
+    """ValueError when ``n_values`` float64 numbers (what a size asks for) exceed this machine's memory:
+    a clear refusal with the size, instead of a MemoryError or a loop that runs for hours."""
+    need, have = 8 * int(n_values), _memory_bytes()
+    if need > have:
+        raise ValueError(f"{what} needs {int(n_values):.3g} float64 values ({need / 2 ** 30:.3g} GiB), more than "
+                         f"this machine's memory ({have / 2 ** 30:.3g} GiB)")
+
+
+def finite_velocity(v) -> None:
+    """ValueError unless the velocity of a geodesic (``t`` times a tangent vector) is finite."""
+    if not _points.all_finite(v):
+        raise ValueError("the geodesic's velocity (t times the tangent vector) is not finite: expected a finite "
+                         "real t and a finite tangent vector")
+
+
+def observations_of(family: Any, x: Any) -> np.ndarray:
+    """The observations ``x`` of ``family`` as a new float array (never the caller's), checked as by
+    :func:`check_samples` and :func:`check_event_shape`: what a family's ``sufficient_statistics`` reads."""
+    a = check_samples(x, family.name)
+    check_event_shape(a, family.event_shape, family.name)
     return a
 
 

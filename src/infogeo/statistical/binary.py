@@ -37,6 +37,7 @@ import numpy as np
 from .. import backend as B
 from ..geometry import points as _points
 from ..geometry.charts import Chart
+from ._inputs import check_fits, observations_of
 from .discrete import FiniteFamily
 from .legendre import legendre_primitive
 
@@ -150,7 +151,7 @@ class BinaryExponentialFamily(FiniteFamily):
 
     def sufficient_statistics(self, x: Any) -> np.ndarray:
         r""":math:`t(x)`: one row of monomials per observation, shape ``(N, dim)``."""
-        x = np.asarray(x, dtype=float).reshape(-1, self.n)
+        x = observations_of(self, x).reshape(-1, self.n)
         lo, hi = self.values
         if not np.all((x == lo) | (x == hi)):
             raise ValueError(f"observations of {self.name} must have entries {lo} or {hi}")
@@ -454,6 +455,8 @@ class IsingModel(BinaryExponentialFamily):
                 raise ValueError(f"each edge must be a pair (i, j), got {e!r}")
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise ValueError(f"n (the number of binary variables) must be a positive integer, got {n!r}")
+        # one statistic per variable: refused before the list of 2^n-state monomials is built
+        check_fits(int(n) + len(edges), f"IsingModel(n={int(n)}) (one statistic per variable and edge)")
         self.edges = tuple((int(i), int(j)) for i, j in edges) if edges else ()
         kwargs.setdefault("name", f"IsingModel(n={int(n)}, {len(edges)} edges)")
         super().__init__(n, [(i,) for i in range(int(n))] + [tuple(e) for e in edges], **kwargs)

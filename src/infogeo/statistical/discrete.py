@@ -29,6 +29,7 @@ from .. import backend as B
 from ..geometry import points as _points
 from ..geometry.charts import Chart
 from . import _stable
+from ._inputs import check_fits, observations_of
 from .exponential_family import ExponentialFamily
 
 __all__ = ["FiniteFamily", "Categorical", "Bernoulli", "IndependenceModel"]
@@ -101,9 +102,8 @@ class Categorical(FiniteFamily):
     event_shape = ()
 
     def __init__(self, k: int, chart: Optional[str] = None, name: Optional[str] = None):
-        if int(k) != k or k < 2:
-            raise ValueError(f"a categorical distribution needs k >= 2 classes, got {k!r}")
-        self.k = int(k)
+        self.k = _points.positive_int(k, "k (the number of classes of a categorical distribution)", minimum=2)
+        check_fits(self.k ** 2, f"Categorical({self.k}) (its k x k class tables)")
         self._others, self._off = 1.0 - np.eye(self.k)[:, :-1], 1.0 - np.eye(self.k - 1)
         super().__init__(dim=self.k - 1, chart=chart, name=name or f"Categorical({self.k})")
 
@@ -119,7 +119,7 @@ class Categorical(FiniteFamily):
         return B.concatenate([theta, B.zeros(tuple(theta.shape[:-1]) + (1,), like=theta)], axis=-1)
 
     def sufficient_statistics(self, x):
-        x = np.asarray(x, dtype=float).reshape(-1)
+        x = observations_of(self, x).reshape(-1)
         if np.any(x != np.round(x)) or np.any(x < 0) or np.any(x >= self.k):
             raise ValueError(f"categories of {self.name} must be integers in 0..{self.k - 1}, "
                              f"got {np.unique(x[(x != np.round(x)) | (x < 0) | (x >= self.k)])[:5].tolist()}")
@@ -178,7 +178,9 @@ class Categorical(FiniteFamily):
         return self.from_chart(q[..., :-1], "mean")
 
     def _sample(self, p, n, rng):
-        return rng.choice(self.k, size=n, p=B.to_numpy(self.probs(p)))
+        # renormalised in float64: float32 probabilities (a torch point) miss numpy's sum-to-one tolerance
+        q = np.asarray(B.to_numpy(self.probs(p)), dtype=np.float64)
+        return rng.choice(self.k, size=n, p=q / q.sum())
 
     def random_point(self, rng=None, scale: float = 1.0):
         q = np.random.default_rng(rng).dirichlet(np.full(self.k, 2.0))
@@ -280,7 +282,7 @@ class Bernoulli(Categorical):
         super().__init__(2, chart=chart, name="Bernoulli")
 
     def sufficient_statistics(self, x):
-        x = np.asarray(x, dtype=float).reshape(-1)
+        x = observations_of(self, x).reshape(-1)
         if not np.all((x == 0) | (x == 1)):
             raise ValueError("Bernoulli observations must be 0 or 1")
         return x[:, None]
@@ -327,10 +329,10 @@ class IndependenceModel(FiniteFamily):
     geometry_chart = "standard"
 
     def __init__(self, n: int, chart: Optional[str] = None):
-        if int(n) != n or n < 1:
-            raise ValueError(f"the independence model needs n >= 1 variables, got {n!r}")
-        self.event_shape = (int(n),)
-        super().__init__(dim=int(n), chart=chart, name=f"IndependenceModel({int(n)})")
+        n = _points.positive_int(n, "n (the number of variables of the independence model)")
+        check_fits(n, f"IndependenceModel({n}) (one coordinate per variable)")
+        self.event_shape = (n,)
+        super().__init__(dim=n, chart=chart, name=f"IndependenceModel({n})")
 
     def log_partition(self, theta):
         return B.sum(B.logsumexp(B.stack([theta, -theta]), axis=0), axis=-1)
@@ -339,7 +341,7 @@ class IndependenceModel(FiniteFamily):
         return B.tanh(theta)
 
     def sufficient_statistics(self, x):
-        x = np.asarray(x, dtype=float).reshape(-1, self.dim)
+        x = observations_of(self, x).reshape(-1, self.dim)
         if not np.all(np.abs(x) == 1):
             raise ValueError("independence-model observations must have entries -1 or +1")
         return x

@@ -32,19 +32,47 @@ matrix) and ``geodesics`` (:class:`ClosedGeodesics`); ``manifolds/`` shows how.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
 from .. import backend as B
 from ..divergences import Bregman
+from ..geometry import points as _points
 from ..geometry.charts import Chart, ChartedManifold, per_point
-from ._inputs import named_coordinates, numpy_only, split_parameters
+from ._inputs import named_coordinates, numpy_only, split_parameters, unaliased
 from .fisher import ClosedGeodesics, FisherMetric
 from .legendre import legendre_primitive
 from .observations import Observations
 
 __all__ = ["Chart", "ClosedGeodesics", "ExponentialFamily", "FisherMetric"]
+
+#: the public methods that take natural parameters theta first; every family's own version is checked
+_NATURAL_METHODS = ("log_partition", "moments", "fisher_natural", "fisher_natural_vp", "in_natural_domain")
+
+
+def _checks_theta(method: Callable) -> Callable:
+    """``method(self, theta, ...)`` with ``theta`` checked once at the boundary: real coordinates of
+    shape ``(..., dim)`` (integers cast to float, never truncated), finite.  A wrong length, NaN, ``None``
+    or a 0-d value is a clear error instead of a number for another family, a NaN or a raw IndexError;
+    ``in_natural_domain`` answers ``False`` for a non-finite theta of the right shape."""
+    if getattr(method, "_checks_theta", False):
+        return method
+    name = method.__name__
+
+    @functools.wraps(method)
+    def checked(self, theta, *args, **kwargs):
+        try:
+            theta = _points.as_coordinates(theta, self.dim, f"natural parameter theta ({name})", self.name)
+        except ValueError:
+            if (name == "in_natural_domain" and tuple(getattr(theta, "shape", np.shape(theta)))[-1:] == (self.dim,)
+                    and not _points.all_finite(theta)):
+                return False
+            raise
+        return method(self, theta, *args, **kwargs)
+    checked._checks_theta = True
+    return checked
 
 
 class ExponentialFamily(Observations, ChartedManifold):
@@ -115,6 +143,13 @@ class ExponentialFamily(Observations, ChartedManifold):
     _standard_chart: Optional[Chart] = None
     _geodesics: Optional[ClosedGeodesics] = None
 
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        for name in _NATURAL_METHODS:   # a family's override is validated like the generic method
+            f = cls.__dict__.get(name)
+            if callable(f):
+                setattr(cls, name, _checks_theta(f))
+
     def __init__(self, sufficient_statistics: Optional[Callable] = None,
                  log_partition: Optional[Callable] = None, dim: Optional[int] = None, *,
                  log_base_measure: Optional[Callable] = None,
@@ -175,6 +210,17 @@ class ExponentialFamily(Observations, ChartedManifold):
         super()._set_chart(chart)
         self.metric = FisherMetric(self)
 
+    def to_chart(self, x: Any, name: str):
+        """Coordinates in chart ``name`` of the point (or batch) ``x``; a new array, never a view of ``x``
+        (charts that coincide, such as the mean and standard charts of a categorical family, map a
+        point to itself)."""
+        return unaliased(super().to_chart(x, name), x)
+
+    def from_chart(self, y: Any, name: str, like: Any = None):
+        """Coordinates in the current chart of the point (or batch) ``y`` given in chart ``name``; a new
+        array, never a view of ``y``."""
+        return unaliased(super().from_chart(y, name, like=like), y)
+
     def to_natural(self, x: Any):
         r"""Natural parameters :math:`\theta` of the point ``x``."""
         return self.to_chart(x, "natural")
@@ -196,13 +242,15 @@ class ExponentialFamily(Observations, ChartedManifold):
         # iff the Legendre inversion finds a natural parameter for it
         self._charts["mean"].to_natural(eta)
 
+    @_checks_theta
     def in_natural_domain(self, theta: Any) -> bool:
         """Whether ``theta`` lies in the natural domain."""
         if self._domain_fn is not None:
             return bool(self._domain_fn(theta))
         with np.errstate(all="ignore"):
             try:
-                return bool(np.isfinite(float(B.to_numpy(self.log_partition(theta)))))
+                # a batch is inside when every point is
+                return bool(np.all(np.isfinite(np.asarray(B.to_numpy(self.log_partition(theta)), dtype=float))))
             except (ValueError, FloatingPointError, np.linalg.LinAlgError):
                 return False
 
@@ -251,13 +299,14 @@ class ExponentialFamily(Observations, ChartedManifold):
         raise RuntimeError(f"could not draw a random point of {self.name}; override random_point")
 
     # ------------------------------------------------------------ the family
+    @_checks_theta
     def log_partition(self, theta: Any):
         r""":math:`\psi(\theta)`."""
         return self._psi_fn(theta)
 
     def sufficient_statistics(self, x: Any):
         """:math:`t(x)` for a batch of observations (leading sample axis) -> ``(n, dim)``."""
-        t = self._t_fn(x)
+        t = unaliased(self._t_fn(x), x)   # a t(x) = x must not hand back the caller's array
         t = B.reshape(t, (-1, self.dim)) if getattr(t, "ndim", 2) == 1 and self.dim == 1 else t
         return t
 
@@ -272,16 +321,19 @@ class ExponentialFamily(Observations, ChartedManifold):
         r"""Whether :math:`h` is declared (else :math:`h = 1` and :math:`\log h` is not evaluated)."""
         return self._log_h_fn is not None or type(self).log_base_measure is not ExponentialFamily.log_base_measure
 
+    @_checks_theta
     def moments(self, theta: Any):
         r"""Mean parameters :math:`\eta = \nabla\psi(\theta)` (autodiff unless overridden); batches broadcast."""
         if len(theta.shape) > 1 and self._vectorized:  # psi maps (..., dim) -> (...): grad of the sum, per point
             return B.grad(lambda t: B.sum(self.log_partition(t)), theta)
         return per_point(lambda t: B.grad(self.log_partition, t), theta)
 
+    @_checks_theta
     def fisher_natural(self, theta: Any):
         r"""Fisher information in natural coordinates, :math:`\nabla^2\psi(\theta)`."""
         return B.hessian(self.log_partition, theta)
 
+    @_checks_theta
     def fisher_natural_vp(self, theta: Any, v: Any):
         r""":math:`\nabla^2\psi(\theta)\,v` by a Hessian-vector product (no matrix formed)."""
         return B.hvp(self.log_partition, theta, v)

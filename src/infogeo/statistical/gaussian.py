@@ -49,6 +49,7 @@ from ..geometry import points as _points
 from ..geometry.charts import Chart
 from . import _stable
 from . import gaussian_bounds as _bounds
+from ._inputs import check_fits, finite_velocity, observations_of
 from ._vech import _check_spd, _cov_of_t, _miller_cov_block, _outer, _Vech
 from .exponential_family import ExponentialFamily
 
@@ -119,6 +120,7 @@ class Gaussian(ExponentialFamily):
 
     def _init(self, d: int, dim: int, chart: Optional[str], kind: str):
         d = _points.positive_int(d, "dim (the sample dimension)")
+        check_fits(d * d, f"a Gaussian family on R^{d} (its d x d covariance)")
         #: dimension of the sample space, :math:`x \in \mathbb{R}^{d}` (``.dim`` is the manifold's dimension)
         self.sample_dim = self.d = d
         self.event_shape = (d,)
@@ -318,7 +320,7 @@ class FullGaussian(Gaussian):
         return B.concatenate([mu, self.vh.vech(S + _outer(mu, mu))], axis=-1)
 
     def sufficient_statistics(self, x):
-        x = np.asarray(B.to_numpy(x), dtype=float).reshape(-1, self.d)
+        x = observations_of(self, x).reshape(-1, self.d)
         return np.concatenate([x, (x[:, :, None] * x[:, None, :])[:, self.vh.iu[0], self.vh.iu[1]]], axis=1)
 
     def in_natural_domain(self, theta):
@@ -392,6 +394,7 @@ class FullGaussian(Gaussian):
         return tuple(B.to_numpy(a) for a in self._mu_cov(B.array(s)))
 
     def _geo_exp(self, s, v):
+        finite_velocity(v)
         mu0, S0 = self._mu_cov_np(s)
         dS = B.to_numpy(self.vh.sym(B.array(v[..., self.d:])))
         mu1, S1 = _geodesics().exp(mu0, S0, v[..., :self.d], dS)

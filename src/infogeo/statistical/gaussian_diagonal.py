@@ -15,6 +15,7 @@ from .. import backend as B
 from ..geometry import points as _points
 from ..geometry.charts import Chart
 from . import _stable
+from ._inputs import finite_velocity, observations_of
 
 LOG2PI = math.log(2 * math.pi)
 from .gaussian import Gaussian
@@ -94,7 +95,7 @@ class DiagonalGaussian(Gaussian):
         return B.concatenate([mu, var + mu * mu], axis=-1)
 
     def sufficient_statistics(self, x):
-        x = np.asarray(x, dtype=float).reshape(-1, self.d)
+        x = observations_of(self, x).reshape(-1, self.d)
         return np.concatenate([x, x * x], axis=1)
 
     def in_natural_domain(self, theta):
@@ -177,6 +178,7 @@ class DiagonalGaussian(Gaussian):
     # representable coordinates and finite answer gets it to a few ulps (tests: mpmath at 60 digits).
     @_quiet
     def _geo_exp(self, s, v):
+        finite_velocity(v)   # a NaN velocity (geodesic(p, q)(nan)) took the branch "not moving" and returned s
         d, xp = self.d, B.ops_of(s, v)
         mu, var = s[..., :d], s[..., d:]
         # velocity in units of the hyperbolic speed: (a, b) = t (cos phi, sin phi)

@@ -133,9 +133,14 @@ def _unit_flow(x: np.ndarray, Bm: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     covariances with eigenvalues far apart keep their accuracy.  A batch (leading axes) is computed in groups
     of equal step counts, so that each velocity takes exactly the steps it takes alone.
     """
+    with np.errstate(over="ignore"):
+        speed = np.sqrt(np.sum(x * x, axis=-1) + 0.5 * np.sum(Bm * Bm, axis=(-2, -1)))
+    if not np.all(np.isfinite(speed)):
+        # a length that overflows has no step count (was a raw OverflowError) and no representable end point
+        raise ValueError("the tangent vector's Fisher-Rao length overflows (inf): the end of the geodesic is not "
+                         "representable; take a shorter step")
     if x.ndim == 1:
         return _flow_in_steps(x, Bm, max(1, math.ceil(_speed(x, Bm) / _STEP)))
-    speed = np.sqrt(np.sum(x * x, axis=-1) + 0.5 * np.sum(Bm * Bm, axis=(-2, -1)))
     steps = np.maximum(1, np.ceil(speed / _STEP)).astype(int)
     d, lead = x.shape[-1], x.shape[:-1]
     x, Bm, steps = x.reshape(-1, d), Bm.reshape(-1, d, d), steps.reshape(-1)

@@ -48,7 +48,7 @@ from .. import backend as B
 from ..budget import Budget, as_budget
 from ..geometry import points as _points
 from ..geometry.charts import Chart, per_point
-from ._inputs import numpy_only
+from ._inputs import numpy_only, observations_of
 from ._vech import _check_spd, _cov_of_t, _outer
 from .gaussian import FullGaussian, Gaussian, _mv
 
@@ -339,7 +339,7 @@ class GaussianGraphical(Gaussian):
         return B.concatenate([mu, self.free.take(S + _outer(mu, mu))], axis=-1)
 
     def sufficient_statistics(self, x):
-        x = np.asarray(B.to_numpy(x), dtype=float).reshape(-1, self.d)
+        x = observations_of(self, x).reshape(-1, self.d)
         return np.concatenate([x, x[:, self.free.i] * x[:, self.free.j]], axis=1)
 
     def fisher_natural(self, theta):

@@ -14,6 +14,7 @@ from .. import backend as B
 from ..geometry import points as _points
 from ..geometry.charts import Chart
 from . import _spaces
+from ._inputs import observations_of
 from ._vech import _check_spd, _cov_of_t, _miller_cov_block
 
 LOG2PI = math.log(2 * math.pi)
@@ -93,7 +94,7 @@ class FixedCovarianceGaussian(_MeanIsStandard, Gaussian):
         return B.matmul(theta, B.array(self.Sigma0, like=theta))      # Sigma0 theta (Sigma0 symmetric)
 
     def sufficient_statistics(self, x):
-        return np.asarray(B.to_numpy(x), dtype=float).reshape(-1, self.d)
+        return observations_of(self, x).reshape(-1, self.d)
 
     def log_base_measure(self, x):
         x = np.asarray(B.to_numpy(x), dtype=float).reshape(-1, self.d)
@@ -163,7 +164,7 @@ class ZeroMeanGaussian(_MeanIsStandard, Gaussian):
         return self.vh.vech(B.inv(self.vh.precision_from_natural(theta)))
 
     def sufficient_statistics(self, x):
-        x = np.asarray(B.to_numpy(x), dtype=float).reshape(-1, self.d)
+        x = observations_of(self, x).reshape(-1, self.d)
         return (x[:, :, None] * x[:, None, :])[:, self.vh.iu[0], self.vh.iu[1]]
 
     def in_natural_domain(self, theta):

@@ -20,7 +20,7 @@ import numpy as np
 from .. import backend as B
 from ..geometry import points as _points
 from ..geometry.charts import per_point
-from ._inputs import check_event_shape, check_samples, statistics_of
+from ._inputs import check_event_shape, check_fits, check_samples, statistics_of
 
 __all__ = ["Observations", "log_gamma_variates", "simplex_from_logs"]
 
@@ -112,6 +112,8 @@ class Observations:
         """
         p = self._as_point(p)
         n = _points.positive_int(n, "the number of samples n")
+        check_fits(n * int(np.prod(p.shape[:-1], dtype=float)) * int(np.prod(self.event_shape or (1,), dtype=float)),
+                   f"{n} samples of {self.name}")
         rng = np.random.default_rng(rng)
         if len(p.shape) == 1:
             return self._sample(p, n, rng)
