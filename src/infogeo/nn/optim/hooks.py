@@ -232,17 +232,17 @@ class ForwardRecorder:
     def _rearranges(self, raw: torch.Tensor) -> bool:
         """Whether ``output_fn`` maps a tensor shaped like ``raw`` to a rearrangement of its entries (a permute, a
         transpose, a reshape), found once per shape by applying it to the entries' indices."""
-        key = tuple(raw.shape)
-        if key not in self._rearranging:
+        key, fn = tuple(raw.shape), self.output_fn
+        if key not in self._rearranging and fn is not None:
             idx = torch.arange(raw.numel(), device=raw.device).reshape(raw.shape)
             try:
-                out = self.output_fn(idx)
+                out = fn(idx)
                 ok = (isinstance(out, torch.Tensor) and out.numel() == idx.numel()
                       and bool((out.reshape(-1).sort().values == idx.reshape(-1)).all()))
             except Exception:   # noqa: BLE001 - an output_fn that takes no plain tensor: not a rearrangement
                 ok = False
             self._rearranging[key] = ok
-        return self._rearranging[key]
+        return self._rearranging.get(key, False)
 
     def release(self) -> None:
         """Drop the outputs still waiting for their backward (after a step)."""
