@@ -253,6 +253,56 @@ def test_eigen_adam_in_the_identity_basis_is_adam():
         torch.testing.assert_close(-eigen_adam(raw, gk, None, (0.8, 0.95), 1e-6), step, rtol=1e-12, atol=0)
 
 
+def _null_rotated(U, k, g):
+    """``U`` with its first ``k`` columns (a null space) turned by a random rotation within their span."""
+    R, _ = torch.linalg.qr(torch.randn(k, k, generator=g, dtype=U.dtype))
+    out = U.clone()
+    out[:, :k] = U[:, :k] @ R
+    return out
+
+
+def test_eigen_adam_does_not_depend_on_the_basis_an_eigensolver_picks_in_a_null_space():
+    """Factors of rank 3 of 6 and 2 of 5: two eigenbases that differ only within the null spaces give the same
+    steps, step after step, because the second moment is pooled there; with a second moment per direction they
+    do not (the test can fail)."""
+    from infogeo.nn.curvature.factor_eigh import null_dim
+    from infogeo.nn.optim.step import eigen_adam
+    g = torch.Generator().manual_seed(0)
+    XA, XG = (torch.randn(r, n, generator=g, dtype=torch.float64) for r, n in ((3, 6), (2, 5)))
+    (la, Ua), (lg, Ug) = torch.linalg.eigh(XA.T @ XA), torch.linalg.eigh(XG.T @ XG)
+    null = (null_dim(la), null_dim(lg))
+    assert null == (3, 3)
+    turned = (_null_rotated(Ua, 3, g), _null_rotated(Ug, 3, g))
+    grads = [torch.randn(5, 6, generator=g, dtype=torch.float64) for _ in range(5)]
+    for pooled in (True, False):
+        s1, s2 = {}, {}
+        gap = 0.0
+        for gk in grads:
+            d1 = eigen_adam(s1, gk, (Ua, Ug), (0.9, 0.95), 1e-8, null=null if pooled else (0, 0))
+            d2 = eigen_adam(s2, gk, turned, (0.9, 0.95), 1e-8, null=null if pooled else (0, 0))
+            gap = max(gap, float((d1 - d2).abs().max() / d1.abs().max()))
+        assert gap < 1e-12 if pooled else gap > 1e-3, (pooled, gap)
+
+
+def test_kfac_exact_inverse_is_the_same_in_any_basis_of_the_null_spaces():
+    """K-FAC's exact damped inverse, its factorisation taking whatever null-space basis the solver returns,
+    equals the one in the canonical basis (the damping is the scale of every null direction); a batch of 3
+    examples gives factors of rank 3 (inputs 6 + bias) and at most 3 (outputs 8)."""
+    from infogeo.nn.curvature.eigenbasis import ExactKronBlock
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4)).double()
+    X, y = torch.randn(3, 6, dtype=torch.float64), torch.randint(0, 4, (3,))
+    C = ig.nn.ParameterSpace(model, "categorical", data=X, targets=y).curvature("kfac", inverse="eigen")
+    v = {n: torch.randn_like(p) for n, p in model.named_parameters()}
+    fast = C.solve(None, v, damping=1e-3)
+    assert all(b.null_dims()[0] >= 4 for b in C.blocks if isinstance(b, ExactKronBlock))
+    for b in C.blocks:
+        b._eig, b.canonical_null = None, True   # the canonical null basis, factorised anew
+    slow = C.solve(None, v, damping=1e-3)
+    for n in v:
+        torch.testing.assert_close(fast[n], slow[n], rtol=1e-9, atol=1e-12)
+
+
 def test_eigen_adam_state_survives_a_checkpoint_bit_exactly():
     """Moments and bases through state_dict / load_state_dict (and torch.save with weights_only): the same
     parameters, bit for bit, with basis refreshes before and after the checkpoint."""

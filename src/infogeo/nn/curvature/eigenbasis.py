@@ -10,17 +10,17 @@ import torch
 
 from ...linalg import NotPositiveDefiniteError
 from .._params import ParamLayout, working, working_dtype
-from .factor_eigh import factor_eigh
+from .factor_eigh import factor_eigh, null_dim
 from .kron import KronBlock
 
 __all__ = ["EigenbasisKronBlock", "ExactKronBlock"]
 
 
-def _factor_eig(F: torch.Tensor) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+def _factor_eig(F: torch.Tensor, canonical: bool = True) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     """``(λ, U)`` of a factor; a diagonal factor is its own eigenvalues, with ``U = None`` (the identity)."""
     if F.dim() == 1:
         return working(F).clamp_min(0), None
-    lam, U = factor_eigh(F)
+    lam, U = factor_eigh(F, canonical)
     return lam.clamp_min(0), U
 
 
@@ -39,12 +39,16 @@ class EigenbasisKronBlock(KronBlock):
     def __init__(self, weight, bias, wshape, A, G, transposed=False):
         super().__init__(weight, bias, wshape, A, G, transposed)
         self._eig: Optional[Tuple[Any, ...]] = None
+        self._null: Optional[Tuple[Any, int, int]] = None   # (the factorisation, k_A, k_G)
         #: (damping, source) whose damped scales were found positive; the scales themselves are recomputed
         #: per solve (one outer product) rather than kept, a copy as large as the weight
         self._checked: Optional[Tuple[float, Any]] = None
 
     #: the names of :meth:`factorisation`'s tensors (a checkpoint's keys)
     FACTORISATION_KEYS = ("lambda_A", "U_A", "lambda_G", "U_G")
+    #: whether the factors' null spaces get the canonical basis (:mod:`.factor_eigh`): the scales of a subclass
+    #: that measures them per direction (EKFAC's) depend on it
+    canonical_null = True
 
     @property
     def factorised(self) -> bool:
@@ -60,8 +64,16 @@ class EigenbasisKronBlock(KronBlock):
         r"""``(λ_A, U_A, λ_G, U_G)``: eigendecompositions of the factors (computed once; ``U = None`` for a
         diagonal factor)."""
         if self._eig is None:
-            self._eig = _factor_eig(self.A) + _factor_eig(self.G)
+            self._eig = _factor_eig(self.A, self.canonical_null) + _factor_eig(self.G, self.canonical_null)
         return self._eig
+
+    def null_dims(self) -> Tuple[int, int]:
+        """``(k_A, k_G)``: the dimensions of the factors' null spaces, the first columns of ``U_A`` and ``U_G``
+        (:func:`~.factor_eigh.null_dim`; 0 for a diagonal factor, whose basis is the coordinates)."""
+        la, Ua, lg, Ug = self.eig()
+        if self._null is None or self._null[0] is not self._eig:
+            self._null = (self._eig, null_dim(la) if Ua is not None else 0, null_dim(lg) if Ug is not None else 0)
+        return self._null[1], self._null[2]
 
     def basis(self):
         """``(U_A, U_G)``, the eigenvectors of the factors (``None``: a diagonal factor's identity)."""
@@ -163,6 +175,8 @@ class ExactKronBlock(EigenbasisKronBlock):
     (scales :math:`\lambda_G\lambda_A^T + \lambda`)."""
 
     inverse = "eigen"
+    #: the damping is the scale of every null direction: any basis of the null space gives the same inverse
+    canonical_null = False
 
     def scales(self, damping):
         la, _, lg, _ = self.eig()

@@ -16,7 +16,10 @@ gradients of later steps do have components there, and Adam scales each basis di
 So the null space (the eigenvalues within :math:`n\,\epsilon\,\lambda_{max}` of 0, the rank tolerance
 of ``numpy.linalg.matrix_rank``) gets a basis that is a continuous function of the subspace alone:
 the eigenvectors of the compression :math:`N^T D N` of the fixed diagonal :math:`D = diag(1, ..., n)`
-onto it (unique while the compression's eigenvalues are distinct, as they generically are).
+onto it (unique while the compression's eigenvalues are distinct, as they generically are).  That second,
+smaller eigendecomposition can cost as much as the first (a 513-wide input factor of rank 100); a user of
+the basis that is invariant to the choice within the null space (K-FAC's exact inverse, whose scale there is
+the damping; Adam that pools its second moment over the null directions) asks for ``canonical=False``.
 """
 from __future__ import annotations
 
@@ -26,10 +29,19 @@ import torch
 
 from .._params import working
 
-__all__ = ["factor_eigh"]
+__all__ = ["factor_eigh", "null_dim"]
 
 
-def _eigh(F: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def null_dim(lam: torch.Tensor) -> int:
+    """How many of the ascending eigenvalues ``lam`` lie within the rank tolerance :math:`n\,\epsilon\,\lambda_{max}`
+    of 0 (the null space, first in :func:`factor_eigh`'s order)."""
+    n = lam.shape[0]
+    if n == 0:
+        return 0
+    return int((lam <= n * torch.finfo(lam.dtype).eps * lam.abs().max()).sum())
+
+
+def _eigh(F: torch.Tensor, canonical: bool = True) -> Tuple[torch.Tensor, torch.Tensor]:
     try:
         lam, U = torch.linalg.eigh(F)
     except RuntimeError:   # torch.linalg.LinAlgError: no convergence (float32 on a degenerate spectrum)
@@ -37,15 +49,13 @@ def _eigh(F: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
             raise
         lam, U = torch.linalg.eigh(F.double())
         lam, U = lam.to(F.dtype), U.to(F.dtype)
-    return lam, _canonical_null(lam, U)
+    return (lam, _canonical_null(lam, U)) if canonical else (lam, U)
 
 
 def _canonical_null(lam: torch.Tensor, U: torch.Tensor) -> torch.Tensor:
     """``U`` with its null-space columns (the first ``k``: eigenvalues ascending) rotated to the
     eigenvectors of ``D = diag(1, ..., n)`` compressed onto that space (module docstring)."""
-    n = lam.shape[0]
-    tol = n * torch.finfo(lam.dtype).eps * lam.abs().max()
-    k = int((lam <= tol).sum())
+    n, k = lam.shape[0], null_dim(lam)
     if k < 2:
         return U
     N = U[:, :k]
@@ -57,22 +67,22 @@ def _canonical_null(lam: torch.Tensor, U: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def factor_eigh(F: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def factor_eigh(F: torch.Tensor, canonical: bool = True) -> Tuple[torch.Tensor, torch.Tensor]:
     r"""``(λ, U)`` with :math:`F = U\operatorname{diag}(λ)U^T`, eigenvalues ascending, of a symmetric matrix
-    ``F`` (module docstring: zero rows deflated, float64 when float32 does not converge); a half-precision ``F``
-    is decomposed in float32."""
+    ``F`` (module docstring: zero rows deflated, float64 when float32 does not converge; the null space's basis
+    canonical unless ``canonical=False``); a half-precision ``F`` is decomposed in float32."""
     F = working(F)
     live = F.abs().amax(dim=1) > 0
     n_live = int(live.sum())
     if n_live == F.shape[0]:
-        return _eigh(F)
+        return _eigh(F, canonical)
     n = F.shape[0]
     lam, U = F.new_zeros(n), F.new_zeros(n, n)
     dead = torch.nonzero(~live).squeeze(1)
     U[dead, torch.arange(n - n_live, device=F.device)] = 1   # the null space: coordinate vectors, first
     if n_live:
         idx = torch.nonzero(live).squeeze(1)
-        lam_s, U_s = _eigh(F[idx][:, idx])
+        lam_s, U_s = _eigh(F[idx][:, idx], canonical)
         lam[n - n_live:] = lam_s
         U[idx.unsqueeze(1), torch.arange(n - n_live, n, device=F.device)] = U_s
     order = torch.argsort(lam, stable=True)   # ascending, as eigh gives them (a live eigenvalue may round below 0)

@@ -41,6 +41,9 @@ eigenbasis") kept as Adam keeps its second moment, and its square root taken as 
 (Vyas et al. 2025, "SOAP: Improving and stabilizing Shampoo using Adam") runs the same update in the
 eigenbasis of the gradients' own outer products; here the basis is the model Fisher's, refreshed on the
 curvature's schedule, and the moments are carried over to each new basis (:func:`change_basis`).
+In the null space of a factor (directions no statistic has reached, which have no preferred basis) the
+second moment is one per row or column (:func:`pool_null`), so the step does not depend on the basis an
+eigensolver picks there.
 A diagonal factor (an Embedding's token side, a vocabulary-sized side) has the identity as its
 eigenbasis, so that side is not rotated; a weight matrix without Kronecker factors steps in the eigenbasis
 of its own gradient's statistics (SOAP's; :mod:`.gradient_basis`), and vectors (norms, biases of other
@@ -60,7 +63,7 @@ from ..curvature.eigenbasis import EigenbasisKronBlock
 from .gradient_basis import gradient_basis, matrix_view
 
 __all__ = ["STEP_RULES", "graft", "grafted", "LastSteps", "heavy_ball", "eigen_steps", "eigen_adam",
-           "eigen_adam_again", "change_basis", "rotated_gradient", "adam_moments", "adam_directions"]
+           "eigen_adam_again", "pool_null", "change_basis", "rotated_gradient", "adam_moments", "adam_directions"]
 
 #: the step rules NaturalGradient accepts
 STEP_RULES = ("graft", "clip", "eigen-adam")
@@ -157,6 +160,7 @@ def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastS
     # per block or parameter: (its parameters, Adam state, gradient in the basis, the split of a direction
     # into its parameters: None for a parameter on its raw coordinates)
     jobs: List[Tuple[Any, ...]] = []
+    null: Dict[int, Tuple[int, int]] = {}   # job -> the null-space dimensions of its block's factors
     for b in (b for b in getattr(pre.solver, "blocks", ()) if isinstance(b, EigenbasisKronBlock)):
         r = rows.get(b.weight or "")
         _into_block(b, [states[params[n]] for n in b.names], [params[n] for n in b.names])
@@ -164,6 +168,7 @@ def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastS
         g = rotated_gradient(state, None if r else b.join(raw), b.basis(),
                              rotated=b.rotate_rows(*r) if r else None)
         jobs.append((b.names, state, g, b.layout_only().split))
+        null[len(jobs) - 1] = b.null_dims()
     factored = {n for j in jobs for n in j[0]}
     for n, p in params.items():
         if n in factored:
@@ -178,6 +183,8 @@ def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastS
             _as_raw(states[p], p.shape)
             jobs.append(([n], states[p], rotated_gradient(states[p], raw[n], None), None))
     adam_moments([j[1] for j in jobs], [j[2] for j in jobs], betas)
+    for i, dims in null.items():
+        pool_null(jobs[i][1], dims)
     steps = {}
     for (names, state, _, split), u in zip(jobs, adam_directions([j[1] for j in jobs], betas, eps)):
         u = _out_of_basis(u, state)
@@ -253,6 +260,22 @@ def _eigen_direction(state: Dict[str, torch.Tensor], betas: Tuple[float, float],
     return _out_of_basis(adam_directions([state], betas, eps)[0], state)
 
 
+def pool_null(state: Dict[str, torch.Tensor], null: Tuple[int, int]) -> None:
+    r"""Adam's second moment pooled over the null directions of a block's factors, in place: over the first
+    :math:`k_A` columns within each row, then over the first :math:`k_G` rows within each column.
+
+    A factor's null space (the directions its statistics never saw) has no preferred basis; an eigensolver
+    returns whichever its rounding leads to.  With one second moment for all of them, the step there,
+    :math:`\hat m/\sqrt{\hat v}` with :math:`m` a vector, turns with the basis: it is the same whatever
+    basis the solver chose (and the factorisation need not choose one: :mod:`~..curvature.factor_eigh`)."""
+    ka, kg = null
+    v = state["exp_avg_sq"]
+    if ka > 1:
+        v[:, :ka] = v[:, :ka].mean(dim=1, keepdim=True)
+    if kg > 1:
+        v[:kg] = v[:kg].mean(dim=0, keepdim=True)
+
+
 def adam_moments(states: Sequence[Dict[str, torch.Tensor]], gs: Sequence[torch.Tensor],
                  betas: Tuple[float, float], step: str = "step") -> None:
     """Adam's moments ``exp_avg``, ``exp_avg_sq`` of every state updated in place with its ``g``, and its step
@@ -309,7 +332,8 @@ def rotated_gradient(state: Dict[str, torch.Tensor], g: Optional[torch.Tensor], 
 
 
 def eigen_adam(state: Dict[str, torch.Tensor], g: Optional[torch.Tensor], basis: Optional[Basis],
-               betas: Tuple[float, float], eps: float, rotated: Optional[torch.Tensor] = None) -> torch.Tensor:
+               betas: Tuple[float, float], eps: float, rotated: Optional[torch.Tensor] = None,
+               null: Tuple[int, int] = (0, 0)) -> torch.Tensor:
     r"""Adam in a Kronecker eigenbasis: :math:`U_G\,[\hat m/(\sqrt{\hat v}+\epsilon)]\,U_A^T` (step rule
     ``"eigen-adam"``), for one block (:func:`eigen_steps` takes all of them at once, the same operations fused).
 
@@ -318,11 +342,13 @@ def eigen_adam(state: Dict[str, torch.Tensor], g: Optional[torch.Tensor], basis:
     :math:`\tilde g = U_G^T\bar WU_A`.  A basis other than the one the moments were kept in first carries
     them over (:func:`change_basis`).  ``basis=None``: Adam on the raw coordinates of ``g`` (a parameter
     without Kronecker factors).  ``rotated``: :math:`\tilde g` already computed (from the batch's rows), in
-    place of ``g`` (which may then be ``None``).  Returns the unscaled step (the caller multiplies by :math:`-\eta`);
-    ``state`` holds ``exp_avg``, ``exp_avg_sq``, ``step`` and the basis ``U_A``, ``U_G``.
+    place of ``g`` (which may then be ``None``).  ``null``: the dimensions ``(k_A, k_G)`` of the factors' null
+    spaces, over which the second moment is pooled (:func:`pool_null`).  Returns the unscaled step (the caller
+    multiplies by :math:`-\eta`); ``state`` holds ``exp_avg``, ``exp_avg_sq``, ``step`` and the basis ``U_A``, ``U_G``.
     """
     g = rotated_gradient(state, g, basis, rotated)
     adam_moments([state], [g], betas)
+    pool_null(state, null)
     return _eigen_direction(state, betas, eps)   # the basis change_basis left in the state
 
 
