@@ -11,7 +11,7 @@ Every ``eval_every`` iterations the whole training set is evaluated with the mod
 ``eval()`` mode (running statistics), and the optimiser's cumulative wall time recorded.
 What it showed on one CPU thread: Adam leads for about one and a half epochs (the trust region
 holds the first natural-gradient steps back); after six epochs the natural gradient's training
-loss is 0.0003 against Adam's 0.0053 (test accuracy 99.4 % against 98.1 %), for about twice
+loss is 0.0003 against Adam's 0.0053 (test accuracy 99.2 % against 98.3 %), for about twice
 Adam's optimiser time per step on this small network.
 
     python examples/nn_cnn_batchnorm.py --out figures           # six epochs, about 15 s on one CPU thread

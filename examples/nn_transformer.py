@@ -16,8 +16,8 @@ some token occurs twice (about half the sequences do).
 Both natural-gradient runs take step size and momentum from the damped quadratic
 model with Levenberg–Marquardt damping and a trust region (``kl_clip``).  Training-loss
 curves against iterations and wall time go to ``--out``.  Measured here (150 iterations):
-training loss 0.744 → 0.402 (CG), 0.530 (K-FAC/diagonal), 0.605 (Adam); test accuracy 0.788,
-0.763, 0.698.  Per iteration natural gradient wins; per second it does not on a model this
+training loss 0.744 → 0.393 (CG), 0.531 (K-FAC/diagonal), 0.605 (Adam); test accuracy 0.797,
+0.769, 0.698 (CG's figures moved by a few hundredths between versions: 0.433 and 0.752 before).  Per iteration natural gradient wins; per second it does not on a model this
 small (CG about 60 ms an iteration, K-FAC 9 ms, Adam 1.3 ms on one CPU thread).
 
     python examples/nn_transformer.py --out figures           # about 15 s on one CPU thread

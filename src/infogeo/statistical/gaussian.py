@@ -98,7 +98,7 @@ class Gaussian(ExponentialFamily):
     --------
     >>> G = Gaussian(dim=1)
     >>> p, q = G.point(mean=0.0, std=1.0), G.point(mean=1.0, std=2.0)
-    >>> round(G.dist(p, q), 9)     # sqrt(2) arccosh(1.375)
+    >>> print(round(float(G.dist(p, q)), 9))     # sqrt(2) arccosh(1.375)
     1.189380931
     """
 

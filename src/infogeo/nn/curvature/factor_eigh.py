@@ -33,7 +33,7 @@ __all__ = ["factor_eigh", "null_dim"]
 
 
 def null_dim(lam: torch.Tensor) -> int:
-    """How many of the ascending eigenvalues ``lam`` lie within the rank tolerance :math:`n\,\epsilon\,\lambda_{max}`
+    r"""How many of the ascending eigenvalues ``lam`` lie within the rank tolerance :math:`n\,\epsilon\,\lambda_{max}`
     of 0 (the null space, first in :func:`factor_eigh`'s order)."""
     n = lam.shape[0]
     if n == 0:
