@@ -129,3 +129,34 @@ def test_a_scheduler_that_cycles_momentum_is_told_to_stop():
         one_step(m, opt, X, y)
     clip = ig.nn.NaturalGradient(mlp(), step_rule="clip", momentum=0.9)
     torch.optim.lr_scheduler.OneCycleLR(clip, max_lr=0.01, total_steps=10)   # momentum is clip's own
+
+
+# ------------------------------------------------------------------ the model is a layer, or holds parameters itself
+class _Scaled(torch.nn.Module):
+    """Submodules and parameters of the model's own (a learned temperature and output bias, as CLIP's)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 3))
+        self.logit_scale = torch.nn.Parameter(torch.tensor(0.7))
+        self.out_bias = torch.nn.Parameter(torch.zeros(3))
+
+    def forward(self, x):
+        return self.body(x) * self.logit_scale.exp() + self.out_bias
+
+
+@pytest.mark.parametrize("make", [lambda: torch.nn.Linear(4, 3), _Scaled], ids=["nn.Linear itself", "own parameters"])
+@pytest.mark.parametrize("kind", ["diag", "block", "kfac"])
+def test_a_model_that_is_a_layer_or_holds_parameters_has_their_curvature(make, kind):
+    """The plain loop's curvature of parameters the model itself holds equals the targets' (it was exactly zero:
+    the model's own call was closed before its layer hook recorded it, and the direction was g / damping)."""
+    torch.manual_seed(0)
+    model = make().double()
+    X = torch.randn(7, 4, dtype=torch.float64)
+    y = torch.randint(0, 3, (7,), generator=torch.Generator().manual_seed(1))
+    pre = ig.nn.Preconditioner(model, kind, damping=1e-2, fisher="exact", kl_clip=None, ema_decay=0.0)
+    F.cross_entropy(model(X), y).backward()
+    pre.precondition()
+    want = ig.nn.ParameterSpace(model, "categorical", data=X, targets=y).curvature(kind).to_dense()
+    got = pre.curvature.to_dense()
+    assert want.abs().max() > 0 and torch.allclose(got, want, rtol=1e-10, atol=1e-14)

@@ -125,11 +125,13 @@ class ForwardRecorder:
         self._calls: Optional[Dict[str, list]] = None
         self._sinks: Dict[str, Callable] = {}
         self._boxes: List[list] = []
-        self._handles = [module.register_forward_pre_hook(Hook(self, module, "_pre"), with_kwargs=True),
-                         module.register_forward_hook(Hook(self, module, "_post"), always_call=True)]
+        self._handles = [module.register_forward_pre_hook(Hook(self, module, "_pre"), with_kwargs=True)]
         for layer in self.layers:
             self._handles.append(layer.module.register_forward_hook(
                 Hook(self, layer.module, "_layer_hook", layer.path), with_kwargs=True))
+        # after the layers' hooks: the model itself may be a layer (nn.Linear, parameters of its own), whose call
+        # must be recorded before _post closes the forward
+        self._handles.append(module.register_forward_hook(Hook(self, module, "_post"), always_call=True))
         weakref.finalize(self, _remove, self._handles)
         weakref.finalize(self, self._eager.set, False)
 
