@@ -251,3 +251,23 @@ def test_a_loss_on_the_returned_outputs_that_output_fn_permutes(kind, fisher):
         loss(seg(X)).backward()
         d[on] = torch.cat([v.reshape(-1) for v in pre.precondition().values()])
     assert torch.allclose(d["returned"], d["z"], rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("ignore_index", [0, 3])
+@pytest.mark.parametrize("kind", ["diag", "kfac"])
+def test_an_ignored_class_index_of_the_classes_own_range(ignore_index, kind):
+    """``ignore_index`` may be a class of the outputs' range (0 is common for padding): the kept positions are
+    not taken for ignored ones (0 stood in for every kept class, and ignore_index=0 then raised 'every target of
+    the batch is ignored')."""
+    ids, y = batch()
+    y = y.clamp_min(0)
+    y[0, 2:] = ignore_index
+    y[1, 0] = 1 if ignore_index == 0 else 0   # kept positions of both classes stay
+    ce = torch.nn.CrossEntropyLoss(ignore_index=ignore_index)
+    m = model()
+    pre = ig.nn.Preconditioner(m, kind, damping=LAM, fisher="exact", kl_clip=None, output_metric=ce,
+                               **({"inverse": "eigen"} if kind == "kfac" else {}))
+    ce(m(ids).reshape(-1, 4), y.reshape(-1)).backward()
+    got = pre.precondition() and pre.curvature.to_dense()
+    want = ig.nn.ParameterSpace(model(), ce, data=ids, targets=y).curvature(kind).to_dense()
+    assert torch.allclose(got, want, rtol=1e-10, atol=1e-14)

@@ -93,8 +93,9 @@ class LossOutput(WeightedOutput):
         if (targets is None and kept is not None and self.elements == "one" and self.ignore_index is not None
                 and self.class_weight is None):
             # the weights the class-index targets give, of which only the ignored positions are known (any class
-            # stands for the others: without class weights, each weighs the same)
-            targets = torch.where(kept, 0, self.ignore_index).to(torch.long)
+            # but the ignored index stands for the others: without class weights, each weighs the same)
+            stand = 1 if self.ignore_index == 0 and z.shape[-1] > 1 else 0
+            targets = torch.where(kept, stand, self.ignore_index).to(torch.long)
         index_targets = targets is not None and not targets.is_floating_point()
         if self.class_weight is not None and not index_targets:
             # the weights are the targets' classes': unknown here (the optimizers' hooks read them off the loss
