@@ -210,6 +210,19 @@ def all_finite(x: Any) -> bool:
     return _finite_numpy(a)
 
 
+def finite_result(value: Any, what: str, point: Any) -> Any:
+    """``value``, or a ValueError naming ``point`` when ``value`` has a NaN or inf entry.
+
+    For quantities of valid but extreme points (a standard deviation of 1e-300, a mean of 1e300) that
+    overflow floating point: an error, never a silent NaN or inf.
+    """
+    if not all_finite(value):
+        shown = np.array2string(np.asarray(B.to_numpy(raw_value(point))), precision=3, threshold=8)
+        raise ValueError(f"{what} at the point {shown} is not representable in floating point (its entries "
+                         "overflow to inf or NaN): the point is too extreme for this computation")
+    return value
+
+
 def _finite_numpy(a: np.ndarray) -> bool:
     """Whether every entry of the numpy array ``a`` is finite.
 

@@ -99,7 +99,14 @@ def transport(M: Any, p: Any, q: Any, v: TangentVector) -> TangentVector:
     returns the result in the backend of ``q``.
     """
     p, q = M._pair(p, q)
-    comps = M._check_vector(p, v, "transport")
+    w = _transported(M, p, q, M._check_vector(p, v, "transport"))
+    # the closed forms of extreme points (a mean of 1e300) overflow: an error, not NaN components
+    _points.finite_result(w.components, f"the transport of a vector of {M.name} to q", q)
+    return w
+
+
+def _transported(M: Any, p: Any, q: Any, comps: Any) -> TangentVector:
+    """:func:`transport` of checked points and components."""
     lead = _points.batch_shape(p, q, comps, dims=(1, 1, 1))
     p, q, comps = (B.broadcast_to(a, lead + (M.dim,)) if tuple(a.shape[:-1]) != lead else a
                    for a in _points.same_backend(p, q, comps))

@@ -348,10 +348,13 @@ class ExponentialFamily(Observations, ChartedManifold):
         x = self._as_point(x)
         closed = self._charts[self.chart].fisher
         if closed is not None:
-            return per_point(closed, x, vectorized=self._charts[self.chart].vectorized)
-        # autodiff Fisher matrices are per point; closed forms of vectorised families take the batch
-        own_closed = type(self)._fisher_closed is not ExponentialFamily._fisher_closed
-        return per_point(self._fisher, x, vectorized=self._vectorized and own_closed)
+            F = per_point(closed, x, vectorized=self._charts[self.chart].vectorized)
+        else:
+            # autodiff Fisher matrices are per point; closed forms of vectorised families take the batch
+            own_closed = type(self)._fisher_closed is not ExponentialFamily._fisher_closed
+            F = per_point(self._fisher, x, vectorized=self._vectorized and own_closed)
+        # a valid but extreme point (a standard deviation of 1e-300) overflows: an error, not a NaN metric
+        return _points.finite_result(F, f"the Fisher matrix of {self.name}", x)
 
     def _fisher(self, x: Any):
         closed = self._fisher_closed(x)

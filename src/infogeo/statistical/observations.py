@@ -69,10 +69,10 @@ class Observations:
         theta = self._natural(p)
         t = self._statistics(x)[0]
         diff = B.array(t, like=theta) - per_point(self.moments, theta, vectorized=self._vectorized)[..., None, :]
-        if self.chart == "natural":
-            return diff
-        J = per_point(lambda z: B.jacobian(self._natural, z), p)
-        return B.matmul(diff, J)
+        if self.chart != "natural":
+            diff = B.matmul(diff, per_point(lambda z: B.jacobian(self._natural, z), p))
+        # natural parameters or moments of an extreme point (a mean of 1e300) overflow: an error, not NaN
+        return _points.finite_result(diff, f"the score of {self.name}", p)
 
     def log_likelihood(self, p: Any, x: Any):
         """Mean log-likelihood of a batch of observations (the sum divided by n); shape ``(...)`` for a batch ``p``."""
