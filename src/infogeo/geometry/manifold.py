@@ -94,13 +94,13 @@ class Manifold:
             raise TypeError(f"the {what} is a point of {came_from}, not of {self.point_key}; convert it "
                             "explicitly (e.g. to_chart/from_chart) or pass plain coordinates")
         x = _points.coordinates(x, self.dim, what, self.name)
-        if self._point_check is not None:
-            self._point_check(x)
+        self._check_domain(x)
         return x
 
     def _check_domain(self, x: Any) -> None:
         """Raise ``ValueError`` if a (finite, well-shaped) ``x`` lies outside the domain; batches allowed."""
-        if self._point_check is not None:
+        # an empty batch (0, dim) has no point outside it (the checks' min() has no identity on it)
+        if self._point_check is not None and 0 not in tuple(x.shape):
             self._point_check(x)
 
     def _check_declared_domain(self, x: Any) -> None:

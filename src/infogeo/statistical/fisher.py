@@ -167,8 +167,8 @@ class FisherMetric(Metric):
                 raise ValueError("it is not finite")
             if chart != fam.chart:
                 fam._chart_check(chart, y)
-            elif fam._point_check is not None:
-                fam._point_check(y)
+            else:
+                fam._check_domain(y)
         except ValueError as exc:
             raise self._invalid_end(chart, exc) from None
         return y

@@ -108,10 +108,10 @@ class Observations:
 
         For a batch ``p`` of shape ``(..., dim)`` the samples have shape ``(..., n, ...)``: the
         distributions are drawn one after the other (in C order) from the one generator, so a
-        batch gives exactly the samples of the loop over its points.
+        batch gives exactly the samples of the loop over its points.  ``n = 0`` gives an empty array.
         """
         p = self._as_point(p)
-        n = _points.positive_int(n, "the number of samples n")
+        n = _points.positive_int(n, "the number of samples n", minimum=0)
         check_fits(n * int(np.prod(p.shape[:-1], dtype=float)) * int(np.prod(self.event_shape or (1,), dtype=float)),
                    f"{n} samples of {self.name}")
         rng = np.random.default_rng(rng)
@@ -119,6 +119,11 @@ class Observations:
             return self._sample(p, n, rng)
         lead = tuple(p.shape[:-1])
         draws = [np.asarray(self._sample(p[idx], n, rng)) for idx in np.ndindex(*lead)]
+        if not draws:   # an empty batch of distributions: no draws to read the observations' shape from
+            if self.event_shape is None:
+                raise ValueError(f"sample: p is an empty batch of distributions (shape {tuple(p.shape)}) and "
+                                 f"{self.name} declares no event_shape to shape no observations by")
+            return np.empty(lead + (n,) + tuple(self.event_shape))
         return np.stack(draws).reshape(lead + draws[0].shape)
 
     def _sample(self, p: Any, n: int, rng: np.random.Generator):
