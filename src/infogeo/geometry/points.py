@@ -296,6 +296,18 @@ def copy_array(x: Any) -> Any:
     return y if key is None else mark(y, key)
 
 
+def unaliased(y: Any, given: Any) -> Any:
+    """``y``, copied where it shares memory with the caller's array ``given`` (an identity chart map, a
+    slice): a public result never aliases its input, so writing to it cannot change the caller's point."""
+    if isinstance(y, np.ndarray) and isinstance(given, np.ndarray):
+        shared = np.may_share_memory(y, given)
+    elif _dispatch.is_torch(y) and _dispatch.is_torch(given):
+        shared = y.untyped_storage().data_ptr() == given.untyped_storage().data_ptr()
+    else:
+        return y
+    return copy_array(y) if shared else y
+
+
 def own_copy(x: Any, given: Any) -> Any:
     """``x``, or a copy of it where it is the caller's object ``given`` itself, which the caller could
     modify later: what a public function returns never aliases its input."""

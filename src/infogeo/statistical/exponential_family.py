@@ -210,17 +210,6 @@ class ExponentialFamily(Observations, ChartedManifold):
         super()._set_chart(chart)
         self.metric = FisherMetric(self)
 
-    def to_chart(self, x: Any, name: str):
-        """Coordinates in chart ``name`` of the point (or batch) ``x``; a new array, never a view of ``x``
-        (charts that coincide, such as the mean and standard charts of a categorical family, map a
-        point to itself)."""
-        return unaliased(super().to_chart(x, name), x)
-
-    def from_chart(self, y: Any, name: str, like: Any = None):
-        """Coordinates in the current chart of the point (or batch) ``y`` given in chart ``name``; a new
-        array, never a view of ``y``."""
-        return unaliased(super().from_chart(y, name, like=like), y)
-
     def to_natural(self, x: Any):
         r"""Natural parameters :math:`\theta` of the point ``x``."""
         return self.to_chart(x, "natural")
