@@ -250,7 +250,12 @@ class Manifold:
             components = v.components
         else:
             components = self._check_vector(x, v, "geodesic")
-        return self.metric.geodesic(x, components)
+        path = self.metric.geodesic(x, components)
+
+        def checked_path(t: Any) -> Any:
+            return path(_points.check_times(t))
+        checked_path.__doc__ = path.__doc__
+        return checked_path
 
     # ------------------------------------------------------------- statistics
     def frechet_mean(self, points: Any, weights: Any = None, **options: Any):

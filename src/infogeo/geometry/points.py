@@ -60,6 +60,24 @@ def check_real(label: str, value: Any, *, positive: bool = False) -> float:
     return value
 
 
+def check_times(t: Any, label: str = "the geodesic's time t") -> Any:
+    """``t`` unchanged when it is a finite real number or array of them, else a clear error naming ``label``.
+
+    The geodesic paths read ``t`` with ``np.asarray(t, dtype=float)``: a string raised numpy's "could not
+    convert string to float", a complex number lost its imaginary part or raised float()'s message, NaN
+    or None gave a NaN point.
+    """
+    try:
+        a = t.detach().cpu().numpy() if _dispatch.is_torch(t) else np.asarray(t)
+    except (ValueError, TypeError):   # a ragged list
+        a = np.asarray(None)
+    if a.dtype.kind not in "iuf":
+        raise TypeError(f"{label} must be a real number or an array of real numbers, got {type(t).__name__} {t!r}")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{label} must be finite, got {t!r}")
+    return t
+
+
 def check_count(label: str, value: Any) -> int:
     """``value`` as an ``int >= 0`` (an integral float is accepted), or a clear error naming ``label``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
