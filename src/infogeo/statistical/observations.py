@@ -87,15 +87,9 @@ class Observations:
         estimate does not exist (:math:`\hat\eta` on the boundary of the moment space: a Bernoulli
         sample of all zeros, fewer Gaussian observations than dimensions).
         """
+        from ..geometry.statistics import _weights   # the Fréchet mean's check: real, (n,), finite, >= 0
         t = np.asarray(B.to_numpy(self._statistics(data)[0]), dtype=float)
-        if weights is None:
-            eta = t.mean(axis=0)
-        else:
-            w = np.asarray(B.to_numpy(weights), dtype=float)
-            if w.shape != (len(t),) or not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
-                raise ValueError(f"weights must be {len(t)} finite non-negative numbers (one per observation) with "
-                                 f"a positive sum, got shape {w.shape}")
-            eta = w @ t / w.sum()
+        eta = t.mean(axis=0) if weights is None else _weights(weights, len(t), t) @ t
         try:
             return self.from_chart(eta, "mean")
         except ValueError as exc:
