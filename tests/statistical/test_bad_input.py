@@ -153,3 +153,13 @@ def test_an_empty_batch_gives_an_empty_result_and_no_samples_are_an_empty_array(
     assert np.shape(family.sample(E, 2, rng)) == (0, 2) + one.shape[1:]
     with pytest.raises(ValueError, match="Fréchet mean of no points"):
         family.frechet_mean(E)
+
+
+def test_an_empty_batch_of_full_gaussians_gives_empty_results():
+    # the point-by-point loop (shooting) had no result to read a shape from: 'empty batch of points' for dist,
+    # log, score, 'need at least one array to stack' for transport (found by an independent fault-battery sweep, B4)
+    G = ig.Gaussian(2)
+    p, E = np.asarray(G.random_point(np.random.default_rng(0))), np.empty((0, 5))
+    assert np.shape(G.dist(E, p)) == (0,) and np.shape(G.log(E, p)) == (0, 5)
+    assert np.shape(G.transport(E, p, G.vector(E, np.empty((0, 5)))).components) == (0, 5)
+    assert np.shape(G.score(E, np.zeros((3, 2)))) == (0, 3, 5) and np.shape(G.geodesic(E, p)(0.5)) == (0, 5)

@@ -351,10 +351,12 @@ def origin(x: Any) -> Optional[str]:
     return entry[1]
 
 
-def per_point(fn: Callable, *arrays: Any, vectorized: bool = False):
+def per_point(fn: Callable, *arrays: Any, vectorized: bool = False, empty: Optional[tuple] = None):
     """``fn`` on points of shape ``(dim,)``, looped over the broadcast leading axes of ``arrays``.
 
-    With ``vectorized=True`` (or single points) ``fn`` is called once on the whole arrays.
+    With ``vectorized=True`` (or single points) ``fn`` is called once on the whole arrays.  ``empty``:
+    the shape of one result, which an empty batch (no call to read it from) gives zeros of; without it
+    an empty batch is a ValueError.
     """
     if vectorized or all(len(a.shape) == 1 for a in arrays):
         return fn(*arrays)
@@ -362,7 +364,9 @@ def per_point(fn: Callable, *arrays: Any, vectorized: bool = False):
     arrays = tuple(B.broadcast_to(a, lead + tuple(a.shape[-1:])) for a in arrays)
     outs = [fn(*(a[idx] for a in arrays)) for idx in np.ndindex(*lead)]
     if not outs:
-        raise ValueError("empty batch of points")
+        if empty is None:
+            raise ValueError(f"an empty batch of points (batch shape {lead}) has no result here")
+        return B.zeros(lead + tuple(empty), like=arrays[0])
     first = outs[0]
     if isinstance(first, (float, int)) or not hasattr(first, "shape"):
         outs = [B.array(o, like=arrays[0]) if B.is_torch(arrays[0]) else np.asarray(o, dtype=float)

@@ -121,6 +121,8 @@ def _transported(M: Any, p: Any, q: Any, comps: Any) -> TangentVector:
         qg = M._to_chart(q, chart)
         wg = fn(M, pg, qg, vg)
         return TangentVector(q, B.jvp(lambda z: M._from_chart(z, chart), qg, wg)[1], M.chart)
+    if 0 in lead:   # an empty batch: nothing to transport
+        return TangentVector(q, comps + 0.0 * q, M.chart)
     if lead:
         out = [_transport_ode(M, p[i], q[i], comps[i]) for i in np.ndindex(*lead)]
         return TangentVector(q, B.reshape(B.stack(out), lead + (M.dim,)), M.chart)

@@ -70,7 +70,8 @@ class Observations:
         t = self._statistics(x)[0]
         diff = B.array(t, like=theta) - per_point(self.moments, theta, vectorized=self._vectorized)[..., None, :]
         if self.chart != "natural":
-            diff = B.matmul(diff, per_point(lambda z: B.jacobian(self._natural, z), p))
+            diff = B.matmul(diff, per_point(lambda z: B.jacobian(self._natural, z), p,
+                                             empty=(self.dim, self.dim)))
         # natural parameters or moments of an extreme point (a mean of 1e300) overflow: an error, not NaN
         return _points.finite_result(diff, f"the score of {self.name}", p)
 
