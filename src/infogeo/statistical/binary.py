@@ -334,7 +334,7 @@ class BinaryExponentialFamily(FiniteFamily):
             return (self.log_partition(tq) - self.log_partition(tp)
                     - B.sum(self.moments(tp) * (tq - tp), axis=-1))
         Tt = B.array(T.T, like=tp)
-        log_p, log_q = (B.matmul(t, Tt) - B.logsumexp(B.matmul(t, Tt), axis=-1)[..., None] for t in (tp, tq))
+        log_p, log_q = (B.log_softmax(B.matmul(t, Tt), axis=-1) for t in (tp, tq))
         return B.sum(B.exp(log_p) * (log_p - log_q), axis=-1)
 
     # ------------------------------------------------------------ sampling
