@@ -83,3 +83,20 @@ def test_stack_mixes_python_scalars_and_tensors():
     out = B.stack([1 - x[0], 1.0])
     assert isinstance(out, torch.Tensor)
     np.testing.assert_allclose(B.to_numpy(out), [-1.0, 1.0])
+
+
+@pytest.mark.parametrize("backend_name", ["numpy", "torch"])
+def test_softmax_of_huge_tied_logits_sums_to_one(backend_name):
+    # numpy's softmax was exp(x - logsumexp(x)): at logits of 1e300 the log 2 of two tied maxima was absorbed,
+    # and each got probability 1 (a binary family's Fisher matrix had variances of 2; found by an independent
+    # fault-battery sweep)
+    if backend_name == "torch":
+        torch = pytest.importorskip("torch")
+        x = torch.tensor([6e299, 6e299, -1e299, 3.0], dtype=torch.float64)
+        to_np = lambda a: a.numpy()                                        # noqa: E731
+    else:
+        x, to_np = np.array([6e299, 6e299, -1e299, 3.0]), np.asarray
+    np.testing.assert_allclose(to_np(B.softmax(x)), [0.5, 0.5, 0.0, 0.0], rtol=0, atol=0)
+    np.testing.assert_allclose(to_np(B.log_softmax(x))[:2], [-np.log(2)] * 2, rtol=1e-15)
+    y = np.array([0.3, -1.2, 2.0])
+    np.testing.assert_allclose(to_np(B.softmax(B.array(y, like=x))), np.exp(y) / np.exp(y).sum(), rtol=1e-15)

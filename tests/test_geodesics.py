@@ -112,3 +112,19 @@ def test_log_recovers_from_a_stall_caused_by_loose_integration():
     x, y = np.array([3.3129296, 4.5374621]), np.array([1.55905014, 3.58919388])
     v = geodesics.log(M.metric, x, y)
     np.testing.assert_allclose(geodesics.exp(M.metric, x, v), y, atol=1e-10)
+
+
+@pytest.mark.parametrize("M, p, q", [(ig.Euclidean(2), np.zeros(2), np.ones(2)),
+                                     (ig.Gaussian(1), np.array([0.0, 1.0]), np.array([1.0, 2.0]))],
+                         ids=["euclidean", "gaussian"])
+def test_the_time_of_a_geodesic_is_a_finite_real_number_or_array(M, p, q):
+    # geodesic(p, q)('a') raised numpy's 'could not convert string to float', a complex t float()'s message,
+    # t = None or NaN gave a NaN point on the Euclidean path (found by an independent fault-battery sweep)
+    path = M.geodesic(p, q)
+    for bad in ("a", None, [0.5, "a"], 1 + 1j, True):
+        with pytest.raises(TypeError, match="geodesic's time t must be a real number"):
+            path(bad)
+    for bad in (np.nan, [0.5, np.inf]):
+        with pytest.raises(ValueError, match="geodesic's time t must be finite"):
+            path(bad)
+    np.testing.assert_allclose(path([0.0, 1.0]), np.stack([p, q]), atol=1e-12)

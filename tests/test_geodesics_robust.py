@@ -101,3 +101,14 @@ def test_batched_exp_equals_the_loop_and_round_trips_log():
     X = np.array([[0.3, 1.2], [1.0, 0.5]])
     np.testing.assert_allclose(geodesics.exp(m, X, V[:2]), [geodesics.exp(m, a, v) for a, v in zip(X, V[:2])],
                                atol=1e-10)
+
+
+def test_a_start_whose_momentum_overflows_is_a_geodesic_error():
+    # an Ising point with natural parameters of 1e300 overflowed G(x) v: scipy's raw "All components of the
+    # initial state y0 must be finite" from dist/log (found by an independent fault-battery sweep's probes)
+    M = ig.IsingModel(3, [(0, 1), (1, 2)])
+    rng = np.random.default_rng(0)
+    p, q = (np.asarray(M.random_point(rng)) for _ in range(2))
+    for op in (M.log, M.dist):
+        with pytest.raises(geodesics.GeodesicError):
+            op(p * 1e300, q)

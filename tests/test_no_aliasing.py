@@ -54,3 +54,15 @@ def test_a_point_from_a_tensor_is_a_clone_that_keeps_the_gradient():
     assert p is not t and p.data_ptr() != t.data_ptr()
     (p * p).sum().backward()
     assert torch.equal(t.grad, 2 * t.detach())
+
+
+def test_chart_maps_of_any_charted_manifold_never_return_a_view():
+    # ChartedManifold.to_chart/from_chart handed on a view for charts that coincide; only ExponentialFamily
+    # copied (its override): the copy is now made at the root, for every ChartedManifold
+    from infogeo.geometry.charts import ChartedManifold
+    C = ig.Categorical(3)     # its mean and standard charts coincide
+    p = np.array([0.2, 0.3])
+    for y in (ChartedManifold.to_chart(C, p, "mean"), ChartedManifold.from_chart(C, p, "mean")):
+        assert not np.may_share_memory(y, p)
+        y[0] = 0.9
+    assert p[0] == 0.2

@@ -133,3 +133,33 @@ def test_sufficient_statistics_of_no_or_malformed_observations_is_a_clear_error(
         G.sufficient_statistics(np.float64(1.0))
     with pytest.raises(ValueError, match="NaN"):
         ig.Gaussian(1).sufficient_statistics(np.array([np.nan]))
+
+
+@pytest.mark.parametrize("family", [ig.Categorical(3), ig.Bernoulli(), ig.IndependenceModel(2), ig.Gaussian(1),
+                                    ig.Gaussian(2, covariance="diagonal")], ids=lambda f: f.name)
+def test_an_empty_batch_gives_an_empty_result_and_no_samples_are_an_empty_array(family):
+    # the domain checks' min() of no points raised numpy's 'zero-size array to reduction operation minimum'
+    # (Categorical, Bernoulli, IndependenceModel), sample(p, 0) was refused and an empty batch of
+    # distributions raised 'need at least one array to stack' (found by an independent fault-battery sweep, B4)
+    rng = np.random.default_rng(0)
+    p = np.asarray(family.random_point(rng))
+    E, d = np.empty((0, family.dim)), family.dim
+    assert family.belongs(E)
+    assert np.shape(family.dist(E, p)) == (0,) and np.shape(family.kl(E, p)) == (0,)
+    assert np.shape(family.log(E, p)) == (0, d) and np.shape(family.fisher(E)) == (0, d, d)
+    assert np.shape(family.exp(E, family.vector(E, np.empty((0, d))))) == (0, d)
+    one = np.asarray(family.sample(p, 1, rng))
+    assert np.shape(family.sample(p, 0, rng)) == (0,) + one.shape[1:]
+    assert np.shape(family.sample(E, 2, rng)) == (0, 2) + one.shape[1:]
+    with pytest.raises(ValueError, match="Fréchet mean of no points"):
+        family.frechet_mean(E)
+
+
+def test_an_empty_batch_of_full_gaussians_gives_empty_results():
+    # the point-by-point loop (shooting) had no result to read a shape from: 'empty batch of points' for dist,
+    # log, score, 'need at least one array to stack' for transport (found by an independent fault-battery sweep, B4)
+    G = ig.Gaussian(2)
+    p, E = np.asarray(G.random_point(np.random.default_rng(0))), np.empty((0, 5))
+    assert np.shape(G.dist(E, p)) == (0,) and np.shape(G.log(E, p)) == (0, 5)
+    assert np.shape(G.transport(E, p, G.vector(E, np.empty((0, 5)))).components) == (0, 5)
+    assert np.shape(G.score(E, np.zeros((3, 2)))) == (0, 3, 5) and np.shape(G.geodesic(E, p)(0.5)) == (0, 5)

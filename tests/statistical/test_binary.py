@@ -286,3 +286,29 @@ def test_ising_moments_stay_inside_and_near_the_boundary_are_accurate(theta):
         gap = 1 - ref if ref > 0 else ref + 1   # distance to the nearer bound
         got_gap = 1 - got if ref > 0 else got + 1
         assert abs(got_gap - float(gap)) <= 1e-12 * abs(float(gap)) + 4 * np.finfo(float).eps
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e10, 1e300])
+@pytest.mark.parametrize("make", [lambda: ig.IsingModel(3, [(0, 1), (1, 2)]),
+                                  lambda: ig.BinaryExponentialFamily(3, [[0], [1], [0, 1]])], ids=["ising", "bef"])
+def test_kl_keeps_its_digits_at_large_natural_parameters(scale, make):
+    # the Bregman form psi(q) - psi(p) - eta_p (theta_q - theta_p) cancelled terms of the size of theta: 6 digits
+    # left at 1e10, KL 0 between different distributions at 1e300; the family with a free variable has tied most
+    # likely outcomes, which numpy's softmax gave probability 1 each (found by an independent fault-battery sweep)
+    mp = pytest.importorskip("mpmath")
+    M = make()
+    rng = np.random.default_rng(0)
+    p, q = (np.asarray(M.random_point(rng)) for _ in range(2))
+    T = [[mp.mpf(float(v)) for v in row] for row in np.asarray(M.sufficient_statistics(np.asarray(M.support())))]
+
+    def log_probs(theta):
+        logits = [mp.fsum(mp.mpf(float(a)) * b for a, b in zip(theta, row)) for row in T]
+        top = max(logits)   # shifted first: top + log(count of ties) would round to top at 1e300
+        z = mp.log(mp.fsum(mp.exp(x - top) for x in logits))
+        return [(x - top) - z for x in logits]
+
+    with mp.workdps(40):
+        for a, b in ((p * scale, q), (q, p * scale)):
+            la, lb = log_probs(a), log_probs(b)
+            want = float(mp.fsum(mp.exp(x) * (x - y) for x, y in zip(la, lb)))
+            assert float(M.kl(a, b)) == pytest.approx(want, rel=1e-12)

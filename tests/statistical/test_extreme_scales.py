@@ -147,3 +147,27 @@ def test_torch_gives_the_same_extreme_values():
         assert float(G.dist(ta, tb)) == pytest.approx(float(G.dist(a, b)), rel=1e-15)
         assert float(G.kl(ta, tb)) == pytest.approx(float(G.kl(a, b)), rel=1e-15)
         np.testing.assert_allclose(G.log(ta, tb).components.numpy(), G.log(a, b).components, rtol=1e-14)
+
+
+@pytest.mark.parametrize("family", [ig.Gaussian(dim=1), ig.Gaussian(dim=2), ig.Gaussian(dim=2, covariance="diagonal")],
+                         ids=["univariate", "full", "diagonal"])
+def test_quantities_that_overflow_at_a_valid_point_are_errors_not_nan(family):
+    # sigma = 1e-300 made 1/sigma^2 overflow (a Fisher matrix with NaN, and NaN in mv/inner), a mean of
+    # 1e300 made the natural parameters underflow (a score of NaN), transport returned NaN components
+    # (found by an independent fault-battery sweep, A11)
+    rng = np.random.default_rng(3)
+    p, q = (np.asarray(family.random_point(rng)) for _ in range(2))
+    x = np.asarray(family.sample(p, 3, rng))
+    tiny, huge = p * 1e-300, p * 1e300
+    with pytest.raises(ValueError, match="Fisher matrix .* at the point .* not representable"):
+        family.fisher(tiny)
+    with pytest.raises(ValueError, match="Fisher matrix"):
+        family.metric.inner(family.vector(tiny, np.ones(family.dim)), family.vector(tiny, np.ones(family.dim)))
+    for extreme in (tiny, huge):
+        with pytest.raises(ValueError, match="score .* at the point .* not representable"):
+            family.score(extreme, x)
+    if family.dim == 2 * family.sample_dim:   # univariate, diagonal (the full family's shooting refuses it)
+        with pytest.raises(ValueError, match="transport .* not representable"):
+            family.transport(p, q * 1e300, family.vector(p, np.ones(family.dim)))
+    # ordinary points are unchanged
+    assert np.all(np.isfinite(family.fisher(p))) and np.all(np.isfinite(family.score(p, x)))

@@ -65,3 +65,16 @@ def test_fit_refuses_what_has_no_maximum_likelihood_estimate():
         ig.Gaussian(1).fit(np.arange(3.0), weights=[1.0, 1.0])
     with pytest.raises(ValueError, match="NaN"):
         ig.Gaussian(1).fit(np.array([1.0, np.nan]))
+
+
+def test_fit_refuses_weights_that_are_not_one_real_number_per_observation():
+    # a complex weight's imaginary part was dropped (with a ComplexWarning) and a string raised numpy's
+    # message; fit now shares the Fréchet mean's check (found by an independent fault-battery sweep, A12)
+    G, x = ig.Gaussian(1), np.array([[0.0], [1.0], [2.0]])
+    for bad in (np.ones(3) + 1j, "ab", [1.0, "a", 2.0]):
+        with pytest.raises(TypeError, match="weights must be"):
+            G.fit(x, weights=bad)
+    for bad in (np.ones((3, 1)), [1.0, -1.0, 1.0], [np.nan, 1.0, 1.0], np.zeros(3)):
+        with pytest.raises(ValueError, match="weights must be 3 finite non-negative"):
+            G.fit(x, weights=bad)
+    np.testing.assert_allclose(G.fit(x, weights=[1, 2, 3]), G.fit(np.repeat(x, [1, 2, 3], axis=0)), rtol=1e-12)

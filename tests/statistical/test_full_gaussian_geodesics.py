@@ -155,8 +155,24 @@ def test_a_non_finite_time_or_an_overflowing_vector_is_refused_clearly():
     p2, q2 = np.array([0, 0, 1.0, 0, 1]), np.array([1, 0, 2.0, 0.3, 1])
     for M, p, q in [(G1, np.array([0.3, 1.5]), np.array([1.0, 0.5])), (G2, p2, q2),
                     (ig.Gaussian(2, covariance="diagonal"), np.array([0, 0, 1.0, 1]), np.array([1, 0, 2.0, 1]))]:
-        for t in (np.nan, None):
-            with pytest.raises(ValueError, match="not finite"):
-                M.geodesic(p, q)(t)
+        with pytest.raises(ValueError, match="must be finite"):
+            M.geodesic(p, q)(np.nan)
+        with pytest.raises(TypeError, match="must be a real number"):   # checked by the geometry's path
+            M.geodesic(p, q)(None)
     with pytest.raises(ValueError, match="overflows"):
         G2.exp(p2, G2.vector(p2, np.full(5, 1e300)))
+
+
+def test_a_huge_finite_vector_fails_fast_once_the_path_degenerates():
+    # a vector of length 1e7 ran its 1e7 closed-form steps (hours for 1e8) before the end was refused: the
+    # factor's diagonal had underflowed to an exact 0 after ~500 steps, which no later step undoes
+    # (found by an independent fault-battery sweep, C1)
+    import time
+    G = ig.Gaussian(2)
+    p = np.array([0, 0, 1.0, 0, 1])
+    for size in (1e3, 1e7):
+        start = time.perf_counter()
+        with pytest.raises(ValueError, match="not representable in floating point"):
+            G.exp(p, G.vector(p, np.full(5, size)))
+        assert time.perf_counter() - start < 5.0
+    assert np.all(np.isfinite(G.exp(p, G.vector(p, np.full(5, 10.0)))))   # a long but representable step

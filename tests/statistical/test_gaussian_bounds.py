@@ -190,3 +190,46 @@ def test_gradients_stay_finite_at_kinks():
         lower, upper = G.dist_bounds(pt, torch.tensor(q))
         for g in torch.autograd.grad(lower + upper, pt):
             assert torch.all(torch.isfinite(g))
+
+
+def mpmath_bounds(m0, S0, m1, S1, digits=50):
+    """Both bounds of one pair at ``digits`` digits from the defining formulas (Calvo–Oller eigenvalues;
+    min of the two-leg length and sqrt of the Jeffreys divergence), independent of the factor algebra."""
+    mp = pytest.importorskip("mpmath")
+    with mp.workdps(digits):
+        d, tol = len(m0), mp.mpf(10) ** -9000
+        m0, m1 = mp.matrix([mp.mpf(float(x)) for x in m0]), mp.matrix([mp.mpf(float(x)) for x in m1])
+        S0, S1 = mp.matrix(np.asarray(S0).tolist()), mp.matrix(np.asarray(S1).tolist())
+
+        def embed(m, S):
+            E = mp.matrix(d + 1, d + 1)
+            for i in range(d):
+                for j in range(d):
+                    E[i, j] = S[i, j] + m[i] * m[j]
+                E[i, d] = E[d, i] = m[i]
+            E[d, d] = 1
+            return E
+
+        L = mp.cholesky(embed(m0, S0), tol=tol) ** -1
+        lower = mp.sqrt(sum(mp.log(e) ** 2 for e in mp.eigsy(L * embed(m1, S1) * L.T)[0]) / 2)
+        L0, L1 = mp.cholesky(S0, tol=tol), mp.cholesky(S1, tol=tol)
+        M, dm = L0 ** -1 * L1, m1 - m0
+        s2 = mp.eigsy(M * M.T)[0]
+        m2, z2 = (sum(x ** 2 for x in L ** -1 * dm) for L in (L0, L1))
+        legs = mp.sqrt(sum(mp.log(x) ** 2 for x in s2) / 2) + mp.sqrt(2) * mp.acosh(1 + min(m2, z2) / 4)
+        jeffreys = (sum(x + 1 / x - 2 for x in s2) + m2 + z2) / 2
+        return float(lower), float(min(legs, mp.sqrt(jeffreys)))
+
+
+@pytest.mark.parametrize("ratio", [1e-300, 1e-200, 1e-100, 1e-40, 1e-20, 1e20, 1e100, 1e300])
+def test_extreme_covariance_ratios_keep_accurate_ordered_bounds(ratio):
+    # the small singular values of L0^{-1} L1 were noise or 0 past a ratio of ~1e-32: the lower bound was
+    # inf above a finite upper one (found by an independent fault-battery sweep, A8)
+    G = ig.Gaussian(dim=2)
+    p = random_points(G, (), 70)
+    (m0, S0), (m1, S1) = G._mu_cov(p), G._mu_cov(random_points(G, (), 71))
+    lower, upper = gb.dist_bounds(m0, S0, m1, S1 * ratio)
+    # 50 significant digits beyond the ratio's span: the embedding adds S1 * ratio to an O(1) m m^T
+    want = mpmath_bounds(m0, S0, m1, S1 * ratio, digits=50 + 2 * abs(round(math.log10(ratio))))
+    assert lower <= upper
+    assert (lower, upper) == pytest.approx(want, rel=1e-12)

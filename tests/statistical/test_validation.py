@@ -61,9 +61,10 @@ def test_log_likelihood_on_empty_data_is_refused():
         G1.log_likelihood(np.array([0.0, 1.0]), np.array([]))
 
 
-def test_sample_size_must_be_a_positive_integer():
+def test_sample_size_must_be_a_non_negative_integer():
     with pytest.raises(ValueError):
-        G1.sample(np.array([0.0, 1.0]), 0)
+        G1.sample(np.array([0.0, 1.0]), -1)
+    assert G1.sample(np.array([0.0, 1.0]), 0).shape == (0, 1)   # no draws: an empty array
     with pytest.raises(TypeError):
         G1.sample(np.array([0.0, 1.0]), "3")
     with pytest.raises(ValueError, match="one distribution"):

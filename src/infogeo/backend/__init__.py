@@ -34,7 +34,7 @@ __all__ = [
     "stack", "concatenate", "sum", "mean", "exp", "expm1", "log", "log1p", "sqrt", "abs",
     "sin", "cos", "tanh", "arccosh", "arcsinh", "arccos", "arcsin", "arctan2", "sinh", "cosh", "diag_embed", "broadcast_to",
     "gammaln", "digamma", "polygamma", "square", "dot", "matmul", "outer",
-    "einsum", "where", "maximum", "minimum", "hypot", "logaddexp", "clip", "logsumexp", "softmax",
+    "einsum", "where", "maximum", "minimum", "hypot", "logaddexp", "clip", "logsumexp", "softmax", "log_softmax",
     "sigmoid", "diag", "diagonal", "trace", "transpose", "reshape", "isfinite",
     "grad", "value_and_grad", "jvp", "vjp", "hvp", "jacobian", "hessian",
     "solve", "cholesky", "cho_solve", "inv", "slogdet", "eigh", "svdvals", "norm",
@@ -134,6 +134,7 @@ def polygamma(n: int, x):
 square = _unary("square")
 logsumexp = _unary("logsumexp")
 softmax = _unary("softmax")
+log_softmax = _unary("log_softmax")
 sigmoid = _unary("sigmoid")
 diag = _unary("diag")
 diagonal = _unary("diagonal")

@@ -106,8 +106,15 @@ def logsumexp(x, axis=None, keepdims=False):
     return lse(x, axis=axis, keepdims=keepdims)
 
 
+def log_softmax(x, axis=-1):
+    # shifted by the largest entry, not by logsumexp: at logits of 1e300 the log of the count of tied
+    # maxima is absorbed by logsumexp's rounding (two tied outcomes each got probability 1)
+    shifted = x - anp.max(x, axis=axis, keepdims=True)
+    return shifted - anp.log(anp.sum(anp.exp(shifted), axis=axis, keepdims=True))
+
+
 def softmax(x, axis=-1):
-    return anp.exp(x - logsumexp(x, axis=axis, keepdims=True))
+    return anp.exp(log_softmax(x, axis=axis))
 
 
 def sigmoid(x):

@@ -180,6 +180,10 @@ def softmax(x, axis=-1):
     return torch.softmax(x, dim=axis)
 
 
+def log_softmax(x, axis=-1):
+    return torch.log_softmax(x, dim=axis)
+
+
 # autodiff ---------------------------------------------------------------
 def grad(f, x):
     return tfunc.grad(f)(x)

@@ -133,7 +133,7 @@ class ChartedManifold(Manifold):
 
     def _chart_check(self, chart: str, x: Any) -> None:
         check = _batch_check(self._charts[chart])
-        if check is not None:
+        if check is not None and 0 not in tuple(x.shape):   # an empty batch has no point outside it
             check(x)
 
     def _as_point_in(self, y: Any, chart: str, what: str = "point") -> Any:
@@ -147,20 +147,23 @@ class ChartedManifold(Manifold):
 
     # ------------------------------------------------------------ point maps
     def to_chart(self, x: Any, name: str):
-        """Coordinates in chart ``name`` of the point (or batch) ``x`` given in the current chart."""
+        """Coordinates in chart ``name`` of the point (or batch) ``x`` given in the current chart; a new array,
+        never a view of ``x``."""
         self._known(name)
-        x = self._as_point(x)
+        given, x = x, self._as_point(x)
         y = self._to_chart(x, name)
-        # an identity map returns the caller's own array: record a view instead, the caller's array keeps its record
-        return _points.mark(_points.plain(y) if y is x else y, self._key_in(name))
+        # charts that coincide (mean and standard charts, an identity map) give the point itself: a new array,
+        # never a view that would write through to the caller's point (the caller's array keeps its record)
+        return _points.mark(_points.unaliased(_points.plain(y) if y is x else y, given), self._key_in(name))
 
     def from_chart(self, y: Any, name: str, like: Any = None):
-        """Coordinates in the current chart of the point (or batch) ``y`` given in chart ``name``."""
+        """Coordinates in the current chart of the point (or batch) ``y`` given in chart ``name``; a new
+        array, never a view of ``y``."""
         self._known(name)
         y = B.array(y, like=like) if like is not None and not hasattr(y, "_value") else y
-        y = self._as_point_in(y, name)
+        given, y = y, self._as_point_in(y, name)
         x = self._from_chart(y, name)
-        return self._mark(_points.plain(x) if x is y else x)
+        return self._mark(_points.unaliased(_points.plain(x) if x is y else x, given))   # never a view of y
 
     def _known(self, name: str) -> None:
         if name not in self._charts:

@@ -142,6 +142,11 @@ def _integrate(flow: _Flow, X: np.ndarray, P: np.ndarray, t_end: float, rtol: fl
     """
     d = X.shape[1]
     y0 = np.stack([X, P], axis=1).ravel()
+    if not np.all(np.isfinite(y0)):
+        # an extreme start (natural parameters of 1e300) overflows its momentum G(x) v: scipy's raw
+        # "initial state y0 must be finite" otherwise
+        raise GeodesicError("the geodesic's initial momentum G(x) v is not finite (the point or the velocity "
+                            f"is too extreme for the metric in floating point; |x| = {np.max(np.abs(X)):.3g})")
     events = None
     if radius is not None:
         def away(_t, y):

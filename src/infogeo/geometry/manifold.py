@@ -94,13 +94,13 @@ class Manifold:
             raise TypeError(f"the {what} is a point of {came_from}, not of {self.point_key}; convert it "
                             "explicitly (e.g. to_chart/from_chart) or pass plain coordinates")
         x = _points.coordinates(x, self.dim, what, self.name)
-        if self._point_check is not None:
-            self._point_check(x)
+        self._check_domain(x)
         return x
 
     def _check_domain(self, x: Any) -> None:
         """Raise ``ValueError`` if a (finite, well-shaped) ``x`` lies outside the domain; batches allowed."""
-        if self._point_check is not None:
+        # an empty batch (0, dim) has no point outside it (the checks' min() has no identity on it)
+        if self._point_check is not None and 0 not in tuple(x.shape):
             self._point_check(x)
 
     def _check_declared_domain(self, x: Any) -> None:
@@ -250,7 +250,12 @@ class Manifold:
             components = v.components
         else:
             components = self._check_vector(x, v, "geodesic")
-        return self.metric.geodesic(x, components)
+        path = self.metric.geodesic(x, components)
+
+        def checked_path(t: Any) -> Any:
+            return path(_points.check_times(t))
+        checked_path.__doc__ = path.__doc__
+        return checked_path
 
     # ------------------------------------------------------------- statistics
     def frechet_mean(self, points: Any, weights: Any = None, **options: Any):

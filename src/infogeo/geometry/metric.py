@@ -223,7 +223,7 @@ class Metric:
     def log(self, x: Any, y: Any):
         """Riemannian logarithm on components (generic: geodesic shooting, pair by pair for batches)."""
         from . import geodesics
-        return per_point(lambda a, b: geodesics.log(self, a, b), x, y)
+        return per_point(lambda a, b: geodesics.log(self, a, b), x, y, empty=tuple(x.shape[-1:]))
 
     def geodesic(self, x: Any, v: Any):
         """The geodesic ``t -> exp_x(t v)`` for t (scalar or array) in [0, 1].
@@ -250,7 +250,7 @@ class Metric:
         def single(a, b):
             v = self.log(a, b)
             return B.sqrt(B.sum(v * self.mv(a, v), axis=-1))
-        return per_point(single, x, y)
+        return per_point(single, x, y, empty=())
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(dim={self.dim})"

@@ -60,6 +60,24 @@ def check_real(label: str, value: Any, *, positive: bool = False) -> float:
     return value
 
 
+def check_times(t: Any, label: str = "the geodesic's time t") -> Any:
+    """``t`` unchanged when it is a finite real number or array of them, else a clear error naming ``label``.
+
+    The geodesic paths read ``t`` with ``np.asarray(t, dtype=float)``: a string raised numpy's "could not
+    convert string to float", a complex number lost its imaginary part or raised float()'s message, NaN
+    or None gave a NaN point.
+    """
+    try:
+        a = t.detach().cpu().numpy() if _dispatch.is_torch(t) else np.asarray(t)
+    except (ValueError, TypeError):   # a ragged list
+        a = np.asarray(None)
+    if a.dtype.kind not in "iuf":
+        raise TypeError(f"{label} must be a real number or an array of real numbers, got {type(t).__name__} {t!r}")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{label} must be finite, got {t!r}")
+    return t
+
+
 def check_count(label: str, value: Any) -> int:
     """``value`` as an ``int >= 0`` (an integral float is accepted), or a clear error naming ``label``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -210,6 +228,19 @@ def all_finite(x: Any) -> bool:
     return _finite_numpy(a)
 
 
+def finite_result(value: Any, what: str, point: Any) -> Any:
+    """``value``, or a ValueError naming ``point`` when ``value`` has a NaN or inf entry.
+
+    For quantities of valid but extreme points (a standard deviation of 1e-300, a mean of 1e300) that
+    overflow floating point: an error, never a silent NaN or inf.
+    """
+    if not all_finite(value):
+        shown = np.array2string(np.asarray(B.to_numpy(raw_value(point))), precision=3, threshold=8)
+        raise ValueError(f"{what} at the point {shown} is not representable in floating point (its entries "
+                         "overflow to inf or NaN): the point is too extreme for this computation")
+    return value
+
+
 def _finite_numpy(a: np.ndarray) -> bool:
     """Whether every entry of the numpy array ``a`` is finite.
 
@@ -283,6 +314,18 @@ def copy_array(x: Any) -> Any:
     return y if key is None else mark(y, key)
 
 
+def unaliased(y: Any, given: Any) -> Any:
+    """``y``, copied where it shares memory with the caller's array ``given`` (an identity chart map, a
+    slice): a public result never aliases its input, so writing to it cannot change the caller's point."""
+    if isinstance(y, np.ndarray) and isinstance(given, np.ndarray):
+        shared = np.may_share_memory(y, given)
+    elif _dispatch.is_torch(y) and _dispatch.is_torch(given):
+        shared = y.untyped_storage().data_ptr() == given.untyped_storage().data_ptr()
+    else:
+        return y
+    return copy_array(y) if shared else y
+
+
 def own_copy(x: Any, given: Any) -> Any:
     """``x``, or a copy of it where it is the caller's object ``given`` itself, which the caller could
     modify later: what a public function returns never aliases its input."""
@@ -308,10 +351,12 @@ def origin(x: Any) -> Optional[str]:
     return entry[1]
 
 
-def per_point(fn: Callable, *arrays: Any, vectorized: bool = False):
+def per_point(fn: Callable, *arrays: Any, vectorized: bool = False, empty: Optional[tuple] = None):
     """``fn`` on points of shape ``(dim,)``, looped over the broadcast leading axes of ``arrays``.
 
-    With ``vectorized=True`` (or single points) ``fn`` is called once on the whole arrays.
+    With ``vectorized=True`` (or single points) ``fn`` is called once on the whole arrays.  ``empty``:
+    the shape of one result, which an empty batch (no call to read it from) gives zeros of; without it
+    an empty batch is a ValueError.
     """
     if vectorized or all(len(a.shape) == 1 for a in arrays):
         return fn(*arrays)
@@ -319,7 +364,9 @@ def per_point(fn: Callable, *arrays: Any, vectorized: bool = False):
     arrays = tuple(B.broadcast_to(a, lead + tuple(a.shape[-1:])) for a in arrays)
     outs = [fn(*(a[idx] for a in arrays)) for idx in np.ndindex(*lead)]
     if not outs:
-        raise ValueError("empty batch of points")
+        if empty is None:
+            raise ValueError(f"an empty batch of points (batch shape {lead}) has no result here")
+        return B.zeros(lead + tuple(empty), like=arrays[0])
     first = outs[0]
     if isinstance(first, (float, int)) or not hasattr(first, "shape"):
         outs = [B.array(o, like=arrays[0]) if B.is_torch(arrays[0]) else np.asarray(o, dtype=float)

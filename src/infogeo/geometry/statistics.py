@@ -99,7 +99,14 @@ def transport(M: Any, p: Any, q: Any, v: TangentVector) -> TangentVector:
     returns the result in the backend of ``q``.
     """
     p, q = M._pair(p, q)
-    comps = M._check_vector(p, v, "transport")
+    w = _transported(M, p, q, M._check_vector(p, v, "transport"))
+    # the closed forms of extreme points (a mean of 1e300) overflow: an error, not NaN components
+    _points.finite_result(w.components, f"the transport of a vector of {M.name} to q", q)
+    return w
+
+
+def _transported(M: Any, p: Any, q: Any, comps: Any) -> TangentVector:
+    """:func:`transport` of checked points and components."""
     lead = _points.batch_shape(p, q, comps, dims=(1, 1, 1))
     p, q, comps = (B.broadcast_to(a, lead + (M.dim,)) if tuple(a.shape[:-1]) != lead else a
                    for a in _points.same_backend(p, q, comps))
@@ -114,6 +121,8 @@ def transport(M: Any, p: Any, q: Any, v: TangentVector) -> TangentVector:
         qg = M._to_chart(q, chart)
         wg = fn(M, pg, qg, vg)
         return TangentVector(q, B.jvp(lambda z: M._from_chart(z, chart), qg, wg)[1], M.chart)
+    if 0 in lead:   # an empty batch: nothing to transport
+        return TangentVector(q, comps + 0.0 * q, M.chart)
     if lead:
         out = [_transport_ode(M, p[i], q[i], comps[i]) for i in np.ndindex(*lead)]
         return TangentVector(q, B.reshape(B.stack(out), lead + (M.dim,)), M.chart)

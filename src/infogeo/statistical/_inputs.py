@@ -8,21 +8,10 @@ import numpy as np
 
 from .. import backend as B
 from ..geometry import points as _points
+from ..geometry.points import unaliased  # re-exported: the statistical families use it
 
 __all__ = ["numpy_only", "named_coordinates", "split_parameters", "check_samples", "check_event_shape",
            "statistics_of", "unaliased", "observations_of", "check_fits", "finite_velocity"]
-
-
-def unaliased(y: Any, given: Any) -> Any:
-    """``y``, copied where it shares memory with the caller's array ``given`` (an identity chart map, a
-    slice): a public result never aliases its input, so writing to it cannot change the caller's point."""
-    if isinstance(y, np.ndarray) and isinstance(given, np.ndarray):
-        shared = np.may_share_memory(y, given)
-    elif B.is_torch(y) and B.is_torch(given):
-        shared = y.untyped_storage().data_ptr() == given.untyped_storage().data_ptr()
-    else:
-        return y
-    return _points.copy_array(y) if shared else y
 
 
 def named_coordinates(parameters: Mapping[str, Any], shapes: Mapping[str, tuple]):

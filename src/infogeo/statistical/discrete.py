@@ -417,7 +417,7 @@ class IndependenceModel(FiniteFamily):
     def _geo_exp(self, m, v):
         phi = self._phi(m) + v / B.sqrt(m * (1 - m))
         a = B.to_numpy(phi)
-        if a.min() <= 0 or a.max() >= np.pi:
+        if a.size and (a.min() <= 0 or a.max() >= np.pi):
             raise ValueError("the geodesic leaves the model (a marginal probability reaches 0 or 1) "
                              "before t = 1; take a shorter step")
         return B.sin(0.5 * phi) ** 2

@@ -210,17 +210,6 @@ class ExponentialFamily(Observations, ChartedManifold):
         super()._set_chart(chart)
         self.metric = FisherMetric(self)
 
-    def to_chart(self, x: Any, name: str):
-        """Coordinates in chart ``name`` of the point (or batch) ``x``; a new array, never a view of ``x``
-        (charts that coincide, such as the mean and standard charts of a categorical family, map a
-        point to itself)."""
-        return unaliased(super().to_chart(x, name), x)
-
-    def from_chart(self, y: Any, name: str, like: Any = None):
-        """Coordinates in the current chart of the point (or batch) ``y`` given in chart ``name``; a new
-        array, never a view of ``y``."""
-        return unaliased(super().from_chart(y, name, like=like), y)
-
     def to_natural(self, x: Any):
         r"""Natural parameters :math:`\theta` of the point ``x``."""
         return self.to_chart(x, "natural")
@@ -348,10 +337,13 @@ class ExponentialFamily(Observations, ChartedManifold):
         x = self._as_point(x)
         closed = self._charts[self.chart].fisher
         if closed is not None:
-            return per_point(closed, x, vectorized=self._charts[self.chart].vectorized)
-        # autodiff Fisher matrices are per point; closed forms of vectorised families take the batch
-        own_closed = type(self)._fisher_closed is not ExponentialFamily._fisher_closed
-        return per_point(self._fisher, x, vectorized=self._vectorized and own_closed)
+            F = per_point(closed, x, vectorized=self._charts[self.chart].vectorized)
+        else:
+            # autodiff Fisher matrices are per point; closed forms of vectorised families take the batch
+            own_closed = type(self)._fisher_closed is not ExponentialFamily._fisher_closed
+            F = per_point(self._fisher, x, vectorized=self._vectorized and own_closed)
+        # a valid but extreme point (a standard deviation of 1e-300) overflows: an error, not a NaN metric
+        return _points.finite_result(F, f"the Fisher matrix of {self.name}", x)
 
     def _fisher(self, x: Any):
         closed = self._fisher_closed(x)

@@ -126,7 +126,7 @@ class FisherMetric(Metric):
         if self._direct:
             return getattr(self.family, f"_geo_{name}")(x, y)
         if self._batched_generic(x, y, op=name if name == "exp" else ""):
-            return per_point(getattr(self, name), x, y)
+            return per_point(getattr(self, name), x, y, empty=() if name == "dist" else tuple(x.shape[-1:]))
         if not self._closed():
             return getattr(super(), name)(x, y)
         return _BY_CHART
@@ -167,8 +167,8 @@ class FisherMetric(Metric):
                 raise ValueError("it is not finite")
             if chart != fam.chart:
                 fam._chart_check(chart, y)
-            elif fam._point_check is not None:
-                fam._point_check(y)
+            else:
+                fam._check_domain(y)
         except ValueError as exc:
             raise self._invalid_end(chart, exc) from None
         return y

@@ -27,8 +27,9 @@ Everything is computed from the factors :math:`\Sigma_i = L_iL_i^T`: with
 and the two-leg length :math:`\sqrt{2\sum_i\log^2 s_i} + \sqrt2\operatorname{arccosh}
 (1 + \delta^2/4)`, :math:`\delta^2 = \min(|m|^2, |z|^2)` (evaluated as
 :math:`2\sqrt2\operatorname{arcsinh}(\delta/2\sqrt2)`, accurate for small :math:`\delta`).  Singular values of factors keep small eigenvalues of the
-covariance ratio accurate; the sum :math:`\sum(s_i - s_i^{-1})^2` does not cancel near
-equal covariances.  One batched Cholesky per covariance, two triangular systems and two
+covariance ratio accurate, each taken from the factor or from its inverse (whichever resolves it), in the
+log domain: covariance ratios down to 1e-300 keep both bounds to rounding; the sum :math:`\sum(s_i - s_i^{-1})^2` does not cancel near
+equal covariances.  One batched Cholesky per covariance, two triangular systems and four
 batched singular-value computations on the arguments' backend (:mod:`infogeo.backend`):
 batches broadcast over leading axes, torch tensors stay on their device and dtype, and
 gradients flow wherever the singular values involved are distinct.  Where a bound has a
@@ -56,10 +57,26 @@ def _sqrt0(x):
     return B.where(positive, B.sqrt(B.where(positive, x, 1.0)), 0.0)
 
 
-def _log_length(s):
-    r""":math:`\sqrt{2\sum_i\log^2 s_i}`: Fisher–Rao distance of N(0, I) and N(0, FF^T), ``s`` the singular
-    values of the factor ``F`` (over the last axis)."""
-    return _sqrt0(2.0 * B.sum(B.log(s) ** 2, axis=-1))
+def _log_length(log_s):
+    r""":math:`\sqrt{2\sum_i\log^2 s_i}`: Fisher–Rao distance of N(0, I) and N(0, FF^T), ``log_s`` the
+    logarithms of the singular values of the factor ``F`` (over the last axis)."""
+    return _sqrt0(2.0 * B.sum(log_s ** 2, axis=-1))
+
+
+def _log_svdvals(F, G):
+    r"""Logarithms of the singular values of ``F``, descending, given ``G = F^{-1}``.
+
+    A computed singular value :math:`\sigma_i` of ``F`` has an absolute error of about
+    :math:`\epsilon\sigma_1`, so at a covariance ratio of 1e-40 or beyond the small ones are noise or 0
+    (a lower bound of inf).  ``1 / svdvals(G)`` is accurate at the other end; each :math:`\sigma_i` is
+    taken from the side it is relatively accurate on (from ``F`` where :math:`\sigma_i^2 \ge
+    \sigma_1\sigma_n`), in the log domain so that neither end overflows.
+    """
+    sf, sg = B.svdvals(F), B.svdvals(G)
+    log_f = B.log(B.where(sf > 0, sf, 1.0))
+    n = tuple(sg.shape)[-1]
+    log_g = -B.log(sg[..., list(range(n - 1, -1, -1))])   # a list index reverses on either backend
+    return B.where((sf > 0) & (2 * log_f >= log_f[..., :1] + log_g[..., -1:]), log_f, log_g)
 
 
 def _factor(xp, S, what: str):
@@ -113,19 +130,25 @@ def dist_bounds(mu0: Any, S0: Any, mu1: Any, S1: Any) -> Tuple[Any, Any]:
     L0 = B.broadcast_to(_factor(xp, S0, "dist_bounds: S0"), lead + (d, d))
     L1 = B.broadcast_to(_factor(xp, S1, "dist_bounds: S1"), lead + (d, d))
     dmu = B.broadcast_to(mu1 - mu0, lead + (d,))
-    # one solve gives M = L0^{-1} L1 and m = L0^{-1} dmu (the second point seen from the first's frame)
+    # one solve gives M = L0^{-1} L1 and m = L0^{-1} dmu (the second point seen from the first's frame),
+    # the other the inverse M^{-1} = L1^{-1} L0 and z = L1^{-1} dmu (the first seen from the second's)
     X = xp.solve(L0, B.concatenate([L1, dmu[..., None]], axis=-1))
-    M, m = X[..., :d], X[..., d]
-    z = xp.solve(L1, dmu)
-    s = B.svdvals(M)
-    # the embedded second point is F F^T in the first one's frame, where the first one is the identity
+    Y = xp.solve(L1, B.concatenate([L0, dmu[..., None]], axis=-1))
+    M, m, z = X[..., :d], X[..., d], Y[..., d]
+    log_s = _log_svdvals(M, Y[..., :d])
+    # the embedded second point is F F^T in the first one's frame, where the first one is the identity;
+    # F^{-1} is [[M^{-1}, -z], [0, 1]]
     bottom = B.concatenate([B.zeros(lead + (1, d), like=X), B.ones(lead + (1, 1), like=X)], axis=-1)
-    lower = _log_length(B.svdvals(B.concatenate([X, bottom], axis=-2)))
+    Yneg = B.concatenate([Y[..., :d], -Y[..., d:]], axis=-1)
+    lower = _log_length(_log_svdvals(B.concatenate([X, bottom], axis=-2), B.concatenate([Yneg, bottom], axis=-2)))
     m2, z2 = B.sum(m * m, axis=-1), B.sum(z * z, axis=-1)
     # equal covariances: sqrt2 arccosh(1 + delta^2 / 4) = 2 sqrt2 arcsinh(delta / (2 sqrt2)), accurate for small delta
-    legs = _log_length(s) + 2 * math.sqrt(2.0) * B.arcsinh(_sqrt0(B.minimum(m2, z2)) / (2 * math.sqrt(2.0)))
-    jeffreys = 0.5 * (B.sum((s - 1.0 / s) ** 2, axis=-1) + m2 + z2)
+    legs = _log_length(log_s) + 2 * math.sqrt(2.0) * B.arcsinh(_sqrt0(B.minimum(m2, z2)) / (2 * math.sqrt(2.0)))
+    # s - 1/s = 2 sinh(log s), from the accurate logarithms
+    jeffreys = 0.5 * (B.sum((2 * B.sinh(log_s)) ** 2, axis=-1) + m2 + z2)
     upper = B.minimum(legs, _sqrt0(jeffreys))
+    # equal means make both exact (lower == upper in exact arithmetic): keep rounding from inverting them
+    lower = B.minimum(lower, upper)
     if isinstance(lower, (np.ndarray, np.generic)) and lead == ():   # not a tensor, not an autograd trace
         return float(lower), float(upper)
     return lower, upper

@@ -119,6 +119,12 @@ def _flow_in_steps(x: np.ndarray, Bm: np.ndarray, n: int) -> Tuple[np.ndarray, n
         m1, S1, dm1, dS1 = _closed_step(x, Bm, 1.0 / n)
         L1 = np.linalg.cholesky(S1)
         mu, L = mu + _mv(L, m1), L @ L1
+        # a factor with an exact 0 on its diagonal (a covariance that underflowed) or a non-finite entry stays
+        # so in every later step: the end is not a covariance, known now rather than after the remaining
+        # steps (a vector of length 1e8 took hours)
+        if not (np.all(np.isfinite(mu)) and np.all(np.isfinite(L)) and np.all(np.diagonal(L, axis1=-2, axis2=-1))):
+            raise ValueError(f"the end of the geodesic is not representable in floating point: its covariance "
+                             f"underflows or overflows after {k + 1} of its {n} steps; take a shorter step")
         if k < n - 1:
             # velocity in the frame of the point reached (the next step is again of time 1/n)
             x, Bm = _solve_v(L1, dm1), _mT(np.linalg.solve(L1, _mT(np.linalg.solve(L1, dS1))))

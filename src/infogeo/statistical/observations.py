@@ -69,10 +69,11 @@ class Observations:
         theta = self._natural(p)
         t = self._statistics(x)[0]
         diff = B.array(t, like=theta) - per_point(self.moments, theta, vectorized=self._vectorized)[..., None, :]
-        if self.chart == "natural":
-            return diff
-        J = per_point(lambda z: B.jacobian(self._natural, z), p)
-        return B.matmul(diff, J)
+        if self.chart != "natural":
+            diff = B.matmul(diff, per_point(lambda z: B.jacobian(self._natural, z), p,
+                                             empty=(self.dim, self.dim)))
+        # natural parameters or moments of an extreme point (a mean of 1e300) overflow: an error, not NaN
+        return _points.finite_result(diff, f"the score of {self.name}", p)
 
     def log_likelihood(self, p: Any, x: Any):
         """Mean log-likelihood of a batch of observations (the sum divided by n); shape ``(...)`` for a batch ``p``."""
@@ -87,15 +88,9 @@ class Observations:
         estimate does not exist (:math:`\hat\eta` on the boundary of the moment space: a Bernoulli
         sample of all zeros, fewer Gaussian observations than dimensions).
         """
+        from ..geometry.statistics import _weights   # the Fréchet mean's check: real, (n,), finite, >= 0
         t = np.asarray(B.to_numpy(self._statistics(data)[0]), dtype=float)
-        if weights is None:
-            eta = t.mean(axis=0)
-        else:
-            w = np.asarray(B.to_numpy(weights), dtype=float)
-            if w.shape != (len(t),) or not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
-                raise ValueError(f"weights must be {len(t)} finite non-negative numbers (one per observation) with "
-                                 f"a positive sum, got shape {w.shape}")
-            eta = w @ t / w.sum()
+        eta = t.mean(axis=0) if weights is None else _weights(weights, len(t), t) @ t
         try:
             return self.from_chart(eta, "mean")
         except ValueError as exc:
@@ -108,10 +103,10 @@ class Observations:
 
         For a batch ``p`` of shape ``(..., dim)`` the samples have shape ``(..., n, ...)``: the
         distributions are drawn one after the other (in C order) from the one generator, so a
-        batch gives exactly the samples of the loop over its points.
+        batch gives exactly the samples of the loop over its points.  ``n = 0`` gives an empty array.
         """
         p = self._as_point(p)
-        n = _points.positive_int(n, "the number of samples n")
+        n = _points.positive_int(n, "the number of samples n", minimum=0)
         check_fits(n * int(np.prod(p.shape[:-1], dtype=float)) * int(np.prod(self.event_shape or (1,), dtype=float)),
                    f"{n} samples of {self.name}")
         rng = np.random.default_rng(rng)
@@ -119,6 +114,11 @@ class Observations:
             return self._sample(p, n, rng)
         lead = tuple(p.shape[:-1])
         draws = [np.asarray(self._sample(p[idx], n, rng)) for idx in np.ndindex(*lead)]
+        if not draws:   # an empty batch of distributions: no draws to read the observations' shape from
+            if self.event_shape is None:
+                raise ValueError(f"sample: p is an empty batch of distributions (shape {tuple(p.shape)}) and "
+                                 f"{self.name} declares no event_shape to shape no observations by")
+            return np.empty(lead + (n,) + tuple(self.event_shape))
         return np.stack(draws).reshape(lead + draws[0].shape)
 
     def _sample(self, p: Any, n: int, rng: np.random.Generator):
