@@ -271,3 +271,24 @@ def test_an_ignored_class_index_of_the_classes_own_range(ignore_index, kind):
     got = pre.precondition() and pre.curvature.to_dense()
     want = ig.nn.ParameterSpace(model(), ce, data=ids, targets=y).curvature(kind).to_dense()
     assert torch.allclose(got, want, rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("targets", ["soft", "one-hot float"])
+def test_class_weights_on_probability_targets_are_refused_in_the_plain_loop(targets):
+    """torch weighs probability targets by sum_c w_c q_c over the number of positions; the hooks read class-index
+    targets off the gradient (diag was off by 0.47-0.50, silently): refused, as ParameterSpace refuses it; class-index
+    targets with the same weights are taken."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4)).double()
+    X = torch.randn(6, 4, dtype=F64)
+    idx = torch.tensor([0, 1, 2, 3, 1, 2])
+    q = (torch.softmax(2 * torch.randn(6, 4, dtype=F64), -1) if targets == "soft"
+         else torch.nn.functional.one_hot(idx, 4).to(F64))
+    ce = torch.nn.CrossEntropyLoss(weight=torch.tensor([0.5, 2.0, 1.0, 3.0], dtype=F64))
+    pre = ig.nn.Preconditioner(m, "diag", damping=LAM, fisher="exact", kl_clip=None, output_metric=ce)
+    ce(m(X), q).backward()
+    with pytest.raises(ValueError, match="class weights on probability targets"):
+        pre.precondition()
+    m.zero_grad()
+    ce(m(X), idx).backward()
+    assert pre.precondition() is not None

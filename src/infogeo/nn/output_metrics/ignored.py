@@ -46,13 +46,36 @@ def bound_from_gradient(metric: OutputMetric, z: torch.Tensor, grad: torch.Tenso
             # class-index losses without smoothing (torch refuses class weights with it): the gradient
             # w_y (p - e_y) / W is negative at the target class alone, so that class is its smallest entry
             ignore = -100 if metric.ignore_index is None else metric.ignore_index
-            return metric.bind(z, torch.where(kept, grad.detach().argmin(-1), ignore))
+            y = torch.where(kept, grad.detach().argmin(-1), ignore)
+            _check_index_targets(metric, z, grad.detach(), kept, y)
+            return metric.bind(z, y)
         if bool(kept.all()) or metric.ignore_index is None:
             return None
         return metric.bind(z, kept=kept)
     if bool(kept.all()):
         return None
     return WeightedOutput(metric.bind(z), kept.to(z.dtype))
+
+
+def _check_index_targets(metric: LossOutput, z: torch.Tensor, g: torch.Tensor, kept: torch.Tensor,
+                         y: torch.Tensor) -> None:
+    r"""Refuse a class-weighted cross-entropy whose targets were probabilities: soft ones leave several negative
+    entries in a row of the gradient; one-hot ones give the rows of class-index targets, but torch's mean divides
+    them by the number of positions, not by the weights' sum :math:`W` the class weights of index targets give.
+    The divisor is read from the row of largest gradient, :math:`w_y(1-p_y)/(-g_y)`."""
+    rows, k = g[kept], y[kept]
+    soft = bool(((rows < 0).sum(-1) > 1).any())   # none: a confident row (p_y rounds to 1)
+    if not soft and metric.reduction == "mean":
+        w = metric.class_weight.to(g)[k]
+        W, P = float(w.sum()), float(kept.numel())
+        i = int(rows.abs().amax(-1).argmax())
+        p_y = torch.softmax(z.detach()[kept][i].to(g.dtype), -1)[k[i]]
+        divisor = float(w[i] * (1 - p_y) / -rows[i, k[i]])
+        soft = abs(divisor - P) < 1e-3 * P and abs(divisor - W) > 1e-3 * W
+    if soft:
+        raise ValueError("a cross-entropy with class weights on probability targets (soft labels, or one-hot "
+                         "floats, which torch divides by the number of positions): its curvature takes class-index "
+                         "targets (as in ParameterSpace); pass class indices, or drop weight= for probability targets")
 
 
 def empirical_scale(metric: OutputMetric, z: torch.Tensor) -> torch.Tensor:
