@@ -53,8 +53,8 @@ def build(space: Any, kind: str, method: str = "exact", *, samples: int = 1, tar
         factor_fn = lambda z: space.factors(z, method, samples, targets, generator)  # noqa: E731
     cls = row.load()
     if not row.captured:   # products with the whole batch's Jacobian
-        if method == "exact":
-            metric = space.metric
+        if method == "exact":   # the space's own metric, unless its output metric was bound anew (ignored positions)
+            metric = space.metric if space.metric.output_metric is space.output_metric else NetworkMetric(space)
         else:
             # the columns from the outputs of the very forward pass the Jacobian products use (a model's
             # no-grad forward may take another path, e.g. the fused kernels of nn.TransformerEncoder)

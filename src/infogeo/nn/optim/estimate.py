@@ -22,7 +22,8 @@ from ..batch import Batch, MissingTargets
 from .._params import ParamLayout, all_finite, working_dtype
 from ..curvature import _backprop as bp
 from ..curvature import kinds
-from ..output_metrics.ignored import bound_from_gradient, empirical_scale, one_scale, warn_classes_on_axis_1
+from ..output_metrics.ignored import (KeptPositions, bound_from_gradient, empirical_scale, one_scale,
+                                       warn_classes_on_axis_1)
 from ..space import ParameterSpace
 from . import state
 from .damping import Damping
@@ -51,8 +52,7 @@ class CurvatureEstimate:
         #: solves, factorisations and directions: the factor dtype, or float32 for statistics kept in half precision
         self.compute_dtype = working_dtype(factor_dtype)
         self.generator, self.loss_scale, self.options = generator, loss_scale, options
-        #: the early refreshes at steps 0, 1, 2, 4, 8, ... (:meth:`early`); else at every statistics refresh
-        self.geometric = geometric
+        self.geometric = geometric   # early refreshes at steps 0, 1, 2, 4, 8, ... (:meth:`early`), else at each refresh
         self.curvature: Any = None    # the averaged statistics (a curvature representation)
         self.solver: Any = None       # the factorised curvature the directions come from
         #: statistics loaded from a checkpoint, waiting for a structure (:func:`.state.restore`)
@@ -70,6 +70,9 @@ class CurvatureEstimate:
         self.layout = ParamLayout(names, [tuple(shapes[n].shape) for n in names])
         self.recorder = ForwardRecorder(module, names, self._on_backward, self.pending.settle, output_fn)
         self.recorder.armed = self.captures
+        self._kept = KeptPositions(output_metric)   # for a kind built by a forward of its own
+        if not self.captures:
+            self.recorder.on_gradient = self._kept.read
         if kind in ("kfac", "ekfac"):   # Kronecker blocks solve small batches from their rows
             self.recorder.rows = RowCapture.of(self.recorder.layers)  # type: ignore[assignment]
 
@@ -192,18 +195,19 @@ class CurvatureEstimate:
         if self.from_gradients:
             if grads is None:
                 raise ValueError(f"curvature {self.kind!r} is built from the gradients: pass them to the step")
-            return kinds.KINDS[self.kind].load().from_gradients(self.layout, grads, **self.options), \
-                self.batch_size(inputs)
+            return kinds.KINDS[self.kind].load().from_gradients(self.layout, grads, **self.options), self.batch_size(inputs)
         batch = None
         try:
             pending, n = self.pending.take(build=generator is None or self.template_only)
             if pending is not None:
                 return pending, n
             space = self.space(inputs, targets)
-            batch = space.batch
+            batch, own = space.batch, space.output_metric
+            space.output_metric = self._kept.metric(own) if inputs is targets is None else own
             try:
                 return self._build(space, generator), space.batch_size
             finally:
+                space.output_metric = own
                 self._let_go(space)
         except MissingTargets as exc:   # said in the optimizers' terms
             raise MissingTargets.in_optimizer(self.kind, self.fisher) from exc

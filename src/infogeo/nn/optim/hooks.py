@@ -113,6 +113,9 @@ class ForwardRecorder:
         self._owners = bp.owners(module, list(names))
         self._watch: Optional[ForeignUses] = None
         self.on_backward = on_backward
+        #: called ``(z, grad)`` from the user's backward when not armed (a kind built by a forward of its own, whose
+        #: loss may ignore positions only the gradient shows), or ``None``
+        self.on_gradient: Optional[Callable[[torch.Tensor, torch.Tensor], None]] = None
         self._eager = EagerWhileArmed()   # a refresh runs uncompiled (:mod:`.compiled`)
         self._armed = False
         self._paused = False
@@ -206,7 +209,7 @@ class ForwardRecorder:
         if calls is None and compiling():
             return   # nothing to record, and the hook below would break the compiled graph (it sets self.inputs)
         inputs, box = self.inputs, []
-        if calls is not None:
+        if calls is not None or self.on_gradient is not None:
             # the capture needs the output itself (its graph), which the loss may not keep: held in a box that
             # is emptied when the hook runs or by release(), so no reference cycle outlives a step
             box.append(output)
@@ -224,9 +227,12 @@ class ForwardRecorder:
             if of_z:
                 reached.append(True)
             rec.inputs = inputs   # the batch this backward belongs to (not a later monitoring forward)
-            if box and rec.armed:
-                z = box.pop()
-                rec.on_backward(z, calls, inputs, grad if of_z else rec.output_fn(grad))
+            if box and (calls is not None and rec.armed or rec.on_gradient is not None):
+                z, g = box.pop(), grad if of_z else rec.output_fn(grad)
+                if calls is not None and rec.armed:
+                    rec.on_backward(z, calls, inputs, g)
+                else:
+                    rec.on_gradient(z, g)
         output.register_hook(on_grad)
         if rearranged:
             raw.register_hook(partial(on_grad, of_z=False))

@@ -12,7 +12,7 @@ targets themselves (each position's weight is its class's): the gradient gives t
 from __future__ import annotations
 
 import warnings
-from typing import Optional
+from typing import Any, Optional, cast
 
 import torch
 
@@ -21,7 +21,7 @@ from .likelihoods import CategoricalFisher
 from .losses import LossOutput
 from .weighted import WeightedOutput
 
-__all__ = ["bound_from_gradient", "empirical_scale", "one_scale", "class_axis_second", "warn_classes_on_axis_1"]
+__all__ = ["KeptPositions", "bound_from_gradient", "empirical_scale", "one_scale", "class_axis_second", "warn_classes_on_axis_1"]
 
 
 def _base(metric: OutputMetric) -> OutputMetric:
@@ -57,6 +57,27 @@ def bound_from_gradient(metric: OutputMetric, z: torch.Tensor, grad: torch.Tenso
     return WeightedOutput(metric.bind(z), kept.to(z.dtype))
 
 
+class KeptPositions:
+    """The positions the loss of the user's last backward kept, read off its gradient (:func:`bound_from_gradient`),
+    for a curvature built by a forward of its own on that batch (``dense``, ``cg``: no hooks see its targets)."""
+
+    def __init__(self, metric: OutputMetric):
+        self._metric, self._bound = metric, cast(Any, None)   # a bound metric, an error, or None
+
+    def read(self, z: torch.Tensor, grad: torch.Tensor) -> None:
+        """Called with the outputs and the loss gradient at them; an error is kept for the step to raise."""
+        try:
+            self._bound = bound_from_gradient(self._metric, z.detach(), grad.detach())
+        except ValueError as exc:
+            self._bound = exc
+
+    def metric(self, default: OutputMetric) -> OutputMetric:
+        """The metric bound to the kept positions (``default`` where every position was kept)."""
+        if isinstance(self._bound, Exception):
+            raise self._bound
+        return default if self._bound is None else self._bound
+
+
 def _check_index_targets(metric: LossOutput, z: torch.Tensor, g: torch.Tensor, kept: torch.Tensor,
                          y: torch.Tensor) -> None:
     r"""Refuse a class-weighted cross-entropy whose targets were probabilities: soft ones leave several negative
@@ -66,7 +87,7 @@ def _check_index_targets(metric: LossOutput, z: torch.Tensor, g: torch.Tensor, k
     rows, k = g[kept], y[kept]
     soft = bool(((rows < 0).sum(-1) > 1).any())   # none: a confident row (p_y rounds to 1)
     if not soft and metric.reduction == "mean":
-        w = metric.class_weight.to(g)[k]
+        w = cast(torch.Tensor, metric.class_weight).to(g)[k]
         W, P = float(w.sum()), float(kept.numel())
         i = int(rows.abs().amax(-1).argmax())
         p_y = torch.softmax(z.detach()[kept][i].to(g.dtype), -1)[k[i]]
