@@ -224,6 +224,8 @@ class ForwardRecorder:
             rec = me()
             if rec is None or rec._paused or (reached and not of_z):
                 return
+            if calls is None and _transformed(grad):
+                return   # a transform's backward through this graph (the optimizer's own vmap), not the user's
             if of_z:
                 reached.append(True)
             rec.inputs = inputs   # the batch this backward belongs to (not a later monitoring forward)
@@ -262,6 +264,13 @@ class ForwardRecorder:
         """Remove every hook from the model."""
         _remove(self._handles)
         self._eager.set(False)
+
+
+
+def _transformed(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a functorch transform's tensor (vmap, grad): a backward of the optimizer's own."""
+    check = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", None)
+    return bool(check(t)) if check is not None else False
 
 
 class Recorded(dict):

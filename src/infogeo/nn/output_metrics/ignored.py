@@ -40,8 +40,11 @@ def bound_from_gradient(metric: OutputMetric, z: torch.Tensor, grad: torch.Tenso
     if not bool(kept.any()):   # no gradient at all: no loss to read
         return None
     if isinstance(metric, LossOutput):
-        if metric.elements != "one":
-            return None
+        if metric.elements != "one":   # an elementwise loss (BCE) masked by hand: the mean over the kept positions
+            if bool(kept.all()):
+                return None
+            w = kept.to(z.dtype) * (kept.numel() / float(kept.sum()) if metric.reduction == "mean" else 1.0)
+            return WeightedOutput(metric.bind(z), w)
         if metric.class_weight is not None:
             # class-index losses without smoothing (torch refuses class weights with it): the gradient
             # w_y (p - e_y) / W is negative at the target class alone, so that class is its smallest entry
