@@ -335,3 +335,28 @@ def test_a_hand_masked_elementwise_loss_leaves_out_the_masked_rows(reduction):
     loss(shape(m(X))).backward()
     pre.precondition()
     assert torch.allclose(torch.diagonal(pre.curvature.to_dense()), torch.diagonal(ref), rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("loss, warns", [
+    (lambda z, y: torch.nn.functional.cross_entropy(z, y), False),
+    (lambda z, y: torch.nn.functional.cross_entropy(z, y, label_smoothing=0.1), False),
+    (lambda z, y: torch.nn.functional.nll_loss(torch.log_softmax(z, -1), y), False),
+    (lambda z, y: torch.nn.functional.mse_loss(z, torch.nn.functional.one_hot(y, 4).to(z)), True),
+    (lambda z, y: torch.nn.functional.binary_cross_entropy_with_logits(z, torch.nn.functional.one_hot(y, 4).to(z)),
+     True)], ids=["ce", "smoothed ce", "nll of log_softmax", "mse", "bce"])
+def test_a_loss_that_is_no_softmax_cross_entropy_under_the_categorical_metric_is_pointed_out(loss, warns):
+    """The default output metric is categorical; a squared error or binary cross-entropy on the outputs trained
+    silently with the curvature of another loss (0.64 and 2.06 off).  Their gradient rows do not sum to zero over
+    the classes, a softmax cross-entropy's do (a log-likelihood of log-probabilities has one entry per row)."""
+    import warnings
+    from infogeo.nn.output_metrics import ignored
+    ignored._SAID.clear()
+    m = model()
+    ids, y = batch()
+    y = y.clamp_min(0)
+    pre = ig.nn.Preconditioner(m, "diag", kl_clip=None)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        loss(m(ids).reshape(-1, 4), y.reshape(-1)).backward()
+        pre.precondition()
+    assert any("does not sum to zero over the classes" in str(w.message) for w in said) == warns

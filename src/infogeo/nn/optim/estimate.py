@@ -23,7 +23,7 @@ from .._params import ParamLayout, all_finite, working_dtype
 from ..curvature import _backprop as bp
 from ..curvature import kinds
 from ..output_metrics.ignored import (KeptPositions, bound_from_gradient, empirical_scale, one_scale,
-                                       warn_classes_on_axis_1)
+                                       warn_unlike_the_metric)
 from ..space import ParameterSpace
 from . import state
 from .damping import Damping
@@ -163,7 +163,7 @@ class CurvatureEstimate:
             return
         try:
             n, scale = z.shape[0], self.loss_scale()
-            warn_classes_on_axis_1(self.output_metric, grad)
+            warn_unlike_the_metric(self.output_metric, grad)
             masked = bound_from_gradient(self.output_metric, z, grad)   # ignored positions, class weights (or None)
             column = (empirical_scale(self.output_metric.bind(z) if masked is None else masked, z) * (n / scale)
                       if self.fisher == "empirical" else None)   # the empirical Fisher's columns' scale

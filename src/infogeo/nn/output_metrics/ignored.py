@@ -21,7 +21,8 @@ from .likelihoods import CategoricalFisher
 from .losses import LossOutput
 from .weighted import WeightedOutput
 
-__all__ = ["KeptPositions", "bound_from_gradient", "empirical_scale", "one_scale", "class_axis_second", "warn_classes_on_axis_1"]
+__all__ = ["KeptPositions", "bound_from_gradient", "empirical_scale", "one_scale", "class_axis_second", "not_softmax",
+           "warn_unlike_the_metric"]
 
 
 def _base(metric: OutputMetric) -> OutputMetric:
@@ -126,7 +127,7 @@ def one_scale(scale: torch.Tensor) -> bool:
 def class_axis_second(metric: OutputMetric, grad: torch.Tensor) -> bool:
     r"""Whether the loss gradient ``grad`` at outputs of three or more axes says that the loss took the classes on
     axis 1 (torch's ``(N, C, ...)`` layout) while the categorical metric takes them on the last: a softmax
-    cross-entropy's gradient :math:`w(p - 	ilde y)` sums to zero over the class axis at every position (label
+    cross-entropy's gradient :math:`w(p - \tilde y)` sums to zero over the class axis at every position (label
     smoothing and class weights included), so sums that vanish over axis 1 and not over the last axis mark
     the layout (a penalty added to the logits makes neither vanish, and is not taken for it)."""
     if not isinstance(_base(metric), CategoricalFisher) or grad.dim() < 3 or grad.shape[1] == grad.shape[-1]:
@@ -141,10 +142,38 @@ def class_axis_second(metric: OutputMetric, grad: torch.Tensor) -> bool:
 _SAID: set = set()
 
 
-def warn_classes_on_axis_1(metric: OutputMetric, grad: torch.Tensor) -> None:
-    """Warn (once per output shape) where :func:`class_axis_second` finds the classes on axis 1."""
+def not_softmax(metric: OutputMetric, grad: torch.Tensor) -> bool:
+    """Whether the loss gradient ``grad`` is not a softmax cross-entropy's although the metric is categorical: rows
+    with two or more non-zero entries whose sum over the last axis does not vanish (a squared error or a binary
+    cross-entropy on the outputs; a negative log-likelihood on log-probabilities has one entry per row, and its
+    metric is the categorical one)."""
+    if not isinstance(_base(metric), CategoricalFisher) or grad.dim() < 2 or grad.shape[-1] < 2:
+        return False
+    g = grad.detach().reshape(-1, grad.shape[-1])
+    g = g[g.ne(0).sum(-1) >= 2]
+    if g.numel() == 0:
+        return False
+    # relative to the entries, loosely: a loss computed in float32 on float64 outputs (Hugging Face's) sums to zero
+    # to 1e-7, one in float32 on bfloat16 outputs to the rounding of bfloat16; a squared error's or binary
+    # cross-entropy's rows sum to a fair part of their size
+    tol = max(1e-3, 32 * torch.finfo(g.dtype).eps)
+    return bool(g.sum(-1).abs().sum() / (g.abs().sum() + torch.finfo(g.dtype).tiny) > tol)
+
+
+def warn_unlike_the_metric(metric: OutputMetric, grad: torch.Tensor) -> None:
+    """Warn (once per output shape) where the loss gradient shows another loss than the categorical metric's: the
+    classes on axis 1 (:func:`class_axis_second`), or no softmax cross-entropy at all (:func:`not_softmax`)."""
     key = tuple(grad.shape)
-    if key not in _SAID and class_axis_second(metric, grad):
+    if key in _SAID:
+        return
+    if not class_axis_second(metric, grad) and not_softmax(metric, grad):
+        _SAID.add(key)
+        warnings.warn(f"the loss gradient at the outputs {key} does not sum to zero over the classes (the last axis) "
+                      f"as a softmax cross-entropy's does: the categorical metric (the default output_metric) is not "
+                      f"this loss's curvature; pass output_metric= your loss (nn.MSELoss(), nn.BCEWithLogitsLoss(), "
+                      f"...) or its metric ('euclidean', 'bernoulli')", UserWarning, stacklevel=3)
+        return
+    if class_axis_second(metric, grad):
         _SAID.add(key)
         warnings.warn(f"the loss takes its classes on axis 1 of the outputs {key} (torch's (N, C, ...) layout) but "
                       f"the categorical metric on the last axis: the curvature is of another loss; permute the "
