@@ -160,3 +160,41 @@ def test_a_model_that_is_a_layer_or_holds_parameters_has_their_curvature(make, k
     want = ig.nn.ParameterSpace(model, "categorical", data=X, targets=y).curvature(kind).to_dense()
     got = pre.curvature.to_dense()
     assert want.abs().max() > 0 and torch.allclose(got, want, rtol=1e-10, atol=1e-14)
+
+
+class _TwoHeads(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh())
+        self.cls, self.reg = torch.nn.Linear(8, 3), torch.nn.Linear(8, 2)
+
+    def forward(self, x):
+        h = self.body(x)
+        return self.cls(h), self.reg(h)
+
+
+@pytest.mark.parametrize("kind", ["diag", "kfac"])
+def test_parameters_with_a_gradient_but_no_curvature_are_pointed_out(kind):
+    """Two heads, a loss on both, output_fn picking one: the other head's curvature is zero and its direction the
+    gradient over the damping (100x at damping 1e-2), silently before; a warning names those parameters, once."""
+    import warnings
+    torch.manual_seed(0)
+    model = _TwoHeads().double()
+    X, y, t = torch.randn(8, 4, dtype=torch.float64), torch.randint(0, 3, (8,)), torch.randn(8, 2, dtype=torch.float64)
+    pre = ig.nn.Preconditioner(model, kind, damping=1e-2, kl_clip=None, output_fn=lambda o: o[0])
+    said = []
+    for _ in range(2):
+        model.zero_grad()
+        out = model(X)
+        (F.cross_entropy(out[0], y) + F.mse_loss(out[1], t)).backward()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            pre.precondition()
+        said.append([str(w.message) for w in caught if "zero curvature" in str(w.message)])
+    assert len(said[0]) == 1 and "reg.weight" in said[0][0] and said[1] == []   # once
+    quiet = ig.nn.Preconditioner(model, kind, damping=1e-2, kl_clip=None, output_fn=lambda o: o[0])
+    model.zero_grad()   # the loss on the picked head alone: nothing to say
+    F.cross_entropy(model(X)[0], y).backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quiet.precondition()

@@ -22,14 +22,14 @@ from ..batch import Batch, MissingTargets
 from .._params import ParamLayout, all_finite, working_dtype
 from ..curvature import _backprop as bp
 from ..curvature import kinds
-from ..output_metrics.ignored import (KeptPositions, bound_from_gradient, empirical_scale, one_scale,
-                                       warn_unlike_the_metric)
+from ..output_metrics.ignored import KeptPositions, bound_from_gradient, empirical_scale, one_scale, warn_unlike_the_metric
 from ..space import ParameterSpace
 from . import state
 from .damping import Damping
 from .hooks import ForwardRecorder, OutputGradients
 from .pool import Deferred, StatisticsPool
 from .rows import RowCapture
+from .unreached import Unreached
 from .settings import CAPTURED
 
 __all__ = ["CurvatureEstimate"]
@@ -57,11 +57,11 @@ class CurvatureEstimate:
         self.solver: Any = None       # the factorised curvature the directions come from
         #: statistics loaded from a checkpoint, waiting for a structure (:func:`.state.restore`)
         self.loaded: Optional[Dict[str, Any]] = None
-        #: the hooks record the next batch for its structure only, with a generator of their own (after a load,
-        #: on a step that does not refresh the statistics: no forward of the optimizer's own, which FSDP2's
-        #: sharded parameters would refuse, and the saved sampling state untouched)
+        #: the hooks record the next batch for its structure only, with a generator of their own (after a load, on a
+        #: step that does not refresh: no forward of its own, which FSDP2 would refuse; the sampling state untouched)
         self.template_only = False
         self.pending = StatisticsPool()   # statistics recorded by this step's backward passes
+        self.unreached = Unreached()   # parameters with a gradient but no curvature are pointed out
         self.owners: Optional[List[int]] = None   # block owners under torch.distributed
         self._spaces: Dict[tuple, ParameterSpace] = {}   # per batch signature
         #: statistics of the gradients in ``.grad`` (Shampoo's), not of the model's output metric
@@ -368,9 +368,9 @@ class CurvatureEstimate:
             except Exception as exc:
                 errors.append(exc)
             (bad,), _ = dd.agree(errors[0] if errors else None, [delta is None or not all_finite(delta.values())])
-            if not bad:
-                found = cast(Params, delta)   # agreed finite on every rank
-                return {n: found[n].to(grads[n].dtype) for n in grads}
+            if not bad:   # agreed finite on every rank
+                self.unreached.check(self.curvature, grads)
+                return {n: cast(Params, delta)[n].to(grads[n].dtype) for n in grads}
             if attempt == max_retries or damper.saturated:
                 break
             damper.fail()
