@@ -360,3 +360,17 @@ def test_a_loss_that_is_no_softmax_cross_entropy_under_the_categorical_metric_is
         loss(m(ids).reshape(-1, 4), y.reshape(-1)).backward()
         pre.precondition()
     assert any("does not sum to zero over the classes" in str(w.message) for w in said) == warns
+
+
+def test_a_class_weighted_loss_on_classes_of_axis_1_is_refused_with_the_layout():
+    """Class weights on (N, C, H, W) outputs left in torch's layout: the target classes cannot be read off the last
+    axis (a raw IndexError came from torch, then a message about probability targets); the error names the layout."""
+    torch.manual_seed(0)
+    seg = torch.nn.Conv2d(2, 3, 1).double()
+    X, y = torch.randn(2, 2, 4, 4, dtype=F64), torch.randint(0, 3, (2, 4, 4))
+    ce = torch.nn.CrossEntropyLoss(weight=torch.tensor([1.0, 2.0, 0.5], dtype=F64))
+    pre = ig.nn.Preconditioner(seg, "diag", kl_clip=None, output_metric=ce)
+    with pytest.warns(UserWarning, match="axis 1"):
+        ce(seg(X), y).backward()
+        with pytest.raises(ValueError, match=r"axis 1 .*movedim\(1, -1\)"):
+            pre.precondition()

@@ -88,6 +88,10 @@ def _check_index_targets(metric: LossOutput, z: torch.Tensor, g: torch.Tensor, k
     entries in a row of the gradient; one-hot ones give the rows of class-index targets, but torch's mean divides
     them by the number of positions, not by the weights' sum :math:`W` the class weights of index targets give.
     The divisor is read from the row of largest gradient, :math:`w_y(1-p_y)/(-g_y)`."""
+    if class_axis_second(metric, g):   # the classes on axis 1: no class can be read off the last axis
+        raise ValueError(f"the class-weighted cross-entropy takes its classes on axis 1 of the outputs {tuple(g.shape)} "
+                         f"(torch's (N, C, ...) layout) but the categorical metric on the last axis: permute the "
+                         f"outputs in output_fn (output_fn=lambda z: z.movedim(1, -1))")
     rows, k = g[kept], y[kept]
     soft = bool(((rows < 0).sum(-1) > 1).any())   # none: a confident row (p_y rounds to 1)
     if not soft and metric.reduction == "mean":
