@@ -31,7 +31,7 @@ the optimizers' hooks, which see no targets, read them off the loss gradient (:m
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import torch
 
@@ -161,6 +161,10 @@ def from_loss(loss: Any) -> LossOutput:
     name = type(loss).__name__
     if not isinstance(loss, nn.modules.loss._Loss):
         raise TypeError(f"expected a torch loss, got {name}")
+    if not isinstance(loss, tuple(getattr(nn, n) for n in SUPPORTED_LOSSES)):   # before the reduction: no use
+        raise TypeError(f"{name} has no output metric in infogeo (supported: {', '.join(SUPPORTED_LOSSES)}); "
+                        "give an output metric by name or object, or wrap a divergence rho(u, w) explicitly as "
+                        "ig.nn.DivergenceOutput(rho)")
     reduction = getattr(loss, "reduction", None)
     if reduction not in ("mean", "sum"):
         raise ValueError(f"{name}(reduction={reduction!r}): the curvature needs a scalar loss; "
@@ -185,8 +189,5 @@ def from_loss(loss: Any) -> LossOutput:
         return LossOutput(BernoulliProbabilityFisher(), loss, "last")
     if isinstance(loss, nn.MSELoss):
         return LossOutput(EuclideanOutput(2.0), loss, "last")
-    if isinstance(loss, nn.GaussianNLLLoss):
-        return LossOutput(GaussianVarianceFisher(eps=loss.eps, full=loss.full), loss, "half")
-    raise TypeError(f"{name} has no output metric in infogeo (supported: {', '.join(SUPPORTED_LOSSES)}); "
-                    "give an output metric by name or object, or wrap a divergence rho(u, w) explicitly as "
-                    "ig.nn.DivergenceOutput(rho)")
+    gauss = cast(nn.GaussianNLLLoss, loss)   # the last of the supported losses
+    return LossOutput(GaussianVarianceFisher(eps=gauss.eps, full=gauss.full), loss, "half")
