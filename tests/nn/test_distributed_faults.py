@@ -93,8 +93,15 @@ def error_on_one_rank(rank):
     second = outcome(lambda: opt.step(closure))
     opt.zero_grad()
     F.cross_entropy(net(xb), yb).backward()
+    lr = opt.param_groups[0]["lr"]
+    if rank == 1:
+        opt.param_groups[0]["lr"] = -1.0   # a scheduler's setting refused on one rank: it deadlocked DDP
+    lr_error = outcome(lambda: opt.step())
+    opt.param_groups[0]["lr"] = lr
+    opt.zero_grad()
+    F.cross_entropy(net(xb), yb).backward()
     third = outcome(lambda: opt.step() or "stepped")   # the group is intact: the next step runs on both
-    return first, second, third, flat(model)
+    return first, second, third, flat(model), lr_error
 
 
 def unequal_batches(rank):
@@ -239,7 +246,8 @@ def test_skipped_step_moves_nothing_under_adam_on_both_ranks(results):
 
 
 def test_an_error_on_one_rank_ends_both_with_a_clear_error(results):
-    (a0, b0, c0, p0), (a1, b1, c1, p1) = ok(results, "error")
+    (a0, b0, c0, p0, lr0), (a1, b1, c1, p1, lr1) = ok(results, "error")
+    assert lr1[0] == "ValueError" and "lr" in lr1[1] and lr0[0] == "PeerFailure" and "[1]" in lr0[1]
     assert a1[0] == "ValueError" and "data of shape" in a1[1]
     assert a0[0] == "PeerFailure" and "[1]" in a0[1]
     assert tuple(b0) == ("RuntimeError", "the closure failed on rank 0")

@@ -207,12 +207,10 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         if self.preconditioner.sharded and (quadratic_model or adaptive_damping):
             raise ValueError("quadratic_model and adaptive_damping evaluate the model at its parameters, which "
                              "fully_shard (FSDP2) keeps sharded; use the default step rules under FSDP2")
-        self.model = model
-        self.kl_clip, self.quadratic_model = kl_clip, bool(quadratic_model)
+        self.model, self.state[_KEY] = model, {"previous_step": None}
+        self.kl_clip, self.quadratic_model, self.adaptive_damping = kl_clip, bool(quadratic_model), bool(adaptive_damping)
         self.step_rule, self.betas, self.eps, self.unfactored = rule, betas, eps, unfactored
-        self.adaptive_damping, self.damping_adaptation_period = bool(adaptive_damping), period
-        self.damping_factor, self.max_retries = factor, self.preconditioner.max_retries
-        self.state[_KEY] = {"previous_step": None}
+        self.damping_adaptation_period, self.damping_factor, self.max_retries = period, factor, self.preconditioner.max_retries
 
     def add_param_group(self, param_group: Dict[str, Any]) -> None:
         """Groups are fixed once built: the curvature covers the parameters given at construction, and a
@@ -234,12 +232,14 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         """One natural-gradient step; returns the closure's loss (``None`` without a closure)."""
         if self.adaptive_damping and closure is None:
             raise ValueError("adaptive_damping=True needs a closure that re-evaluates the loss")
-        pre = self.preconditioner
-        check_groups(self.param_groups, self.step_rule)
+        pre, loss, error = self.preconditioner, None, None
+        try:   # a scheduler's setting, which may be one rank's: refused after the step's agreement, as a closure's error
+            check_groups(self.param_groups, self.step_rule)
+        except ValueError as exc:
+            error = exc
         if inputs is not None:  # the batch is named: no need to record the closure's forward
             pre.use_batch()
-        loss, error = None, None
-        if closure is not None:
+        if closure is not None and error is None:
             try:
                 with torch.enable_grad():
                     loss = closure()
