@@ -44,7 +44,7 @@ import logging
 import math
 import warnings
 from functools import partial
-from typing import Any, Callable, Dict, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Union, cast
 
 import torch
 
@@ -232,7 +232,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         """One natural-gradient step; returns the closure's loss (``None`` without a closure)."""
         if self.adaptive_damping and closure is None:
             raise ValueError("adaptive_damping=True needs a closure that re-evaluates the loss")
-        pre, loss, error = self.preconditioner, None, None
+        pre, loss, error = self.preconditioner, None, cast(Optional[Exception], None)
         try:   # a scheduler's setting, which may be one rank's: refused after the step's agreement, as a closure's error
             check_groups(self.param_groups, self.step_rule)
         except ValueError as exc:
