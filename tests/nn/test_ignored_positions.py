@@ -273,7 +273,7 @@ def test_an_ignored_class_index_of_the_classes_own_range(ignore_index, kind):
     assert torch.allclose(got, want, rtol=1e-10, atol=1e-14)
 
 
-@pytest.mark.parametrize("targets", ["soft", "one-hot float"])
+@pytest.mark.parametrize("targets", ["soft", "soft, one negative entry a row", "one-hot float"])
 def test_class_weights_on_probability_targets_are_refused_in_the_plain_loop(targets):
     """torch weighs probability targets by sum_c w_c q_c over the number of positions; the hooks read class-index
     targets off the gradient (diag was off by 0.47-0.50, silently): refused, as ParameterSpace refuses it; class-index
@@ -282,8 +282,10 @@ def test_class_weights_on_probability_targets_are_refused_in_the_plain_loop(targ
     m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4)).double()
     X = torch.randn(6, 4, dtype=F64)
     idx = torch.tensor([0, 1, 2, 3, 1, 2])
-    q = (torch.softmax(2 * torch.randn(6, 4, dtype=F64), -1) if targets == "soft"
-         else torch.nn.functional.one_hot(idx, 4).to(F64))
+    q = {"soft": torch.softmax(2 * torch.randn(6, 4, dtype=F64), -1),
+         # mostly one class: the gradient's rows have one negative entry each, as class-index targets' do
+         "soft, one negative entry a row": 0.9 * torch.nn.functional.one_hot(idx, 4).to(F64) + 0.025,
+         "one-hot float": torch.nn.functional.one_hot(idx, 4).to(F64)}[targets]
     ce = torch.nn.CrossEntropyLoss(weight=torch.tensor([0.5, 2.0, 1.0, 3.0], dtype=F64))
     pre = ig.nn.Preconditioner(m, "diag", damping=LAM, fisher="exact", kl_clip=None, output_metric=ce)
     ce(m(X), q).backward()

@@ -94,6 +94,13 @@ def _check_index_targets(metric: LossOutput, z: torch.Tensor, g: torch.Tensor, k
                          f"outputs in output_fn (output_fn=lambda z: z.movedim(1, -1))")
     rows, k = g[kept], y[kept]
     soft = bool(((rows < 0).sum(-1) > 1).any())   # none: a confident row (p_y rounds to 1)
+    if not soft:   # index targets: g_c / p_c = w_y / Z at every other class; soft ones vary (loosely: float32's loss)
+        p = torch.softmax(z.detach()[kept].to(g.dtype), -1)
+        other = torch.ones_like(rows, dtype=torch.bool).scatter_(-1, k.unsqueeze(-1), False) & (p > 1e-6)
+        r = torch.where(other, rows / p.clamp_min(1e-6), torch.nan)
+        top, low = r.nan_to_num(-torch.inf).amax(-1), r.nan_to_num(torch.inf).amin(-1)
+        both = other.sum(-1) >= 2
+        soft = bool(((top - low)[both] > 1e-3 * top.abs()[both]).any())
     if not soft and metric.reduction == "mean":
         w = cast(torch.Tensor, metric.class_weight).to(g)[k]
         W, P = float(w.sum()), float(kept.numel())
