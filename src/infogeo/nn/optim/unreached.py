@@ -8,6 +8,7 @@ as it comes.  Nothing is wrong in the arithmetic, so it is pointed out, once per
 from __future__ import annotations
 
 import warnings
+import weakref
 from typing import Any, Dict, FrozenSet, Optional, Set, Tuple
 
 import torch
@@ -21,18 +22,18 @@ class Unreached:
     """Warns when a parameter with a non-zero gradient has zero curvature (module docstring)."""
 
     def __init__(self) -> None:
-        self._of: Optional[Tuple[int, FrozenSet[str]]] = None   # (id of the curvature, its zero parameters)
+        self._of: Optional[Tuple[Any, FrozenSet[str]]] = None   # (a weak reference to the curvature, its zeros)
         self._said: Set[FrozenSet[str]] = set()
 
     def _zero(self, curvature: Any) -> FrozenSet[str]:
-        if self._of is None or self._of[0] != id(curvature):
+        if self._of is None or self._of[0]() is not curvature:   # (an id could be a freed curvature's)
             try:
                 d: Dict[str, torch.Tensor] = curvature.diagonal()
             except (NotImplementedError, AttributeError, RuntimeError, ValueError):   # no cheap diagonal
                 d = {}
             if any(fsdp.is_dtensor(t) for t in d.values()):   # sharded: its reductions would be collectives
                 d = {}
-            self._of = (id(curvature), frozenset(n for n, t in d.items() if t.numel() and not bool(t.ne(0).any())))
+            self._of = (weakref.ref(curvature), frozenset(n for n, t in d.items() if t.numel() and not bool(t.ne(0).any())))
         return self._of[1]
 
     def check(self, curvature: Any, grads: Dict[str, torch.Tensor]) -> None:
