@@ -78,6 +78,17 @@ def check_times(t: Any, label: str = "the geodesic's time t") -> Any:
     return t
 
 
+def check_flag(label: str, value: Any, *, none: bool = False) -> Any:
+    """``value`` as a bool (numpy's included; ``None`` too with ``none=True``): a string or a number is refused
+    rather than read as truth."""
+    if none and value is None:
+        return None
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{label} must be True or False{' or None' if none else ''}, got {type(value).__name__} "
+                        f"{value!r}")
+    return bool(value)
+
+
 def check_count(label: str, value: Any) -> int:
     """``value`` as an ``int >= 0`` (an integral float is accepted), or a clear error naming ``label``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):

@@ -20,7 +20,7 @@ import numpy as np
 from .. import backend as B
 from ..backend import tree as _tree
 from ..geometry import points as _points
-from ..geometry.points import check_count, check_real  # noqa: F401  (shared with geometry and stats)
+from ..geometry.points import check_count, check_flag, check_real  # noqa: F401  (shared with geometry and stats)
 from ..geometry.manifold import Manifold
 from ..geometry.vectors import Covector, TangentVector
 from ..linalg import NotPositiveDefiniteError
@@ -160,9 +160,7 @@ class Solver:
         damping = check_real("damping", damping)
         if not callable(callback) and callback is not None:
             raise TypeError(f"callback must be callable or None, got {type(callback).__name__}")
-        if progress is not None and not isinstance(progress, (bool, np.bool_)):
-            raise TypeError(f"progress must be True, False or None (automatic), got {type(progress).__name__} "
-                            f"{progress!r}")
+        check_flag("progress (None: automatic)", progress, none=True)
         self.damping, self.verbose, self.progress, self.callback = damping, verbose, progress, callback
         log_every(verbose, self.max_iter)  # a bad value fails here, not at the first run
 

@@ -18,6 +18,7 @@ from .. import backend as B
 from ..backend import tree as _tree
 from ..geometry.manifold import Manifold
 from ..geometry.metric import DENSE_MAX_DIM
+from ..geometry.points import check_flag
 from ..geometry.vectors import TangentVector
 from ..linalg import NotPositiveDefiniteError, conjugate_gradient
 from .base import Iterate, Solver, Step, check_real
@@ -52,8 +53,7 @@ class DampedNewton(Solver):
     def __init__(self, damping_newton: float = 1.0, step_size: float = 1.0, *, adapt_damping: bool = True,
                  matrix_free: bool = False, **kwargs: Any):
         super().__init__(**kwargs)
-        if not isinstance(adapt_damping, bool) or not isinstance(matrix_free, bool):
-            raise TypeError("adapt_damping and matrix_free must be True or False")
+        check_flag("adapt_damping", adapt_damping), check_flag("matrix_free", matrix_free)
         self.lam = check_real("damping_newton", damping_newton)
         self.step_size = check_real("step_size", step_size, positive=True)
         self.adapt, self.matrix_free = adapt_damping, matrix_free

@@ -229,9 +229,10 @@ class ForwardRecorder:
             if of_z:
                 reached.append(True)
             rec.inputs = inputs   # the batch this backward belongs to (not a later monitoring forward)
-            if box and (calls is not None and rec.armed or rec.on_gradient is not None):
+            recording = calls is not None and rec.armed
+            if box and (recording or rec.on_gradient is not None):
                 z, g = box.pop(), grad if of_z else rec.output_fn(grad)
-                if calls is not None and rec.armed:
+                if recording:
                     rec.on_backward(z, calls, inputs, g)
                 else:
                     rec.on_gradient(z, g)

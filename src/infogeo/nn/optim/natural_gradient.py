@@ -48,13 +48,14 @@ from typing import Any, Callable, Dict, Optional, Tuple, Union, cast
 
 import torch
 
+from ...geometry.points import check_flag
 from .. import distributed as dd
 from .. import fsdp
 from ..space import ParameterSpace
 from . import quadratic, state
 from .preconditioner import Preconditioner
 from .gradient_basis import UNFACTORED
-from .settings import (CURVATURES, KINDS, agrees, check_groups, check_learning_rate, flag, positive_int, positive_number,
+from .settings import (CURVATURES, KINDS, agrees, check_groups, check_learning_rate, positive_int, positive_number,
                        step_defaults)
 from .step import STEP_RULES, LastSteps, eigen_steps, graft, grafted, heavy_ball
 
@@ -150,7 +151,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         if not isinstance(model, torch.nn.Module):
             raise ValueError("NaturalGradient needs the network to compute its curvature: pass the module first, "
                              "or model=<the module whose parameters these are>")
-        quadratic_model, adaptive_damping = flag("quadratic_model", quadratic_model), flag("adaptive_damping", adaptive_damping)
+        quadratic_model, adaptive_damping = check_flag("quadratic_model", quadratic_model), check_flag("adaptive_damping", adaptive_damping)
         row = KINDS.get(CURVATURES.get(str(curvature).lower()) or "")
         sharded = any(fsdp.is_dtensor(p) for p in model.parameters())
         rule, betas = step_defaults(curvature, step_rule, betas, options,
@@ -249,8 +250,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
             return self._step(closure, loss, inputs, targets, error)
 
     def _step(self, closure, loss, inputs, targets, error):
-        pre = self.preconditioner
-        raw = None
+        pre, raw = self.preconditioner, None
         if error is None:
             raw = pre.grads()
             if self.quadratic_model or self.adaptive_damping:

@@ -5,7 +5,6 @@ import math
 import numbers
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-import numpy as np
 import torch
 
 from .. import distributed as dd
@@ -14,7 +13,7 @@ from .hooks import refuse_sparse
 
 __all__ = ["CURVATURES", "FISHER", "CAPTURED", "KINDS", "PERIODS", "BETAS", "kind_defaults", "step_defaults", "agrees",
            "check_settings", "check_support", "check_groups", "IGNORED_GROUP_KEYS",
-           "check_learning_rate", "flag", "positive_int", "positive_number", "trainable"]
+           "check_learning_rate", "positive_int", "positive_number", "trainable"]
 
 #: the curvature words the optimizers accept (the kinds table, :mod:`~infogeo.nn.curvature.kinds`)
 CURVATURES = kinds.ALIASES
@@ -102,13 +101,6 @@ def positive_int(name: str, value: Any, minimum: int = 1, maximum: int = 2 ** 62
     if not (math.isfinite(x) and x == int(x) and minimum <= x <= maximum):
         raise ValueError(f"{name} must be an integer in [{minimum}, {maximum}], got {value!r}")
     return int(value) if isinstance(value, numbers.Integral) else int(x)
-
-
-def flag(name: str, value: Any) -> bool:
-    """``value`` if it is a bool (numpy's included): a string or a number is refused rather than read as truth."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
-    return bool(value)
 
 
 def check_learning_rate(value: Any, name: str = "lr") -> float:

@@ -177,14 +177,15 @@ def warn_unlike_the_metric(metric: OutputMetric, grad: torch.Tensor) -> None:
     key = tuple(grad.shape)
     if key in _SAID:
         return
-    if not class_axis_second(metric, grad) and not_softmax(metric, grad):
+    second = class_axis_second(metric, grad)
+    if not second and not_softmax(metric, grad):
         _SAID.add(key)
         warnings.warn(f"the loss gradient at the outputs {key} does not sum to zero over the classes (the last axis) "
                       f"as a softmax cross-entropy's does: the categorical metric (the default output_metric) is not "
                       f"this loss's curvature; pass output_metric= your loss (nn.MSELoss(), nn.BCEWithLogitsLoss(), "
                       f"...) or its metric ('euclidean', 'bernoulli')", UserWarning, stacklevel=3)
         return
-    if class_axis_second(metric, grad):
+    if second:
         _SAID.add(key)
         warnings.warn(f"the loss takes its classes on axis 1 of the outputs {key} (torch's (N, C, ...) layout) but "
                       f"the categorical metric on the last axis: the curvature is of another loss; permute the "
