@@ -105,7 +105,8 @@ def _worker(rank, port, queue, world=2):
             params, used = train(model, X[:, part], y[:, part], *case, ddp=True)
             out[case] = (params.tolist(), used)
         # the FSDP2 runs (where this torch has fully_shard) and the fault scenarios share these processes
-        out = {"cases": out, "fsdp": _fsdp(rank, world), "bf16": _bf16_statistics(rank, world)}
+        out = {"cases": out, "fsdp": _fsdp(rank, world), "bf16": _bf16_statistics(rank, world),
+               "masked": {case: _masked(*case, world=world, rank=rank).tolist() for case in MASKED}}
         if world == 2:
             from .test_distributed_faults import run_scenarios
             out["faults"] = run_scenarios(rank)
@@ -207,6 +208,53 @@ def test_two_ranks_on_half_batches_equal_one_process_on_the_whole(two_ranks):
             assert torch.allclose(got, expected, rtol=0, atol=1e-8), (case, (got - expected).abs().max())
             assert results[r][case][1] == used, (case, results[r][case][1], used)   # the same route
         assert bool(used) == (case[3:] == ((64, 64),)), (case, used)
+
+
+#: sequences whose loss ignores positions (``ignore_index``): the ranks keep different numbers of them, and in the
+#: second pattern one rank keeps none
+MASKED = [(curvature, pattern) for pattern in ("unequal", "one rank none")
+          for curvature in ("kfac", "ekfac", "diag", "kfac+eigen-adam")]
+
+
+def _masked(curvature, pattern, world=1, rank=0):
+    """Parameters after the steps on the masked sequences of ``pattern`` (this rank's part of each batch), with
+    the loss of the whole batch: the sum over its kept positions over their number, as DDP's mean of the ranks'
+    losses gives it."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 3)).double()
+    g = torch.Generator().manual_seed(3)
+    X = torch.randn(STEPS, 8, 5, 4, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 3, (STEPS, 8, 5), generator=g)
+    ignored = torch.rand(STEPS, 8, 5, generator=g) < 0.3
+    ignored[:, :4] |= torch.rand(STEPS, 4, 5, generator=g) < 0.5   # the first half keeps fewer
+    if pattern == "one rank none":
+        ignored[:, 4:] = True
+    y[ignored] = -100
+    net = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    curvature, _, rule = curvature.partition("+")
+    opt = ig.nn.NaturalGradient(net, lr=0.05, curvature=curvature, damping=1e-2, fisher="exact",
+                                curvature_update_period=1, inverse_update_period=1, step_rule=rule or "clip")
+    part = slice(rank * 8 // world, (rank + 1) * 8 // world)
+    for xb, yb in zip(X, y):
+        kept = int((yb != -100).sum())
+        opt.zero_grad()
+        loss = F.cross_entropy(net(xb[part]).reshape(-1, 3), yb[part].reshape(-1), reduction="sum") * world / kept
+        loss.backward()
+        opt.step()
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_ranks_that_keep_other_numbers_of_positions_equal_one_process(world, request):
+    """K-FAC's input factor is a mean over the positions the loss keeps: the ranks' factors are weighted by their
+    kept positions, not by their examples (5e-3 to 2e-2 off before); a rank whose positions are all ignored has no
+    loss gradient at all and adds nothing (it was taken for a batch that keeps every position)."""
+    results = request.getfixturevalue("two_ranks" if world == 2 else "four_ranks")
+    for case in MASKED:
+        expected = _masked(*case)
+        for r in range(world):
+            got = torch.tensor(results[r]["masked"][case], dtype=torch.float64)
+            assert torch.allclose(got, expected, rtol=0, atol=1e-8), (case, r, (got - expected).abs().max())
 
 
 def test_helpers_without_a_process_group():

@@ -136,6 +136,18 @@ def share(sizes: torch.Tensor) -> float:
     return float(sizes[rank()] * len(sizes) / sizes.sum())
 
 
+def row_shares(rows: Dict[str, float]) -> Dict[str, float]:
+    """This rank's weight for each statistic that is a mean over rows of its own (``{key: this rank's row count}``,
+    the same keys on every rank; e.g. K-FAC's input factor over the positions a loss keeps): its count times the
+    world size over the total (one all-reduce).  A statistic no rank has rows for is left out."""
+    if not rows or world_size() == 1:
+        return {}
+    keys = sorted(rows)
+    mine = torch.tensor([float(rows[k]) for k in keys], dtype=torch.float64)
+    mean = all_reduce_mean([mine])[0]
+    return {k: float(m / t) for k, m, t in zip(keys, mine, mean) if t > 0}
+
+
 def assign_owners(costs: Sequence[float], size: Optional[int] = None) -> List[int]:
     """A rank per item, greedily balancing the summed ``costs`` (largest first, to the least loaded rank)."""
     size = world_size() if size is None else int(size)

@@ -166,6 +166,10 @@ class Curvature(Metric):
         r"""Exponential moving average :math:`\beta\,C + (1-\beta)\,C_\text{new}` (:math:`\beta` = ``decay``)."""
         return LinearCombination([(float(decay), self), (1.0 - float(decay), new)])
 
+    def pooled(self, new: "Curvature", n: int, m: int) -> "Curvature":
+        """The statistics of the union of this batch of ``n`` examples and ``new``'s of ``m`` (micro-batches)."""
+        return self.ema(new, n / (n + m))
+
     def is_finite(self) -> bool:
         """Whether the representation holds no NaN or inf (for an operator: one product with a random vector)."""
         ref = self._reference()

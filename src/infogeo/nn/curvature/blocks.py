@@ -30,6 +30,14 @@ class Block:
         """The shapes of :meth:`stats`."""
         return {k: tuple(t.shape) for k, t in self.stats().items()}
 
+    def stat_rows(self) -> Dict[str, float]:
+        """The statistics that are means over rows other than the examples (K-FAC's :math:`A`: over positions),
+        with their row counts: the ranks' batches are weighted by these, not by their example counts."""
+        return {}
+
+    def count_rows(self, rows: Dict[str, float]) -> None:
+        """Take ``rows`` as the row counts of :meth:`stat_rows`' statistics (after they were pooled)."""
+
     def mv(self, v: Params) -> Params:
         raise NotImplementedError
 

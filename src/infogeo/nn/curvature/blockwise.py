@@ -100,6 +100,34 @@ class BlockCurvature(Curvature):
         """The shapes of :meth:`stats` once complete (what a checkpoint of this structure holds)."""
         return {f"{i}/{k}": s for i, b in enumerate(self.blocks) for k, s in b.stat_shapes().items()}
 
+    def stat_rows(self) -> Dict[str, float]:
+        """:meth:`~.blocks.Block.stat_rows` of every block, keyed as :meth:`stats`."""
+        return {f"{i}/{k}": r for i, b in enumerate(self.blocks) for k, r in b.stat_rows().items()}
+
+    def pooled(self, new: Curvature, n: int, m: int) -> Curvature:
+        """The statistics of the union of this batch of ``n`` examples and ``new``'s of ``m``: each statistic's mean
+        over the union's examples, or over its rows for a mean over rows of its own (:meth:`stat_rows`: K-FAC's
+        :math:`A` over the positions a loss keeps), whose union count the result keeps."""
+        rows, more = self.stat_rows(), cast(Dict[str, float], getattr(new, "stat_rows", dict)())
+        if not rows or rows.keys() != more.keys():
+            return super().pooled(new, n, m)
+        # such a mean is pooled as a sum over its rows per example, then divided by the union's rows
+        union = {k: rows[k] + more[k] for k in rows}
+        pooled = self._rows_scaled({k: r / n for k, r in rows.items()}).ema(
+            cast(BlockCurvature, new)._rows_scaled({k: r / m for k, r in more.items()}), n / (n + m))
+        return cast(BlockCurvature, pooled)._rows_scaled({k: (n + m) / r if r else 0.0 for k, r in union.items()},
+                                                         union)
+
+    def _rows_scaled(self, scale: Dict[str, float], rows: Optional[Dict[str, float]] = None) -> "BlockCurvature":
+        """The statistics ``scale`` names multiplied by its factors; the blocks then count ``rows``."""
+        stats = self.stats()
+        out = self.with_stats({k: t * scale[k] if k in scale else t for k, t in stats.items()})
+        for i, b in enumerate(out.blocks):
+            mine = {k.split("/", 1)[1]: r for k, r in (rows or {}).items() if k.split("/", 1)[0] == str(i)}
+            if mine:
+                b.count_rows(mine)
+        return out
+
     def with_stats(self, stats: Dict[str, torch.Tensor]) -> "BlockCurvature":
         """The same structure with the statistics ``stats`` (keys as :meth:`stats` gives them)."""
         blocks = [b.with_stats({k.split("/", 1)[1]: t for k, t in stats.items() if k.split("/", 1)[0] == str(i)})

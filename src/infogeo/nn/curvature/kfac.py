@@ -94,9 +94,10 @@ def kron_blocks(space, layer: bp.Layer, cls: type, layout: Layout, approx: str =
         # gradient here leave A, as they leave G
         mask = mask | reached.reshape(mask.shape)
     if "weight" in layer.params or not own:
-        blocks.append(cls(layer.params.get("weight"), None if own else bias, tuple(weight.shape),
-                          rule.input_factor(layer, approx, mask, diagonal=layout[1]), layer.stat.div_(N),
-                          transposed=rule.transposed))
+        A, rows = rule.input_factor(layer, approx, mask, diagonal=layout[1])
+        blocks.append(cls(layer.params.get("weight"), None if own else bias, tuple(weight.shape), A,
+                          layer.stat.div_(N), transposed=rule.transposed))
+        blocks[-1].rows = rows
     if own:
         Gb = layer.bias_stat.div_(N)
         blocks.append(cls(None, bias, (Gb.shape[0],), Gb.new_ones(1, 1), Gb))

@@ -67,9 +67,18 @@ class KronBlock(Block):
         self.names = [n for n in (weight, bias) if n is not None]
         self.A, self.G = A, G
         self._layout: Optional["KronBlock"] = None
+        #: the input rows (positions) :math:`A` averages, where this block's statistics were just measured
+        self.rows: Optional[int] = None
 
     def stats(self):
         return {"A": self.A, "G": self.G}
+
+    def stat_rows(self):
+        # a block without a measurement (adopted from another rank's structure) has no rows of its own
+        return {"A": float(self.rows or 0)}
+
+    def count_rows(self, rows):
+        self.rows = int(rows["A"])
 
     def with_stats(self, stats):
         return type(self)(self.weight, self.bias, self.wshape, stats["A"], stats["G"], self.transposed)

@@ -1,9 +1,9 @@
 r"""The running curvature of a :class:`~.preconditioner.Preconditioner`: recorded, averaged, factorised.
 
 Statistics of a batch are recorded by hooks on the user's own forward and backward
-(:mod:`.hooks`) or computed on a named batch (one forward); under ``torch.distributed``
-they are averaged over the ranks (each rank weighted by its batch size), then over steps
-(:math:`C \leftarrow \beta C + (1-\beta) C_\text{new}`), and factorised on schedule, on
+(:mod:`.hooks`) or computed on a named batch (one forward); under ``torch.distributed`` they are averaged over the
+ranks (each weighted by its batch size, or by its rows: K-FAC's :math:`A` by the positions the loss keeps), then over
+steps (:math:`C \leftarrow \beta C + (1-\beta) C_\text{new}`), and factorised on schedule, on
 the owners of the blocks (:mod:`infogeo.nn.distributed`).  Work that can fail on one rank
 only (:meth:`CurvatureEstimate.local`) is kept apart from the collectives
 (:meth:`CurvatureEstimate.install`), so that the ranks agree on the outcome in between.
@@ -163,7 +163,7 @@ class CurvatureEstimate:
             return
         try:
             n, scale = z.shape[0], self.loss_scale()
-            warn_unlike_the_metric(self.output_metric, grad)
+            warn_unlike_the_metric(self.output_metric, grad, owner=self)
             masked = bound_from_gradient(self.output_metric, z, grad)   # ignored positions, class weights (or None)
             column = (empirical_scale(self.output_metric.bind(z) if masked is None else masked, z) * (n / scale)
                       if self.fisher == "empirical" else None)   # the empirical Fisher's columns' scale
@@ -258,12 +258,12 @@ class CurvatureEstimate:
         return curvature.with_stats({k: t.to(self.factor_dtype) for k, t in stats.items()})
 
     def _all_reduce(self, curvature, weight: float):
-        """The statistics of the union of the ranks' batches: each rank's weighted by its share ``weight``.
-        Gradient statistics are those of the gradients data parallelism has already averaged: the same on every rank."""
+        """The statistics of the union of the ranks' batches: each rank's weighted by its share ``weight`` of the examples,
+        or of the rows of a mean over rows (``stat_rows``); gradient statistics are already averaged by DDP."""
         if dd.world_size() == 1 or self.from_gradients:
             return curvature
-        stats = curvature.stats()
-        local = list(stats.values()) if weight == 1.0 else [t * weight for t in stats.values()]
+        stats, rows = curvature.stats(), dd.row_shares(getattr(curvature, "stat_rows", dict)())
+        local = [t if (w := rows.get(k, weight)) == 1.0 else t * w for k, t in stats.items()]
         return curvature.with_stats(dict(zip(stats, dd.all_reduce_mean(local))))
 
     def factorise(self, curvature, damping: Optional[float]):

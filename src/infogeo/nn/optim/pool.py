@@ -75,6 +75,6 @@ class StatisticsPool:
             return None, 0
         pooled, total = None, 0
         for new, n in items:
-            # C over m + n examples = m/(m+n) C(first m) + n/(m+n) C(last n)
-            pooled, total = (new, n) if pooled is None else (pooled.ema(new, total / (total + n)), total + n)
+            # C over m + n examples = m/(m+n) C(first m) + n/(m+n) C(last n), a mean over rows by its rows
+            pooled, total = (new, n) if pooled is None else (pooled.pooled(new, total, n), total + n)
         return pooled, total

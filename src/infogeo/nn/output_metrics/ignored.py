@@ -12,6 +12,7 @@ targets themselves (each position's weight is its class's): the gradient gives t
 from __future__ import annotations
 
 import warnings
+import weakref
 from typing import Any, Optional, cast
 
 import torch
@@ -38,8 +39,9 @@ def bound_from_gradient(metric: OutputMetric, z: torch.Tensor, grad: torch.Tenso
     if not _base(metric).flat_means_ignored or grad.dim() < 2 or grad.shape != z.shape:
         return None
     kept = grad.detach().ne(0).any(-1)
-    if not bool(kept.any()):   # no gradient at all: no loss to read
-        return None
+    if not bool(kept.any()):   # no gradient at all: the loss keeps no position (a rank whose batch is all padding)
+        return WeightedOutput(metric.base.bind(z) if isinstance(metric, WeightedOutput) else metric.bind(z),
+                              kept.to(z.dtype))
     if isinstance(metric, LossOutput):
         if metric.elements != "one":   # an elementwise loss (BCE) masked by hand: the mean over the kept positions
             if bool(kept.all()):
@@ -151,6 +153,8 @@ def class_axis_second(metric: OutputMetric, grad: torch.Tensor) -> bool:
 
 
 _SAID: set = set()
+#: the output shapes each owner has had read (its first batch of each)
+_CHECKED: "weakref.WeakKeyDictionary[Any, set]" = weakref.WeakKeyDictionary()
 
 
 def not_softmax(metric: OutputMetric, grad: torch.Tensor) -> bool:
@@ -171,10 +175,19 @@ def not_softmax(metric: OutputMetric, grad: torch.Tensor) -> bool:
     return bool(g.sum(-1).abs().sum() / (g.abs().sum() + torch.finfo(g.dtype).tiny) > tol)
 
 
-def warn_unlike_the_metric(metric: OutputMetric, grad: torch.Tensor) -> None:
+def warn_unlike_the_metric(metric: OutputMetric, grad: torch.Tensor, owner: Any = None) -> None:
     """Warn (once per output shape) where the loss gradient shows another loss than the categorical metric's: the
-    classes on axis 1 (:func:`class_axis_second`), or no softmax cross-entropy at all (:func:`not_softmax`)."""
+    classes on axis 1 (:func:`class_axis_second`), or no softmax cross-entropy at all (:func:`not_softmax`).
+
+    With an ``owner`` (the optimizer's estimate), only its first batch of each output shape is read: once the
+    model fits its targets (:math:`1 - p_y` near the rounding unit) a softmax cross-entropy's rows no longer sum to
+    zero to working precision, and a later batch would be taken for another loss."""
     key = tuple(grad.shape)
+    if owner is not None:
+        seen = _CHECKED.setdefault(owner, set())
+        if key in seen:
+            return
+        seen.add(key)
     if key in _SAID:
         return
     second = class_axis_second(metric, grad)

@@ -220,9 +220,10 @@ class AffineRule(LayerRule):
         return a.reshape(-1, a.shape[-1]), order
 
     def input_factor(self, layer, approx: str = "expand", mask: Optional[torch.Tensor] = None,
-                     diagonal: bool = False) -> torch.Tensor:
-        r""":math:`A`, the second moment of the bias-augmented input rows (:meth:`factor_inputs`); with
-        ``diagonal``, only its diagonal (a vector: a side too wide for a dense factor)."""
+                     diagonal: bool = False) -> Tuple[torch.Tensor, int]:
+        r"""``(A, R)``: :math:`A`, the second moment of the :math:`R` bias-augmented input rows
+        (:meth:`factor_inputs`); with ``diagonal``, only its diagonal (a vector: a side too wide for a dense
+        factor)."""
         a, order = self.factor_inputs(layer, approx, mask)
         a = a.to(accumulation_dtype(a))
         R, n_in = a.shape
@@ -233,7 +234,7 @@ class AffineRule(LayerRule):
             parts = ([a.square().sum(0)] if "weight" in layer.params else []) + \
                 ([a.new_full((1,), float(R))] if bias else [])
             A = torch.cat(parts) if len(parts) > 1 else parts[0]
-            return (A if order is None else A[order]).div_(max(R, 1))
+            return (A if order is None else A[order]).div_(max(R, 1)), R
         if "weight" in layer.params and bias:
             # A of the bias-augmented input [a, 1], filled blockwise instead of concatenating a copy of a
             A = torch.empty(n_in + 1, n_in + 1, dtype=a.dtype, device=a.device)
@@ -245,10 +246,10 @@ class AffineRule(LayerRule):
         elif "weight" in layer.params:
             A = gram(a)
         else:
-            return torch.ones(1, 1, dtype=a.dtype, device=a.device)
+            return torch.ones(1, 1, dtype=a.dtype, device=a.device), R
         if order is not None:
             A = A[order][:, order]
-        return A.div_(max(R, 1))
+        return A.div_(max(R, 1)), R
 
     def gradient_sink(self, layer, reduce_positions: bool = False, diagonal: bool = False,
                       reached: bool = False) -> Sink:

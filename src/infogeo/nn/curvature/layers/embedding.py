@@ -118,8 +118,8 @@ class EmbeddingRule(AffineRule):
 
     # ------------------------------------------------------------ Kronecker factors
     def input_factor(self, layer, approx: str = "expand", mask: Optional[torch.Tensor] = None,
-                     diagonal: bool = True) -> torch.Tensor:
-        r""":math:`A = \operatorname{diag}(c)/R`: the count of each token over the :math:`R` positions (those that
+                     diagonal: bool = True) -> Tuple[torch.Tensor, int]:
+        r"""``(A, R)``: :math:`A = \operatorname{diag}(c)/R`: the count of each token over the :math:`R` positions (those that
         carry a loss, with ``mask``), ``padding_idx`` left out."""
         tok = self.tokens(layer)
         kept = self._kept(layer, tok)
@@ -128,4 +128,4 @@ class EmbeddingRule(AffineRule):
         R = tok.numel()
         V = layer.module.weight.shape[0]
         c = torch.bincount(tok[kept].reshape(-1), minlength=V).to(accumulation_dtype(layer.module.weight))
-        return c.div_(max(R, 1))
+        return c.div_(max(R, 1)), R
