@@ -297,3 +297,95 @@ def test_output_fn_picks_the_outputs_from_what_the_model_returns(kind):
     assert_same(got, exact_stats(model.net, X, kind))
     with pytest.raises(TypeError, match="output_fn="):
         ig.nn.ParameterSpace(DictNet(), "categorical", data=X)
+
+
+@pytest.mark.parametrize("kind", ["dense", "implicit"])
+def test_a_kind_with_a_forward_of_its_own_takes_the_batches_the_backward_reached(kind):
+    """``dense`` and ``implicit`` run the model again at the step: on the micro-batches back-propagated since the
+    last step (they took the last micro-batch alone, 0.07 off), not on a monitoring forward that no backward
+    reached (it took that one, 0.1 off)."""
+    def run(micro, monitor=False):
+        model = mlp()
+        opt = ig.nn.NaturalGradient(model, curvature=kind, fisher="exact", curvature_update_period=1, cg_max_iter=5)
+        for i in range(3):
+            X, y = batch(i, 12)
+            opt.zero_grad()
+            for Xc, yc in zip(X.chunk(micro), y.chunk(micro)):
+                (F.cross_entropy(model(Xc), yc) * len(Xc) / len(X)).backward()
+            if monitor:
+                model(batch(10 + i, 5)[0])   # with autograd enabled, never back-propagated
+            opt.step()
+        return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    whole = run(1)
+    for other in (run(3), run(1, monitor=True), run(2, monitor=True)):
+        assert torch.allclose(other, whole, rtol=0, atol=1e-12), float((other - whole).abs().max())
+
+
+@pytest.mark.parametrize("kind", ["kfac", "diag", "dense"])
+def test_what_a_backward_recorded_is_dropped_once_its_gradients_are_reset(kind):
+    """A batch back-propagated and then dropped by the loop (``zero_grad()`` without a step: a batch skipped, an
+    overflow a ``GradScaler`` skips, an adversarial example's clean pass) is no part of the next step's
+    statistics (its statistics were pooled into the next step's: 0.015 off in the diagonal)."""
+    X1, y1 = batch(0, 8)
+    X2, y2 = batch(1, 8)
+    stats = []
+    for skipped in (False, True):
+        model = mlp()
+        opt = ig.nn.NaturalGradient(model, curvature=kind, fisher="exact", ema_decay=0.0)
+        if skipped:
+            opt.zero_grad()
+            F.cross_entropy(model(X1), y1).backward()   # no step for this batch
+        opt.zero_grad()
+        F.cross_entropy(model(X2), y2).backward()
+        opt.step()
+        stats.append(opt.preconditioner.curvature.stats() if kind != "dense" else
+                     {"C": opt.preconditioner.curvature.to_dense()})
+    assert_same(stats[1], stats[0])
+
+
+class _Branchy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.inp, self.a, self.b, self.out = (torch.nn.Linear(4, 5), torch.nn.Linear(5, 5), torch.nn.Linear(5, 5),
+                                              torch.nn.Linear(5, 3))
+        self.double()
+
+    def forward(self, x, route=0):
+        h = torch.tanh(self.inp(x))
+        return self.out(torch.tanh(self.a(h) if route == 0 else self.b(h)))
+
+
+class _Routed(torch.nn.Module):
+    def __init__(self, net, route):
+        super().__init__()
+        self.net, self.route = net, route
+
+    def forward(self, x):
+        return self.net(x, self.route)
+
+
+def test_micro_batches_that_reach_other_layers_pool_to_the_union_batch():
+    """Two micro-batches of one step through different branches: each branch's Kronecker factors are those of the
+    micro-batch that reached it (A its mean over the rows that reached the layer, G its share of the union's
+    examples), the shared layers' the mean of both (a raw AttributeError before)."""
+    (X1, y1), (X2, y2) = batch(0, 6), batch(1, 6)
+    model = _Branchy()
+    opt = ig.nn.NaturalGradient(model, curvature="kfac", fisher="exact")
+    for X, y, route in ((X1, y1, 0), (X2, y2, 1)):
+        (F.cross_entropy(model(X, route), y) / 2).backward()
+    opt.step()
+    got = {b.names[0]: b for b in opt.preconditioner.curvature.blocks}
+    ref = []
+    for X, route in ((X1, 0), (X2, 1)):
+        twin = _Branchy()   # the same initial parameters
+        space = ig.nn.ParameterSpace(_Routed(twin, route), "categorical", data=X)
+        ref.append({b.names[0].removeprefix("net."): b for b in space.curvature("kfac", "exact").blocks})
+    for name, (wa, wg, A2) in {"inp.weight": (0.5, 0.5, True), "out.weight": (0.5, 0.5, True),
+                               "a.weight": (1.0, 0.5, False), "b.weight": (1.0, 0.5, False)}.items():
+        r = [R.get(name) for R in ref]
+        r = [x for x in r if hasattr(x, "A") and bool(x.G.any())]   # the micro-batches that reached it
+        A = sum(x.A for x in r) * (wa if A2 else 1.0)
+        G = sum(x.G for x in r) * wg
+        assert torch.allclose(got[name].A, A, rtol=1e-12, atol=1e-15), name
+        assert torch.allclose(got[name].G, G, rtol=1e-12, atol=1e-15), name

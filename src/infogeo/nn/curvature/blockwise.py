@@ -108,6 +108,11 @@ class BlockCurvature(Curvature):
         """The statistics of the union of this batch of ``n`` examples and ``new``'s of ``m``: each statistic's mean
         over the union's examples, or over its rows for a mean over rows of its own (:meth:`stat_rows`: K-FAC's
         :math:`A` over the positions a loss keeps), whose union count the result keeps."""
+        if isinstance(new, BlockCurvature) and not self.same_structure(new):
+            # a layer one of the batches did not reach (a branch, an expert) keeps the other's block kind
+            pair = new.aligned(self)
+            if pair is not None:
+                return pair[0].pooled(pair[1], n, m)
         rows, more = self.stat_rows(), cast(Dict[str, float], getattr(new, "stat_rows", dict)())
         if not rows or rows.keys() != more.keys():
             return super().pooled(new, n, m)

@@ -44,6 +44,14 @@ class Implicit(Curvature):
             out = {n: out[n] - c * self.outer[n] for n in self.layout.names}
         return out
 
+    def pooled(self, new: Curvature, n: int, m: int) -> Curvature:
+        """Micro-batches: the products of both batches weighted by their sizes, solved by the same truncated CG
+        (a :class:`~.base.LinearCombination` would solve to convergence)."""
+        if not isinstance(new, Implicit) or self.outer is not None or new.outer is not None:
+            return super().pooled(new, n, m)
+        return Implicit(self.layout, _Pooled([(n / (n + m), self.metric), (m / (n + m), new.metric)]), self.point,
+                        max_iter=self.max_iter, rtol=self.rtol)
+
     def _solve(self, w, damping):
         x, self.info = conjugate_gradient(self._mv, w, damping=damping, max_iter=self.max_iter, rtol=self.rtol,
                                           return_info=True)
@@ -72,3 +80,18 @@ class Implicit(Curvature):
         if self.outer is not None:
             raise ValueError("this curvature already subtracts an outer product")
         return Implicit(self.layout, self.metric, self.point, self.max_iter, self.rtol, outer=g)
+
+
+class _Pooled:
+    """The metric of the union of batches: the weighted sum of their metrics' products at one point."""
+
+    def __init__(self, terms):
+        self.terms = [(c, t) for c0, m in terms for c, t in ((c0 * ci, mi) for ci, mi in
+                                                             (m.terms if isinstance(m, _Pooled) else [(1.0, m)]))]
+
+    def mv(self, point, v):
+        out: Optional[Params] = None
+        for c, metric in self.terms:
+            mv = metric.mv(point, v)
+            out = {k: c * t for k, t in mv.items()} if out is None else {k: out[k] + c * t for k, t in mv.items()}
+        return out

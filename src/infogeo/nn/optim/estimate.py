@@ -27,6 +27,7 @@ from ..space import ParameterSpace
 from . import state
 from .damping import Damping
 from .hooks import ForwardRecorder, OutputGradients
+from .batches import BackpropagatedBatches, BatchSpaces, gradients_reset
 from .pool import Deferred, StatisticsPool
 from .rows import RowCapture
 from .unreached import Unreached
@@ -63,16 +64,18 @@ class CurvatureEstimate:
         self.pending = StatisticsPool()   # statistics recorded by this step's backward passes
         self.unreached = Unreached()   # parameters with a gradient but no curvature are pointed out
         self.owners: Optional[List[int]] = None   # block owners under torch.distributed
-        self._spaces: Dict[tuple, ParameterSpace] = {}   # per batch signature
+        self.spaces = BatchSpaces(module, names, output_metric, cg_max_iter=cg_max_iter, output_fn=output_fn,
+                                  implicit=kind == "implicit")
         #: statistics of the gradients in ``.grad`` (Shampoo's), not of the model's output metric
         self.from_gradients = kinds.KINDS[kind].statistics == "gradient"
         shapes = dict(module.named_parameters())
         self.layout = ParamLayout(names, [tuple(shapes[n].shape) for n in names])
-        self.recorder = ForwardRecorder(module, names, self._on_backward, self.pending.settle, output_fn)
+        self._params = [shapes[n] for n in names]
+        self.recorder = ForwardRecorder(module, names, self._on_backward, self._on_forward, output_fn)
         self.recorder.armed = self.captures
-        self._kept = KeptPositions(output_metric)   # for a kind built by a forward of its own
+        self._read = BackpropagatedBatches(output_metric)   # for a kind built by a forward of its own
         if not self.captures:
-            self.recorder.on_gradient = self._kept.read
+            self.recorder.on_gradient = self._read.read
         if kind in ("kfac", "ekfac"):   # Kronecker blocks solve small batches from their rows
             self.recorder.rows = RowCapture.of(self.recorder.layers)  # type: ignore[assignment]
 
@@ -81,37 +84,10 @@ class CurvatureEstimate:
         """Whether the statistics are recorded from the model's own forward and backward (hooks)."""
         return self.kind in CAPTURED
 
-    def space(self, inputs: Any = None, targets: Optional[torch.Tensor] = None) -> ParameterSpace:
-        """The parameter space on a batch (default: the last one the model saw with autograd enabled).
-
-        Kept per batch signature and re-pointed at new data of the same shapes, so the output-shape
-        probe and the checks run once per signature, not every step.
-        """
-        if inputs is None:
-            inputs = self.recorder.inputs
-        if inputs is None:
-            raise ValueError("the preconditioner has seen no batch: run the model's forward (with autograd) "
-                             "and backward before step(), or pass inputs=x")
-        batch = Batch.of(inputs)
-        key = batch.signature()
-        space = self._spaces.get(key)
-        if space is None or targets is not None:
-            space = ParameterSpace(self.module, self.output_metric, data=batch, targets=targets, params=self.names,
-                                   cg_max_iter=self.cg_max_iter, output_fn=self.output_fn)
-            if targets is None:
-                self._spaces = {key: space}
-            return space
-        space.batch, space._outputs = batch, None
-        space.metric.clear_cache()  # type: ignore[attr-defined]  # the space's NetworkMetric
-        return space
-
-    def _let_go(self, space: ParameterSpace) -> None:
-        """The kept space lets go of its batch once the statistics are built (else held until the next refresh), its
-        tensors kept on the meta device (a stray use fails); the implicit kind's curvature is the space itself."""
-        if self.kind != "implicit" and any(s is space for s in self._spaces.values()):
-            space.batch = space.batch.map(lambda a: a.to("meta"))
-            space._outputs = None
-            space.metric.clear_cache()  # type: ignore[attr-defined]  # a linearisation holds the batch's graph
+    def space(self, inputs: Any = None, targets: Optional[torch.Tensor] = None, fresh: bool = False) -> ParameterSpace:
+        """The parameter space on a batch (default: the last one the model saw with autograd enabled), kept per batch
+        signature (:class:`.batches.BatchSpaces`; ``fresh``: one of its own)."""
+        return self.spaces.get(self.recorder.inputs if inputs is None else inputs, targets, fresh)
 
     @staticmethod
     def empty_batch() -> ValueError:
@@ -152,6 +128,17 @@ class CurvatureEstimate:
         in :meth:`install`: they wait for it (``defer``)."""
         return {"defer": True} if self.kind == "ekfac" else {}
 
+    def _on_forward(self) -> None:
+        """At each forward: what earlier backward passes recorded is dropped if their gradients were reset since
+        (:func:`.backpropagated.gradients_reset`), else built now (:meth:`.pool.StatisticsPool.settle`)."""
+        rows = self.recorder.rows   # (the rows of a forward not yet back-propagated stay: its backward may come)
+        if (self.pending.recorded or self._read.entries) and gradients_reset(self._params):
+            self.pending.clear()
+            self._read.clear()
+            if rows is not None:
+                rows.clear()
+        self.pending.settle()
+
     def _on_backward(self, z: torch.Tensor, calls: Dict[str, list], inputs: tuple, grad: torch.Tensor) -> None:
         r"""Called from the user's backward at the model output: the statistics of that batch, no forward pass.
 
@@ -179,7 +166,7 @@ class CurvatureEstimate:
                                            else None, **given)
                     finally:
                         space.output_metric = own
-                        self._let_go(space)
+                        self.spaces.let_go(space)
             if column is not None and z.dim() == 2 and n > 0 and one_scale(column):   # one factor for all the kept
                 grads = OutputGradients(calls, float(column.max()))
                 self.pending.add(Deferred(lambda: build(grads), grads.remove), n)
@@ -201,14 +188,19 @@ class CurvatureEstimate:
             pending, n = self.pending.take(build=generator is None or self.template_only)
             if pending is not None:
                 return pending, n
-            space = self.space(inputs, targets)
-            batch, own = space.batch, space.output_metric
-            space.output_metric = self._kept.metric(own) if inputs is targets is None else own
-            try:
-                return self._build(space, generator), space.batch_size
-            finally:
-                space.output_metric = own
-                self._let_go(space)
+
+            def build(inputs: Any, kept: Optional[KeptPositions], alone: bool = True) -> Tuple[Any, int]:
+                nonlocal batch
+                space = self.space(inputs, targets) if alone else self.space(inputs, fresh=True)
+                batch, own = space.batch, space.output_metric
+                space.output_metric = own if kept is None else kept.metric(own)
+                try:
+                    return self._build(space, generator), space.batch_size
+                finally:
+                    space.output_metric = own
+                    self.spaces.let_go(space)
+            # the batches the user's backward reached (own-forward kinds), else the named or last batch
+            return self._read.pooled(build) if inputs is targets is None and self._read.entries else build(inputs, None)
         except MissingTargets as exc:   # said in the optimizers' terms
             raise MissingTargets.in_optimizer(self.kind, self.fisher) from exc
         except (RuntimeError, IndexError) as exc:   # torch's error on this batch: name the batch
@@ -382,6 +374,7 @@ class CurvatureEstimate:
         """Drop what the hooks hold of this step's batch (outputs awaiting a backward, Linear rows)."""
         self.recorder.release()
         self.pending.clear()
+        self._read.clear()
         if self.recorder.rows is not None:
             self.recorder.rows.clear()
 

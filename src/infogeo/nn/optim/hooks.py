@@ -113,9 +113,9 @@ class ForwardRecorder:
         self._owners = bp.owners(module, list(names))
         self._watch: Optional[ForeignUses] = None
         self.on_backward = on_backward
-        #: called ``(z, grad)`` from the user's backward when not armed (a kind built by a forward of its own, whose
-        #: loss may ignore positions only the gradient shows), or ``None``
-        self.on_gradient: Optional[Callable[[torch.Tensor, torch.Tensor], None]] = None
+        #: called ``(z, grad, inputs)`` from the user's backward when not armed (a kind built by a forward of its own
+        #: on the batches a backward reached, whose loss may ignore positions only the gradient shows), or ``None``
+        self.on_gradient: Optional[Callable[[torch.Tensor, torch.Tensor, Any], None]] = None
         self._eager = EagerWhileArmed()   # a refresh runs uncompiled (:mod:`.compiled`)
         self._armed = False
         self._paused = False
@@ -235,7 +235,7 @@ class ForwardRecorder:
                 if recording:
                     rec.on_backward(z, calls, inputs, g)
                 else:
-                    rec.on_gradient(z, g)
+                    rec.on_gradient(z, g, inputs)
         output.register_hook(on_grad)
         if rearranged:
             raw.register_hook(partial(on_grad, of_z=False))

@@ -31,6 +31,11 @@ class StatisticsPool:
     def failed(self) -> bool:
         return self._error is not None
 
+    @property
+    def recorded(self) -> bool:
+        """Whether a backward recorded something (statistics or an error) since the last :meth:`take`."""
+        return bool(self._items) or self._error is not None
+
     def add(self, statistics: Any, n: int) -> None:
         """Statistics (a curvature or :class:`Deferred`) of a batch of ``n`` examples."""
         self._items.append((statistics, n))
