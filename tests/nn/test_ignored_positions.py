@@ -402,3 +402,44 @@ def test_a_fitted_softmax_cross_entropy_is_not_taken_for_another_loss():
             torch.nn.functional.cross_entropy(z, y).backward()
             pre.precondition()
     pre.remove()
+
+
+def test_outputs_in_torchs_class_layout_are_pointed_out_by_the_space():
+    """Per-position outputs left in torch's (N, C, T) layout with class-index targets: with T = C either layout
+    fits the targets' shape, and the space took the last axis silently (its loss 1.08 against torch's 1.11): a
+    warning says which axis it takes; with T != C the shape error names the layout and the permutation."""
+    import warnings
+    from infogeo.nn.output_metrics import likelihoods
+    likelihoods._SQUARE_SAID.clear()
+    torch.manual_seed(0)
+    tagger = torch.nn.Conv1d(2, 3, 1).double()   # (N, C, T) logits
+    y = torch.randint(0, 3, (4, 3))
+    with pytest.warns(UserWarning, match=r"axis 1 .*last.*movedim\(1, -1\)"):
+        ig.nn.ParameterSpace(tagger, torch.nn.CrossEntropyLoss(), data=torch.randn(4, 2, 3, dtype=F64), targets=y)
+    with warnings.catch_warnings():   # classes last: no ambiguity, no warning
+        warnings.simplefilter("error", UserWarning)
+        ig.nn.ParameterSpace(tagger, torch.nn.CrossEntropyLoss(), data=torch.randn(4, 2, 5, dtype=F64),
+                             targets=torch.randint(0, 3, (4, 5)), output_fn=lambda z: z.movedim(1, -1))
+    with pytest.raises(ValueError, match=r"axis 1 .*movedim\(1, -1\)"):
+        ig.nn.ParameterSpace(tagger, torch.nn.CrossEntropyLoss(), data=torch.randn(4, 2, 5, dtype=F64),
+                             targets=torch.randint(0, 3, (4, 5)))
+
+
+def test_the_warning_on_another_loss_does_not_call_a_given_cross_entropy_the_default():
+    """The optimizer's warning said to pass the loss as output_metric although it was passed; with a square
+    (N, C, T) layout it names the layout."""
+    import warnings
+    from infogeo.nn.output_metrics import ignored
+    ignored._SAID.clear()
+    torch.manual_seed(0)
+    tagger = torch.nn.Conv1d(2, 3, 1).double()
+    X, y = torch.randn(4, 2, 3, dtype=F64), torch.randint(0, 3, (4, 3))
+    ce = torch.nn.CrossEntropyLoss()
+    pre = ig.nn.Preconditioner(tagger, "diag", kl_clip=None, output_metric=ce)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        ce(tagger(X), y).backward()   # torch takes the classes on axis 1
+        pre.precondition()
+    text = " ".join(str(w.message) for w in said if "does not sum to zero" in str(w.message))
+    assert "movedim(1, -1)" in text and "default output_metric" not in text
+    pre.remove()

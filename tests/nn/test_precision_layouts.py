@@ -219,6 +219,28 @@ def test_active_dropout_warns_and_every_representation_builds():
             ig.nn.ParameterSpace(model, "categorical", data=X)
 
 
+@pytest.mark.parametrize("kind", ["kfac", "diag", "dense"])
+def test_the_optimizers_train_with_dropout_without_a_warning(kind):
+    """Training with dropout is what users do: the statistics recorded from their forward share its masks (a
+    forward of the optimizer's own samples the same random network), so the warning meant for a parameter space
+    (call model.eval()) is not given by the optimizers, whose step still moves the parameters."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Dropout(0.2),
+                                torch.nn.Linear(8, 3)).double()
+    X, y = torch.randn(16, 4, dtype=torch.float64), torch.randint(0, 3, (16,))
+    before = [p.detach().clone() for p in model.parameters()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        opt = ig.nn.NaturalGradient(model, curvature=kind)
+        for _ in range(2):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(X), y).backward()
+            opt.step()
+    assert all(not torch.equal(a, b.detach()) for a, b in zip(before, model.parameters()))
+    with pytest.warns(UserWarning, match="Dropout.*training mode"):   # a space of the user's own still says so
+        ig.nn.ParameterSpace(model, "categorical", data=X)
+
+
 # ----------------------------------------------------------------- statistics kept in half precision
 HALF_UNIT = {torch.bfloat16: 2.0 ** -8}   # unit roundoff
 

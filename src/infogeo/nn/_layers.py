@@ -1,12 +1,17 @@
 """Layers whose behaviour matters to the curvature: batch-coupling normalisation and active dropout."""
 from __future__ import annotations
 
+import contextlib
+import threading
 import warnings
-from typing import Dict
+from typing import Dict, Iterator
 
 import torch
 
-__all__ = ["batch_statistics_layers", "random_layers", "uses_batch_statistics", "warn_random_layers"]
+__all__ = ["batch_statistics_layers", "random_layers", "uses_batch_statistics", "warn_random_layers",
+           "training_with_dropout"]
+
+_TRAINING = threading.local()
 
 _DROPOUT = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d, torch.nn.AlphaDropout,
             torch.nn.FeatureAlphaDropout)
@@ -36,8 +41,24 @@ def random_layers(model: torch.nn.Module) -> Dict[str, torch.nn.Module]:
     return out
 
 
+@contextlib.contextmanager
+def training_with_dropout() -> Iterator[None]:
+    """Spaces built inside this context (an optimizer's) take active dropout as training does, without a warning:
+    the statistics recorded from the user's forward share its masks, and one from a forward of their own is a
+    sample of the same random network, as each training step is."""
+    before = getattr(_TRAINING, "on", False)
+    _TRAINING.on = True
+    try:
+        yield
+    finally:
+        _TRAINING.on = before
+
+
 def warn_random_layers(model: torch.nn.Module) -> None:
-    """Warn (``UserWarning``) if the model's forward pass is random: its curvature is then random too."""
+    """Warn (``UserWarning``) if the model's forward pass is random: its curvature is then random too (not inside
+    :func:`training_with_dropout`)."""
+    if getattr(_TRAINING, "on", False):
+        return
     active = random_layers(model)
     if active:
         path, m = next(iter(active.items()))

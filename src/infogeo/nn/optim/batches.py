@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from .._layers import training_with_dropout
 from ..batch import Batch
 from ..output_metrics.base import OutputMetric
 from ..output_metrics.ignored import KeptPositions
@@ -39,8 +40,9 @@ class BatchSpaces:
         key = batch.signature()
         space = self._kept.get(key)
         if space is None or targets is not None or fresh:
-            space = ParameterSpace(self.module, self.output_metric, data=batch, targets=targets, params=self.names,
-                                   cg_max_iter=self.cg_max_iter, output_fn=self.output_fn)
+            with training_with_dropout():
+                space = ParameterSpace(self.module, self.output_metric, data=batch, targets=targets,
+                                       params=self.names, cg_max_iter=self.cg_max_iter, output_fn=self.output_fn)
             if targets is None and not fresh:
                 self._kept = {key: space}
             return space

@@ -193,10 +193,17 @@ def warn_unlike_the_metric(metric: OutputMetric, grad: torch.Tensor, owner: Any 
     second = class_axis_second(metric, grad)
     if not second and not_softmax(metric, grad):
         _SAID.add(key)
+        given = isinstance(metric, LossOutput)   # a cross-entropy the user named, not the default metric
+        square = len(key) >= 3 and key[1] == key[-1]   # (N, C, T) with T = C: the classes may be on axis 1
         warnings.warn(f"the loss gradient at the outputs {key} does not sum to zero over the classes (the last axis) "
-                      f"as a softmax cross-entropy's does: the categorical metric (the default output_metric) is not "
-                      f"this loss's curvature; pass output_metric= your loss (nn.MSELoss(), nn.BCEWithLogitsLoss(), "
-                      f"...) or its metric ('euclidean', 'bernoulli')", UserWarning, stacklevel=3)
+                      f"as a softmax cross-entropy's does: "
+                      + ("the outputs may hold their classes on axis 1 (torch's (N, C, ...) layout, as many as the "
+                         "last axis' entries): then permute them in output_fn (output_fn=lambda z: z.movedim(1, -1)) "
+                         "and give the loss the same layout; else " if square else "")
+                      + ("the cross-entropy given as output_metric is not the loss back-propagated" if given else
+                         "the categorical metric (the default output_metric) is not this loss's curvature; pass "
+                         "output_metric= your loss (nn.MSELoss(), nn.BCEWithLogitsLoss(), ...) or its metric "
+                         "('euclidean', 'bernoulli')"), UserWarning, stacklevel=3)
         return
     if second:
         _SAID.add(key)

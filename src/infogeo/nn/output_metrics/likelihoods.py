@@ -2,6 +2,7 @@ r"""Fisher metrics of the categorical, Bernoulli and learned-variance Gaussian l
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Optional
 
 import torch
@@ -14,6 +15,8 @@ __all__ = ["CategoricalFisher", "CategoricalLogProbFisher", "BernoulliFisher", "
 
 #: elements of the float64 cumulative sums formed at once when drawing classes (8 MiB)
 _DRAW_CHUNK = 1 << 20
+#: output shapes whose class axis was pointed out as ambiguous (once each)
+_SQUARE_SAID: set = set()
 
 
 def draw_classes(p: torch.Tensor, samples: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
@@ -99,8 +102,18 @@ class CategoricalFisher(OutputMetric):
 
     def check_targets(self, z: torch.Tensor, targets: torch.Tensor) -> None:
         if targets.dtype in (torch.long, torch.int, torch.int32, torch.int64):
+            axis_1 = z.dim() >= 3 and tuple(targets.shape) == (z.shape[0],) + tuple(z.shape[2:])   # torch's layout
             if tuple(targets.shape) != tuple(z.shape[:-1]):
-                raise ValueError(f"class-index targets must have shape {tuple(z.shape[:-1])}, got {tuple(targets.shape)}")
+                raise ValueError(f"class-index targets must have shape {tuple(z.shape[:-1])}, got "
+                                 f"{tuple(targets.shape)}" + (": the targets of outputs with their classes on axis "
+                                 "1 (torch's (N, C, ...) layout), while the metric takes them on the last axis; "
+                                 "permute the outputs (output_fn=lambda z: z.movedim(1, -1))" if axis_1 else ""))
+            if axis_1 and tuple(z.shape) not in _SQUARE_SAID:   # (N, C, T) with T = C: either layout fits
+                _SQUARE_SAID.add(tuple(z.shape))
+                warnings.warn(f"outputs {tuple(z.shape)} have as many entries on axis 1 as on the last: the classes "
+                              f"are taken on the last axis (a torch loss takes them on axis 1 for outputs of three or "
+                              f"more axes); if the model returns (N, C, ...), permute in output_fn "
+                              f"(output_fn=lambda z: z.movedim(1, -1))", UserWarning, stacklevel=3)
             if targets.numel() and (targets.min() < 0 or targets.max() >= z.shape[-1]):
                 raise ValueError(f"class-index targets must lie in [0, {z.shape[-1]}), got range "
                                  f"[{int(targets.min())}, {int(targets.max())}]")
