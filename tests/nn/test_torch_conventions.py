@@ -1,6 +1,7 @@
 """``NaturalGradient`` and ``Preconditioner`` as torch users drive optimizers: schedulers that reach a learning rate
 of 0, parameters without a gradient, half-precision models under Adam-type moments, parameter-group settings."""
 import math
+import warnings
 
 import pytest
 
@@ -119,6 +120,23 @@ def test_a_group_setting_the_rule_would_ignore_is_refused(key, value):
     groups = [{"params": m[0].parameters(), key: value}, {"params": m[2].parameters()}]
     with pytest.raises(ValueError, match=key):
         ig.nn.NaturalGradient(groups, model=m)   # the default rule, eigen-adam, takes no momentum
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_a_parameter_listed_twice_is_refused(rule):
+    """torch only warns (deprecated); graft's and clip's moments would be updated twice for one step taken."""
+    m = mlp()
+    ps = list(m.parameters())
+    kw = {"step_rule": rule, **({"momentum": 0.9} if rule == "clip" else {})}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # refused before torch's own warning
+        with pytest.raises(ValueError, match="same parameter twice.*positions 0 and 4"):
+            ig.nn.NaturalGradient(ps + [ps[0]], model=m, **kw)
+        with pytest.raises(ValueError, match="same parameter twice"):
+            ig.nn.NaturalGradient([{"params": m[0].parameters()}, {"params": iter([m[2].weight, m[2].bias,
+                                                                                  m[2].weight])}], model=m, **kw)
+        opt = ig.nn.NaturalGradient((p for p in ps), model=m, **kw)   # a generator, read once
+    assert [p for g in opt.param_groups for p in g["params"]] == ps
 
 
 def test_a_scheduler_that_cycles_momentum_is_told_to_stop():

@@ -17,10 +17,9 @@ KL clipping :math:`\nu` (and heavy-ball momentum if asked)::
         loss.backward()
         opt.step()
 
-The curvature statistics come from hooks on that forward and backward (no extra
-forward pass).  ``opt.step(closure, inputs=x, targets=y)`` names the batch explicitly
-(the curvature then takes one forward pass of its own; ``targets`` only for the
-empirical Fisher); a closure is needed for ``adaptive_damping``.
+The curvature statistics come from hooks on that forward and backward (no extra forward pass).
+``opt.step(closure, inputs=x, targets=y)`` names the batch explicitly (the curvature then takes one forward pass
+of its own; ``targets`` only for the empirical Fisher); a closure is needed for ``adaptive_damping``.
 
 ``quadratic_model=True`` is the classic K-FAC recipe (Martens & Grosse 2015,
 Sec. 6–7): the step :math:`\alpha\Delta + \mu\delta_\text{prev}` minimises the damped
@@ -55,8 +54,8 @@ from ..space import ParameterSpace
 from . import quadratic, state
 from .preconditioner import Preconditioner
 from .gradient_basis import UNFACTORED
-from .settings import (CURVATURES, KINDS, agrees, check_groups, check_learning_rate, positive_int, positive_number,
-                       step_defaults)
+from .settings import (CURVATURES, KINDS, agrees, check_groups, check_learning_rate, listed_once, positive_int,
+                       positive_number, step_defaults)
 from .step import STEP_RULES, LastSteps, eigen_steps, graft, grafted, heavy_ball
 
 logger = logging.getLogger(__name__)
@@ -214,11 +213,12 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         self.damping_adaptation_period, self.damping_factor, self.max_retries = period, factor, self.preconditioner.max_retries
 
     def add_param_group(self, param_group: Dict[str, Any]) -> None:
-        """Groups are fixed once built: the curvature covers the parameters given at construction, and a
-        group added later would be stepped along its raw gradient at a natural-gradient learning rate."""
+        """Groups are fixed once built (the curvature covers the parameters given at construction; a group added
+        later would be stepped along its raw gradient), each parameter listed once (:func:`~.settings.listed_once`)."""
         if hasattr(self, "preconditioner"):
             raise ValueError("NaturalGradient cannot take a parameter group after construction (its curvature "
                              "covers the parameters it was built with); build a new NaturalGradient with all groups")
+        listed_once(param_group)
         super().add_param_group(param_group)
 
     @property

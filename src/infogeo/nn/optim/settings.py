@@ -13,7 +13,7 @@ from .hooks import refuse_sparse
 
 __all__ = ["CURVATURES", "FISHER", "CAPTURED", "KINDS", "PERIODS", "BETAS", "kind_defaults", "step_defaults", "agrees",
            "check_settings", "check_support", "check_groups", "IGNORED_GROUP_KEYS",
-           "check_learning_rate", "positive_int", "positive_number", "trainable"]
+           "check_learning_rate", "positive_int", "positive_number", "trainable", "listed_once"]
 
 #: the curvature words the optimizers accept (the kinds table, :mod:`~infogeo.nn.curvature.kinds`)
 CURVATURES = kinds.ALIASES
@@ -136,6 +136,21 @@ def check_groups(groups: Iterable[Dict[str, Any]], rule: str) -> None:
             raise ValueError(f"a parameter group's momentum is {g['momentum']!r}, but step_rule={rule!r} averages "
                              f"with betas[0]: momentum belongs to step_rule='clip' (a scheduler that cycles "
                              f"momentum, such as OneCycleLR, takes cycle_momentum=False)")
+
+
+def listed_once(group: Any) -> None:
+    """Refuse a parameter group that lists one parameter twice (a ``ValueError``), its ``params`` made a list first
+    (as torch does, so a generator is read once).  torch only warns, and a step rule whose moments are per parameter
+    would update them twice for one step.  Sets and non-dicts are left to torch, which refuses them."""
+    if not isinstance(group, dict) or isinstance(group.get("params"), (set, type(None))):
+        return
+    params = group["params"] = [group["params"]] if isinstance(group["params"], torch.Tensor) else list(group["params"])
+    first: Dict[int, int] = {}
+    for i, p in enumerate(params):
+        if first.setdefault(id(p), i) != i:
+            raise ValueError(f"a parameter group lists the same parameter twice (its params at positions "
+                             f"{first[id(p)]} and {i}); pass each parameter once (model.parameters() lists a shared "
+                             f"parameter once)")
 
 
 def check_settings(*, damping, min_damping, max_damping, curvature, fisher, ema_decay, kl_clip, damping_increase,
