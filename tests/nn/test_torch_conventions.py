@@ -139,6 +139,30 @@ def test_a_parameter_listed_twice_is_refused(rule):
     assert [p for g in opt.param_groups for p in g["params"]] == ps
 
 
+@pytest.mark.parametrize("key", ["weight_decay", "maximize", "foreach", "fused", "differentiable", "capturable",
+                                 "amsgrad", "betas"])
+@pytest.mark.parametrize("curvature", ["kfac", "diag", "dense"])
+def test_a_torch_keyword_is_told_what_to_do_instead(key, curvature):
+    """As a torch keyword, the explanation a parameter group setting it gets (the same text), not "the curvature
+    takes no option" (nor accepted, as the kinds that take any option did); the preconditioner refuses it before
+    warning about its other settings (kl_clip without lr)."""
+    m = mlp()
+    value = {"weight_decay": 0.01, "betas": (0.9, 0.99)}.get(key, False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for owner, build in [("NaturalGradient", ig.nn.NaturalGradient), ("Preconditioner", ig.nn.Preconditioner)]:
+            if owner == "NaturalGradient" and key == "betas":   # its own keyword
+                continue
+            with pytest.raises(ValueError, match=f"{owner} takes no keyword '{key}' \\(a torch.optim setting\\); "):
+                build(m, curvature=curvature, **{key: value})
+    with pytest.raises(ValueError) as group:
+        ig.nn.NaturalGradient([{"params": m.parameters(), "weight_decay": 0.01}], model=m)
+    with pytest.raises(ValueError) as keyword:
+        ig.nn.NaturalGradient(m, weight_decay=0.01)
+    why = str(group.value).split("step_rule='clip'); ", 1)[1]
+    assert why.startswith("weight decay: add it to the loss") and str(keyword.value).endswith("; " + why)
+
+
 def test_a_scheduler_that_cycles_momentum_is_told_to_stop():
     m, (X, y) = mlp(), data()
     opt = ig.nn.NaturalGradient(m)

@@ -55,7 +55,7 @@ from . import quadratic, state
 from .preconditioner import Preconditioner
 from .gradient_basis import UNFACTORED
 from .settings import (CURVATURES, KINDS, agrees, check_groups, check_learning_rate, listed_once, positive_int,
-                       positive_number, step_defaults)
+                       positive_number, refuse_torch_options, step_defaults)
 from .step import STEP_RULES, LastSteps, eigen_steps, graft, grafted, heavy_ball
 
 logger = logging.getLogger(__name__)
@@ -140,6 +140,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
                  adaptive_damping: bool = False, damping_adaptation_period: int = 5,
                  damping_factor: float = 0.95 ** 5, min_damping: Optional[float] = None, max_retries: int = 3,
                  **options: Any):
+        refuse_torch_options("NaturalGradient", options)
         if isinstance(params, torch.nn.Module):
             if model is not None and model is not params:
                 raise ValueError("pass the model once: NaturalGradient(model, ...) or "
@@ -191,8 +192,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
             raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
         b1, b2 = (positive_number(f"betas[{i}]", b, inclusive=True, maximum=1.0) for i, b in enumerate(betas))
         betas = (b1, b2)
-        eps = positive_number("eps", eps)
-        period = positive_int("damping_adaptation_period", damping_adaptation_period)
+        eps, period = positive_number("eps", eps), positive_int("damping_adaptation_period", damping_adaptation_period)
         factor = positive_number("damping_factor", damping_factor, maximum=1.0)
         positive_number("damping", damping)
         super().__init__(params, dict(lr=lr, momentum=momentum))

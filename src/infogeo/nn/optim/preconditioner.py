@@ -39,7 +39,8 @@ from . import agreement, kl_clipping, state
 from .damping import Damping
 from .estimate import CurvatureEstimate
 from .hooks import ForwardRecorder, unwrap
-from .settings import CURVATURES, FISHER, KINDS, check_settings, check_support, kind_defaults, trainable
+from .settings import (CURVATURES, FISHER, KINDS, check_settings, check_support, kind_defaults, refuse_torch_options,
+                       trainable)
 
 logger = logging.getLogger(__name__)
 
@@ -138,6 +139,7 @@ class Preconditioner(state.NotCopyable):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"Preconditioner needs the torch.nn.Module whose gradients it preconditions, "
                             f"got {type(model).__name__}")
+        refuse_torch_options("Preconditioner", options)   # before the warnings about the settings
         # the kind's own defaults, e.g. Shampoo's statistics every step
         curvature_update_period, inverse_update_period, geometric, defaults = kind_defaults(
             curvature, curvature_update_period, inverse_update_period)
@@ -147,11 +149,9 @@ class Preconditioner(state.NotCopyable):
                            curvature_update_period=curvature_update_period, max_retries=max_retries,
                            inverse_update_period=inverse_update_period, seed=seed, cg_max_iter=cg_max_iter,
                            factor_dtype=factor_dtype, lr=lr, output_fn=output_fn, grad_scaler=grad_scaler)
-        self.model = model
-        self.module = unwrap(model)
+        self.model, self.module = model, unwrap(model)
         named = trainable(self.module, params)
-        self.names = [n for n, _ in named]
-        self.params = [p for _, p in named]
+        self.names, self.params = [n for n, _ in named], [p for _, p in named]
         #: whether some parameters are sharded by ``fully_shard`` (their gradients are gathered, :mod:`~infogeo.nn.fsdp`)
         self.sharded = any(fsdp.is_dtensor(p) for p in self.params)
         self.kind = CURVATURES[str(curvature).lower()]

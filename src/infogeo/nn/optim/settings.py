@@ -12,7 +12,7 @@ from ..curvature import kinds
 from .hooks import refuse_sparse
 
 __all__ = ["CURVATURES", "FISHER", "CAPTURED", "KINDS", "PERIODS", "BETAS", "kind_defaults", "step_defaults", "agrees",
-           "check_settings", "check_support", "check_groups", "IGNORED_GROUP_KEYS",
+           "check_settings", "check_support", "check_groups", "IGNORED_GROUP_KEYS", "TORCH_SETTINGS", "refuse_torch_options",
            "check_learning_rate", "positive_int", "positive_number", "trainable", "listed_once"]
 
 #: the curvature words the optimizers accept (the kinds table, :mod:`~infogeo.nn.curvature.kinds`)
@@ -109,22 +109,48 @@ def check_learning_rate(value: Any, name: str = "lr") -> float:
     return positive_number(name, value, inclusive=True)
 
 
+#: torch's implementation switches (foreach, fused kernels, ...), which no rule here has
+_SWITCHES = ("foreach", "fused", "capturable", "differentiable")
+_AFTER_A_PRECONDITIONER = "a torch optimizer that has it take the steps after a Preconditioner (Preconditioner(model, lr=opt))"
+#: what to do instead of each torch.optim setting that the optimizers here do not take: the one text for a parameter
+#: group's key (:func:`check_groups`) and for a keyword argument (:func:`refuse_torch_options`)
+TORCH_SETTINGS = {
+    **dict.fromkeys(("weight_decay", "decoupled_weight_decay"), f"weight decay: add it to the loss, or let "
+                                                                f"{_AFTER_A_PRECONDITIONER}"),
+    **dict.fromkeys(("betas", "eps"), "betas and eps: set once, NaturalGradient(..., betas=..., eps=...), or on the "
+                                      "torch optimizer that takes the steps after a Preconditioner"),
+    "momentum": "momentum: NaturalGradient(..., step_rule='clip', momentum=...), or on the torch optimizer that "
+                "takes the steps after a Preconditioner",
+    "maximize": "maximize: minimise the negated objective instead (loss = -objective)",
+    **dict.fromkeys(("amsgrad", "nesterov", "dampening", "alpha", "centered", "lr_decay", "initial_accumulator_value"),
+                    f"a setting of another torch optimizer's rule: choose NaturalGradient's with step_rule=, or let "
+                    f"{_AFTER_A_PRECONDITIONER}"),
+    **dict.fromkeys(_SWITCHES, "an implementation switch of torch's own optimizers (their kernels), which these do "
+                               "not have: leave it out"),
+}
 #: torch optimizers' per-group settings that :class:`~.natural_gradient.NaturalGradient` does not take (a group may
-#: hold other keys: schedulers keep their own, e.g. ``initial_lr``, ``max_momentum``)
-IGNORED_GROUP_KEYS = ("weight_decay", "betas", "eps", "amsgrad", "nesterov", "dampening", "maximize", "alpha",
-                      "centered", "lr_decay", "decoupled_weight_decay", "initial_accumulator_value")
+#: hold other keys: schedulers keep their own, e.g. ``initial_lr``, ``max_momentum``; torch's implementation
+#: switches, harmless, are let through)
+IGNORED_GROUP_KEYS = tuple(k for k in TORCH_SETTINGS if k not in _SWITCHES + ("momentum",))
+
+
+def refuse_torch_options(owner: str, options: Dict[str, Any]) -> None:
+    """Refuse a torch.optim keyword argument among the ``options`` given to ``owner`` (a ``ValueError`` saying what
+    to do instead, :data:`TORCH_SETTINGS`), before anything is built or warned about."""
+    for key in options:
+        if key in TORCH_SETTINGS:
+            raise ValueError(f"{owner} takes no keyword {key!r} (a torch.optim setting); {TORCH_SETTINGS[key]}")
 
 
 def check_groups(groups: Iterable[Dict[str, Any]], rule: str) -> None:
-    """Refuse a parameter group that sets what the step rule ``rule`` would ignore (a ``ValueError`` naming it), or
-    an lr or momentum out of range; called at construction and at every step (schedulers edit the groups)."""
+    """Refuse a parameter group that sets what the step rule ``rule`` would ignore (a ``ValueError`` naming it and
+    what to do instead, :data:`TORCH_SETTINGS`), or an lr or momentum out of range; called at construction and at
+    every step (schedulers edit the groups)."""
     for g in groups:
         extra = sorted(set(g) & set(IGNORED_GROUP_KEYS))
         if extra:
             raise ValueError(f"a parameter group sets {extra[0]!r}, which NaturalGradient does not take per group "
-                             f"(its group settings: lr, and momentum for step_rule='clip'); weight decay: add it "
-                             f"to the loss, or use Preconditioner with a torch optimizer that has it; betas and eps: "
-                             f"set once, NaturalGradient(..., betas=..., eps=...)")
+                             f"(its group settings: lr, and momentum for step_rule='clip'); {TORCH_SETTINGS[extra[0]]}")
         lr = check_learning_rate(g["lr"], "a parameter group's lr")
         # a rate past the parameters' largest number makes every step inf, and its undoing NaN
         top = min((torch.finfo(p.dtype).max for p in g["params"] if p.is_floating_point()), default=math.inf)
