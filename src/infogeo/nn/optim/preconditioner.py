@@ -32,10 +32,10 @@ import torch
 
 from .. import distributed as dd
 from .. import fsdp
-from .._params import all_finite
+from .._params import all_finite, working_dtype
 from ..output_metrics import output_metric as _resolve_output_metric
 from ..space import ParameterSpace
-from . import agreement, kl_clipping, state
+from . import agreement, guards, kl_clipping, state
 from .damping import Damping
 from .estimate import CurvatureEstimate
 from .hooks import ForwardRecorder, unwrap
@@ -106,9 +106,9 @@ class Preconditioner(state.NotCopyable):
     seed : int
         Seed of the Monte Carlo generator (offset by the rank; saved in :meth:`state_dict`).
     grad_scaler : torch.amp.GradScaler, optional
-        The AMP scaler of the loop (call ``scaler.unscale_(opt)`` before :meth:`step`): the empirical
-        Fisher's columns are divided by its scale, and a non-finite gradient (an overflow the scaler
-        will skip) skips the step without raising the damping.
+        The AMP scaler of the loop (call ``scaler.unscale_(opt)`` before :meth:`step`: a step on gradients it has
+        not unscaled raises, :func:`~.guards.check_unscaled`): the empirical Fisher's columns are divided by its
+        scale, and a non-finite gradient (an overflow the scaler will skip) skips the step, the damping kept.
     options
         ``cg_max_iter`` for ``"cg"``, and options of the representation.  K-FAC's default here is
         ``inverse="tikhonov"``, the factored damping of Martens & Grosse (2015); ``inverse="eigen"``
@@ -162,8 +162,7 @@ class Preconditioner(state.NotCopyable):
         #: the one owner of the damping (failures raise it, good steps bring it back, Levenberg–Marquardt moves it)
         self.damper = Damping(damping, min_damping, max_damping, damping_increase, damping_recovery)
         self.max_retries = s["max_retries"]
-        pdtype = self.params[0].dtype
-        self.factor_dtype = factor_dtype or (torch.float32 if pdtype in (torch.float16, torch.bfloat16) else pdtype)
+        self.factor_dtype = factor_dtype or working_dtype(self.params[0].dtype)   # float32 for half precision
         for key, value in defaults.items():
             options.setdefault(key, value)
         KINDS[self.kind].check_options(options)
@@ -323,6 +322,7 @@ class Preconditioner(state.NotCopyable):
         later = self.sharded and self.estimate.from_gradients   # Shampoo's statistics of sharded gradients
         if error is None:
             try:
+                guards.check_unscaled(self.grad_scaler)
                 grads = self.grads() if grads is None else grads
                 n = self.estimate.batch_size(inputs)
                 if n == 0:
