@@ -84,6 +84,55 @@ def test_a_parameter_without_a_gradient_stays_where_it_is(curvature, rule):
     assert not torch.equal(moving, m[2].weight)
 
 
+@pytest.mark.parametrize("build", ["module", "parameters", "parameters, graft", "preconditioner"])
+def test_a_parameter_unfrozen_after_construction_is_not_left_behind_silently(build):
+    """Frozen when the optimizer was built (a backbone), unfrozen later: torch's optimizers on model.parameters()
+    train it, the curvature here leaves it out; its step raises, changing nothing, rather than never moving it.
+    A parameter that stays frozen, or that another optimizer trains, raises nothing."""
+    m, (X, y) = mlp(), data()
+    m[0].requires_grad_(False)
+    if build == "preconditioner":
+        sgd = torch.optim.SGD(m.parameters(), lr=0.1)
+        pre = ig.nn.Preconditioner(m, lr=sgd)
+
+        def step():
+            if pre.step():
+                sgd.step()
+        opt = sgd
+    else:
+        opt = ig.nn.NaturalGradient(m if build == "module" else m.parameters(), model=None if build == "module" else m,
+                                    **({"step_rule": "graft"} if "graft" in build else {}))
+        step = opt.step
+    frozen = m[0].weight.detach().clone()
+    for _ in range(2):
+        opt.zero_grad()
+        F.cross_entropy(m(X), y).backward()
+        step()
+    assert torch.equal(frozen, m[0].weight)
+    m[0].requires_grad_(True)
+    opt.zero_grad()
+    F.cross_entropy(m(X), y).backward()
+    before = flat(m)
+    with pytest.raises(ValueError, match="'0.weight' has a gradient, but had requires_grad=False") as info:
+        step()
+    assert "Build the optimizer again" in str(info.value) and torch.equal(flat(m), before)
+    assert (pre if build == "preconditioner" else opt.preconditioner).steps == 2
+
+
+def test_a_parameter_another_optimizer_trains_is_not_refused():
+    m, (X, y) = mlp(), data()
+    head = ig.nn.NaturalGradient(m[2].parameters(), model=m)
+    pre = ig.nn.Preconditioner(m, lr=0.1, params=m[2].parameters())
+    body = torch.optim.SGD(m[0].parameters(), lr=0.1)
+    for _ in range(2):
+        head.zero_grad()
+        body.zero_grad()
+        F.cross_entropy(m(X), y).backward()
+        assert pre.step()
+        head.step()
+        body.step()
+
+
 def test_the_preconditioner_leaves_a_missing_gradient_missing():
     m, (X, y) = mlp(), data()
     pre = ig.nn.Preconditioner(m)

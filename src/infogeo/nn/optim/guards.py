@@ -7,11 +7,28 @@ rank stops every rank at the same step, and nothing has changed when it is raise
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, List, Tuple
 
 import torch
 
-__all__ = ["check_unscaled"]
+__all__ = ["check_step", "check_unfrozen", "check_unscaled"]
+
+Named = List[Tuple[str, torch.Tensor]]
+
+def check_unfrozen(frozen: Named) -> None:
+    """Refuse a parameter that had ``requires_grad=False`` when the optimizer was built (``frozen``, by name) and
+    now has a gradient: unfrozen since, and left out of the curvature, it would never move (a torch optimizer
+    built on ``model.parameters()`` trains it)."""
+    for name, p in frozen:
+        if p.requires_grad and p.grad is not None:
+            raise ValueError(
+                f"parameter {name!r} has a gradient, but had requires_grad=False when the optimizer was built: the "
+                f"curvature covers only the parameters trainable then, so it would never move. Build the optimizer "
+                f"again once the parameters it trains are unfrozen (NaturalGradient(model, ...) and "
+                f"Preconditioner(model, ...) cover every parameter with requires_grad=True then); if another "
+                f"optimizer trains it, build this one on the parameters it trains (NaturalGradient(params, "
+                f"model=model), Preconditioner(model, params=params))")
+
 
 def check_unscaled(scaler: Any) -> None:
     """Refuse gradients that a ``torch.amp.GradScaler`` given as ``grad_scaler`` still multiplies by its scale: no
@@ -35,3 +52,9 @@ def check_unscaled(scaler: Any) -> None:
             f"scaler.unscale_(optimizer) after the backward and before Preconditioner.step(), then "
             f"scaler.step(optimizer) (with NaturalGradient: scaler.step(opt), which unscales first); on the scaled "
             f"gradients the trust region would make the steps as many times too small")
+
+
+def check_step(frozen: Named, scaler: Any) -> None:
+    """Both checks of a step: :func:`check_unfrozen` and :func:`check_unscaled`."""
+    check_unfrozen(frozen)
+    check_unscaled(scaler)

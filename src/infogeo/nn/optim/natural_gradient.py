@@ -76,7 +76,9 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
     ----------
     params : torch.nn.Module or iterable
         The model (possibly ``DistributedDataParallel``-wrapped), or ``model.parameters()``
-        / parameter groups (each may set ``lr`` and ``momentum``) together with ``model=``.
+        / parameter groups (each may set ``lr`` and ``momentum``) together with ``model=``.  Parameters with
+        ``requires_grad=False`` now are left out of the curvature: a step where one has a gradient (unfrozen since)
+        raises, saying to build the optimizer again.
     lr : float, optional
         Learning rate :math:`\eta` (default ``DEFAULT_LR[step_rule]``: ``1e-2``, ``0.1`` for ``"clip"``).
     curvature : {"kfac", "ekfac", "diag", "block", "dense", "cg", "shampoo", "soap"}
@@ -141,7 +143,8 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
                  damping_factor: float = 0.95 ** 5, min_damping: Optional[float] = None, max_retries: int = 3,
                  **options: Any):
         refuse_torch_options("NaturalGradient", options)
-        if isinstance(params, torch.nn.Module):
+        whole = isinstance(params, torch.nn.Module)   # the model's parameters: all of them watched if frozen
+        if whole:
             if model is not None and model is not params:
                 raise ValueError("pass the model once: NaturalGradient(model, ...) or "
                                  "NaturalGradient(model.parameters(), model=model)")
@@ -197,13 +200,10 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         positive_number("damping", damping)
         super().__init__(params, dict(lr=lr, momentum=momentum))
         check_groups(self.param_groups, rule)
-        trainable = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
-        if not trainable:
-            raise ValueError("NaturalGradient got no parameters with requires_grad=True")
-        self.preconditioner = Preconditioner(
-            model, curvature, damping, params=trainable, lr=self, kl_clip=None if quadratic_model else kl_clip,
-            min_damping=min(1e-4, damping) if min_damping is None else min_damping, max_retries=max_retries,
-            **options)
+        self.preconditioner = Preconditioner(   # those frozen now left out, and refused at a step if unfrozen
+            model, curvature, damping, params=None if whole else [p for g in self.param_groups for p in g["params"]],
+            lr=self, kl_clip=None if quadratic_model else kl_clip, max_retries=max_retries,
+            min_damping=min(1e-4, damping) if min_damping is None else min_damping, **options)
         if self.preconditioner.sharded and (quadratic_model or adaptive_damping):
             raise ValueError("quadratic_model and adaptive_damping evaluate the model at its parameters, which "
                              "fully_shard (FSDP2) keeps sharded; use the default step rules under FSDP2")

@@ -74,7 +74,8 @@ class Preconditioner(state.NotCopyable):
     output_fn : callable, optional
         Picks the outputs from what the model returns (e.g. ``lambda out: out.logits``).
     params : iterable of tensors, optional
-        Precondition only these parameters of ``model`` (default: all trainable ones).
+        Precondition only these parameters of ``model`` (default: all of them), those with ``requires_grad=True``
+        now: a step where one of the others has a gradient (unfrozen since) raises, saying to build it again.
     lr : float, callable, torch.optim.Optimizer or None
         Learning rate(s) :math:`\eta` for the trust region: a number, a function returning one
         (to follow a scheduler), or the optimizer whose groups' ``lr`` are read every step.
@@ -150,7 +151,7 @@ class Preconditioner(state.NotCopyable):
                            inverse_update_period=inverse_update_period, seed=seed, cg_max_iter=cg_max_iter,
                            factor_dtype=factor_dtype, lr=lr, output_fn=output_fn, grad_scaler=grad_scaler)
         self.model, self.module = model, unwrap(model)
-        named = trainable(self.module, params)
+        named, self._frozen = trainable(self.module, params)   # the frozen ones watched (:mod:`.guards`)
         self.names, self.params = [n for n, _ in named], [p for _, p in named]
         #: whether some parameters are sharded by ``fully_shard`` (their gradients are gathered, :mod:`~infogeo.nn.fsdp`)
         self.sharded = any(fsdp.is_dtensor(p) for p in self.params)
@@ -322,7 +323,7 @@ class Preconditioner(state.NotCopyable):
         later = self.sharded and self.estimate.from_gradients   # Shampoo's statistics of sharded gradients
         if error is None:
             try:
-                guards.check_unscaled(self.grad_scaler)
+                guards.check_step(self._frozen, self.grad_scaler)   # unfrozen parameters, scaled gradients
                 grads = self.grads() if grads is None else grads
                 n = self.estimate.batch_size(inputs)
                 if n == 0:
@@ -369,10 +370,9 @@ class Preconditioner(state.NotCopyable):
     def step(self, inputs: Any = None, targets: Optional[torch.Tensor] = None) -> bool:
         """Replace each ``.grad`` by the clipped natural-gradient direction; ``False`` if the step was skipped.
 
-        A skipped step sets the ``.grad`` of the preconditioned parameters to ``None``, so that a torch
-        optimizer stepping anyway leaves them (and its moments) alone; take the optimizer's step only when
-        this returns ``True`` (class docstring).  A non-finite gradient also raises the damping.
-        """
+        A skipped step sets the ``.grad`` of the preconditioned parameters to ``None``, so that a torch optimizer
+        stepping anyway leaves them (and its moments) alone; take its step only when this returns ``True`` (class
+        docstring).  A non-finite gradient also raises the damping."""
         delta = self.precondition(inputs=inputs, targets=targets)
         if delta is None:
             if self.skip_reason != "overflow":

@@ -231,18 +231,22 @@ def check_support(kind: str, curvature: Any, sharded: bool) -> None:
                          f"the gradients)")
 
 
-def trainable(module: torch.nn.Module, params: Optional[Iterable[Any]]) -> List[Tuple[str, torch.nn.Parameter]]:
-    """``(name, parameter)`` of ``module`` to precondition: ``params`` (all of them ``module``'s) or every trainable one."""
-    named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+def trainable(module: torch.nn.Module, params: Optional[Iterable[Any]]) -> Tuple[List[Tuple[str, torch.nn.Parameter]],
+                                                                                List[Tuple[str, torch.nn.Parameter]]]:
+    """``(name, parameter)`` of ``module`` to precondition: of ``params`` (all of them ``module``'s, default all of
+    ``module``'s), those with ``requires_grad=True``; and the others, watched at each step in case they are unfrozen
+    (:func:`~.guards.check_unfrozen`)."""
+    named = list(module.named_parameters())
     if params is not None:
         params = list(params)
         if any(not isinstance(p, torch.Tensor) for p in params):
             raise TypeError("params must be tensors of the model (e.g. model.parameters())")
         wanted = {id(p) for p in params}
-        known = {id(p) for _, p in module.named_parameters()}
-        if wanted - known:
+        if wanted - {id(p) for _, p in named}:
             raise ValueError("a parameter given to the preconditioner does not belong to model")
         named = [(n, p) for n, p in named if id(p) in wanted]
+    frozen = [(n, p) for n, p in named if not p.requires_grad]
+    named = [(n, p) for n, p in named if p.requires_grad]
     if not named:
         raise ValueError("no parameters with requires_grad=True to precondition")
     meta = [n for n, p in named if p.is_meta]
@@ -251,4 +255,4 @@ def trainable(module: torch.nn.Module, params: Optional[Iterable[Any]]) -> List[
                          f"model first, e.g. model.to_empty(device=...) and then initialise its parameters (or load a "
                          f"state_dict), and build the optimizer on it")
     refuse_sparse(module, {id(p) for _, p in named})
-    return named
+    return named, frozen
