@@ -208,10 +208,33 @@ def empty_on_one_rank(rank):
     return outcome(lambda: opt.step() or "stepped")
 
 
+def scaled_on_one_rank(rank):
+    """Rank 1 alone forgets scaler.unscale_(opt) with grad_scaler given: it raises, rank 0 a PeerFailure (the same
+    agreement as a parameter unfrozen on one rank); the next step, unscaled on both, goes ahead on both."""
+    model, X, y = problem()
+    net = torch.nn.parallel.DistributedDataParallel(model)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
+    pre = ig.nn.Preconditioner(net, lr=sgd, curvature="kfac", damping=1e-2, fisher="exact", grad_scaler=scaler)
+    got = []
+    for k in range(2):
+        sgd.zero_grad()
+        scaler.scale(F.cross_entropy(net(X[k, rank * 8:rank * 8 + 8]), y[k, rank * 8:rank * 8 + 8])).backward()
+        if k == 1 or rank == 0:
+            scaler.unscale_(sgd)
+        got.append(outcome(pre.step))
+        if tuple(got[-1]) == ("ok", True):
+            scaler.step(sgd)
+        elif rank == 1:
+            scaler.unscale_(sgd)   # the forgotten call, for update()
+        scaler.update()
+    return got, flat(model), pre.steps
+
+
 SCENARIOS = {"branches": branches_on_one_rank, "empty": empty_on_one_rank, "nan_memory": lambda r: nan_on_one_rank(r, "memory"), "nan_comm": lambda r: nan_on_one_rank(r, "comm"),
              "adam_nan": adam_nan_on_one_rank, "error": error_on_one_rank, "unequal": unequal_batches,
              "adaptive": adaptive_quadratic,
-             "refusals": refusals}
+             "refusals": refusals, "scaled": scaled_on_one_rank}
 
 
 def run_scenarios(rank):
@@ -253,6 +276,13 @@ def test_an_error_on_one_rank_ends_both_with_a_clear_error(results):
     assert tuple(b0) == ("RuntimeError", "the closure failed on rank 0")
     assert b1[0] == "PeerFailure" and "[0]" in b1[1]
     assert c0[0] == c1[0] == "ok" and p0 == p1
+
+
+def test_scaled_gradients_on_one_rank_end_both_with_a_clear_error(results):
+    (g0, p0, n0), (g1, p1, n1) = ok(results, "scaled")
+    assert g1[0][0] == "ValueError" and "scaler.unscale_" in g1[0][1]
+    assert g0[0][0] == "PeerFailure" and "[1]" in g0[0][1]
+    assert tuple(g0[1]) == tuple(g1[1]) == ("ok", True) and p0 == p1 and n0 == n1 == 1
 
 
 def test_unequal_batches_give_the_statistics_of_the_union(results):

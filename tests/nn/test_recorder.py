@@ -120,6 +120,54 @@ def test_amp_overflow_skips_without_raising_the_damping(recwarn):
     assert not [w for w in recwarn if "Preconditioner" in str(w.message)]
 
 
+@pytest.mark.parametrize("curvature", ["kfac", "diag"])
+def test_a_step_on_gradients_the_scaler_has_not_unscaled_is_refused(curvature):
+    """With grad_scaler given, a missing scaler.unscale_(opt) made the steps some 2^16 times too small, silently: the
+    step refuses them, changing nothing; unscaled, through the same scaler's next iteration, it goes ahead.
+    NaturalGradient with the scaler is unscaled by scaler.step(opt); its own step() without it is refused too."""
+    model = mlp()
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    pre = ig.nn.Preconditioner(model, curvature=curvature, lr=sgd, grad_scaler=scaler)
+    X, y = batch(0, 8)
+    scaler.scale(F.cross_entropy(model(X), y)).backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    with pytest.raises(ValueError, match=r"call scaler.unscale_\(optimizer\)"):
+        pre.step()
+    assert pre.steps == 0 and all(torch.equal(g, p.grad) for g, p in zip(grads, model.parameters()))
+    scaler.unscale_(sgd)
+    assert pre.step()
+    scaler.step(sgd)
+    scaler.update()
+    sgd.zero_grad()
+    scaler.scale(F.cross_entropy(model(X), y)).backward()   # a new iteration: unscale_ is due again
+    with pytest.raises(ValueError, match="still multiplied by the GradScaler's scale"):
+        pre.step()
+    other = mlp()
+    off = ig.nn.Preconditioner(other, curvature=curvature, lr=torch.optim.SGD(other.parameters(), lr=0.1),
+                               grad_scaler=torch.amp.GradScaler("cpu", enabled=False))
+    F.cross_entropy(other(X), y).backward()
+    assert off.step()   # a disabled scaler scales nothing
+    odd = torch.amp.GradScaler("cpu", init_scale=2.0 ** 4)
+    odd._per_optimizer_states = {}   # a layout of torch's private state other than the one known: not checked
+    unchecked = ig.nn.Preconditioner(other, curvature=curvature, lr=0.1, grad_scaler=odd)
+    other.zero_grad()
+    odd.scale(F.cross_entropy(other(X), y)).backward()
+    assert unchecked.step()
+    model = mlp()
+    opt = ig.nn.NaturalGradient(model, curvature=curvature, grad_scaler=scaler)
+    for direct in (False, True):
+        opt.zero_grad()
+        scaler.scale(F.cross_entropy(model(X), y)).backward()
+        if direct:
+            with pytest.raises(ValueError, match="unscale_"):
+                opt.step()
+        else:
+            scaler.step(opt)
+            scaler.update()
+    assert opt.preconditioner.steps == 1
+
+
 class _CountBackward(torch.autograd.Function):
     calls = 0
 

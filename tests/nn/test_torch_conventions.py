@@ -1,6 +1,7 @@
 """``NaturalGradient`` and ``Preconditioner`` as torch users drive optimizers: schedulers that reach a learning rate
 of 0, parameters without a gradient, half-precision models under Adam-type moments, parameter-group settings."""
 import math
+import warnings
 
 import pytest
 
@@ -83,6 +84,55 @@ def test_a_parameter_without_a_gradient_stays_where_it_is(curvature, rule):
     assert not torch.equal(moving, m[2].weight)
 
 
+@pytest.mark.parametrize("build", ["module", "parameters", "parameters, graft", "preconditioner"])
+def test_a_parameter_unfrozen_after_construction_is_not_left_behind_silently(build):
+    """Frozen when the optimizer was built (a backbone), unfrozen later: torch's optimizers on model.parameters()
+    train it, the curvature here leaves it out; its step raises, changing nothing, rather than never moving it.
+    A parameter that stays frozen, or that another optimizer trains, raises nothing."""
+    m, (X, y) = mlp(), data()
+    m[0].requires_grad_(False)
+    if build == "preconditioner":
+        sgd = torch.optim.SGD(m.parameters(), lr=0.1)
+        pre = ig.nn.Preconditioner(m, lr=sgd)
+
+        def step():
+            if pre.step():
+                sgd.step()
+        opt = sgd
+    else:
+        opt = ig.nn.NaturalGradient(m if build == "module" else m.parameters(), model=None if build == "module" else m,
+                                    **({"step_rule": "graft"} if "graft" in build else {}))
+        step = opt.step
+    frozen = m[0].weight.detach().clone()
+    for _ in range(2):
+        opt.zero_grad()
+        F.cross_entropy(m(X), y).backward()
+        step()
+    assert torch.equal(frozen, m[0].weight)
+    m[0].requires_grad_(True)
+    opt.zero_grad()
+    F.cross_entropy(m(X), y).backward()
+    before = flat(m)
+    with pytest.raises(ValueError, match="'0.weight' has a gradient, but had requires_grad=False") as info:
+        step()
+    assert "Build the optimizer again" in str(info.value) and torch.equal(flat(m), before)
+    assert (pre if build == "preconditioner" else opt.preconditioner).steps == 2
+
+
+def test_a_parameter_another_optimizer_trains_is_not_refused():
+    m, (X, y) = mlp(), data()
+    head = ig.nn.NaturalGradient(m[2].parameters(), model=m)
+    pre = ig.nn.Preconditioner(m, lr=0.1, params=m[2].parameters())
+    body = torch.optim.SGD(m[0].parameters(), lr=0.1)
+    for _ in range(2):
+        head.zero_grad()
+        body.zero_grad()
+        F.cross_entropy(m(X), y).backward()
+        assert pre.step()
+        head.step()
+        body.step()
+
+
 def test_the_preconditioner_leaves_a_missing_gradient_missing():
     m, (X, y) = mlp(), data()
     pre = ig.nn.Preconditioner(m)
@@ -119,6 +169,47 @@ def test_a_group_setting_the_rule_would_ignore_is_refused(key, value):
     groups = [{"params": m[0].parameters(), key: value}, {"params": m[2].parameters()}]
     with pytest.raises(ValueError, match=key):
         ig.nn.NaturalGradient(groups, model=m)   # the default rule, eigen-adam, takes no momentum
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_a_parameter_listed_twice_is_refused(rule):
+    """torch only warns (deprecated); graft's and clip's moments would be updated twice for one step taken."""
+    m = mlp()
+    ps = list(m.parameters())
+    kw = {"step_rule": rule, **({"momentum": 0.9} if rule == "clip" else {})}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # refused before torch's own warning
+        with pytest.raises(ValueError, match="same parameter twice.*positions 0 and 4"):
+            ig.nn.NaturalGradient(ps + [ps[0]], model=m, **kw)
+        with pytest.raises(ValueError, match="same parameter twice"):
+            ig.nn.NaturalGradient([{"params": m[0].parameters()}, {"params": iter([m[2].weight, m[2].bias,
+                                                                                  m[2].weight])}], model=m, **kw)
+        opt = ig.nn.NaturalGradient((p for p in ps), model=m, **kw)   # a generator, read once
+    assert [p for g in opt.param_groups for p in g["params"]] == ps
+
+
+@pytest.mark.parametrize("key", ["weight_decay", "maximize", "foreach", "fused", "differentiable", "capturable",
+                                 "amsgrad", "betas"])
+@pytest.mark.parametrize("curvature", ["kfac", "diag", "dense"])
+def test_a_torch_keyword_is_told_what_to_do_instead(key, curvature):
+    """As a torch keyword, the explanation a parameter group setting it gets (the same text), not "the curvature
+    takes no option" (nor accepted, as the kinds that take any option did); the preconditioner refuses it before
+    warning about its other settings (kl_clip without lr)."""
+    m = mlp()
+    value = {"weight_decay": 0.01, "betas": (0.9, 0.99)}.get(key, False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for owner, build in [("NaturalGradient", ig.nn.NaturalGradient), ("Preconditioner", ig.nn.Preconditioner)]:
+            if owner == "NaturalGradient" and key == "betas":   # its own keyword
+                continue
+            with pytest.raises(ValueError, match=f"{owner} takes no keyword '{key}' \\(a torch.optim setting\\); "):
+                build(m, curvature=curvature, **{key: value})
+    with pytest.raises(ValueError) as group:
+        ig.nn.NaturalGradient([{"params": m.parameters(), "weight_decay": 0.01}], model=m)
+    with pytest.raises(ValueError) as keyword:
+        ig.nn.NaturalGradient(m, weight_decay=0.01)
+    why = str(group.value).split("step_rule='clip'); ", 1)[1]
+    assert why.startswith("weight decay: add it to the loss") and str(keyword.value).endswith("; " + why)
 
 
 def test_a_scheduler_that_cycles_momentum_is_told_to_stop():

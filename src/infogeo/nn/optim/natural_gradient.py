@@ -17,10 +17,9 @@ KL clipping :math:`\nu` (and heavy-ball momentum if asked)::
         loss.backward()
         opt.step()
 
-The curvature statistics come from hooks on that forward and backward (no extra
-forward pass).  ``opt.step(closure, inputs=x, targets=y)`` names the batch explicitly
-(the curvature then takes one forward pass of its own; ``targets`` only for the
-empirical Fisher); a closure is needed for ``adaptive_damping``.
+The curvature statistics come from hooks on that forward and backward (no extra forward pass).
+``opt.step(closure, inputs=x, targets=y)`` names the batch explicitly (the curvature then takes one forward pass
+of its own; ``targets`` only for the empirical Fisher); a closure is needed for ``adaptive_damping``.
 
 ``quadratic_model=True`` is the classic K-FAC recipe (Martens & Grosse 2015,
 Sec. 6–7): the step :math:`\alpha\Delta + \mu\delta_\text{prev}` minimises the damped
@@ -55,8 +54,8 @@ from ..space import ParameterSpace
 from . import quadratic, state
 from .preconditioner import Preconditioner
 from .gradient_basis import UNFACTORED
-from .settings import (CURVATURES, KINDS, agrees, check_groups, check_learning_rate, positive_int, positive_number,
-                       step_defaults)
+from .settings import (CURVATURES, KINDS, agrees, check_groups, check_learning_rate, listed_once, positive_int,
+                       positive_number, refuse_torch_options, step_defaults)
 from .step import STEP_RULES, LastSteps, eigen_steps, graft, grafted, heavy_ball
 
 logger = logging.getLogger(__name__)
@@ -77,7 +76,9 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
     ----------
     params : torch.nn.Module or iterable
         The model (possibly ``DistributedDataParallel``-wrapped), or ``model.parameters()``
-        / parameter groups (each may set ``lr`` and ``momentum``) together with ``model=``.
+        / parameter groups (each may set ``lr`` and ``momentum``) together with ``model=``.  Parameters with
+        ``requires_grad=False`` now are left out of the curvature: a step where one has a gradient (unfrozen since)
+        raises, saying to build the optimizer again.
     lr : float, optional
         Learning rate :math:`\eta` (default ``DEFAULT_LR[step_rule]``: ``1e-2``, ``0.1`` for ``"clip"``).
     curvature : {"kfac", "ekfac", "diag", "block", "dense", "cg", "shampoo", "soap"}
@@ -141,7 +142,9 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
                  adaptive_damping: bool = False, damping_adaptation_period: int = 5,
                  damping_factor: float = 0.95 ** 5, min_damping: Optional[float] = None, max_retries: int = 3,
                  **options: Any):
-        if isinstance(params, torch.nn.Module):
+        refuse_torch_options("NaturalGradient", options)
+        whole = isinstance(params, torch.nn.Module)   # the model's parameters: all of them watched if frozen
+        if whole:
             if model is not None and model is not params:
                 raise ValueError("pass the model once: NaturalGradient(model, ...) or "
                                  "NaturalGradient(model.parameters(), model=model)")
@@ -192,19 +195,15 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
             raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
         b1, b2 = (positive_number(f"betas[{i}]", b, inclusive=True, maximum=1.0) for i, b in enumerate(betas))
         betas = (b1, b2)
-        eps = positive_number("eps", eps)
-        period = positive_int("damping_adaptation_period", damping_adaptation_period)
+        eps, period = positive_number("eps", eps), positive_int("damping_adaptation_period", damping_adaptation_period)
         factor = positive_number("damping_factor", damping_factor, maximum=1.0)
         positive_number("damping", damping)
         super().__init__(params, dict(lr=lr, momentum=momentum))
         check_groups(self.param_groups, rule)
-        trainable = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
-        if not trainable:
-            raise ValueError("NaturalGradient got no parameters with requires_grad=True")
-        self.preconditioner = Preconditioner(
-            model, curvature, damping, params=trainable, lr=self, kl_clip=None if quadratic_model else kl_clip,
-            min_damping=min(1e-4, damping) if min_damping is None else min_damping, max_retries=max_retries,
-            **options)
+        self.preconditioner = Preconditioner(   # those frozen now left out, and refused at a step if unfrozen
+            model, curvature, damping, params=None if whole else [p for g in self.param_groups for p in g["params"]],
+            lr=self, kl_clip=None if quadratic_model else kl_clip, max_retries=max_retries,
+            min_damping=min(1e-4, damping) if min_damping is None else min_damping, **options)
         if self.preconditioner.sharded and (quadratic_model or adaptive_damping):
             raise ValueError("quadratic_model and adaptive_damping evaluate the model at its parameters, which "
                              "fully_shard (FSDP2) keeps sharded; use the default step rules under FSDP2")
@@ -214,11 +213,12 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         self.damping_adaptation_period, self.damping_factor, self.max_retries = period, factor, self.preconditioner.max_retries
 
     def add_param_group(self, param_group: Dict[str, Any]) -> None:
-        """Groups are fixed once built: the curvature covers the parameters given at construction, and a
-        group added later would be stepped along its raw gradient at a natural-gradient learning rate."""
+        """Groups are fixed once built (the curvature covers the parameters given at construction; a group added
+        later would be stepped along its raw gradient), each parameter listed once (:func:`~.settings.listed_once`)."""
         if hasattr(self, "preconditioner"):
             raise ValueError("NaturalGradient cannot take a parameter group after construction (its curvature "
                              "covers the parameters it was built with); build a new NaturalGradient with all groups")
+        listed_once(param_group)
         super().add_param_group(param_group)
 
     @property

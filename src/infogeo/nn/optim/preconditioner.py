@@ -32,14 +32,15 @@ import torch
 
 from .. import distributed as dd
 from .. import fsdp
-from .._params import all_finite
+from .._params import all_finite, working_dtype
 from ..output_metrics import output_metric as _resolve_output_metric
 from ..space import ParameterSpace
-from . import agreement, kl_clipping, state
+from . import agreement, guards, kl_clipping, state
 from .damping import Damping
 from .estimate import CurvatureEstimate
 from .hooks import ForwardRecorder, unwrap
-from .settings import CURVATURES, FISHER, KINDS, check_settings, check_support, kind_defaults, trainable
+from .settings import (CURVATURES, FISHER, KINDS, check_settings, check_support, kind_defaults, refuse_torch_options,
+                       trainable)
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +74,8 @@ class Preconditioner(state.NotCopyable):
     output_fn : callable, optional
         Picks the outputs from what the model returns (e.g. ``lambda out: out.logits``).
     params : iterable of tensors, optional
-        Precondition only these parameters of ``model`` (default: all trainable ones).
+        Precondition only these parameters of ``model`` (default: all of them), those with ``requires_grad=True``
+        now: a step where one of the others has a gradient (unfrozen since) raises, saying to build it again.
     lr : float, callable, torch.optim.Optimizer or None
         Learning rate(s) :math:`\eta` for the trust region: a number, a function returning one
         (to follow a scheduler), or the optimizer whose groups' ``lr`` are read every step.
@@ -105,9 +107,9 @@ class Preconditioner(state.NotCopyable):
     seed : int
         Seed of the Monte Carlo generator (offset by the rank; saved in :meth:`state_dict`).
     grad_scaler : torch.amp.GradScaler, optional
-        The AMP scaler of the loop (call ``scaler.unscale_(opt)`` before :meth:`step`): the empirical
-        Fisher's columns are divided by its scale, and a non-finite gradient (an overflow the scaler
-        will skip) skips the step without raising the damping.
+        The AMP scaler of the loop (call ``scaler.unscale_(opt)`` before :meth:`step`: a step on gradients it has
+        not unscaled raises, :func:`~.guards.check_unscaled`): the empirical Fisher's columns are divided by its
+        scale, and a non-finite gradient (an overflow the scaler will skip) skips the step, the damping kept.
     options
         ``cg_max_iter`` for ``"cg"``, and options of the representation.  K-FAC's default here is
         ``inverse="tikhonov"``, the factored damping of Martens & Grosse (2015); ``inverse="eigen"``
@@ -138,6 +140,7 @@ class Preconditioner(state.NotCopyable):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"Preconditioner needs the torch.nn.Module whose gradients it preconditions, "
                             f"got {type(model).__name__}")
+        refuse_torch_options("Preconditioner", options)   # before the warnings about the settings
         # the kind's own defaults, e.g. Shampoo's statistics every step
         curvature_update_period, inverse_update_period, geometric, defaults = kind_defaults(
             curvature, curvature_update_period, inverse_update_period)
@@ -147,11 +150,9 @@ class Preconditioner(state.NotCopyable):
                            curvature_update_period=curvature_update_period, max_retries=max_retries,
                            inverse_update_period=inverse_update_period, seed=seed, cg_max_iter=cg_max_iter,
                            factor_dtype=factor_dtype, lr=lr, output_fn=output_fn, grad_scaler=grad_scaler)
-        self.model = model
-        self.module = unwrap(model)
-        named = trainable(self.module, params)
-        self.names = [n for n, _ in named]
-        self.params = [p for _, p in named]
+        self.model, self.module = model, unwrap(model)
+        named, self._frozen = trainable(self.module, params)   # the frozen ones watched (:mod:`.guards`)
+        self.names, self.params = [n for n, _ in named], [p for _, p in named]
         #: whether some parameters are sharded by ``fully_shard`` (their gradients are gathered, :mod:`~infogeo.nn.fsdp`)
         self.sharded = any(fsdp.is_dtensor(p) for p in self.params)
         self.kind = CURVATURES[str(curvature).lower()]
@@ -162,8 +163,7 @@ class Preconditioner(state.NotCopyable):
         #: the one owner of the damping (failures raise it, good steps bring it back, Levenberg–Marquardt moves it)
         self.damper = Damping(damping, min_damping, max_damping, damping_increase, damping_recovery)
         self.max_retries = s["max_retries"]
-        pdtype = self.params[0].dtype
-        self.factor_dtype = factor_dtype or (torch.float32 if pdtype in (torch.float16, torch.bfloat16) else pdtype)
+        self.factor_dtype = factor_dtype or working_dtype(self.params[0].dtype)   # float32 for half precision
         for key, value in defaults.items():
             options.setdefault(key, value)
         KINDS[self.kind].check_options(options)
@@ -323,6 +323,7 @@ class Preconditioner(state.NotCopyable):
         later = self.sharded and self.estimate.from_gradients   # Shampoo's statistics of sharded gradients
         if error is None:
             try:
+                guards.check_step(self._frozen, self.grad_scaler)   # unfrozen parameters, scaled gradients
                 grads = self.grads() if grads is None else grads
                 n = self.estimate.batch_size(inputs)
                 if n == 0:
@@ -369,10 +370,9 @@ class Preconditioner(state.NotCopyable):
     def step(self, inputs: Any = None, targets: Optional[torch.Tensor] = None) -> bool:
         """Replace each ``.grad`` by the clipped natural-gradient direction; ``False`` if the step was skipped.
 
-        A skipped step sets the ``.grad`` of the preconditioned parameters to ``None``, so that a torch
-        optimizer stepping anyway leaves them (and its moments) alone; take the optimizer's step only when
-        this returns ``True`` (class docstring).  A non-finite gradient also raises the damping.
-        """
+        A skipped step sets the ``.grad`` of the preconditioned parameters to ``None``, so that a torch optimizer
+        stepping anyway leaves them (and its moments) alone; take its step only when this returns ``True`` (class
+        docstring).  A non-finite gradient also raises the damping."""
         delta = self.precondition(inputs=inputs, targets=targets)
         if delta is None:
             if self.skip_reason != "overflow":

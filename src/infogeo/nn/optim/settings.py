@@ -12,8 +12,8 @@ from ..curvature import kinds
 from .hooks import refuse_sparse
 
 __all__ = ["CURVATURES", "FISHER", "CAPTURED", "KINDS", "PERIODS", "BETAS", "kind_defaults", "step_defaults", "agrees",
-           "check_settings", "check_support", "check_groups", "IGNORED_GROUP_KEYS",
-           "check_learning_rate", "positive_int", "positive_number", "trainable"]
+           "check_settings", "check_support", "check_groups", "IGNORED_GROUP_KEYS", "TORCH_SETTINGS", "refuse_torch_options",
+           "check_learning_rate", "positive_int", "positive_number", "trainable", "listed_once"]
 
 #: the curvature words the optimizers accept (the kinds table, :mod:`~infogeo.nn.curvature.kinds`)
 CURVATURES = kinds.ALIASES
@@ -109,22 +109,48 @@ def check_learning_rate(value: Any, name: str = "lr") -> float:
     return positive_number(name, value, inclusive=True)
 
 
+#: torch's implementation switches (foreach, fused kernels, ...), which no rule here has
+_SWITCHES = ("foreach", "fused", "capturable", "differentiable")
+_AFTER_A_PRECONDITIONER = "a torch optimizer that has it take the steps after a Preconditioner (Preconditioner(model, lr=opt))"
+#: what to do instead of each torch.optim setting that the optimizers here do not take: the one text for a parameter
+#: group's key (:func:`check_groups`) and for a keyword argument (:func:`refuse_torch_options`)
+TORCH_SETTINGS = {
+    **dict.fromkeys(("weight_decay", "decoupled_weight_decay"), f"weight decay: add it to the loss, or let "
+                                                                f"{_AFTER_A_PRECONDITIONER}"),
+    **dict.fromkeys(("betas", "eps"), "betas and eps: set once, NaturalGradient(..., betas=..., eps=...), or on the "
+                                      "torch optimizer that takes the steps after a Preconditioner"),
+    "momentum": "momentum: NaturalGradient(..., step_rule='clip', momentum=...), or on the torch optimizer that "
+                "takes the steps after a Preconditioner",
+    "maximize": "maximize: minimise the negated objective instead (loss = -objective)",
+    **dict.fromkeys(("amsgrad", "nesterov", "dampening", "alpha", "centered", "lr_decay", "initial_accumulator_value"),
+                    f"a setting of another torch optimizer's rule: choose NaturalGradient's with step_rule=, or let "
+                    f"{_AFTER_A_PRECONDITIONER}"),
+    **dict.fromkeys(_SWITCHES, "an implementation switch of torch's own optimizers (their kernels), which these do "
+                               "not have: leave it out"),
+}
 #: torch optimizers' per-group settings that :class:`~.natural_gradient.NaturalGradient` does not take (a group may
-#: hold other keys: schedulers keep their own, e.g. ``initial_lr``, ``max_momentum``)
-IGNORED_GROUP_KEYS = ("weight_decay", "betas", "eps", "amsgrad", "nesterov", "dampening", "maximize", "alpha",
-                      "centered", "lr_decay", "decoupled_weight_decay", "initial_accumulator_value")
+#: hold other keys: schedulers keep their own, e.g. ``initial_lr``, ``max_momentum``; torch's implementation
+#: switches, harmless, are let through)
+IGNORED_GROUP_KEYS = tuple(k for k in TORCH_SETTINGS if k not in _SWITCHES + ("momentum",))
+
+
+def refuse_torch_options(owner: str, options: Dict[str, Any]) -> None:
+    """Refuse a torch.optim keyword argument among the ``options`` given to ``owner`` (a ``ValueError`` saying what
+    to do instead, :data:`TORCH_SETTINGS`), before anything is built or warned about."""
+    for key in options:
+        if key in TORCH_SETTINGS:
+            raise ValueError(f"{owner} takes no keyword {key!r} (a torch.optim setting); {TORCH_SETTINGS[key]}")
 
 
 def check_groups(groups: Iterable[Dict[str, Any]], rule: str) -> None:
-    """Refuse a parameter group that sets what the step rule ``rule`` would ignore (a ``ValueError`` naming it), or
-    an lr or momentum out of range; called at construction and at every step (schedulers edit the groups)."""
+    """Refuse a parameter group that sets what the step rule ``rule`` would ignore (a ``ValueError`` naming it and
+    what to do instead, :data:`TORCH_SETTINGS`), or an lr or momentum out of range; called at construction and at
+    every step (schedulers edit the groups)."""
     for g in groups:
         extra = sorted(set(g) & set(IGNORED_GROUP_KEYS))
         if extra:
             raise ValueError(f"a parameter group sets {extra[0]!r}, which NaturalGradient does not take per group "
-                             f"(its group settings: lr, and momentum for step_rule='clip'); weight decay: add it "
-                             f"to the loss, or use Preconditioner with a torch optimizer that has it; betas and eps: "
-                             f"set once, NaturalGradient(..., betas=..., eps=...)")
+                             f"(its group settings: lr, and momentum for step_rule='clip'); {TORCH_SETTINGS[extra[0]]}")
         lr = check_learning_rate(g["lr"], "a parameter group's lr")
         # a rate past the parameters' largest number makes every step inf, and its undoing NaN
         top = min((torch.finfo(p.dtype).max for p in g["params"] if p.is_floating_point()), default=math.inf)
@@ -136,6 +162,21 @@ def check_groups(groups: Iterable[Dict[str, Any]], rule: str) -> None:
             raise ValueError(f"a parameter group's momentum is {g['momentum']!r}, but step_rule={rule!r} averages "
                              f"with betas[0]: momentum belongs to step_rule='clip' (a scheduler that cycles "
                              f"momentum, such as OneCycleLR, takes cycle_momentum=False)")
+
+
+def listed_once(group: Any) -> None:
+    """Refuse a parameter group that lists one parameter twice (a ``ValueError``), its ``params`` made a list first
+    (as torch does, so a generator is read once).  torch only warns, and a step rule whose moments are per parameter
+    would update them twice for one step.  Sets and non-dicts are left to torch, which refuses them."""
+    if not isinstance(group, dict) or isinstance(group.get("params"), (set, type(None))):
+        return
+    params = group["params"] = [group["params"]] if isinstance(group["params"], torch.Tensor) else list(group["params"])
+    first: Dict[int, int] = {}
+    for i, p in enumerate(params):
+        if first.setdefault(id(p), i) != i:
+            raise ValueError(f"a parameter group lists the same parameter twice (its params at positions "
+                             f"{first[id(p)]} and {i}); pass each parameter once (model.parameters() lists a shared "
+                             f"parameter once)")
 
 
 def check_settings(*, damping, min_damping, max_damping, curvature, fisher, ema_decay, kl_clip, damping_increase,
@@ -190,18 +231,22 @@ def check_support(kind: str, curvature: Any, sharded: bool) -> None:
                          f"the gradients)")
 
 
-def trainable(module: torch.nn.Module, params: Optional[Iterable[Any]]) -> List[Tuple[str, torch.nn.Parameter]]:
-    """``(name, parameter)`` of ``module`` to precondition: ``params`` (all of them ``module``'s) or every trainable one."""
-    named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+def trainable(module: torch.nn.Module, params: Optional[Iterable[Any]]) -> Tuple[List[Tuple[str, torch.nn.Parameter]],
+                                                                                List[Tuple[str, torch.nn.Parameter]]]:
+    """``(name, parameter)`` of ``module`` to precondition: of ``params`` (all of them ``module``'s, default all of
+    ``module``'s), those with ``requires_grad=True``; and the others, watched at each step in case they are unfrozen
+    (:func:`~.guards.check_unfrozen`)."""
+    named = list(module.named_parameters())
     if params is not None:
         params = list(params)
         if any(not isinstance(p, torch.Tensor) for p in params):
             raise TypeError("params must be tensors of the model (e.g. model.parameters())")
         wanted = {id(p) for p in params}
-        known = {id(p) for _, p in module.named_parameters()}
-        if wanted - known:
+        if wanted - {id(p) for _, p in named}:
             raise ValueError("a parameter given to the preconditioner does not belong to model")
         named = [(n, p) for n, p in named if id(p) in wanted]
+    frozen = [(n, p) for n, p in named if not p.requires_grad]
+    named = [(n, p) for n, p in named if p.requires_grad]
     if not named:
         raise ValueError("no parameters with requires_grad=True to precondition")
     meta = [n for n, p in named if p.is_meta]
@@ -210,4 +255,4 @@ def trainable(module: torch.nn.Module, params: Optional[Iterable[Any]]) -> List[
                          f"model first, e.g. model.to_empty(device=...) and then initialise its parameters (or load a "
                          f"state_dict), and build the optimizer on it")
     refuse_sparse(module, {id(p) for _, p in named})
-    return named
+    return named, frozen
