@@ -15,6 +15,7 @@ __all__ = ["check_step", "check_unfrozen", "check_unscaled"]
 
 Named = List[Tuple[str, torch.Tensor]]
 
+
 def check_unfrozen(frozen: Named) -> None:
     """Refuse a parameter that had ``requires_grad=False`` when the optimizer was built (``frozen``, by name) and
     now has a gradient: unfrozen since, and left out of the curvature, it would never move (a torch optimizer
