@@ -111,6 +111,8 @@ class ForwardRecorder:
         self.layers, _ = bp.find_layers(module, list(names))
         self._owned = {n: p for n, p in module.named_parameters() if n in set(names)}
         self._owners = bp.owners(module, list(names))
+        # FSDP2 puts unsharded parameters of its own in place of the sharded ones for the forward (fsdp.unsharded)
+        self._stand_ins = partial(fsdp.unsharded, module) if fsdp.managed(module) else None
         self._watch: Optional[ForeignUses] = None
         self.on_backward = on_backward
         #: called ``(z, grad, inputs)`` from the user's backward when not armed (a kind built by a forward of its own
@@ -174,7 +176,7 @@ class ForwardRecorder:
             self._calls = Recorded({l.path: [] for l in self.layers})
             self._sinks = {p: bp.recording_hook(self._calls, p) for p in self._calls}
             # which parameters this forward uses outside their modules (they take the whole-network route)
-            self._watch = ForeignUses(self._owned, self._owners, inside=(self.module,))
+            self._watch = ForeignUses(self._owned, self._owners, inside=(self.module,), stand_ins=self._stand_ins)
             self._watch.__enter__()
             self._calls.foreign = self._watch.foreign
         else:
