@@ -14,7 +14,7 @@ import torch
 
 from .. import distributed as dd
 
-__all__ = ["agree_step"]
+__all__ = ["agree_step", "InBackward"]
 
 
 def agree_step(error: Optional[BaseException], finite: bool, n: int,
@@ -50,3 +50,33 @@ def _structure_code(new: Optional[Tuple[Any, int]]) -> float:
     blocks = getattr(new[0], "blocks", None) if new is not None else None
     return -1.0 if blocks is None else float(zlib.crc32(repr([(b.kind, b.names, b.stat_shapes())
                                                               for b in blocks]).encode()))
+
+
+class InBackward:
+    """One agreement over the ranks for each batch whose statistics the user's backward records, under FSDP2.
+
+    There the curvature's columns go back through the model inside the user's backward, and that pass runs FSDP2's
+    collectives (its pre-backward all-gathers): a rank that does not (an empty batch, an error before the pass)
+    would leave the others waiting in it, or meet their all-gathers in its own backward.  So every rank agrees
+    once, right before the pass (:meth:`ready`) or, where it never gets there, when the batch ends (:meth:`end`):
+    an error on one rank stops the pass on all of them (that rank keeps its error, the others a
+    :class:`~infogeo.nn.distributed.PeerFailure`), which the step raises.  Inactive (no collective) without FSDP2
+    or a process group: DDP's column pass has no collectives.
+    """
+
+    def __init__(self, sharded: bool):
+        self.done = not (sharded and dd.world_size() > 1)
+
+    def ready(self, error: Optional[BaseException] = None) -> None:
+        """Agree on ``error`` (``None``: this rank is ready for the pass): raises it, or a ``PeerFailure``."""
+        if not self.done:
+            self.done = True
+            dd.agree(error)
+
+    def end(self, error: Optional[BaseException]) -> Optional[BaseException]:
+        """The batch's error once agreed (``error``, a ``PeerFailure``, or ``None``), if :meth:`ready` did not run."""
+        try:
+            self.ready(error)
+        except Exception as exc:   # noqa: BLE001 - agreed: recorded for the step to raise
+            return exc
+        return error

@@ -37,6 +37,7 @@ from ..output_metrics import output_metric as _resolve_output_metric
 from ..space import ParameterSpace
 from . import agreement, kl_clipping, state
 from .damping import Damping
+from .batches import empty_batch
 from .estimate import CurvatureEstimate
 from .hooks import ForwardRecorder, unwrap
 from .settings import CURVATURES, FISHER, KINDS, check_settings, check_support, kind_defaults, trainable
@@ -326,7 +327,7 @@ class Preconditioner(state.NotCopyable):
                 grads = self.grads() if grads is None else grads
                 n = self.estimate.batch_size(inputs)
                 if n == 0:
-                    raise self.estimate.empty_batch()
+                    raise empty_batch()
                 finite = all_finite(fsdp.local(t) for t in grads.values())
                 if finite and not later:
                     new, template = self.estimate.local(self.steps, inputs, targets, grads)
@@ -397,4 +398,3 @@ class Preconditioner(state.NotCopyable):
         first mismatch, nothing changed); the argument is neither changed nor kept.  The curvature objects are
         rebuilt at the next step."""
         state.load(self, saved)
-
