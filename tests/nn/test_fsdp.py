@@ -224,6 +224,8 @@ def refusals():
     """What needs the model evaluated at its (sharded) parameters is refused at construction; so is tensor
     parallelism under fully_shard."""
     out = {"dense": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), curvature="dense")),
+           "cg": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), curvature="cg")),
+           "partial": outcome(lambda: ig.nn.NaturalGradient(partial())),
            "quadratic": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), quadratic_model=True)),
            "adaptive": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), adaptive_damping=True)),
            # not refused: the default step rule of K-FAC and EKFAC falls back to graft under FSDP2
@@ -239,6 +241,15 @@ def refusals():
         return out
     out["tensor_parallel"] = outcome(lambda: ig.nn.NaturalGradient(model))
     return out
+
+
+def partial():
+    """Some layers sharded, the root and the last layer not: their gradients would not be averaged over the ranks."""
+    from torch.distributed.fsdp import fully_shard
+    model = mlp().double()
+    fully_shard(model[0])
+    fully_shard(model[2])
+    return model
 
 
 def mc_fisher(part):
@@ -336,6 +347,18 @@ def test_what_needs_the_sharded_parameters_is_refused_at_construction(two):
             if key in got:
                 name, message = got[key]
                 assert name == "ValueError" and words in message and "FSDP2" in message, (key, got[key])
+
+
+def test_cg_under_fsdp2_is_refused_with_a_kind_that_fsdp2_accepts(two):
+    for r in range(2):
+        name, message = two[r]["refused"]["cg"]
+        assert name == "ValueError" and "'kfac'" in message and "or 'dense'" not in message, message
+
+
+def test_a_model_sharded_in_part_is_refused_with_what_to_shard(two):
+    for r in range(2):
+        name, message = two[r]["refused"]["partial"]
+        assert name == "ValueError" and "'4.weight'" in message and "fully_shard(model)" in message, message
 
 
 def test_the_default_step_rule_under_fsdp2_is_graft(two):

@@ -8,26 +8,34 @@ is what the statistics of the union batch hold.  Any other difference raises one
 from __future__ import annotations
 
 import zlib
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from .. import distributed as dd
 
-__all__ = ["agree_step", "InBackward"]
+__all__ = ["agree_step", "replicas_differ", "InBackward"]
 
 
-def agree_step(error: Optional[BaseException], finite: bool, n: int,
-               new: Optional[Tuple[Any, int]]) -> Tuple[bool, torch.Tensor, Optional[Tuple[Any, int]]]:
+def agree_step(error: Optional[BaseException], finite: bool, n: int, new: Optional[Tuple[Any, int]],
+               replicas: Optional[Tuple[Dict[str, torch.Tensor], Sequence[torch.Tensor]]] = None
+               ) -> Tuple[bool, torch.Tensor, Optional[Tuple[Any, int]]]:
     """The step's one agreement over the ranks (:func:`~infogeo.nn.distributed.agree`): this rank's ``error``,
     whether its gradients are ``finite``, its batch size ``n`` and the structure of its ``new`` statistics.
     Returns whether some rank's gradient is not finite, every rank's ``n`` (column 0), and ``new``.
+
+    ``replicas``: ``(gradients, parameters)`` of a model that neither DDP nor FSDP2 keeps the same on every rank
+    (the same on all ranks when the user all-reduces its gradients): their sums are compared, and ranks that
+    differ raise the same ``ValueError`` (:func:`replicas_differ`) before they drift apart.
 
     Statistics of other structures cannot be averaged.  Where a layer was reached by the batches of some ranks
     only (a branch, an expert), the others adopt its block kind with zero statistics (one exchange of the
     blocks' descriptions, only then; not for EKFAC's statistics awaiting their scales); any other difference
     raises the same ``ValueError`` on every rank instead of exchanging tensors of other shapes."""
-    (nonfinite,), values = dd.agree(error, [not finite], [n, _structure_code(new)])
+    sums = _sums(*replicas) if replicas is not None and error is None and finite else [0.0, 0.0]
+    (nonfinite,), values = dd.agree(error, [not finite], [n, _structure_code(new)] + sums)
+    if replicas is not None and not nonfinite and bool((values[:, 2:] != values[0, 2:]).any()):
+        raise replicas_differ()
     if not nonfinite and len({c for c in values[:, 1].tolist() if c >= 0}) > 1 and new is not None and \
             hasattr(new[0], "templates") and not getattr(new[0], "deferred", False):
         offers = dd.all_gather_objects(new[0].templates())
@@ -43,6 +51,22 @@ def agree_step(error: Optional[BaseException], finite: bool, n: int,
                          "reach the same layers on the steps that refresh the statistics), or other optimizer "
                          "settings on some ranks (curvature, its options)")
     return nonfinite, values, new
+
+
+def _sums(grads: Dict[str, torch.Tensor], params: Sequence[torch.Tensor]) -> List[float]:
+    """The sums of the gradients and of the parameters, in float64 (equal on ranks that hold the same ones)."""
+    return [float(sum(g.detach().double().sum() for g in grads.values())),
+            float(sum(p.detach().double().sum() for p in params))]
+
+
+def replicas_differ() -> ValueError:
+    """The error of a model whose ranks hold other gradients or parameters, though no wrapper keeps them equal."""
+    return ValueError("the ranks' gradients or parameters differ, and the model is neither wrapped in "
+                      "torch.nn.parallel.DistributedDataParallel nor sharded by fully_shard (FSDP2): each rank would "
+                      "step its own model and the ranks drift apart (the curvature statistics are averaged over "
+                      "them). Wrap the model in DistributedDataParallel (it averages the gradients and starts every "
+                      "rank from rank 0's parameters), or, if you average the gradients yourself, do so before "
+                      "step() and start every rank from the same parameters")
 
 
 def _structure_code(new: Optional[Tuple[Any, int]]) -> float:

@@ -53,6 +53,11 @@ def _sharded(module: torch.nn.Module) -> Optional[str]:
             return (f"parameter {name!r} is a DTensor (tensor parallelism or a replicated/sharded DeviceMesh "
                     f"layout) not sharded by fully_shard: each rank's curvature would see a different slice of "
                     f"the layers")
+    plain = [name for name, p in module.named_parameters() if p.requires_grad and id(p) not in fsdp2]
+    if fsdp2 and plain:   # FSDP2 reduces the gradients of what it shards only: these would differ between the ranks
+        return (f"parameters {plain[:4]} are not sharded by fully_shard (FSDP2) while the model's others are: their "
+                f"gradients are not averaged over the ranks, whose copies would drift apart; call fully_shard on the "
+                f"root module too, after its layers (fully_shard(model), FSDP2's usual layout)")
     return None
 
 
