@@ -231,10 +231,60 @@ def scaled_on_one_rank(rank):
     return got, flat(model), pre.steps
 
 
+def empty_under_fsdp2_on_one_rank(rank):
+    """The same under FSDP2, for the exact Fisher (columns back-propagated inside the user's backward, which runs
+    FSDP2's all-gathers) and the empirical one: the ranks agree before that pass, so rank 0 does not run it alone
+    (before, it waited in the user's backward until the process-group timeout); the step after trains again.
+    ``None`` where torch has no ``fully_shard``."""
+    try:
+        from .test_fsdp import shard
+    except Exception:   # noqa: BLE001 - this torch has no FSDP2
+        return None
+    out = {}
+    for fisher in ("exact", "empirical"):
+        model, X, y = problem((10, 10))   # layers of other sizes: collectives out of step do not pass unnoticed
+        net = shard(model)
+        opt = ig.nn.NaturalGradient(net, **{**KW, "fisher": fisher, "curvature_update_period": 1}, step_rule="clip")
+        got = []
+        for t, part in enumerate((slice(0, 8), slice(0, 8) if rank == 0 else slice(0, 0), slice(0, 8))):
+            def one():
+                opt.zero_grad()
+                F.cross_entropy(net(X[t, part]), y[t, part], reduction="sum").backward()
+                return opt.step() or "stepped"
+            got.append(outcome(one))
+        out[fisher] = got
+    return out
+
+
+def plain_model(rank):
+    """A model neither in DDP nor sharded: with its gradients left as they are, the first step raises the same
+    error on both ranks (before, each stepped its own model and the ranks drifted apart); with the gradients
+    all-reduced by hand it trains, the same on both ranks."""
+    out = {}
+    for by_hand in (False, True):
+        model, X, y = problem()
+        opt = ig.nn.NaturalGradient(model, **KW, step_rule="clip")
+        part = slice(rank * 8, rank * 8 + 8)
+
+        def steps():
+            for t in range(3):
+                opt.zero_grad()
+                F.cross_entropy(model(X[t, part]), y[t, part]).backward()
+                if by_hand:
+                    for p in model.parameters():
+                        torch.distributed.all_reduce(p.grad)
+                        p.grad /= 2
+                opt.step()
+            return flat(model)
+        out[by_hand] = outcome(steps)
+    return out
+
+
 SCENARIOS = {"branches": branches_on_one_rank, "empty": empty_on_one_rank, "nan_memory": lambda r: nan_on_one_rank(r, "memory"), "nan_comm": lambda r: nan_on_one_rank(r, "comm"),
              "adam_nan": adam_nan_on_one_rank, "error": error_on_one_rank, "unequal": unequal_batches,
              "adaptive": adaptive_quadratic,
-             "refusals": refusals, "scaled": scaled_on_one_rank}
+             "refusals": refusals, "scaled": scaled_on_one_rank, "empty_fsdp2": empty_under_fsdp2_on_one_rank,
+             "plain": plain_model}
 
 
 def run_scenarios(rank):
@@ -347,3 +397,23 @@ def test_an_empty_batch_on_one_rank_ends_both_with_advice_that_does_not_deadlock
     r0, r1 = ok(results, "empty")
     assert r1[0] == "ValueError" and "every rank" in r1[1] and "DistributedSampler" in r1[1]
     assert r0[0] == "PeerFailure"
+
+
+def test_an_empty_batch_on_one_rank_under_fsdp2_ends_both_with_the_errors_of_ddp_and_no_hang(results):
+    got = ok(results, "empty_fsdp2")
+    if got[0] is None:
+        pytest.skip("this torch has no fully_shard (FSDP2)")
+    for fisher in ("exact", "empirical"):
+        (a0, b0, c0), (a1, b1, c1) = got[0][fisher], got[1][fisher]
+        assert b0[0] == "PeerFailure", (fisher, b0)   # not the process group's timeout in the backward
+        assert a0 == a1 == c0 == c1 == ("ok", "stepped"), (fisher, got)
+        assert b1[0] == "ValueError" and "every rank" in b1[1] and "FSDP2" in b1[1], (fisher, b1)
+
+
+def test_a_model_neither_in_ddp_nor_sharded_is_refused_unless_its_ranks_hold_the_same_gradients(results):
+    got = ok(results, "plain")
+    errors = [g[False] for g in got]
+    assert errors[0] == errors[1] and errors[0][0] == "ValueError", errors   # the same error on both ranks
+    assert "DistributedDataParallel" in errors[0][1] and "drift apart" in errors[0][1]
+    trained = [g[True] for g in got]
+    assert trained[0][0] == "ok" and trained[0] == trained[1], trained   # by hand: allowed, one model

@@ -57,22 +57,52 @@ class Branch(torch.nn.Module):
         return self.net(x)
 
 
+class Attention(torch.nn.Module):
+    """torch's MultiheadAttention, which reads ``out_proj.weight`` without calling ``out_proj``, mean-pooled."""
+
+    def __init__(self, d=8, classes=3):
+        super().__init__()
+        self.embed = torch.nn.Embedding(VOCAB, d)
+        self.attn = torch.nn.MultiheadAttention(d, 2, batch_first=True)
+        self.head = torch.nn.Linear(d, classes)
+
+    def forward(self, tokens):
+        h = self.embed(tokens)
+        return self.head((h + self.attn(h, h, h, need_weights=False)[0]).mean(1))
+
+
+class Tied(torch.nn.Module):
+    """A read-out tied to the embedding, ``F.linear(h, embed.weight)`` (a use outside the Embedding), mean-pooled."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.embed, self.mid = torch.nn.Embedding(3, d), torch.nn.Linear(d, d)
+        self.proj = torch.nn.Linear(4, d)
+
+    def forward(self, x):
+        return F.linear(torch.tanh(self.mid(self.proj(x))), self.embed.weight)
+
+
 def problem(arch, dtype=torch.float64):
     """A freshly seeded model and ``STEPS`` batches of ``N`` examples."""
     torch.manual_seed(0)
-    model = {"mlp": mlp, "block": Block, "branch": Branch}[arch]().to(dtype)
+    model = {"mlp": mlp, "block": Block, "branch": Branch, "attention": Attention, "tied": Tied}[arch]().to(dtype)
     g = torch.Generator().manual_seed(1)
-    X = torch.randn(STEPS, N, 4, generator=g, dtype=dtype) if arch != "block" else \
+    X = torch.randn(STEPS, N, 4, generator=g, dtype=dtype) if arch not in ("block", "attention") else \
         torch.randint(0, VOCAB, (STEPS, N, T), generator=g)
     y = torch.randint(0, 3, (STEPS, N), generator=g)
     return model, X, y
 
 
-def shard(model, policy=None, hybrid=False):
+def shard(model, policy=None, hybrid=False, root_only=False):
     """``fully_shard`` every Linear (and the block's MLP), then the root, as FSDP2's examples do; ``hybrid``: on a
-    2 x 2 mesh (HSDP: parameters sharded within each pair of ranks, replicated across the pairs)."""
+    2 x 2 mesh (HSDP: parameters sharded within each pair of ranks, replicated across the pairs); ``root_only``:
+    the root alone (a weight read outside its module must be in the unit of the module that reads it)."""
     from torch.distributed.fsdp import fully_shard
     kw = {} if policy is None else {"mp_policy": policy}
+    if root_only:
+        fully_shard(model, **kw)
+        return model
     if hybrid:
         from torch.distributed.device_mesh import init_device_mesh
         kw["mesh"] = init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))
@@ -116,6 +146,10 @@ CASES = [("kfac", "memory", "mlp", "clip"), ("kfac", "comm", "mlp", "clip"), ("d
          ("kfac", "memory", "branch", "eigen-adam"), ("kfac", "comm", "branch", "clip"),
          ("diag", "memory", "branch", "clip")]
 CASES_4 = [("kfac", "memory", "mlp", "clip"), ("ekfac", "comm", "mlp", "clip")]
+# weights used outside their own modules (attention's out_proj.weight, a tied read-out): the whole-network route,
+# with the root alone sharded (FSDP2 needs a weight in the unit of the module that reads it)
+CASES_FOREIGN = [("diag", "memory", "attention", "graft"), ("kfac", "memory", "attention", "clip"),
+                 ("diag", "comm", "tied", "clip"), ("kfac", "memory", "tied", "graft")]
 # hybrid sharding (HSDP) on the four ranks
 CASES_HSDP = [("kfac", "memory", "mlp", "clip"), ("ekfac", "comm", "block", "graft")]
 
@@ -132,6 +166,9 @@ def run_fsdp(rank, world):
             model, X, y = problem(case[2])
             out[("hsdp",) + case] = train(shard(model, hybrid=True), X[:, part], y[:, part], *case)[:2]
     if world == 2:
+        for case in CASES_FOREIGN:
+            model, X, y = problem(case[2])
+            out[case] = train(shard(model, root_only=True), X[:, part], y[:, part], *case)[:2]
         out["mc"] = mc_fisher(part)
         out["bf16"] = bf16(part)
         out["refused"] = refusals()
@@ -187,6 +224,8 @@ def refusals():
     """What needs the model evaluated at its (sharded) parameters is refused at construction; so is tensor
     parallelism under fully_shard."""
     out = {"dense": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), curvature="dense")),
+           "cg": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), curvature="cg")),
+           "partial": outcome(lambda: ig.nn.NaturalGradient(partial())),
            "quadratic": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), quadratic_model=True)),
            "adaptive": outcome(lambda: ig.nn.NaturalGradient(shard(mlp()), adaptive_damping=True)),
            # not refused: the default step rule of K-FAC and EKFAC falls back to graft under FSDP2
@@ -202,6 +241,15 @@ def refusals():
         return out
     out["tensor_parallel"] = outcome(lambda: ig.nn.NaturalGradient(model))
     return out
+
+
+def partial():
+    """Some layers sharded, the root and the last layer not: their gradients would not be averaged over the ranks."""
+    from torch.distributed.fsdp import fully_shard
+    model = mlp().double()
+    fully_shard(model[0])
+    fully_shard(model[2])
+    return model
 
 
 def mc_fisher(part):
@@ -240,6 +288,16 @@ def two(two_ranks):
 
 def test_two_ranks_of_fsdp2_equal_one_process_on_the_whole_batch(two):
     for case in CASES:
+        want = expected(case)
+        for r in range(2):
+            got = torch.tensor(two[r][case][1], dtype=torch.float64)
+            assert torch.allclose(got, want, rtol=0, atol=1e-8), (case, r, (got - want).abs().max())
+
+
+def test_weights_used_outside_their_modules_under_fsdp2_equal_one_process(two):
+    """FSDP2 puts unsharded parameters in place of the sharded ones for the forward: a use of those outside their
+    module (MultiheadAttention's out_proj.weight, a tied read-out) is seen, and takes the whole-network route."""
+    for case in CASES_FOREIGN:
         want = expected(case)
         for r in range(2):
             got = torch.tensor(two[r][case][1], dtype=torch.float64)
@@ -289,6 +347,18 @@ def test_what_needs_the_sharded_parameters_is_refused_at_construction(two):
             if key in got:
                 name, message = got[key]
                 assert name == "ValueError" and words in message and "FSDP2" in message, (key, got[key])
+
+
+def test_cg_under_fsdp2_is_refused_with_a_kind_that_fsdp2_accepts(two):
+    for r in range(2):
+        name, message = two[r]["refused"]["cg"]
+        assert name == "ValueError" and "'kfac'" in message and "or 'dense'" not in message, message
+
+
+def test_a_model_sharded_in_part_is_refused_with_what_to_shard(two):
+    for r in range(2):
+        name, message = two[r]["refused"]["partial"]
+        assert name == "ValueError" and "'4.weight'" in message and "fully_shard(model)" in message, message
 
 
 def test_the_default_step_rule_under_fsdp2_is_graft(two):

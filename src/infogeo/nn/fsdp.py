@@ -44,7 +44,7 @@ import torch
 if TYPE_CHECKING:  # pragma: no cover
     from torch.distributed.tensor import DTensor
 
-__all__ = ["class_names", "is_dtensor", "managed", "local", "gather", "shard_like", "shards_like",
+__all__ = ["class_names", "is_dtensor", "managed", "unsharded", "local", "gather", "shard_like", "shards_like",
            "no_reshard_in_backward"]
 
 
@@ -82,6 +82,15 @@ def managed(module: torch.nn.Module) -> Dict[int, bool]:
     (tensor parallelism under FSDP2); empty without FSDP2."""
     return {id(fp.sharded_param): bool(getattr(fp, "is_dtensor", False))
             for group in _groups(module) for fp in group.fsdp_params}
+
+
+def unsharded(module: torch.nn.Module) -> Dict[int, torch.Tensor]:
+    """``id(parameter) -> the parameter FSDP2 puts in its place for the forward`` (the all-gathered, unsharded
+    parameter object, which a layer's forward reads as ``module.weight``), for the parameters ``fully_shard``
+    manages in ``module`` that have been all-gathered once (FSDP2 creates that object at the first all-gather and
+    keeps it); empty without FSDP2."""
+    return {id(fp.sharded_param): fp._unsharded_param for group in _groups(module) for fp in group.fsdp_params
+            if hasattr(fp, "_unsharded_param")}
 
 
 def local(t: torch.Tensor) -> torch.Tensor:

@@ -50,15 +50,19 @@ _RECORDED: contextvars.ContextVar = contextvars.ContextVar("recorded_forward", d
 @contextlib.contextmanager
 def recorded_forward(z: torch.Tensor, calls: Dict[str, list],
                      output_grads: Optional[Callable[[str], Optional[torch.Tensor]]] = None,
-                     foreign: Iterable[str] = ()):
+                     foreign: Iterable[str] = (), before_columns: Optional[Callable[[], None]] = None):
     """Within this block, :func:`capture` uses the outputs ``z`` and layer ``calls`` of a forward
     already run (its graph still alive) instead of a forward pass of its own.
 
     ``output_grads(path)``, when given, is each layer's output gradient for the single column
     (what the caller's own backward of that column delivered): no backward pass is run then.
     ``foreign`` names the parameters that forward used outside their modules (:class:`.uses.ForeignUses`).
+    ``before_columns()`` is called once the columns are ready to go back through the graph, before any of
+    them does (whether or not a layer needs them), and may raise to stop there: the ranks of a model sharded
+    with ``fully_shard`` agree there, as that backward runs FSDP2's collectives.
     """
-    token = _RECORDED.set((z, calls, output_grads, tuple(foreign) or tuple(getattr(calls, "foreign", ()))))
+    token = _RECORDED.set((z, calls, output_grads, tuple(foreign) or tuple(getattr(calls, "foreign", ())),
+                           before_columns))
     try:
         yield
     finally:
@@ -297,9 +301,9 @@ def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor],
         space.check_per_example()
     layers, shared = find_layers(space.model, space.names)
     recorded = _RECORDED.get()
-    given = None
+    given, ready = None, None
     if recorded is not None:
-        z, calls, given, foreign = recorded
+        z, calls, given, foreign, ready = recorded
         calls = {l.path: calls.get(l.path, []) for l in layers}
     else:
         calls = {l.path: [] for l in layers}
@@ -316,12 +320,12 @@ def capture(space, factor_fn: Callable[[torch.Tensor], torch.Tensor],
                 h.remove()
     with without_autocast():
         return _backpropagate(space, z, layers, shared, set(foreign), calls, factor_fn, reducer, per_position,
-                              given, recorded is not None)
+                              given, recorded is not None, ready)
 
 
 def _backpropagate(space, z: torch.Tensor, layers: List[Layer], shared: List[str], foreign: set,
                    calls: Dict[str, list], factor_fn: Callable, reducer: Optional[Callable], per_position: bool,
-                   given: Optional[Callable], keep_graph: bool) -> Capture:
+                   given: Optional[Callable], keep_graph: bool, ready: Optional[Callable] = None) -> Capture:
     """:func:`capture` after its forward pass: classify the layers, back-propagate the columns."""
     space.output_metric.check(z)
     N = space.batch_size
@@ -346,8 +350,10 @@ def _backpropagate(space, z: torch.Tensor, layers: List[Layer], shared: List[str
                          len(calls[l.path]), ", a parameter used outside it" if foreign & set(l.names) else "")
     calls.clear()
     cols = Columns(factor_fn(z.detach()), bool(per_position))
+    sinks = [reducer(l, cols) if reducer is not None else None for l in live]
+    if given is None and ready is not None:
+        ready()
     if live:
-        sinks = [reducer(l, cols) if reducer is not None else None for l in live]
 
         def deliver(j: int, grads) -> None:
             for l, sink, g in zip(live, sinks, grads):

@@ -8,26 +8,34 @@ is what the statistics of the union batch hold.  Any other difference raises one
 from __future__ import annotations
 
 import zlib
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from .. import distributed as dd
 
-__all__ = ["agree_step"]
+__all__ = ["agree_step", "replicas_differ", "InBackward"]
 
 
-def agree_step(error: Optional[BaseException], finite: bool, n: int,
-               new: Optional[Tuple[Any, int]]) -> Tuple[bool, torch.Tensor, Optional[Tuple[Any, int]]]:
+def agree_step(error: Optional[BaseException], finite: bool, n: int, new: Optional[Tuple[Any, int]],
+               replicas: Optional[Tuple[Dict[str, torch.Tensor], Sequence[torch.Tensor]]] = None
+               ) -> Tuple[bool, torch.Tensor, Optional[Tuple[Any, int]]]:
     """The step's one agreement over the ranks (:func:`~infogeo.nn.distributed.agree`): this rank's ``error``,
     whether its gradients are ``finite``, its batch size ``n`` and the structure of its ``new`` statistics.
     Returns whether some rank's gradient is not finite, every rank's ``n`` (column 0), and ``new``.
+
+    ``replicas``: ``(gradients, parameters)`` of a model that neither DDP nor FSDP2 keeps the same on every rank
+    (the same on all ranks when the user all-reduces its gradients): their sums are compared, and ranks that
+    differ raise the same ``ValueError`` (:func:`replicas_differ`) before they drift apart.
 
     Statistics of other structures cannot be averaged.  Where a layer was reached by the batches of some ranks
     only (a branch, an expert), the others adopt its block kind with zero statistics (one exchange of the
     blocks' descriptions, only then; not for EKFAC's statistics awaiting their scales); any other difference
     raises the same ``ValueError`` on every rank instead of exchanging tensors of other shapes."""
-    (nonfinite,), values = dd.agree(error, [not finite], [n, _structure_code(new)])
+    sums = _sums(*replicas) if replicas is not None and error is None and finite else [0.0, 0.0]
+    (nonfinite,), values = dd.agree(error, [not finite], [n, _structure_code(new)] + sums)
+    if replicas is not None and not nonfinite and bool((values[:, 2:] != values[0, 2:]).any()):
+        raise replicas_differ()
     if not nonfinite and len({c for c in values[:, 1].tolist() if c >= 0}) > 1 and new is not None and \
             hasattr(new[0], "templates") and not getattr(new[0], "deferred", False):
         offers = dd.all_gather_objects(new[0].templates())
@@ -45,8 +53,54 @@ def agree_step(error: Optional[BaseException], finite: bool, n: int,
     return nonfinite, values, new
 
 
+def _sums(grads: Dict[str, torch.Tensor], params: Sequence[torch.Tensor]) -> List[float]:
+    """The sums of the gradients and of the parameters, in float64 (equal on ranks that hold the same ones)."""
+    return [float(sum(g.detach().double().sum() for g in grads.values())),
+            float(sum(p.detach().double().sum() for p in params))]
+
+
+def replicas_differ() -> ValueError:
+    """The error of a model whose ranks hold other gradients or parameters, though no wrapper keeps them equal."""
+    return ValueError("the ranks' gradients or parameters differ, and the model is neither wrapped in "
+                      "torch.nn.parallel.DistributedDataParallel nor sharded by fully_shard (FSDP2): each rank would "
+                      "step its own model and the ranks drift apart (the curvature statistics are averaged over "
+                      "them). Wrap the model in DistributedDataParallel (it averages the gradients and starts every "
+                      "rank from rank 0's parameters), or, if you average the gradients yourself, do so before "
+                      "step() and start every rank from the same parameters")
+
+
 def _structure_code(new: Optional[Tuple[Any, int]]) -> float:
     """A number that differs between statistics of other structures (kinds, parameters, shapes); -1 for none."""
     blocks = getattr(new[0], "blocks", None) if new is not None else None
     return -1.0 if blocks is None else float(zlib.crc32(repr([(b.kind, b.names, b.stat_shapes())
                                                               for b in blocks]).encode()))
+
+
+class InBackward:
+    """One agreement over the ranks for each batch whose statistics the user's backward records, under FSDP2.
+
+    There the curvature's columns go back through the model inside the user's backward, and that pass runs FSDP2's
+    collectives (its pre-backward all-gathers): a rank that does not (an empty batch, an error before the pass)
+    would leave the others waiting in it, or meet their all-gathers in its own backward.  So every rank agrees
+    once, right before the pass (:meth:`ready`) or, where it never gets there, when the batch ends (:meth:`end`):
+    an error on one rank stops the pass on all of them (that rank keeps its error, the others a
+    :class:`~infogeo.nn.distributed.PeerFailure`), which the step raises.  Inactive (no collective) without FSDP2
+    or a process group: DDP's column pass has no collectives.
+    """
+
+    def __init__(self, sharded: bool):
+        self.done = not (sharded and dd.world_size() > 1)
+
+    def ready(self, error: Optional[BaseException] = None) -> None:
+        """Agree on ``error`` (``None``: this rank is ready for the pass): raises it, or a ``PeerFailure``."""
+        if not self.done:
+            self.done = True
+            dd.agree(error)
+
+    def end(self, error: Optional[BaseException]) -> Optional[BaseException]:
+        """The batch's error once agreed (``error``, a ``PeerFailure``, or ``None``), if :meth:`ready` did not run."""
+        try:
+            self.ready(error)
+        except Exception as exc:   # noqa: BLE001 - agreed: recorded for the step to raise
+            return exc
+        return error

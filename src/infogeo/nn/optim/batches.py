@@ -12,13 +12,14 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from .. import distributed as dd
 from .._layers import training_with_dropout
 from ..batch import Batch
 from ..output_metrics.base import OutputMetric
 from ..output_metrics.ignored import KeptPositions
 from ..space import ParameterSpace
 
-__all__ = ["BatchSpaces", "BackpropagatedBatches", "gradients_reset"]
+__all__ = ["BatchSpaces", "BackpropagatedBatches", "empty_batch", "gradients_reset"]
 
 
 class BatchSpaces:
@@ -91,3 +92,14 @@ def gradients_reset(params: Sequence[torch.nn.Parameter]) -> bool:
     was recorded from earlier backward passes belongs to gradients no step will take (a batch skipped by the loop or
     by a ``GradScaler`` overflow, an adversarial example's clean pass)."""
     return bool(params) and all(p.grad is None for p in params)
+
+
+def empty_batch() -> ValueError:
+    """The error of a batch of 0 examples, with advice that does not deadlock a process group."""
+    if dd.world_size() > 1:   # skipping the forward on one rank would leave the gradients' collectives waiting
+        return ValueError("this rank's batch is empty (0 examples): a curvature needs at least one example on every "
+                          "rank; give every rank examples at every step (DistributedSampler pads the last batch; or "
+                          "drop_last=True), as the gradients' all-reduce (DDP) or reduce-scatter (FSDP2) needs every "
+                          "rank's backward")
+    return ValueError("the batch is empty (0 examples): a curvature needs at least one example; skip empty "
+                      "batches before the forward pass")

@@ -27,7 +27,8 @@ from ..space import ParameterSpace
 from . import state
 from .damping import Damping
 from .hooks import ForwardRecorder, OutputGradients
-from .batches import BackpropagatedBatches, BatchSpaces, gradients_reset
+from .batches import BackpropagatedBatches, BatchSpaces, empty_batch, gradients_reset
+from .agreement import InBackward
 from .pool import Deferred, StatisticsPool
 from .rows import RowCapture
 from .unreached import Unreached
@@ -71,6 +72,7 @@ class CurvatureEstimate:
         shapes = dict(module.named_parameters())
         self.layout = ParamLayout(names, [tuple(shapes[n].shape) for n in names])
         self._params = [shapes[n] for n in names]
+        self.sharded = bool(fsdp.managed(module))   # by fully_shard (FSDP2)
         self.recorder = ForwardRecorder(module, names, self._on_backward, self._on_forward, output_fn)
         self.recorder.armed = self.captures
         self._read = BackpropagatedBatches(output_metric)   # for a kind built by a forward of its own
@@ -89,19 +91,9 @@ class CurvatureEstimate:
         signature (:class:`.batches.BatchSpaces`; ``fresh``: one of its own)."""
         return self.spaces.get(self.recorder.inputs if inputs is None else inputs, targets, fresh)
 
-    @staticmethod
-    def empty_batch() -> ValueError:
-        """The error of a batch of 0 examples, with advice that does not deadlock a process group."""
-        if dd.world_size() > 1:   # skipping the forward on one rank would leave DDP's all-reduce waiting
-            return ValueError("this rank's batch is empty (0 examples): a curvature needs at least one example on "
-                              "every rank; give every rank examples at every step (DistributedSampler pads the last "
-                              "batch; or drop_last=True), as DDP's own gradient all-reduce needs every rank's backward")
-        return ValueError("the batch is empty (0 examples): a curvature needs at least one example; skip empty "
-                          "batches before the forward pass")
-
     def _build(self, space: ParameterSpace, generator: Optional[torch.Generator] = None, **given: Any):
         if space.batch_size == 0:
-            raise self.empty_batch()
+            raise empty_batch()
         with bp.constant_batch_statistics():   # BatchNorm in training mode, as K-FAC optimizers treat it
             return space.curvature(self.kind, self.fisher, samples=self.samples, **self.options, **given,
                                    **self._scale_options(), generator=self.generator if generator is None else generator)
@@ -146,7 +138,9 @@ class CurvatureEstimate:
         batch-mean loss :math:`L` (torch's default).  With one column (no middle axes) the user's backward delivers
         each layer's share itself (:class:`.hooks.OutputGradients`); else the columns are back-propagated here.
         """
-        if self.pending.failed:   # an earlier batch of this step failed: the step raises it
+        sync = InBackward(self.sharded)   # under FSDP2 the ranks agree before the columns' pass (its collectives)
+        if self.pending.failed:   # an earlier batch of this step failed: the step raises it (the others stop too)
+            sync.end(RuntimeError("an earlier batch of this step failed"))
             return
         try:
             n, scale = z.shape[0], self.loss_scale()
@@ -157,7 +151,7 @@ class CurvatureEstimate:
             given = {} if column is None else {"columns": grad.detach().unsqueeze(0) * column}
 
             def build(output_grads=None):
-                with bp.recorded_forward(z, calls, output_grads), self.recorder.paused(), \
+                with bp.recorded_forward(z, calls, output_grads, before_columns=sync.ready), self.recorder.paused(), \
                         fsdp.no_reshard_in_backward(self.module):
                     space = self.space(inputs)
                     own, space.output_metric = space.output_metric, space.output_metric if masked is None else masked
@@ -172,8 +166,11 @@ class CurvatureEstimate:
                 self.pending.add(Deferred(lambda: build(grads), grads.remove), n)
             else:
                 self.pending.add(build(), n)
+            error = sync.end(None)
         except Exception as exc:  # raised again by the step, not inside the user's backward
-            self.pending.fail(exc)
+            error = sync.end(exc)
+        if error is not None:
+            self.pending.fail(error)
 
     def statistics(self, inputs: Any, targets: Optional[torch.Tensor],
                    generator: Optional[torch.Generator] = None, grads: Optional[Params] = None) -> Tuple[Any, int]:
@@ -204,6 +201,8 @@ class CurvatureEstimate:
         except MissingTargets as exc:   # said in the optimizers' terms
             raise MissingTargets.in_optimizer(self.kind, self.fisher) from exc
         except (RuntimeError, IndexError) as exc:   # torch's error on this batch: name the batch
+            if isinstance(exc, dd.PeerFailure):   # another rank's batch failed (recorded under FSDP2), not this one
+                raise
             batch = batch or (Batch.of(inputs) if inputs is not None else self.recorder.inputs)
             sig = [(tuple(t.shape), str(t.dtype).replace("torch.", "")) for t in batch.tensors()] if batch else "?"
             raise ValueError(f"the curvature statistics could not be computed on the batch (inputs of shape and "

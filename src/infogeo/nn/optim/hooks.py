@@ -53,6 +53,11 @@ def _sharded(module: torch.nn.Module) -> Optional[str]:
             return (f"parameter {name!r} is a DTensor (tensor parallelism or a replicated/sharded DeviceMesh "
                     f"layout) not sharded by fully_shard: each rank's curvature would see a different slice of "
                     f"the layers")
+    plain = [name for name, p in module.named_parameters() if p.requires_grad and id(p) not in fsdp2]
+    if fsdp2 and plain:   # FSDP2 reduces the gradients of what it shards only: these would differ between the ranks
+        return (f"parameters {plain[:4]} are not sharded by fully_shard (FSDP2) while the model's others are: their "
+                f"gradients are not averaged over the ranks, whose copies would drift apart; call fully_shard on the "
+                f"root module too, after its layers (fully_shard(model), FSDP2's usual layout)")
     return None
 
 
@@ -111,6 +116,8 @@ class ForwardRecorder:
         self.layers, _ = bp.find_layers(module, list(names))
         self._owned = {n: p for n, p in module.named_parameters() if n in set(names)}
         self._owners = bp.owners(module, list(names))
+        # FSDP2 puts unsharded parameters of its own in place of the sharded ones for the forward (fsdp.unsharded)
+        self._stand_ins = partial(fsdp.unsharded, module) if fsdp.managed(module) else None
         self._watch: Optional[ForeignUses] = None
         self.on_backward = on_backward
         #: called ``(z, grad, inputs)`` from the user's backward when not armed (a kind built by a forward of its own
@@ -174,7 +181,7 @@ class ForwardRecorder:
             self._calls = Recorded({l.path: [] for l in self.layers})
             self._sinks = {p: bp.recording_hook(self._calls, p) for p in self._calls}
             # which parameters this forward uses outside their modules (they take the whole-network route)
-            self._watch = ForeignUses(self._owned, self._owners, inside=(self.module,))
+            self._watch = ForeignUses(self._owned, self._owners, inside=(self.module,), stand_ins=self._stand_ins)
             self._watch.__enter__()
             self._calls.foreign = self._watch.foreign
         else:

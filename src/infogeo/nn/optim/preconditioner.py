@@ -6,20 +6,19 @@ r"""Natural-gradient preconditioning of the gradients a torch training loop leav
 .. math:: \delta = \nu\,(C + \lambda I)^{-1} g,\qquad
           \nu = \min\Big(1, \sqrt{\kappa \big/ \textstyle\sum_\ell \eta_\ell^2\, \delta_\ell^T g_\ell}\Big),
 
-(the ``sharp`` of the covector under a curvature :math:`C` of the network's pullback
-metric, Amari 1998; Martens & Grosse 2015), so that any torch optimizer, LR
-scheduler, gradient clipping or AMP ``GradScaler`` then acts on :math:`\delta`.
-:math:`\nu` is the trust region (*KL clipping*, Ba et al. 2017; :mod:`.kl_clipping`): the step
+(the ``sharp`` of the covector under a curvature :math:`C` of the network's pullback metric, Amari 1998; Martens &
+Grosse 2015), so that any torch optimizer, LR scheduler, gradient clipping or AMP ``GradScaler`` then acts on
+:math:`\delta`. :math:`\nu` is the trust region (*KL clipping*, Ba et al. 2017; :mod:`.kl_clipping`): the step
 :math:`-\eta\delta` changes the model's predictions by a KL divergence of about
-:math:`\tfrac12\eta^2\delta^T(C+\lambda I)\delta \le \kappa` = ``kl_clip``, with
-:math:`\eta_\ell` the learning rate of each parameter's group.
+:math:`\tfrac12\eta^2\delta^T(C+\lambda I)\delta \le \kappa` = ``kl_clip``, with :math:`\eta_\ell` the learning rate
+of each parameter's group.
 
-Costs, with the defaults: statistics every ``curvature_update_period`` (10) steps from hooks on the
-user's own forward and backward (:mod:`.hooks`; one extra backward for the Monte Carlo Fisher, no
-extra forward), damped factor inverses every ``inverse_update_period`` (100) steps (both also at steps
-1, 2, 4, 8, ... before the first 100, where the network moves most, unless you set the periods), and every step
-two :math:`d\times d` products per layer, or products with the batch's rows on small batches
-(:mod:`.rows`).  ``curvature="cg"``: an extra forward pass and ``cg_max_iter`` CG products a step.
+Costs, with the defaults: statistics every ``curvature_update_period`` (10) steps from hooks on the user's own
+forward and backward (:mod:`.hooks`; one extra backward for the Monte Carlo Fisher, no extra forward), damped factor
+inverses every ``inverse_update_period`` (100) steps (both also at steps 1, 2, 4, 8, ... before the first 100, where
+the network moves most, unless you set the periods), and every step two :math:`d\times d` products per layer, or
+products with the batch's rows on small batches (:mod:`.rows`).  ``curvature="cg"``: an extra forward pass and
+``cg_max_iter`` CG products a step.
 """
 from __future__ import annotations
 
@@ -37,6 +36,7 @@ from ..output_metrics import output_metric as _resolve_output_metric
 from ..space import ParameterSpace
 from . import agreement, guards, kl_clipping, state
 from .damping import Damping
+from .batches import empty_batch
 from .estimate import CurvatureEstimate
 from .hooks import ForwardRecorder, unwrap
 from .settings import (CURVATURES, FISHER, KINDS, check_settings, check_support, kind_defaults, refuse_torch_options,
@@ -155,6 +155,7 @@ class Preconditioner(state.NotCopyable):
         self.names, self.params = [n for n, _ in named], [p for _, p in named]
         #: whether some parameters are sharded by ``fully_shard`` (their gradients are gathered, :mod:`~infogeo.nn.fsdp`)
         self.sharded = any(fsdp.is_dtensor(p) for p in self.params)
+        self.by_hand = not self.sharded and not isinstance(model, torch.nn.parallel.DistributedDataParallel)  # kept equal?
         self.kind = CURVATURES[str(curvature).lower()]
         check_support(self.kind, curvature, self.sharded)
         self.fisher = FISHER[str(fisher).lower()]
@@ -250,9 +251,8 @@ class Preconditioner(state.NotCopyable):
     def direction(self, grads: Params) -> Optional[Params]:
         r""":math:`(C + \lambda I)^{-1} g` in the gradients' dtype, retrying with a raised damping until it is finite.
 
-        Returns ``None`` when no curvature is available or ``1 + max_retries`` solves failed (the
-        curvature is kept).  Under ``torch.distributed`` the ranks agree on each outcome.
-        """
+        Returns ``None`` when no curvature is available or ``1 + max_retries`` solves failed (the curvature is kept).
+        Under ``torch.distributed`` the ranks agree on each outcome."""
         given, grads = grads, fsdp.gather(grads)
         if self.solver is not None and not all_finite(grads.values()):   # a solve would only carry the NaN along
             dd.agree(ValueError("the gradient to precondition contains NaN or inf"))
@@ -327,14 +327,15 @@ class Preconditioner(state.NotCopyable):
                 grads = self.grads() if grads is None else grads
                 n = self.estimate.batch_size(inputs)
                 if n == 0:
-                    raise self.estimate.empty_batch()
+                    raise empty_batch()
                 finite = all_finite(fsdp.local(t) for t in grads.values())
                 if finite and not later:
                     new, template = self.estimate.local(self.steps, inputs, targets, grads)
                     n = new[1] if new is not None else n
             except Exception as exc:
                 error = exc
-        nonfinite, sizes, new = agreement.agree_step(error, finite, n, new)
+        replicas = (grads, self.params) if self.by_hand and dd.world_size() > 1 else None   # kept equal by the user?
+        nonfinite, sizes, new = agreement.agree_step(error, finite, n, new, replicas)
         self.skip_reason = None
         if nonfinite:
             if self.grad_scaler is not None:   # an overflow of the scaled loss: the scaler skips this step
@@ -397,4 +398,3 @@ class Preconditioner(state.NotCopyable):
         first mismatch, nothing changed); the argument is neither changed nor kept.  The curvature objects are
         rebuilt at the next step."""
         state.load(self, saved)
-

@@ -223,7 +223,9 @@ def check_support(kind: str, curvature: Any, sharded: bool) -> None:
     """Refuse, at construction, a kind that cannot run in this process group or on sharded parameters."""
     if kind == "implicit" and dd.world_size() > 1:
         raise ValueError("curvature='cg' solves with the local batch only, so the ranks of a process group "
-                         "would move apart; use 'kfac', 'diag', 'block' or 'dense' (statistics all-reduced)")
+                         "would move apart; use 'kfac', 'ekfac', 'diag' or 'block' (statistics all-reduced)"
+                         + (" (not 'dense': it evaluates the model at its parameters, which fully_shard (FSDP2) keeps "
+                            "sharded)" if sharded else ", or 'dense'"))
     if sharded and kind not in CAPTURED and KINDS[kind].statistics != "gradient":
         raise ValueError(f"curvature={curvature!r} evaluates the model at its parameters, which fully_shard "
                          f"(FSDP2) keeps sharded; under FSDP2 use 'kfac', 'ekfac', 'diag' or 'block' (statistics "
