@@ -253,6 +253,34 @@ def test_a_loss_on_the_returned_outputs_that_output_fn_permutes(kind, fisher):
     assert torch.allclose(d["returned"], d["z"], rtol=1e-10, atol=1e-13)
 
 
+@pytest.mark.parametrize("kind", ["diag", "kfac"])
+@pytest.mark.parametrize("fisher", ["exact", "empirical"])
+def test_a_loss_on_the_returned_outputs_that_output_fn_slices(kind, fisher):
+    """A causal language model's shift in ``output_fn`` (``z[:, :-1]``), the loss taken on the same slice of what
+    the model returns: z's gradient is that slice of the returned tensor's (the empirical Fisher raised
+    MissingTargets); the direction equals the one of the loss taken on z itself.  A loss that also uses the entries
+    the slice leaves out is not read as a loss on z."""
+    ids, y = batch()
+    y = y.clamp_min(0)
+    shift = lambda z: z[:, :-1]  # noqa: E731
+    losses = {"returned": lambda out: torch.nn.functional.cross_entropy(out[:, :-1].reshape(-1, 4),
+                                                                         y[:, 1:].reshape(-1)),
+              "z": lambda out: torch.nn.functional.cross_entropy(shift(out).reshape(-1, 4), y[:, 1:].reshape(-1))}
+    d = {}
+    for on, loss in losses.items():
+        m = model()
+        pre = ig.nn.Preconditioner(m, kind, damping=LAM, fisher=fisher, kl_clip=None, output_fn=shift, seed=3)
+        loss(m(ids)).backward()
+        d[on] = torch.cat([v.reshape(-1) for v in pre.precondition().values()])
+    assert torch.allclose(d["returned"], d["z"], rtol=1e-10, atol=1e-13)
+    if fisher == "empirical":   # the whole returned tensor in the loss: refused as before, not misread
+        m = model()
+        pre = ig.nn.Preconditioner(m, kind, damping=LAM, fisher=fisher, kl_clip=None, output_fn=shift)
+        torch.nn.functional.cross_entropy(m(ids).reshape(-1, 4), y.reshape(-1)).backward()
+        with pytest.raises(ValueError, match="output_fn"):
+            pre.precondition()
+
+
 @pytest.mark.parametrize("ignore_index", [0, 3])
 @pytest.mark.parametrize("kind", ["diag", "kfac"])
 def test_an_ignored_class_index_of_the_classes_own_range(ignore_index, kind):

@@ -20,7 +20,7 @@ class MissingTargets(ValueError):
     def in_optimizer(cls, kind: str, fisher: str) -> "MissingTargets":
         """The error in an optimizer's terms: no loss gradient reached the outputs in the backward."""
         hooked = kind in cls.HOOKED
-        why = ("the loss was taken neither on what output_fn returns nor on a tensor it only rearranges" if hooked
+        why = ("the loss was taken neither on what output_fn returns nor on a tensor it only selects from" if hooked
                else "this kind is not built in the backward")
         return cls(f"curvature={kind!r} with fisher={fisher!r} needs the batch's loss gradient at the outputs, and "
                    f"none reached them ({why}): call opt.step(closure, inputs=x, targets=y), or use fisher='mc' or "

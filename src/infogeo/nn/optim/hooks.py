@@ -112,7 +112,9 @@ class ForwardRecorder:
                  on_forward: Optional[Callable[[], None]] = None, output_fn: Optional[Callable] = None):
         self.module = module
         self.on_forward, self.output_fn = on_forward, output_fn
-        self._rearranging: Dict[tuple, bool] = {}   # output shape -> whether output_fn only rearranges it
+        #: output shape -> where output_fn only selects its entries (a rearrangement, a slice): the entries it leaves
+        #: out (a boolean mask, None for none); False where it computes anything else
+        self._selecting: Dict[tuple, Any] = {}
         self.layers, _ = bp.find_layers(module, list(names))
         self._owned = {n: p for n, p in module.named_parameters() if n in set(names)}
         self._owners = bp.owners(module, list(names))
@@ -209,10 +211,11 @@ class ForwardRecorder:
             output = self.output_fn(output)   # the outputs z in what the model returns
         if not live or not (isinstance(output, torch.Tensor) and output.requires_grad) or self.inputs is None:
             return
-        # a loss on what the model returns, when output_fn only rearranges it (torch's (N, C, ...) layout permuted
-        # to classes last): z's gradient is that rearrangement of the returned tensor's
+        # a loss on what the model returns, when output_fn only selects its entries (torch's (N, C, ...) layout
+        # permuted to classes last, a causal LM's shifted positions): z's gradient is that selection of the returned
+        # tensor's, where the loss left the other entries alone
         rearranged = (raw is not output and isinstance(raw, torch.Tensor) and raw.requires_grad
-                      and self._rearranges(raw))
+                      and self._selects(raw) is not False)
         if calls is None and compiling():
             return   # nothing to record, and the hook below would break the compiled graph (it sets self.inputs)
         inputs, box = self.inputs, []
@@ -231,6 +234,8 @@ class ForwardRecorder:
             rec = me()
             if rec is None or rec._paused or (reached and not of_z):
                 return
+            if not of_z and not rec._only_selected(grad):
+                return   # the loss used entries output_fn leaves out: not a loss on z
             if calls is None and _transformed(grad):
                 return   # a transform's backward through this graph (the optimizer's own vmap), not the user's
             if of_z:
@@ -247,20 +252,34 @@ class ForwardRecorder:
         if rearranged:
             raw.register_hook(partial(on_grad, of_z=False))
 
-    def _rearranges(self, raw: torch.Tensor) -> bool:
-        """Whether ``output_fn`` maps a tensor shaped like ``raw`` to a rearrangement of its entries (a permute, a
-        transpose, a reshape), found once per shape by applying it to the entries' indices."""
+    def _selects(self, raw: torch.Tensor) -> Any:
+        """Whether ``output_fn`` maps a tensor shaped like ``raw`` to a selection of its entries, each once (a permute,
+        a transpose, a reshape, a slice): the mask of the entries it leaves out (``None``: none), or ``False``; found
+        once per shape by applying it to the entries' indices."""
         key, fn = tuple(raw.shape), self.output_fn
-        if key not in self._rearranging and fn is not None:
+        if key not in self._selecting and fn is not None:
             idx = torch.arange(raw.numel(), device=raw.device).reshape(raw.shape)
+            verdict: Any = False
             try:
                 out = fn(idx)
-                ok = (isinstance(out, torch.Tensor) and out.numel() == idx.numel()
-                      and bool((out.reshape(-1).sort().values == idx.reshape(-1)).all()))
-            except Exception:   # noqa: BLE001 - an output_fn that takes no plain tensor: not a rearrangement
-                ok = False
-            self._rearranging[key] = ok
-        return self._rearranging.get(key, False)
+                if isinstance(out, torch.Tensor) and out.is_floating_point() and bool((out == out.round()).all()):
+                    out = out.long()   # a cast (z.float()) keeps the indices, where the dtype holds them exactly
+                if isinstance(out, torch.Tensor) and not out.is_floating_point() and 0 < out.numel() <= idx.numel() \
+                        and bool(((out >= 0) & (out < idx.numel())).all()):
+                    picked = out.reshape(-1)
+                    left = torch.ones(idx.numel(), dtype=torch.bool, device=raw.device)
+                    left[picked] = False
+                    if int((~left).sum()) == picked.numel():   # each entry at most once
+                        verdict = left.reshape(raw.shape) if bool(left.any()) else None
+            except Exception:   # noqa: BLE001 - an output_fn that takes no plain tensor: no selection
+                pass
+            self._selecting[key] = verdict
+        return self._selecting.get(key, False)
+
+    def _only_selected(self, grad: torch.Tensor) -> bool:
+        """Whether a gradient at the returned tensor is zero off the entries ``output_fn`` selects."""
+        left = self._selecting.get(tuple(grad.shape))
+        return left is None or (left is not False and not bool(grad[left].any()))
 
     def release(self) -> None:
         """Drop the outputs still waiting for their backward (after a step)."""
