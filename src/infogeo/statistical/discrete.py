@@ -198,6 +198,45 @@ class Categorical(FiniteFamily):
             return B.diag_embed(1.0 / p) + (1.0 / _last(p))[..., None] * B.ones((self.dim, self.dim), like=x)
         return None
 
+    def _log_probs_and_ratios(self, p, q, xp):
+        r"""``(log p_i, log(q_i / p_i))`` over all ``k`` classes from the logits ``p``, ``q`` (natural chart).
+
+        :math:`\log(q_i/p_i) = \delta_i - (\mathrm{lse}(t_q) - \mathrm{lse}(t_p))`, :math:`\delta = t_q - t_p`; for
+        logits within 1 of each other the lse difference is :math:`\log(1 + \sum_j p_j(e^{\delta_j} - 1))`
+        (``log1p``/``expm1``), exact to rounding where the difference of the two lse would lose
+        :math:`|\mathrm{lse}|` ulps."""
+        ta, tb = self._with_reference(p), self._with_reference(q)
+        lse_a = xp.logsumexp(ta, axis=-1, keepdims=True)
+        log_a = ta - lse_a
+        delta = tb - ta
+        small = xp.sum(xp.where(xp.abs(delta) < 1.0, 0.0, 1.0), axis=-1, keepdims=True) == 0
+        ds = xp.where(small, delta, 0.0 * delta)
+        dlse = xp.where(small, xp.log1p(xp.sum(xp.exp(log_a) * xp.expm1(ds), axis=-1, keepdims=True)),
+                        xp.logsumexp(tb, axis=-1, keepdims=True) - lse_a)
+        return log_a, delta - dlse
+
+    def _dist_in_chart(self, p, q):
+        r"""Distance from the logits (natural chart; ``None`` in the others):
+        :math:`4\arcsin(\|\sqrt p - \sqrt q\| / 2)` with :math:`\sqrt{p_i} - \sqrt{q_i} = -\sqrt{p_i}\,
+        \mathrm{expm1}(\tfrac12\log(q_i/p_i))` from :meth:`_log_probs_and_ratios` (no cancellation), its norm
+        summed in logs (no underflow of the squares, no overflow of the exponential).  The mean chart rounds a last class of
+        :math:`e^{-40}` to 0: the distance was NaN or wrong."""
+        if self.chart != "natural":
+            return None
+        xp = B.ops_of(p, q)
+        log_a, log_r = self._log_probs_and_ratios(p, q, xp)
+        # |sqrt p_i - sqrt q_i| = sqrt p_i |expm1(h_i)|, h = log(q_i/p_i) / 2, in logs: its squares underflow for
+        # classes of e^-800 (and e^h overflows); log|expm1(h)| = h + log(-expm1(-h)) for h > 0, log(-expm1(h))
+        # for h < 0, and a zero term (h = 0) is e^-1e300
+        h = 0.5 * log_r
+        pos, zero = h > 0, h == 0
+        hp = xp.where(pos, h, 1.0 + 0.0 * h)
+        hn = xp.where(pos | zero, -1.0 + 0.0 * h, h)
+        log_g = xp.where(pos, hp + xp.log(-xp.expm1(-hp)), xp.log(-xp.expm1(hn)))
+        log_diff = xp.where(zero, -1e300 + 0.0 * h, 0.5 * log_a + log_g)
+        chord = xp.exp(0.5 * xp.logsumexp(2.0 * log_diff, axis=-1))
+        return 4.0 * xp.arcsin(0.5 * chord)          # chord <= sqrt 2 (the positive orthant of the sphere)
+
     def _kl(self, p, q):
         r""":math:`\sum_i p_i \log(p_i / q_i) = \sum_i (q_i - p_i - p_i\log(q_i/p_i))`, a sum of terms
         :math:`\ge 0` (:func:`._stable.kl_terms`): the plain sum cancels between classes and went
@@ -206,19 +245,8 @@ class Categorical(FiniteFamily):
         :math:`1 - \sum` rounds) or as ``expm1`` of the difference of the log-softmaxes (natural chart)."""
         xp = B.ops_of(p, q)
         if self.chart == "natural":
-            ta, tb = self._with_reference(p), self._with_reference(q)
-            lse_a = xp.logsumexp(ta, axis=-1, keepdims=True)
-            log_a = ta - lse_a
+            log_a, log_r = self._log_probs_and_ratios(p, q, xp)
             a = xp.exp(log_a)
-            # log(q_i/p_i) = delta_i - (lse(tb) - lse(ta)) with delta = tb - ta; for logits within 1 of each
-            # other the lse difference is log1p(sum_j p_j expm1(delta_j)), exact to rounding where the
-            # difference of the two lse would lose |lse| ulps
-            delta = tb - ta
-            small = xp.sum(xp.where(xp.abs(delta) < 1.0, 0.0, 1.0), axis=-1, keepdims=True) == 0
-            ds = xp.where(small, delta, 0.0 * delta)
-            dlse = xp.where(small, xp.log1p(xp.sum(a * xp.expm1(ds), axis=-1, keepdims=True)),
-                            xp.logsumexp(tb, axis=-1, keepdims=True) - lse_a)
-            log_r = delta - dlse
             b = xp.exp(log_a + log_r)
             z = xp.expm1(xp.minimum(log_r, 1.0 + 0.0 * log_r))   # only |z| < 1/2 is read: no overflow
         else:
