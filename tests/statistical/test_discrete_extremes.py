@@ -1,6 +1,8 @@
 """Finite families at logits far from zero (valid points of the natural chart: any real vector): KL and the
 Fisher matrix stay finite and accurate where a probability rounds to 0 or 1, against references written with
 scipy's stable log-softmax."""
+import math
+
 import numpy as np
 import pytest
 from scipy.special import log_softmax
@@ -103,3 +105,24 @@ def test_bernoulli_dist_in_the_natural_chart(a, b):
     d = float(Bn.dist(np.array([a]), np.array([b])))
     ref = _mp_logit_dist([a], [b])
     assert abs(d - ref) <= 16 * np.finfo(float).eps * (1 + max(abs(a), abs(b))) * ref
+
+
+@pytest.mark.parametrize("chart, a, b", [("natural", 20.0, 19.0), ("natural", 17.0, 18.0), ("natural", -20.0, -19.5),
+                                         ("standard", 0.3, 0.300000000001), ("standard", 0.9999999999, 0.999999999999),
+                                         ("standard", 1 - 2 ** -53, 1 - 2 ** -52)])
+def test_independence_model_kl_and_dist_of_nearby_points(chart, a, b):
+    """Per-variable Bernoulli terms: the plain KL sum went negative, phi(m2) - phi(m) gave a distance of 0."""
+    import mpmath as mp
+    M = ig.IndependenceModel(2, chart=chart)
+    p, q = np.array([a, 0.25 if chart == "standard" else 0.5]), np.array([b, 0.25 if chart == "standard" else 0.5])
+    with mp.workdps(50):
+        def prob(x):     # P(x_i = +1)
+            x = mp.mpf(float(x))
+            return 1 / (1 + mp.exp(-2 * x)) if chart == "natural" else x
+        P, Q = prob(a), prob(b)
+        kl = float(P * mp.log(P / Q) + (1 - P) * mp.log((1 - P) / (1 - Q)))
+        d = float(4 * mp.asin(mp.sqrt((mp.sqrt(P) - mp.sqrt(Q)) ** 2 + (mp.sqrt(1 - P) - mp.sqrt(1 - Q)) ** 2) / 2))
+    # a few eps relative per term, times the size of the logits (the lse difference), times the log-domain norm
+    tol = 64 * np.finfo(float).eps * (1 + abs(a) + abs(b)) * (1 + abs(math.log(d)))
+    assert float(M.kl(p, q)) >= 0 and abs(float(M.kl(p, q)) - kl) <= tol * kl
+    assert abs(float(M.dist(p, q)) - d) <= tol * d

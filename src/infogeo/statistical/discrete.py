@@ -343,6 +343,23 @@ class Bernoulli(Categorical):
         return self.point(prob=np.random.default_rng(rng).uniform(0.05, 0.95))
 
 
+_BERNOULLI: Dict[str, Any] = {}
+
+
+def _bernoulli(chart: str) -> "Bernoulli":
+    """A shared Bernoulli family in ``chart`` (the factors of the independence model)."""
+    if chart not in _BERNOULLI:
+        _BERNOULLI[chart] = Bernoulli(chart=chart)
+    return _BERNOULLI[chart]
+
+
+def _norm_scaled(d):
+    """Euclidean norm over the last axis, scaled in logs so that squares of tiny distances do not underflow."""
+    pos = d > 0
+    logs = B.where(pos, B.log(B.where(pos, d, 1.0 + 0.0 * d)), -1e300 + 0.0 * d)
+    return B.exp(0.5 * B.logsumexp(2.0 * logs, axis=-1))
+
+
 class IndependenceModel(FiniteFamily):
     r"""Independent :math:`\pm 1` variables (Amari, Kurata & Nagaoka 1992): :math:`x \in \{-1, +1\}^n`.
 
@@ -424,9 +441,35 @@ class IndependenceModel(FiniteFamily):
         m = self._to_chart(x, "standard")
         return B.diag_embed(1.0 / (m * (1.0 - m)))
 
+    # ------------------------------------------------ per-variable Bernoulli factors
+    def _factors(self, x):
+        """``(Bernoulli, points)``: each variable as a Bernoulli point (last axis of length 1) in the chart that
+        holds it exactly: logits :math:`2\theta_i` (natural), :math:`P(x_i = +1)` (standard), or
+        :math:`(1 + E[x_i])/2` (mean, one rounding)."""
+        if self.chart == "natural":
+            return _bernoulli("natural"), 2.0 * x[..., None]
+        if self.chart == "mean":
+            return _bernoulli("mean"), (0.5 * (1.0 + x))[..., None]
+        return _bernoulli("mean"), x[..., None]
+
+    def _factor_dists(self, p, q):
+        """Fisher–Rao distances of the Bernoulli factors, shape ``(..., n)``."""
+        Bf, a = self._factors(p)
+        b = self._factors(q)[1]
+        out = Bf._dist_in_chart(a, b) if Bf.chart == "natural" else Bf._geo_dist(a, b)
+        return out
+
     def _kl(self, p, q):
-        (lp, ln_p), (lq, ln_q) = self._log_marginals(p), self._log_marginals(q)
-        return B.sum(B.exp(lp) * (lp - lq) + B.exp(ln_p) * (ln_p - ln_q), axis=-1)
+        r""":math:`\sum_i \mathrm{KL}` of the Bernoulli factors, each a sum of non-negative terms
+        (:meth:`Categorical._kl`, :func:`._stable.kl_terms`): the plain sum of :math:`P\log(P/Q)` cancelled and
+        went negative for nearby points."""
+        Bf, a = self._factors(p)
+        return B.sum(Bf._kl(a, self._factors(q)[1]), axis=-1)
+
+    def _dist_in_chart(self, p, q):
+        """The distance of the product: the norm of the factors' (from the logits in the natural chart, where the
+        standard chart rounds P(x_i = +1) = sigmoid(40) to 1; from E[x] in the mean chart)."""
+        return _norm_scaled(self._factor_dists(p, q))
 
     def _log_marginals(self, x):
         """``(log P(x_i = +1), log P(x_i = -1))``, computed in the current chart (neither rounds to log 0)."""
@@ -454,4 +497,6 @@ class IndependenceModel(FiniteFamily):
         return (self._phi(m2) - self._phi(m)) * B.sqrt(m * (1 - m))
 
     def _geo_dist(self, m, m2):
-        return B.norm(self._phi(m2) - self._phi(m), axis=-1)
+        # per factor as the Bernoulli family computes it (sqrt p - sqrt q without cancellation, the other class
+        # from 1 - p exactly): phi(m2) - phi(m) lost it (0 for P = 1 - 1e-16 vs 1 - 2e-16)
+        return _norm_scaled(_bernoulli("mean")._geo_dist(m[..., None], m2[..., None]))
