@@ -1,6 +1,8 @@
 """Finite families at logits far from zero (valid points of the natural chart: any real vector): KL and the
 Fisher matrix stay finite and accurate where a probability rounds to 0 or 1, against references written with
 scipy's stable log-softmax."""
+import math
+
 import numpy as np
 import pytest
 from scipy.special import log_softmax
@@ -70,3 +72,57 @@ def test_categorical_fisher_in_logits_far_out():
     np.testing.assert_allclose(B.to_numpy(C.fisher(batch))[0], F, rtol=1e-15)
     torch = pytest.importorskip("torch")
     np.testing.assert_allclose(C.fisher(torch.tensor(theta)).numpy(), F, rtol=1e-14)
+
+
+def _mp_logit_dist(a, b):
+    """4 arcsin(|sqrt p - sqrt q| / 2) from the logits (reference class last) at 50 digits."""
+    import mpmath as mp
+    with mp.workdps(50):
+        def probs(t):
+            e = [mp.exp(mp.mpf(float(x))) for x in t] + [mp.mpf(1)]
+            s = mp.fsum(e)
+            return [x / s for x in e]
+        pa, pb = probs(a), probs(b)
+        return float(4 * mp.asin(mp.sqrt(mp.fsum((mp.sqrt(x) - mp.sqrt(y)) ** 2 for x, y in zip(pa, pb))) / 2))
+
+
+@pytest.mark.parametrize("a, b", [([40.0, 39.0], [38.0, 39.0]), ([50.0, 50.0], [50.0, 49.0]),
+                                  ([40.0, 0.0], [38.0, 0.0]), ([-800.0, 0.0], [-790.0, 0.0]),
+                                  ([0.3, -0.2], [0.3 + 1e-9, -0.2]), ([700.0, 1.0], [-700.0, 2.0])])
+def test_categorical_dist_in_the_natural_chart(a, b):
+    """From log-softmax: the mean chart rounded a last class of e^-40 to 0 (NaN, or 2.5x off for Bernoulli)."""
+    C = ig.Categorical(3, chart="natural")
+    d = float(C.dist(np.array(a), np.array(b)))
+    ref = _mp_logit_dist(a, b)
+    # log(q_i/p_i) carries an absolute error of a few eps |logit| (the lse difference): relative to each term
+    tol = 16 * np.finfo(float).eps * (1 + max(map(abs, a + b)))
+    assert abs(d - ref) <= tol * ref
+
+
+@pytest.mark.parametrize("a, b", [(40.0, 38.0), (36.0, 37.0), (30.0, 31.0), (-40.0, -38.0), (1e-3, 1e-3 + 1e-12)])
+def test_bernoulli_dist_in_the_natural_chart(a, b):
+    Bn = ig.Bernoulli(chart="natural")
+    d = float(Bn.dist(np.array([a]), np.array([b])))
+    ref = _mp_logit_dist([a], [b])
+    assert abs(d - ref) <= 16 * np.finfo(float).eps * (1 + max(abs(a), abs(b))) * ref
+
+
+@pytest.mark.parametrize("chart, a, b", [("natural", 20.0, 19.0), ("natural", 17.0, 18.0), ("natural", -20.0, -19.5),
+                                         ("standard", 0.3, 0.300000000001), ("standard", 0.9999999999, 0.999999999999),
+                                         ("standard", 1 - 2 ** -53, 1 - 2 ** -52)])
+def test_independence_model_kl_and_dist_of_nearby_points(chart, a, b):
+    """Per-variable Bernoulli terms: the plain KL sum went negative, phi(m2) - phi(m) gave a distance of 0."""
+    import mpmath as mp
+    M = ig.IndependenceModel(2, chart=chart)
+    p, q = np.array([a, 0.25 if chart == "standard" else 0.5]), np.array([b, 0.25 if chart == "standard" else 0.5])
+    with mp.workdps(50):
+        def prob(x):     # P(x_i = +1)
+            x = mp.mpf(float(x))
+            return 1 / (1 + mp.exp(-2 * x)) if chart == "natural" else x
+        P, Q = prob(a), prob(b)
+        kl = float(P * mp.log(P / Q) + (1 - P) * mp.log((1 - P) / (1 - Q)))
+        d = float(4 * mp.asin(mp.sqrt((mp.sqrt(P) - mp.sqrt(Q)) ** 2 + (mp.sqrt(1 - P) - mp.sqrt(1 - Q)) ** 2) / 2))
+    # a few eps relative per term, times the size of the logits (the lse difference), times the log-domain norm
+    tol = 64 * np.finfo(float).eps * (1 + abs(a) + abs(b)) * (1 + abs(math.log(d)))
+    assert float(M.kl(p, q)) >= 0 and abs(float(M.kl(p, q)) - kl) <= tol * kl
+    assert abs(float(M.dist(p, q)) - d) <= tol * d

@@ -78,3 +78,41 @@ def test_fit_refuses_weights_that_are_not_one_real_number_per_observation():
         with pytest.raises(ValueError, match="weights must be 3 finite non-negative"):
             G.fit(x, weights=bad)
     np.testing.assert_allclose(G.fit(x, weights=[1, 2, 3]), G.fit(np.repeat(x, [1, 2, 3], axis=0)), rtol=1e-12)
+
+
+def _mp_moments(X, w):
+    """Weighted mean and covariance at 50 digits (two-pass in mpmath), the data and weights as stored."""
+    import mpmath as mp
+    with mp.workdps(50):
+        W = [mp.mpf(float(v)) for v in w]
+        tot = mp.fsum(W)
+        n, d = X.shape
+        m = [mp.fsum(W[i] * mp.mpf(float(X[i, a])) for i in range(n)) / tot for a in range(d)]
+        C = [[float(mp.fsum(W[i] * (mp.mpf(float(X[i, a])) - m[a]) * (mp.mpf(float(X[i, b])) - m[b])
+                            for i in range(n)) / tot) for b in range(d)] for a in range(d)]
+        return np.array([float(v) for v in m]), np.array(C)
+
+
+@pytest.mark.parametrize("offset, spread", [(1e4, 1e-3), (1e6, 1e-2), (1e9, 1e-3)])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_gaussian_fit_of_data_far_from_the_origin(offset, spread, weighted):
+    """Centred moments: E[x^2] - E[x]^2 lost the variance (12x off at 1e6, "does not exist" at 1e9)."""
+    rng = np.random.default_rng(0)
+    n = 100
+    X = offset + spread * rng.standard_normal((n, 2)) * np.array([1.0, 3.0])
+    w = rng.uniform(0.5, 2.0, n) if weighted else np.ones(n)
+    mu, S = _mp_moments(X, w)
+    # residuals x_i - mean are exact (same magnitude) after the corrected second pass: the variance is a weighted
+    # sum of n squares, relative error below (n + 4) eps per entry (diagonal), the off-diagonal relative to
+    # sqrt(S_aa S_bb); the mean to a few eps of its size
+    tol = (n + 4) * np.finfo(float).eps
+    for G in (ig.Gaussian(2), ig.Gaussian(2, covariance="diagonal")):
+        p = G.fit(X, weights=w if weighted else None)
+        C = np.asarray(B.to_numpy(G.cov(p)))
+        scale = np.sqrt(np.outer(np.diag(S), np.diag(S)))
+        mask = np.eye(2, dtype=bool) if G._diagonal_kind else np.ones((2, 2), dtype=bool)
+        assert np.all(np.abs(C - S)[mask] <= 2 * tol * scale[mask])
+        assert np.all(np.abs(np.asarray(B.to_numpy(G.mean(p))) - mu) <= 4 * np.finfo(float).eps * np.abs(mu))
+    U = ig.Gaussian(1)
+    p = U.fit(X[:, 0], weights=w if weighted else None)
+    assert abs(float(np.asarray(B.to_numpy(U.cov(p))).ravel()[0]) - S[0, 0]) <= 2 * tol * S[0, 0]

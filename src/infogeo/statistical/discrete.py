@@ -198,6 +198,45 @@ class Categorical(FiniteFamily):
             return B.diag_embed(1.0 / p) + (1.0 / _last(p))[..., None] * B.ones((self.dim, self.dim), like=x)
         return None
 
+    def _log_probs_and_ratios(self, p, q, xp):
+        r"""``(log p_i, log(q_i / p_i))`` over all ``k`` classes from the logits ``p``, ``q`` (natural chart).
+
+        :math:`\log(q_i/p_i) = \delta_i - (\mathrm{lse}(t_q) - \mathrm{lse}(t_p))`, :math:`\delta = t_q - t_p`; for
+        logits within 1 of each other the lse difference is :math:`\log(1 + \sum_j p_j(e^{\delta_j} - 1))`
+        (``log1p``/``expm1``), exact to rounding where the difference of the two lse would lose
+        :math:`|\mathrm{lse}|` ulps."""
+        ta, tb = self._with_reference(p), self._with_reference(q)
+        lse_a = xp.logsumexp(ta, axis=-1, keepdims=True)
+        log_a = ta - lse_a
+        delta = tb - ta
+        small = xp.sum(xp.where(xp.abs(delta) < 1.0, 0.0, 1.0), axis=-1, keepdims=True) == 0
+        ds = xp.where(small, delta, 0.0 * delta)
+        dlse = xp.where(small, xp.log1p(xp.sum(xp.exp(log_a) * xp.expm1(ds), axis=-1, keepdims=True)),
+                        xp.logsumexp(tb, axis=-1, keepdims=True) - lse_a)
+        return log_a, delta - dlse
+
+    def _dist_in_chart(self, p, q):
+        r"""Distance from the logits (natural chart; ``None`` in the others):
+        :math:`4\arcsin(\|\sqrt p - \sqrt q\| / 2)` with :math:`\sqrt{p_i} - \sqrt{q_i} = -\sqrt{p_i}\,
+        \mathrm{expm1}(\tfrac12\log(q_i/p_i))` from :meth:`_log_probs_and_ratios` (no cancellation), its norm
+        summed in logs (no underflow of the squares, no overflow of the exponential).  The mean chart rounds a last class of
+        :math:`e^{-40}` to 0: the distance was NaN or wrong."""
+        if self.chart != "natural":
+            return None
+        xp = B.ops_of(p, q)
+        log_a, log_r = self._log_probs_and_ratios(p, q, xp)
+        # |sqrt p_i - sqrt q_i| = sqrt p_i |expm1(h_i)|, h = log(q_i/p_i) / 2, in logs: its squares underflow for
+        # classes of e^-800 (and e^h overflows); log|expm1(h)| = h + log(-expm1(-h)) for h > 0, log(-expm1(h))
+        # for h < 0, and a zero term (h = 0) is e^-1e300
+        h = 0.5 * log_r
+        pos, zero = h > 0, h == 0
+        hp = xp.where(pos, h, 1.0 + 0.0 * h)
+        hn = xp.where(pos | zero, -1.0 + 0.0 * h, h)
+        log_g = xp.where(pos, hp + xp.log(-xp.expm1(-hp)), xp.log(-xp.expm1(hn)))
+        log_diff = xp.where(zero, -1e300 + 0.0 * h, 0.5 * log_a + log_g)
+        chord = xp.exp(0.5 * xp.logsumexp(2.0 * log_diff, axis=-1))
+        return 4.0 * xp.arcsin(0.5 * chord)          # chord <= sqrt 2 (the positive orthant of the sphere)
+
     def _kl(self, p, q):
         r""":math:`\sum_i p_i \log(p_i / q_i) = \sum_i (q_i - p_i - p_i\log(q_i/p_i))`, a sum of terms
         :math:`\ge 0` (:func:`._stable.kl_terms`): the plain sum cancels between classes and went
@@ -206,19 +245,8 @@ class Categorical(FiniteFamily):
         :math:`1 - \sum` rounds) or as ``expm1`` of the difference of the log-softmaxes (natural chart)."""
         xp = B.ops_of(p, q)
         if self.chart == "natural":
-            ta, tb = self._with_reference(p), self._with_reference(q)
-            lse_a = xp.logsumexp(ta, axis=-1, keepdims=True)
-            log_a = ta - lse_a
+            log_a, log_r = self._log_probs_and_ratios(p, q, xp)
             a = xp.exp(log_a)
-            # log(q_i/p_i) = delta_i - (lse(tb) - lse(ta)) with delta = tb - ta; for logits within 1 of each
-            # other the lse difference is log1p(sum_j p_j expm1(delta_j)), exact to rounding where the
-            # difference of the two lse would lose |lse| ulps
-            delta = tb - ta
-            small = xp.sum(xp.where(xp.abs(delta) < 1.0, 0.0, 1.0), axis=-1, keepdims=True) == 0
-            ds = xp.where(small, delta, 0.0 * delta)
-            dlse = xp.where(small, xp.log1p(xp.sum(a * xp.expm1(ds), axis=-1, keepdims=True)),
-                            xp.logsumexp(tb, axis=-1, keepdims=True) - lse_a)
-            log_r = delta - dlse
             b = xp.exp(log_a + log_r)
             z = xp.expm1(xp.minimum(log_r, 1.0 + 0.0 * log_r))   # only |z| < 1/2 is read: no overflow
         else:
@@ -315,6 +343,23 @@ class Bernoulli(Categorical):
         return self.point(prob=np.random.default_rng(rng).uniform(0.05, 0.95))
 
 
+_BERNOULLI: Dict[str, Any] = {}
+
+
+def _bernoulli(chart: str) -> "Bernoulli":
+    """A shared Bernoulli family in ``chart`` (the factors of the independence model)."""
+    if chart not in _BERNOULLI:
+        _BERNOULLI[chart] = Bernoulli(chart=chart)
+    return _BERNOULLI[chart]
+
+
+def _norm_scaled(d):
+    """Euclidean norm over the last axis, scaled in logs so that squares of tiny distances do not underflow."""
+    pos = d > 0
+    logs = B.where(pos, B.log(B.where(pos, d, 1.0 + 0.0 * d)), -1e300 + 0.0 * d)
+    return B.exp(0.5 * B.logsumexp(2.0 * logs, axis=-1))
+
+
 class IndependenceModel(FiniteFamily):
     r"""Independent :math:`\pm 1` variables (Amari, Kurata & Nagaoka 1992): :math:`x \in \{-1, +1\}^n`.
 
@@ -396,9 +441,35 @@ class IndependenceModel(FiniteFamily):
         m = self._to_chart(x, "standard")
         return B.diag_embed(1.0 / (m * (1.0 - m)))
 
+    # ------------------------------------------------ per-variable Bernoulli factors
+    def _factors(self, x):
+        """``(Bernoulli, points)``: each variable as a Bernoulli point (last axis of length 1) in the chart that
+        holds it exactly: logits :math:`2\theta_i` (natural), :math:`P(x_i = +1)` (standard), or
+        :math:`(1 + E[x_i])/2` (mean, one rounding)."""
+        if self.chart == "natural":
+            return _bernoulli("natural"), 2.0 * x[..., None]
+        if self.chart == "mean":
+            return _bernoulli("mean"), (0.5 * (1.0 + x))[..., None]
+        return _bernoulli("mean"), x[..., None]
+
+    def _factor_dists(self, p, q):
+        """Fisher–Rao distances of the Bernoulli factors, shape ``(..., n)``."""
+        Bf, a = self._factors(p)
+        b = self._factors(q)[1]
+        out = Bf._dist_in_chart(a, b) if Bf.chart == "natural" else Bf._geo_dist(a, b)
+        return out
+
     def _kl(self, p, q):
-        (lp, ln_p), (lq, ln_q) = self._log_marginals(p), self._log_marginals(q)
-        return B.sum(B.exp(lp) * (lp - lq) + B.exp(ln_p) * (ln_p - ln_q), axis=-1)
+        r""":math:`\sum_i \mathrm{KL}` of the Bernoulli factors, each a sum of non-negative terms
+        (:meth:`Categorical._kl`, :func:`._stable.kl_terms`): the plain sum of :math:`P\log(P/Q)` cancelled and
+        went negative for nearby points."""
+        Bf, a = self._factors(p)
+        return B.sum(Bf._kl(a, self._factors(q)[1]), axis=-1)
+
+    def _dist_in_chart(self, p, q):
+        """The distance of the product: the norm of the factors' (from the logits in the natural chart, where the
+        standard chart rounds P(x_i = +1) = sigmoid(40) to 1; from E[x] in the mean chart)."""
+        return _norm_scaled(self._factor_dists(p, q))
 
     def _log_marginals(self, x):
         """``(log P(x_i = +1), log P(x_i = -1))``, computed in the current chart (neither rounds to log 0)."""
@@ -426,4 +497,6 @@ class IndependenceModel(FiniteFamily):
         return (self._phi(m2) - self._phi(m)) * B.sqrt(m * (1 - m))
 
     def _geo_dist(self, m, m2):
-        return B.norm(self._phi(m2) - self._phi(m), axis=-1)
+        # per factor as the Bernoulli family computes it (sqrt p - sqrt q without cancellation, the other class
+        # from 1 - p exactly): phi(m2) - phi(m) lost it (0 for P = 1 - 1e-16 vs 1 - 2e-16)
+        return _norm_scaled(_bernoulli("mean")._geo_dist(m[..., None], m2[..., None]))

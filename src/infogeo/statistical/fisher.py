@@ -203,6 +203,11 @@ class FisherMetric(Metric):
         if (out := self._route("dist", x, y)) is not _BY_CHART:
             return out
         fam, g = self.family, self.family.geometry_chart
+        # a family may compute the distance in its current chart where the geometry chart loses accuracy
+        # (categorical logits: the mean chart's probabilities round the last class to 0)
+        here = getattr(fam, "_dist_in_chart", None)
+        if here is not None and fam.chart != g and (out := here(x, y)) is not None:
+            return out
         return self._hook("dist", fam._to_chart(x, g), fam._to_chart(y, g))
 
     def geodesic(self, x, v):

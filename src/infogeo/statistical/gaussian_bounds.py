@@ -29,7 +29,13 @@ and the two-leg length :math:`\sqrt{2\sum_i\log^2 s_i} + \sqrt2\operatorname{arc
 :math:`2\sqrt2\operatorname{arcsinh}(\delta/2\sqrt2)`, accurate for small :math:`\delta`).  Singular values of factors keep small eigenvalues of the
 covariance ratio accurate, each taken from the factor or from its inverse (whichever resolves it), in the
 log domain: covariance ratios down to 1e-300 keep both bounds to rounding; the sum :math:`\sum(s_i - s_i^{-1})^2` does not cancel near
-equal covariances.  One batched Cholesky per covariance, two triangular systems and four
+equal covariances.  Nearby points (:math:`\|D\|_F \le \tfrac12`, :math:`D = L_0^{-1}(\Sigma_1 - \Sigma_0)L_0^{-T}
+= MM^T - I`) take the logarithms from the power series of :math:`\log(I + D)` instead
+(:func:`~infogeo.statistical._spaces.log1p_sym`): :math:`\sum_i\log^2 s_i = \tfrac14\|\log(I + D)\|_F^2`,
+:math:`\sum_i(s_i - s_i^{-1})^2 = \mathrm{tr}\,D(I + D)^{-1}D`, and the lower bound from
+:math:`FF^T - I = \begin{pmatrix}D + mm^T & m\\ m^T & 0\end{pmatrix}`; singular values
+:math:`1 + O(10^{-10})` otherwise lose all but a few digits of their logarithms (both bounds were
+2.5e-6 off, the true distance outside them).  One batched Cholesky per covariance, two triangular systems and four
 batched singular-value computations on the arguments' backend (:mod:`infogeo.backend`):
 batches broadcast over leading axes, torch tensors stay on their device and dtype, and
 gradients flow wherever the singular values involved are distinct.  Where a bound has a
@@ -46,6 +52,8 @@ import numpy as np
 
 from .. import backend as B
 from ..geometry import points as _points
+from . import _spaces
+from ._vech import _mT
 
 __all__ = ["dist_bounds"]
 
@@ -57,10 +65,9 @@ def _sqrt0(x):
     return B.where(positive, B.sqrt(B.where(positive, x, 1.0)), 0.0)
 
 
-def _log_length(log_s):
-    r""":math:`\sqrt{2\sum_i\log^2 s_i}`: Fisher–Rao distance of N(0, I) and N(0, FF^T), ``log_s`` the
-    logarithms of the singular values of the factor ``F`` (over the last axis)."""
-    return _sqrt0(2.0 * B.sum(log_s ** 2, axis=-1))
+def _frob_sq(A):
+    """Squared Frobenius norm over the last two axes."""
+    return B.sum(B.sum(A * A, axis=-1), axis=-1)
 
 
 def _log_svdvals(F, G):
@@ -77,6 +84,26 @@ def _log_svdvals(F, G):
     n = tuple(sg.shape)[-1]
     log_g = -B.log(sg[..., list(range(n - 1, -1, -1))])   # a list index reverses on either backend
     return B.where((sf > 0) & (2 * log_f >= log_f[..., :1] + log_g[..., -1:]), log_f, log_g)
+
+
+def _rounding_slack(L0, L1, d: int, like):
+    r"""Relative widening :math:`2(d + 1)^2\epsilon(\kappa_0 + \kappa_1)` of the bounds for rounding,
+    :math:`\kappa_i = (s_{\max}/s_{\min})^2` the condition of :math:`\Sigma_i` from its factor.
+
+    The computed factor is exact for :math:`\Sigma + \Delta` with :math:`|\Delta| \le \gamma_{d+1}|L||L^T|`
+    (Higham 2002, Thm 10.3), so :math:`\|L^{-1}\Delta L^{-T}\|_2 \le (d + 1)d\,\epsilon\kappa/2`; that moves each
+    log-eigenvalue of the ratio (and the near form's :math:`D`, relatively) by at most as much; the triangular
+    solves add errors of the same order."""
+    try:
+        eps = float(np.finfo(like.dtype).eps)
+    except (TypeError, ValueError):                    # a torch dtype
+        import torch
+        eps = float(torch.finfo(like.dtype).eps)
+
+    def cond(L):
+        s = B.svdvals(L)
+        return (s[..., 0] / s[..., -1]) ** 2
+    return 2.0 * (d + 1) ** 2 * eps * (cond(L0) + cond(L1))
 
 
 def _factor(xp, S, what: str):
@@ -140,15 +167,37 @@ def dist_bounds(mu0: Any, S0: Any, mu1: Any, S1: Any) -> Tuple[Any, Any]:
     # F^{-1} is [[M^{-1}, -z], [0, 1]]
     bottom = B.concatenate([B.zeros(lead + (1, d), like=X), B.ones(lead + (1, 1), like=X)], axis=-1)
     Yneg = B.concatenate([Y[..., :d], -Y[..., d:]], axis=-1)
-    lower = _log_length(_log_svdvals(B.concatenate([X, bottom], axis=-2), B.concatenate([Yneg, bottom], axis=-2)))
+    lower_sq = 2.0 * B.sum(_log_svdvals(B.concatenate([X, bottom], axis=-2),
+                                        B.concatenate([Yneg, bottom], axis=-2)) ** 2, axis=-1)
     m2, z2 = B.sum(m * m, axis=-1), B.sum(z * z, axis=-1)
-    # equal covariances: sqrt2 arccosh(1 + delta^2 / 4) = 2 sqrt2 arcsinh(delta / (2 sqrt2)), accurate for small delta
-    legs = _log_length(log_s) + 2 * math.sqrt(2.0) * B.arcsinh(_sqrt0(B.minimum(m2, z2)) / (2 * math.sqrt(2.0)))
     # s - 1/s = 2 sinh(log s), from the accurate logarithms
-    jeffreys = 0.5 * (B.sum((2 * B.sinh(log_s)) ** 2, axis=-1) + m2 + z2)
+    cov_sq, cov_j = 2.0 * B.sum(log_s ** 2, axis=-1), B.sum((2 * B.sinh(log_s)) ** 2, axis=-1)
+    # nearby points: singular values 1 + O(eps) lose their logarithms; the near form instead (module docstring)
+    S0b, S1b = B.broadcast_to(S0, lead + (d, d)), B.broadcast_to(S1, lead + (d, d))
+    Dx = xp.solve(L0, _mT(xp.solve(L0, S1b - S0b)))
+    Dc = 0.5 * (Dx + _mT(Dx))
+    top = B.concatenate([Dc + m[..., :, None] * m[..., None, :], m[..., :, None]], axis=-1)
+    E = B.concatenate([top, B.concatenate([m[..., None, :], B.zeros(lead + (1, 1), like=X)], axis=-1)], axis=-2)
+    near_c, near_e = _frob_sq(Dc) <= 0.25, _frob_sq(E) <= 0.25
+    log_c = _spaces.log1p_sym(B.where(near_c[..., None, None], Dc, 0.0 * Dc))
+    log_e = _spaces.log1p_sym(B.where(near_e[..., None, None], E, 0.0 * E))
+    eye = B.broadcast_to(B.eye(d, like=X), lead + (d, d))
+    Dn = B.where(near_c[..., None, None], Dc, 0.0 * Dc)
+    cov_sq = B.where(near_c, 0.5 * _frob_sq(log_c), cov_sq)
+    # (s - 1/s)^2 = mu^2 / (1 + mu) for s^2 = 1 + mu: the trace of D (I + D)^{-1} D
+    cov_j = B.where(near_c, B.sum(B.sum(Dn * xp.solve(eye + Dn, Dn), axis=-1), axis=-1), cov_j)
+    lower = _sqrt0(B.where(near_e, 0.5 * _frob_sq(log_e), lower_sq))
+    # equal covariances: sqrt2 arccosh(1 + delta^2 / 4) = 2 sqrt2 arcsinh(delta / (2 sqrt2)), accurate for small delta
+    legs = _sqrt0(cov_sq) + 2 * math.sqrt(2.0) * B.arcsinh(_sqrt0(B.minimum(m2, z2)) / (2 * math.sqrt(2.0)))
+    jeffreys = 0.5 * (cov_j + m2 + z2)
     upper = B.minimum(legs, _sqrt0(jeffreys))
     # equal means make both exact (lower == upper in exact arithmetic): keep rounding from inverting them
     lower = B.minimum(lower, upper)
+    # outward rounding: the Cholesky factors' backward errors (c d eps ||S||) move every log-eigenvalue of the
+    # ratio by at most about d eps (kappa_0 + kappa_1), relative to the near form's D as well
+    slack = _rounding_slack(L0, L1, d, X)
+    # (a slack of 1 or more, covariances of condition ~1e15, leaves only the trivial lower bound 0)
+    lower, upper = B.maximum(lower * (1.0 - slack), 0.0 * lower), upper * (1.0 + slack)
     if isinstance(lower, (np.ndarray, np.generic)) and lead == ():   # not a tensor, not an autograd trace
         return float(lower), float(upper)
     return lower, upper

@@ -50,8 +50,10 @@ class DiagonalGaussian(Gaussian):
     _vectorized = True
     _geo_vectorized = True
     _diagonal_kind = True
+    _centred_fit = True
 
     @property
+
     def coordinate_names(self) -> Optional[tuple]:
         """Axis labels for the standard and ``mean_std`` charts (``None`` in the others)."""
         sub = [""] if self.d == 1 else [f"_{i + 1}" for i in range(self.d)]

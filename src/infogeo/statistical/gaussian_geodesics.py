@@ -43,6 +43,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from ..budget import Budget, as_budget
+from . import _spaces
 from .gaussian_bounds import dist_bounds
 
 logger = logging.getLogger(__name__)
@@ -179,13 +180,14 @@ def exp(mu0: np.ndarray, S0: np.ndarray, dmu: np.ndarray, dS: np.ndarray) -> Tup
 class _Unit:
     """The boundary problem from (0, I) to (mu_t, S_t), unknowns v = (x, vech B)."""
 
-    def __init__(self, mu_t: np.ndarray, S_t: np.ndarray):
+    def __init__(self, mu_t: np.ndarray, F_t: np.ndarray, upper: float):
         self.d = d = len(mu_t)
         # the minimal geodesic has speed dist <= upper bound: trial velocities far beyond are dropped
-        self.max_speed = 4.0 * dist_bounds(np.zeros(d), np.eye(d), mu_t, S_t)[1] + 1.0
+        self.max_speed = 4.0 * upper + 1.0
         self.E = _sym_basis(d)
-        self.mu_t, self.S_t = mu_t, S_t
-        self.Lt = np.linalg.cholesky(S_t)
+        # the target covariance is held as a factor F_t F_t^T (never formed: its small eigenvalues would be
+        # lost to rounding, and its Cholesky factorisation fail, for ill-conditioned covariances)
+        self.mu_t, self.Lt = mu_t, F_t
         n = d + len(self.E)
         # the Eriksen matrix is linear in v: its derivative in each unknown
         dx = np.zeros((n, d))
@@ -255,10 +257,11 @@ class _Unit:
             cols.append((r1 - r0) / h)
         return np.array(cols).T
 
-    def newton(self, v, goal_mu, goal_S, tol, budget: Budget):
-        """Newton with backtracking towards an intermediate target; returns (v, converged)."""
-        saved = (self.mu_t, self.S_t, self.Lt)
-        self.mu_t, self.S_t, self.Lt = goal_mu, goal_S, np.linalg.cholesky(goal_S)
+    def newton(self, v, goal_mu, goal_F, tol, budget: Budget):
+        """Newton with backtracking towards an intermediate target (mean, covariance factor); returns
+        (v, converged)."""
+        saved = (self.mu_t, self.Lt)
+        self.mu_t, self.Lt = goal_mu, goal_F
         try:
             r = self.residual(v)
             if r is None:
@@ -283,13 +286,42 @@ class _Unit:
                         return v, err <= max(1e3 * tol, 1e-9)
                 v, r = v + t * step, r_new
         finally:
-            self.mu_t, self.S_t, self.Lt = saved
+            self.mu_t, self.Lt = saved
 
 
-def _closed_special_case(mu_t: np.ndarray, S_t: np.ndarray):
-    """(x, B) from (0, I) to (mu_t, S_t) in closed form when the means or the covariances are equal."""
-    d = len(mu_t)
-    if np.allclose(S_t, np.eye(d), rtol=0, atol=1e-14):
+class _Target:
+    r"""The second point seen from the first one's frame (:math:`x \mapsto L_0^{-1}(x - \mu_0)`).
+
+    ``mu`` the whitened mean difference, ``F`` the factor :math:`M = L_0^{-1}L_1` of the whitened covariance
+    :math:`S_t = MM^T` (lower triangular), ``log_w, U`` its eigendecomposition :math:`S_t = U e^{\log w}U^T` in
+    the relatively accurate forms of :mod:`~infogeo.statistical._spaces` (the power series of
+    :math:`\log(I + D)`, :math:`D = L_0^{-1}(\Sigma_1 - \Sigma_0)L_0^{-T}`, for nearby covariances; pairs from
+    :math:`MM^T` and its inverse otherwise), ``D`` that difference and ``upper`` the certified upper bound.
+    """
+
+    def __init__(self, mu0, S0, mu1, S1):
+        L, D, near, M, N = _spaces.ratio_parts(S0, S1)
+        self.L, self.D, self.F = L, D, M
+        self.mu = np.linalg.solve(L, mu1 - mu0)
+        if near:
+            w, self.U = np.linalg.eigh(D)
+            self.log_w = np.log1p(w)
+            self.log_S = _spaces.log1p_sym(D)
+        else:
+            self.log_w, self.U = _spaces.log_eig_far(M, N)
+            self.log_S = (self.U * self.log_w) @ self.U.T
+            self.log_S = 0.5 * (self.log_S + self.log_S.T)
+        self.lower, self.upper = dist_bounds(mu0, S0, mu1, S1)
+
+    def goal_factor(self, s: float) -> np.ndarray:
+        """A factor of the intermediate covariance ``S_t^s`` (``F`` itself at ``s = 1``)."""
+        return self.F if s == 1.0 else self.U * np.exp(0.5 * s * self.log_w)
+
+
+def _closed_special_case(t: _Target):
+    """(x, B) from (0, I) to the target in closed form when the means or the covariances are equal."""
+    d, mu_t = len(t.mu), t.mu
+    if np.max(np.abs(t.D)) <= 1e-14:
         m = math.hypot(*mu_t)                                # a norm without overflow of the squares
         if m == 0.0:
             return np.zeros(d), np.zeros((d, d))
@@ -300,24 +332,22 @@ def _closed_special_case(mu_t: np.ndarray, S_t: np.ndarray):
         D, R = 2 * math.asinh(c), math.hypot(1.0, c)
         return math.sqrt(2) * D / R * u, 2 * D * (c / R) * np.outer(u, u)
     if not np.any(mu_t):
-        w, U = np.linalg.eigh(S_t)
-        return np.zeros(d), (U * np.log(w)) @ U.T
+        return np.zeros(d), t.log_S
     return None
 
 
-def _unit_log(mu_t: np.ndarray, S_t: np.ndarray, budget: Budget, tol: float = 1e-13):
-    """Velocity (x, B) at (0, I) reaching (mu_t, S_t): closed forms, else Newton with continuation."""
-    special = _closed_special_case(mu_t, S_t)
+def _unit_log(t: _Target, budget: Budget, tol: float = 1e-13):
+    """Velocity (x, B) at (0, I) reaching the target: closed forms, else Newton with continuation."""
+    special = _closed_special_case(t)
     if special is not None:
         return special
-    prob = _Unit(mu_t, S_t)
-    w, U = np.linalg.eigh(S_t)
-    logS = (U * np.log(w)) @ U.T
+    prob = _Unit(t.mu, t.F, t.upper)
+    mu_t, logS = t.mu, t.log_S
     # continuation path from (0, I): (s mu_t, S_t^s); start of each stage scaled from the previous one
     s_done, v_done, ds = 0.0, None, 1.0
     while s_done < 1.0:
         s = min(1.0, s_done + ds)
-        goal = (s * mu_t, (U * w ** s) @ U.T)
+        goal = (s * mu_t, t.goal_factor(s))
         guess = np.concatenate([s * mu_t, _vech(s * logS)]) if v_done is None else v_done * (s / s_done)
         v, ok = prob.newton(guess, *goal, tol if s == 1.0 else 1e-8, budget)
         if ok:
@@ -329,38 +359,62 @@ def _unit_log(mu_t: np.ndarray, S_t: np.ndarray, budget: Budget, tol: float = 1e
                 raise GaussianShootingError(
                     f"geodesic shooting between the two Gaussians did not converge (Mahalanobis mean "
                     f"difference {math.hypot(*mu_t):.3g}, log-eigenvalues of the covariance ratio in "
-                    f"[{np.log(w).min():.3g}, {np.log(w).max():.3g}]); continuation stalled at {s_done:.3g}; "
+                    f"[{t.log_w.min():.3g}, {t.log_w.max():.3g}]); continuation stalled at {s_done:.3g}; "
                     "dist_bounds gives certified bounds")
     return prob.split(v_done)
 
 
-def _unit_problem(mu0, S0, mu1, S1):
-    L = np.linalg.cholesky(S0)
-    mu_t = np.linalg.solve(L, mu1 - mu0)
-    S_t = np.linalg.solve(L, np.linalg.solve(L, S1).T).T
-    return L, mu_t, 0.5 * (S_t + S_t.T)
-
-
-def _start(budget: Optional[Budget], mu_t, S_t) -> Budget:
-    w = np.linalg.eigvalsh(S_t)
+def _start(budget: Optional[Budget], t: _Target) -> Budget:
     return as_budget(budget, DEFAULT_BUDGET).start(
         "full-Gaussian geodesic shooting",
-        f"Mahalanobis mean difference {math.hypot(*mu_t):.3g}, covariance ratio eigenvalues "
-        f"in [{w.min():.3g}, {w.max():.3g}]",
+        f"Mahalanobis mean difference {math.hypot(*t.mu):.3g}, covariance ratio eigenvalues "
+        f"in [{math.exp(t.log_w.min()):.3g}, {math.exp(t.log_w.max()):.3g}]",
         "a larger Budget(max_iter=..., max_time=...) via budget=, or dist_bounds for certified bounds")
+
+
+def _checked(t: _Target, x, Bm):
+    """The velocity, after checking its length against the certified bounds: a length outside them is a
+    shooting that converged to a wrong geodesic in floating point (ill-conditioned covariances)."""
+    length = _speed(x, Bm)
+    # the bounds are widened for their own rounding; the shooting's length is off by about its accepted
+    # residual (down to 1e-13, at most 1e-9 at a rounding floor, see _Unit.newton): a gross error (a wrong
+    # geodesic, 12% short at condition 1e10 before) is what this catches
+    slack = 1e-6 * t.upper + 1e-9
+    if not (t.lower - slack <= length <= t.upper + slack):
+        raise ValueError(
+            f"the Fisher-Rao distance between these Gaussians cannot be computed accurately in floating point: "
+            f"the shooting's geodesic has length {length:.10g}, outside the certified bounds "
+            f"[{t.lower:.10g}, {t.upper:.10g}] (covariance ratio eigenvalues in [{math.exp(t.log_w.min()):.3g}, "
+            f"{math.exp(t.log_w.max()):.3g}]); dist_bounds gives the certified bounds")
+    return x, Bm
 
 
 def log(mu0: np.ndarray, S0: np.ndarray, mu1: np.ndarray, S1: np.ndarray,
         budget: Optional[Budget] = None) -> Tuple[np.ndarray, np.ndarray]:
     r"""Initial velocity :math:`(\dot\mu, \dot\Sigma)` of the geodesic from :math:`(\mu_0, \Sigma_0)`
-    to :math:`(\mu_1, \Sigma_1)`."""
-    L, mu_t, S_t = _unit_problem(mu0, S0, mu1, S1)
-    x, Bm = _unit_log(mu_t, S_t, _start(budget, mu_t, S_t))
-    return L @ x, L @ Bm @ L.T
+    to :math:`(\mu_1, \Sigma_1)`.
+
+    Raises
+    ------
+    GaussianShootingError
+        If the shooting does not converge.
+    ValueError
+        If the geodesic found has a length outside the certified bounds of :func:`dist_bounds` (a
+        covariance ratio too ill-conditioned for the shooting in floating point).
+    """
+    t = _Target(mu0, S0, mu1, S1)
+    x, Bm = _checked(t, *_unit_log(t, _start(budget, t)))
+    return t.L @ x, t.L @ Bm @ t.L.T
 
 
 def dist(mu0: np.ndarray, S0: np.ndarray, mu1: np.ndarray, S1: np.ndarray,
          budget: Optional[Budget] = None) -> float:
-    """Fisher–Rao distance between :math:`N(\\mu_0, \\Sigma_0)` and :math:`N(\\mu_1, \\Sigma_1)`."""
-    _, mu_t, S_t = _unit_problem(mu0, S0, mu1, S1)
-    return _speed(*_unit_log(mu_t, S_t, _start(budget, mu_t, S_t)))
+    r"""Fisher–Rao distance between :math:`N(\mu_0, \Sigma_0)` and :math:`N(\mu_1, \Sigma_1)`: the length
+    :math:`\sqrt{|x|^2 + \tfrac12\|B\|_F^2}` of the shot velocity.  Equal means give
+    :math:`\sqrt{\tfrac12\sum_i\log^2\lambda_i(\Sigma_0^{-1}\Sigma_1)}` with relatively accurate logarithms
+    (:mod:`~infogeo.statistical._spaces`); raises like :func:`log`."""
+    t = _Target(mu0, S0, mu1, S1)
+    x, Bm = _unit_log(t, _start(budget, t))
+    if not np.any(t.mu):
+        return float(math.sqrt(0.5 * float(np.sum(t.log_w ** 2))))
+    return _speed(*_checked(t, x, Bm))
