@@ -239,3 +239,12 @@ def test_frechet_mean_refuses_bad_weights_and_tol(kwargs, error):
     X = np.array([[0.0, 1.0], [2.0, 0.25], [1.0, 4.0]])
     with pytest.raises(error, match="weights|tol"):
         ig.stats.frechet_mean(ig.Gaussian(1), X, **kwargs)
+
+
+def test_weights_near_the_largest_float_are_normalised_without_overflow():
+    """Weights of 1e308 each passed validation, then their sum overflowed: the mean came back as the first point
+    with success=True."""
+    G = ig.Gaussian(1)
+    X = np.array([[0.0, 1.0], [0.0, 4.0], [0.0, 0.25], [0.0, 9.0]])
+    m, info = G.frechet_mean(X, np.full(4, 1e308), return_info=True)
+    assert info.success and np.allclose(m, G.frechet_mean(X), rtol=1e-12, atol=1e-14)

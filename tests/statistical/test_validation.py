@@ -225,7 +225,7 @@ def test_sizes_are_integers_that_fit_in_memory():
     with pytest.raises(ValueError, match="must be an integer >= 1"):
         ig.IndependenceModel(n=1.5)
     for make in (lambda: ig.Gaussian(dim=1e13), lambda: ig.IndependenceModel(10 ** 13),
-                 lambda: ig.IsingModel(10 ** 13, [(0, 1)]), lambda: ig.Categorical(10 ** 8),
+                 lambda: ig.IsingModel(10 ** 13, [(0, 1)]), lambda: ig.Categorical(10 ** 13),
                  lambda: ig.Gaussian(1).sample(np.array([0.0, 1.0]), 10 ** 13)):
         with pytest.raises(ValueError, match="GiB.*more than this machine's memory"):
             make()

@@ -202,9 +202,10 @@ def _weights(weights: Any, n: int, like: Any):
     if w.dtype.kind not in "iuf":
         raise TypeError(f"weights must be real numbers, got dtype {w.dtype}")
     w = w.astype(float)
-    if w.shape != (n,) or not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
+    if w.shape != (n,) or not np.all(np.isfinite(w)) or np.any(w < 0) or not w.max(initial=0.0) > 0:
         raise ValueError(f"weights must be {n} finite non-negative numbers (shape ({n},), one per point) with a "
                          f"positive sum, got {w.tolist() if w.size < 20 else f'shape {w.shape}'}")
+    w = w / w.max()   # first: the sum of weights near the largest float would overflow
     return w / w.sum()
 
 

@@ -38,6 +38,7 @@ from .. import backend as B
 from ..geometry import points as _points
 from ..geometry.charts import Chart
 from ._inputs import check_fits, observations_of
+from . import _stable
 from .discrete import FiniteFamily
 from .legendre import legendre_primitive
 
@@ -334,8 +335,19 @@ class BinaryExponentialFamily(FiniteFamily):
             return (self.log_partition(tq) - self.log_partition(tp)
                     - B.sum(self.moments(tp) * (tq - tp), axis=-1))
         Tt = B.array(T.T, like=tp)
-        log_p, log_q = (B.log_softmax(B.matmul(t, Tt), axis=-1) for t in (tp, tq))
-        return B.sum(B.exp(log_p) * (log_p - log_q), axis=-1)
+        log_p = B.log_softmax(B.matmul(tp, Tt), axis=-1)
+        p = B.exp(log_p)
+        # with u = (θ_q - θ_p)^T t(x) and v = u - E_p[u]: KL = log E_p[e^v] = log(1 + E_p[e^v - 1 - v]), a sum of
+        # non-negative terms; the log-probabilities' difference cancels to rounding noise for nearby or peaked
+        # distributions (negative, or twice the KL).  Where e^v would overflow the KL is large: taken directly.
+        u = B.matmul(tq - tp, Tt)
+        v = u - B.sum(p * u, axis=-1)[..., None]
+        fits = B.sum(B.where(v < 700.0, 0.0 * v, 1.0 + 0.0 * v), axis=-1) == 0
+        z = B.expm1(B.minimum(v, 700.0 + 0.0 * v))
+        near = B.abs(z) < _stable.NEAR
+        gap = B.where(near, _stable.log1p_gap_near(B.where(near, z, 0.0 * z)), z - v)   # e^v - 1 - v >= 0
+        direct = B.sum(p * (log_p - B.log_softmax(B.matmul(tq, Tt), axis=-1)), axis=-1)
+        return B.where(fits, B.log1p(B.sum(p * gap, axis=-1)), direct)
 
     # ------------------------------------------------------------ sampling
     def _sample(self, p, n, rng):

@@ -103,8 +103,7 @@ class Categorical(FiniteFamily):
 
     def __init__(self, k: int, chart: Optional[str] = None, name: Optional[str] = None):
         self.k = _points.positive_int(k, "k (the number of classes of a categorical distribution)", minimum=2)
-        check_fits(self.k ** 2, f"Categorical({self.k}) (its k x k class tables)")
-        self._others, self._off = 1.0 - np.eye(self.k)[:, :-1], 1.0 - np.eye(self.k - 1)
+        check_fits(self.k, f"Categorical({self.k}) (a point holds a probability per class)")
         super().__init__(dim=self.k - 1, chart=chart, name=name or f"Categorical({self.k})")
 
     # ------------------------------------------------------------ family
@@ -189,10 +188,16 @@ class Categorical(FiniteFamily):
     # ------------------------------------------------------------ closed forms
     def _fisher_closed(self, x):
         if self.chart == "natural":
-            # diag(p) - pp^T, its diagonal p_i (1 - p_i) with 1 - p_i summed from the others (p_i - p_i^2 rounds to 0)
+            # diag(p) - pp^T, its diagonal p_i (1 - p_i) with 1 - p_i summed from the others (p_i - p_i^2 rounds to 0):
+            # the total less p_i where p_i <= 1/2, else (one class at most) the sum that leaves it out; O(k) here
+            check_fits(self.dim ** 2, f"the Fisher matrix of Categorical({self.k})")
             probs = B.softmax(self._with_reference(x), axis=-1)
-            p, others = probs[..., :-1], B.matmul(probs, B.array(self._others, like=x))
-            return B.diag_embed(p * others) - p[..., :, None] * p[..., None, :] * B.array(self._off, like=x)
+            p = probs[..., :-1]
+            big = p > 0.5
+            rest = B.sum(B.where(B.concatenate([big, probs[..., -1:] < 0], axis=-1), 0.0 * probs, probs), axis=-1)
+            others = B.where(big, rest[..., None], B.sum(probs, axis=-1)[..., None] - p)
+            outer = p[..., :, None] * p[..., None, :]
+            return B.diag_embed(p * others) - (outer - B.diag_embed(p * p))   # the diagonal of the second term: 0
         p = self._to_chart(x, "mean")
         if self.chart in ("mean", "standard"):
             return B.diag_embed(1.0 / p) + (1.0 / _last(p))[..., None] * B.ones((self.dim, self.dim), like=x)
