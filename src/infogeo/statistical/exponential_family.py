@@ -38,7 +38,7 @@ from typing import Any, Callable, Dict, Optional
 import numpy as np
 
 from .. import backend as B
-from ..divergences import Bregman
+from ..divergences import Bregman, bregman_value
 from ..geometry import points as _points
 from ..geometry.charts import Chart, ChartedManifold, per_point
 from ._inputs import named_coordinates, numpy_only, split_parameters, unaliased
@@ -379,7 +379,7 @@ class ExponentialFamily(Observations, ChartedManifold):
             return Bregman(self.log_partition)(tq, tp)
         psi = self.log_partition  # vectorised: psi maps (..., dim) -> (...)
         g = B.grad(lambda t: B.sum(psi(t)), tp)
-        return psi(tq) - psi(tp) - B.sum(g * (tq - tp), axis=-1)
+        return bregman_value(psi, psi(tq), psi(tp), g, tq, tp, batched=True)
 
     # ------------------------------------------------------------ closed geometry hooks
     # built-in families override these; prototyped ones pass geodesics=ClosedGeodesics(...)
