@@ -448,3 +448,21 @@ def test_random_point_takes_the_generators_of_every_manifold(rng, small_mlp):
     noise = torch.cat([(a[n] - before[n]).flatten() for n in space.names])
     assert abs(float(noise.std()) - 0.5) < 0.5 * 6 / noise.numel() ** 0.5   # six standard errors of the std
     space.check_point(a)
+
+
+@pytest.mark.parametrize("kind", ["implicit", "dense", "diag"])
+def test_a_curvature_stays_at_the_point_it_was_built_at(kind):
+    """The model's parameters are views that an optimizer step changes in place: a curvature built before keeps
+    its point (the implicit one a copy of it), its products and solves those of the metric there."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 3)).double()
+    X, y = torch.randn(8, 4, dtype=torch.float64), torch.randint(0, 3, (8,))
+    space = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=y)
+    C = space.curvature(kind)
+    before = C.to_dense().clone()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(2.0)
+    assert torch.equal(C.to_dense(), before)
+    if kind == "implicit":   # and the current point's own curvature is the new one
+        assert not torch.allclose(space.curvature(kind).to_dense(), before)
