@@ -429,3 +429,26 @@ def test_a_damaged_factorisation_in_a_checkpoint_is_refused():
     basis[next(iter(basis))] = "abc"
     with pytest.raises(ValueError, match="'basis'.*str"):
         ig.nn.NaturalGradient(mlp(), **dict(KW, curvature="ekfac", momentum=0.0, kl_clip="auto")).load_state_dict(saved)
+
+
+@pytest.mark.parametrize("curvature", ["kfac", "diag"])
+@pytest.mark.parametrize("edit,error,match", [
+    (lambda g: {n: t.reshape(-1) for n, t in g.items()}, ValueError, r"grads\['0.weight'\] has shape \(20,\)"),
+    (lambda g: {n: (100 * t).long() for n, t in g.items()}, TypeError, "real floating tensor, got torch.int64"),
+    (lambda g: {n: t.to(torch.complex128) for n, t in g.items()}, TypeError, "real floating tensor"),
+    (lambda g: {n: None for n in g}, TypeError, "real floating tensor, got NoneType"),
+    (lambda g: list(g.values()), TypeError, "grads must be a dict"),
+    (lambda g: dict(list(g.items())[1:]), ValueError, r"missing \['0.weight'\]"),
+    (lambda g: {**g, "extra": torch.zeros(2)}, ValueError, r"extra \['extra'\]"),
+])
+def test_precondition_checks_given_gradients_against_the_parameters(curvature, edit, error, match):
+    model = mlp()
+    pre = ig.nn.Preconditioner(model, lr=0.1, curvature=curvature, fisher="exact", kl_clip=None)
+    X, y = batch(0)
+    F.cross_entropy(model(X), y).backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    with pytest.raises(error, match=match):
+        pre.precondition(edit(grads), inputs=X)
+    assert pre.steps == 0
+    delta = pre.precondition(grads, inputs=X)
+    assert pre.steps == 1 and all(delta[n].shape == g.shape for n, g in grads.items())
