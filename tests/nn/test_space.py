@@ -466,3 +466,28 @@ def test_a_curvature_stays_at_the_point_it_was_built_at(kind):
     assert torch.equal(C.to_dense(), before)
     if kind == "implicit":   # and the current point's own curvature is the new one
         assert not torch.allclose(space.curvature(kind).to_dense(), before)
+
+
+def _classifier():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 3)).double()
+    X, y = torch.randn(8, 4, dtype=torch.float64), torch.randint(0, 3, (8,))
+    return model, X, y
+
+
+@pytest.mark.parametrize("convert", [lambda y: y.tolist(), lambda y: y.numpy(), lambda y: tuple(y.tolist())])
+def test_array_like_targets_are_converted(convert):
+    model, X, y = _classifier()
+    space = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=convert(y))
+    reference = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=y)
+    assert torch.equal(space.loss(), reference.loss()) and torch.equal(reference.loss(convert(y)), reference.loss())
+
+
+@pytest.mark.parametrize("bad", [1.0, "abc", {"y": 1}, None.__class__, [["a"]], [[1, 2], [3]]])
+def test_targets_that_are_not_array_like_are_refused_by_name(bad):
+    model, X, y = _classifier()
+    with pytest.raises(TypeError, match="targets must be"):
+        ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=bad)
+    space = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=y)
+    with pytest.raises(TypeError, match="targets must be"):
+        space.loss(bad)
