@@ -491,3 +491,32 @@ def test_targets_that_are_not_array_like_are_refused_by_name(bad):
     space = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=y)
     with pytest.raises(TypeError, match="targets must be"):
         space.loss(bad)
+
+
+_INF, _META = float("inf"), (lambda: torch.tensor(1e-2, device="meta"))
+
+
+@pytest.mark.parametrize("call,error,match", [
+    (lambda sp, m: ig.nn.NaturalGradient(m, lr=_META()), TypeError, "lr must be a real number.*meta"),
+    (lambda sp, m: ig.nn.NaturalGradient(m, lr=0.1, damping=_META()), TypeError, "damping .*meta"),
+    (lambda sp, m: ig.nn.NaturalGradient(m, lr=0.1, eps=_META()), TypeError, "eps .*meta"),
+    (lambda sp, m: sp.curvature("dense").solve(None, {n: torch.ones_like(t) for n, t in sp.point.items()},
+                                              damping=_META()), TypeError, "damping .*meta"),
+    (lambda sp, m: ig.nn.NaturalGradient(m, lr=0.1, max_factor_dim=_INF), ValueError, "max_factor_dim"),
+    (lambda sp, m: ig.nn.NaturalGradient(m, lr=0.1, max_factor_bytes=float("nan")), ValueError, "max_factor_bytes"),
+    (lambda sp, m: sp.curvature("diag", "mc", samples=_INF), ValueError, "samples must be an integer"),
+    (lambda sp, m: sp.curvature("implicit", max_iter=_INF), ValueError, "max_iter must be an integer"),
+    (lambda sp, m: ig.nn.ParameterSpace(m, torch.nn.CrossEntropyLoss(), data=sp.batch.tensors()[0],
+                                        cg_max_iter=_INF), ValueError, "cg_max_iter must be an integer"),
+    (lambda sp, m: sp.curvature("dense").estimate_trace(_INF), ValueError, "samples must be an integer"),
+    (lambda sp, m: sp.curvature("dense").estimate_diagonal(float("nan")), ValueError, "samples must be an integer"),
+    (lambda sp, m: sp.curvature("dense").top_eigenvalues(_INF), ValueError, "k must be an integer"),
+    (lambda sp, m: sp.curvature("dense").top_eigenvalues(10 ** 6), ValueError, "k must be an integer in"),
+])
+def test_numbers_without_a_value_are_refused_by_name(call, error, match):
+    """An infinite or NaN count (an OverflowError from int()) and a number on the meta device (a RuntimeError from
+    Tensor.item()) are refused by the name of the argument."""
+    model, X, y = _classifier()
+    space = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=y)
+    with pytest.raises(error, match=match):
+        call(space, model)

@@ -5,6 +5,7 @@ from typing import Any, Optional
 
 import torch
 
+from ...geometry.points import positive_int
 from ...linalg import conjugate_gradient
 from .._params import ParamLayout, Params
 from .base import Curvature
@@ -24,7 +25,7 @@ class Implicit(Curvature):
     def __init__(self, layout: ParamLayout, metric: Any, point: Optional[Params] = None, max_iter: int = 100,
                  rtol: float = 1e-10, outer: Optional[Params] = None):
         super().__init__(layout, point)
-        self.metric, self.max_iter, self.rtol, self.outer = metric, int(max_iter), float(rtol), outer
+        self.metric, self.max_iter, self.rtol, self.outer = metric, positive_int(max_iter, "max_iter"), float(rtol), outer
         self.info = None
 
     @classmethod

@@ -45,6 +45,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, cast
 
 import torch
 
+from ...geometry.points import positive_int
 from . import _backprop as bp
 from .blockwise import BlockCurvature
 from .blocks import Block
@@ -115,11 +116,8 @@ _SAID: set = set()
 
 def check_factor_limits(max_factor_dim: Any, max_factor_bytes: Any) -> Tuple[int, int]:
     """The two limits on a dense factor as integers, or a ``ValueError`` naming the one that cannot be used."""
-    for name, v in (("max_factor_dim", max_factor_dim), ("max_factor_bytes", max_factor_bytes)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 1 or v != int(v):
-            raise ValueError(f"{name} must be a positive whole number (a factor side in entries, or bytes), "
-                             f"got {v!r}")
-    return int(max_factor_dim), int(max_factor_bytes)
+    return (positive_int(max_factor_dim, "max_factor_dim (a factor side in entries)"),
+            positive_int(max_factor_bytes, "max_factor_bytes"))
 
 
 def dense_side(n: int, itemsize: int, max_factor_dim: int = MAX_FACTOR_DIM,
