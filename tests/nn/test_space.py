@@ -520,3 +520,19 @@ def test_numbers_without_a_value_are_refused_by_name(call, error, match):
     space = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=y)
     with pytest.raises(error, match=match):
         call(space, model)
+
+
+@pytest.mark.parametrize("kind,option,value,error", [
+    ("diag", "chunk_elements", "abc", TypeError), ("diag", "chunk_elements", -1, ValueError),
+    ("diag", "chunk_elements", float("nan"), ValueError), ("diag", "chunk_elements", None, TypeError),
+    ("kfac", "per_position", "no", TypeError), ("kfac", "factors_only", float("nan"), TypeError),
+    ("block", "max_block_size", -5, ValueError), ("block", "max_block_size", 0, ValueError),
+    ("block", "max_block_size", float("nan"), ValueError),
+])
+def test_curvature_option_values_are_checked_by_name(kind, option, value, error):
+    model, X, y = _classifier()
+    space = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=y)
+    with pytest.raises(error, match=option):
+        space.curvature(kind, **{option: value})
+    with pytest.raises(error, match=option):
+        ig.nn.NaturalGradient(model, lr=0.1, curvature=kind, **{option: value})
