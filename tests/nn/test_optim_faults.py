@@ -371,3 +371,84 @@ def test_a_curvature_refuses_a_damping_that_is_not_a_finite_number(damping, erro
     C = ig.nn.ParameterSpace(model, "categorical", data=X, targets=y).curvature("kfac")
     with pytest.raises(error, match="damping"):
         C.inverse(damping)
+
+
+def _nan(t):
+    return t * float("nan")
+
+
+def _no_nan(tree):
+    """``tree`` with its NaNs replaced (compared by :func:`same`)."""
+    if isinstance(tree, dict):
+        return {k: _no_nan(v) for k, v in tree.items()}
+    return torch.nan_to_num(tree, nan=7.0) if isinstance(tree, torch.Tensor) else tree
+
+
+@pytest.mark.parametrize("rule", ["graft", "eigen-adam"])
+@pytest.mark.parametrize("edit,match", [
+    (lambda s: s["state"][0].update(exp_avg=_nan(s["state"][0]["exp_avg"])), "not finite"),
+    (lambda s: s["state"][0].update(exp_avg_sq=-1 - s["state"][0]["exp_avg_sq"]), "negative"),
+    (lambda s: s["state"][2].update(exp_avg_sq=float("inf") + s["state"][2]["exp_avg_sq"]), "not finite"),
+    (lambda s: s["state"][0].update(exp_avg=None), "not finite floating tensors.*NoneType"),
+    (lambda s: s["state"][2].update(exp_avg_sq="abc"), "not finite floating tensors.*str"),
+    (lambda s: s["state"][0].pop("exp_avg_sq"), "lacks \\['exp_avg_sq'\\]"),
+    (lambda s: [s["state"][2].pop(k) for k in ("graft_step", "step") if k in s["state"][2]], "lacks"),
+    (lambda s: s["state"][2].update({k: -1 - v for k, v in s["state"][2].items() if k in ("step", "graft_step")}),
+     "count"),
+    (lambda s: s["state"]["natural_gradient"].update(previous_step={k: None for k in ("0.weight", "0.bias")}),
+     "previous step"),
+    (lambda s: s["param_groups"][0]["params"].__setitem__(1, "x"), "integer ids"),
+])
+def test_a_damaged_step_rule_state_is_refused_at_load_and_changes_nothing(rule, edit, match):
+    """The per-parameter state of the step rule (Adam's moments, counts, basis) is checked when loaded, not met as
+    NaN weights or an AttributeError at the next step; the optimizer is left as it was."""
+    a = mlp()
+    opt = ig.nn.NaturalGradient(a, **dict(KW, kl_clip=None, momentum=0.0), step_rule=rule)
+    train(a, opt, 3)
+    saved = copy.deepcopy(opt.state_dict())
+    saved["state"]["natural_gradient"]["previous_step"] = {n: torch.zeros_like(p) for n, p in a.named_parameters()}
+    edit(saved)
+    before = snapshot(saved)
+    b = mlp()
+    opt_b = ig.nn.NaturalGradient(b, **dict(KW, kl_clip=None, momentum=0.0), step_rule=rule)
+    train(b, opt_b, 1)
+    mine = snapshot(opt_b.state_dict())
+    with pytest.raises(ValueError, match=match):
+        opt_b.load_state_dict(saved)
+    assert same(_no_nan(saved), _no_nan(before)) and same(opt_b.state_dict(), mine)
+    train(b, opt_b, 1, 5)
+    assert all(bool(torch.isfinite(p).all()) for p in b.parameters())
+
+
+def test_a_damaged_factorisation_in_a_checkpoint_is_refused():
+    a = mlp()
+    opt = ig.nn.NaturalGradient(a, **dict(KW, curvature="ekfac", momentum=0.0, kl_clip="auto"))
+    train(a, opt, 3)
+    saved = opt.state_dict()
+    basis = saved["state"]["natural_gradient"]["preconditioner"]["basis"]
+    basis[next(iter(basis))] = "abc"
+    with pytest.raises(ValueError, match="'basis'.*str"):
+        ig.nn.NaturalGradient(mlp(), **dict(KW, curvature="ekfac", momentum=0.0, kl_clip="auto")).load_state_dict(saved)
+
+
+@pytest.mark.parametrize("curvature", ["kfac", "diag"])
+@pytest.mark.parametrize("edit,error,match", [
+    (lambda g: {n: t.reshape(-1) for n, t in g.items()}, ValueError, r"grads\['0.weight'\] has shape \(20,\)"),
+    (lambda g: {n: (100 * t).long() for n, t in g.items()}, TypeError, "real floating tensor, got torch.int64"),
+    (lambda g: {n: t.to(torch.complex128) for n, t in g.items()}, TypeError, "real floating tensor"),
+    (lambda g: {n: None for n in g}, TypeError, "real floating tensor, got NoneType"),
+    (lambda g: list(g.values()), TypeError, "grads must be a dict"),
+    (lambda g: dict(list(g.items())[1:]), ValueError, r"missing \['0.weight'\]"),
+    (lambda g: {**g, "extra": torch.zeros(2)}, ValueError, r"extra \['extra'\]"),
+])
+def test_precondition_checks_given_gradients_against_the_parameters(curvature, edit, error, match):
+    model = mlp()
+    pre = ig.nn.Preconditioner(model, lr=0.1, curvature=curvature, fisher="exact", kl_clip=None)
+    X, y = batch(0)
+    F.cross_entropy(model(X), y).backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    with pytest.raises(error, match=match):
+        pre.precondition(edit(grads), inputs=X)
+    assert pre.steps == 0
+    delta = pre.precondition(grads, inputs=X)
+    assert pre.steps == 1 and all(delta[n].shape == g.shape for n, g in grads.items())

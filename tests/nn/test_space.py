@@ -448,3 +448,91 @@ def test_random_point_takes_the_generators_of_every_manifold(rng, small_mlp):
     noise = torch.cat([(a[n] - before[n]).flatten() for n in space.names])
     assert abs(float(noise.std()) - 0.5) < 0.5 * 6 / noise.numel() ** 0.5   # six standard errors of the std
     space.check_point(a)
+
+
+@pytest.mark.parametrize("kind", ["implicit", "dense", "diag"])
+def test_a_curvature_stays_at_the_point_it_was_built_at(kind):
+    """The model's parameters are views that an optimizer step changes in place: a curvature built before keeps
+    its point (the implicit one a copy of it), its products and solves those of the metric there."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 3)).double()
+    X, y = torch.randn(8, 4, dtype=torch.float64), torch.randint(0, 3, (8,))
+    space = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=y)
+    C = space.curvature(kind)
+    before = C.to_dense().clone()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(2.0)
+    assert torch.equal(C.to_dense(), before)
+    if kind == "implicit":   # and the current point's own curvature is the new one
+        assert not torch.allclose(space.curvature(kind).to_dense(), before)
+
+
+def _classifier():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 3)).double()
+    X, y = torch.randn(8, 4, dtype=torch.float64), torch.randint(0, 3, (8,))
+    return model, X, y
+
+
+@pytest.mark.parametrize("convert", [lambda y: y.tolist(), lambda y: y.numpy(), lambda y: tuple(y.tolist())])
+def test_array_like_targets_are_converted(convert):
+    model, X, y = _classifier()
+    space = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=convert(y))
+    reference = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=y)
+    assert torch.equal(space.loss(), reference.loss()) and torch.equal(reference.loss(convert(y)), reference.loss())
+
+
+@pytest.mark.parametrize("bad", [1.0, "abc", {"y": 1}, None.__class__, [["a"]], [[1, 2], [3]]])
+def test_targets_that_are_not_array_like_are_refused_by_name(bad):
+    model, X, y = _classifier()
+    with pytest.raises(TypeError, match="targets must be"):
+        ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=bad)
+    space = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=y)
+    with pytest.raises(TypeError, match="targets must be"):
+        space.loss(bad)
+
+
+_INF, _META = float("inf"), (lambda: torch.tensor(1e-2, device="meta"))
+
+
+@pytest.mark.parametrize("call,error,match", [
+    (lambda sp, m: ig.nn.NaturalGradient(m, lr=_META()), TypeError, "lr must be a real number.*meta"),
+    (lambda sp, m: ig.nn.NaturalGradient(m, lr=0.1, damping=_META()), TypeError, "damping .*meta"),
+    (lambda sp, m: ig.nn.NaturalGradient(m, lr=0.1, eps=_META()), TypeError, "eps .*meta"),
+    (lambda sp, m: sp.curvature("dense").solve(None, {n: torch.ones_like(t) for n, t in sp.point.items()},
+                                              damping=_META()), TypeError, "damping .*meta"),
+    (lambda sp, m: ig.nn.NaturalGradient(m, lr=0.1, max_factor_dim=_INF), ValueError, "max_factor_dim"),
+    (lambda sp, m: ig.nn.NaturalGradient(m, lr=0.1, max_factor_bytes=float("nan")), ValueError, "max_factor_bytes"),
+    (lambda sp, m: sp.curvature("diag", "mc", samples=_INF), ValueError, "samples must be an integer"),
+    (lambda sp, m: sp.curvature("implicit", max_iter=_INF), ValueError, "max_iter must be an integer"),
+    (lambda sp, m: ig.nn.ParameterSpace(m, torch.nn.CrossEntropyLoss(), data=sp.batch.tensors()[0],
+                                        cg_max_iter=_INF), ValueError, "cg_max_iter must be an integer"),
+    (lambda sp, m: sp.curvature("dense").estimate_trace(_INF), ValueError, "samples must be an integer"),
+    (lambda sp, m: sp.curvature("dense").estimate_diagonal(float("nan")), ValueError, "samples must be an integer"),
+    (lambda sp, m: sp.curvature("dense").top_eigenvalues(_INF), ValueError, "k must be an integer"),
+    (lambda sp, m: sp.curvature("dense").top_eigenvalues(10 ** 6), ValueError, "k must be an integer in"),
+])
+def test_numbers_without_a_value_are_refused_by_name(call, error, match):
+    """An infinite or NaN count (an OverflowError from int()) and a number on the meta device (a RuntimeError from
+    Tensor.item()) are refused by the name of the argument."""
+    model, X, y = _classifier()
+    space = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=y)
+    with pytest.raises(error, match=match):
+        call(space, model)
+
+
+@pytest.mark.parametrize("kind,option,value,error", [
+    ("diag", "chunk_elements", "abc", TypeError), ("diag", "chunk_elements", -1, ValueError),
+    ("diag", "chunk_elements", float("nan"), ValueError), ("diag", "chunk_elements", None, TypeError),
+    ("kfac", "per_position", "no", TypeError), ("kfac", "factors_only", float("nan"), TypeError),
+    ("block", "max_block_size", -5, ValueError), ("block", "max_block_size", 0, ValueError),
+    ("block", "max_block_size", float("nan"), ValueError),
+])
+def test_curvature_option_values_are_checked_by_name(kind, option, value, error):
+    model, X, y = _classifier()
+    space = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=y)
+    with pytest.raises(error, match=option):
+        space.curvature(kind, **{option: value})
+    with pytest.raises(error, match=option):
+        ig.nn.NaturalGradient(model, lr=0.1, curvature=kind, **{option: value})

@@ -46,6 +46,16 @@ def raw_value(x: Any) -> Any:
     return x
 
 
+def tensor_number(value: Any, label: str) -> Any:
+    """The value of a one-element real torch tensor as a Python number (anything else as it is); a tensor on the
+    ``meta`` device, which holds no value, is a ``TypeError`` naming ``label``."""
+    if _dispatch.is_torch(value) and value.numel() == 1 and not value.is_complex():
+        if value.device.type == "meta":
+            raise TypeError(f"{label} must be a real number, got a tensor on the meta device (it holds no value)")
+        return value.item()
+    return value
+
+
 def check_real(label: str, value: Any, *, positive: bool = False) -> float:
     """``value`` as a finite float ``>= 0`` (``> 0`` with ``positive``), or a clear error naming ``label``.
 

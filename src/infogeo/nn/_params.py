@@ -65,14 +65,20 @@ class ParamLayout:
         return {n: vec[..., self.offsets[n]:self.offsets[n] + self.numels[n]].reshape(lead + self.shapes[n])
                 for n in self.names}
 
-    def check(self, tree: Params, what: str) -> None:
-        """Raise ``ValueError`` unless ``tree`` has exactly these names and shapes."""
+    def check(self, tree: Params, what: str, *, real: bool = False) -> None:
+        """Raise ``ValueError`` unless ``tree`` has exactly these names and shapes (``TypeError`` unless its leaves
+        are tensors, and with ``real`` real floating ones)."""
         if not isinstance(tree, dict):
             raise TypeError(f"{what} must be a dict name -> tensor like model.named_parameters(), "
                             f"got {type(tree).__name__}")
         if set(tree) != set(self.names):
-            raise ValueError(f"{what} has keys {sorted(tree)}, expected {sorted(self.names)}")
+            missing, extra = sorted(set(self.names) - set(tree)), sorted(set(tree) - set(self.names), key=str)
+            raise ValueError(f"{what} has keys {sorted(tree, key=str)}, expected {sorted(self.names)} (missing "
+                             f"{missing}, extra {extra})")
         for n in self.names:
+            if not isinstance(tree[n], torch.Tensor) or (real and not tree[n].is_floating_point()):
+                got = tree[n].dtype if isinstance(tree[n], torch.Tensor) else type(tree[n]).__name__
+                raise TypeError(f"{what}[{n!r}] must be a {'real floating ' if real else ''}tensor, got {got}")
             if tuple(tree[n].shape) != self.shapes[n]:
                 raise ValueError(f"{what}[{n!r}] has shape {tuple(tree[n].shape)}, expected {self.shapes[n]}")
 

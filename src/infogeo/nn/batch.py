@@ -7,7 +7,26 @@ from typing import Any, Callable, Dict, List, Tuple, Union
 import torch
 from torch.func import functional_call
 
-__all__ = ["Batch", "MissingTargets"]
+__all__ = ["Batch", "MissingTargets", "as_targets"]
+
+
+def as_targets(targets: Any, device: Any = None) -> Any:
+    """A batch's targets as a tensor: a tensor as it is, an array-like of numbers (a numpy array, a list) converted
+    with ``torch.as_tensor`` onto ``device``; ``None`` stays ``None``; anything else is a ``TypeError``."""
+    if targets is None or isinstance(targets, torch.Tensor):
+        return targets
+    array_like = hasattr(targets, "__array__") or isinstance(targets, (list, tuple))
+    if not array_like:
+        raise TypeError(f"targets must be a tensor or an array-like of numbers (a numpy array, a list), got "
+                        f"{type(targets).__name__} {targets!r:.60}")
+    try:
+        t = torch.as_tensor(targets, device=device)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise TypeError(f"targets must be a tensor or an array-like of numbers (a numpy array, a list), got "
+                        f"{type(targets).__name__} that torch.as_tensor cannot convert ({exc})") from None
+    if t.dtype == torch.bool or t.is_complex():
+        raise TypeError(f"targets must be real numbers, got {t.dtype}")
+    return t
 
 
 class MissingTargets(ValueError):

@@ -35,9 +35,10 @@ import torch
 
 from ..geometry.linearization import Linearization, same_state, versions
 from ..geometry.manifold import Manifold
+from ..geometry.points import positive_int
 from ..geometry.vectors import Covector, TangentVector
 from ._layers import batch_statistics_layers, check_per_example, warn_random_layers
-from .batch import Batch, MissingTargets
+from .batch import Batch, MissingTargets, as_targets
 from ._params import CurrentPoint, ParamLayout, Params
 from .curvature import Curvature, _backprop as _bp, build as _build_curvature, kinds
 from .network_metric import NetworkMetric
@@ -121,11 +122,11 @@ class ParameterSpace(Manifold):
         self._point = CurrentPoint(self, {n: p.detach() for n, p in named})
         self.layout = ParamLayout.of(self._point)
         self.batch, self.output_fn = Batch.of(data), output_fn
-        self.targets = targets
         metric = _resolve_metric(output_metric)
-        self.cg_max_iter, self.cg_rtol = int(cg_max_iter), float(cg_rtol)
+        self.cg_max_iter, self.cg_rtol = positive_int(cg_max_iter, "cg_max_iter"), float(cg_rtol)
         p0 = next(iter(self.point.values()))
         self.device, self.dtype = p0.device, p0.dtype
+        self.targets = targets = as_targets(targets, self.device)
         for a in self.batch.tensors():
             if a.device != self.device:
                 raise ValueError(f"data on {a.device} but the model's parameters on {self.device}; "
@@ -325,7 +326,7 @@ class ParameterSpace(Manifold):
         return self.output_metric.loss(self.function(self.point if params is None else params), t).mean()
 
     def _targets(self, targets):
-        t = self.targets if targets is None else targets
+        t = self.targets if targets is None else as_targets(targets, self.device)
         if t is None:
             raise MissingTargets("this needs training targets: pass targets=... to ParameterSpace or to this call")
         self.output_metric.check_targets(self.outputs, t)
@@ -347,9 +348,8 @@ class ParameterSpace(Manifold):
         if method == "exact":
             return self.output_metric.sqrt(z)
         if method == "mc":
-            if int(samples) < 1:
-                raise ValueError(f"samples must be a positive integer, got {samples}")
-            return self.output_metric.sample(z, int(samples), generator) / math.sqrt(int(samples))
+            samples = positive_int(samples, "samples")
+            return self.output_metric.sample(z, samples, generator) / math.sqrt(samples)
         if method == "empirical":
             return self.output_metric.empirical_factor(z, self._targets(targets))
         raise AssertionError(method)  # pragma: no cover

@@ -40,6 +40,7 @@ def build(space: Any, kind: str, method: str = "exact", *, samples: int = 1, tar
     """
     row = kinds.kind(kind)
     method = kinds.method(method)
+    row.check_values(options)
     if row.statistics == "gradient":   # Shampoo's: the loss gradient's own factors, no output columns
         if method != "empirical":
             raise ValueError(f"curvature {row.name!r} is built from the gradient of the batch loss, not from the "

@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, Uni
 import torch
 
 from ...geometry.metric import Metric
+from ...geometry.points import tensor_number
 from ...geometry.vectors import Covector, TangentVector
 from ...linalg import conjugate_gradient
 from .._deprecated import ONE_ARGUMENT, one_argument
@@ -42,8 +43,7 @@ Vector = Union[Params, TangentVector]
 def _check_damping(damping: float) -> float:
     """``damping`` as a float, if it is a real number, finite (an infinite one would make every solve zero)
     and >= 0."""
-    if isinstance(damping, torch.Tensor) and damping.numel() == 1 and not damping.is_complex():
-        damping = damping.item()
+    damping = tensor_number(damping, "damping")
     if isinstance(damping, bool) or not isinstance(damping, numbers.Real):
         raise TypeError(f"damping must be a real number, got {type(damping).__name__} {damping!r}")
     value = float(damping)

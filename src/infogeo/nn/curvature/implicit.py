@@ -5,6 +5,7 @@ from typing import Any, Optional
 
 import torch
 
+from ...geometry.points import positive_int
 from ...linalg import conjugate_gradient
 from .._params import ParamLayout, Params
 from .base import Curvature
@@ -24,15 +25,18 @@ class Implicit(Curvature):
     def __init__(self, layout: ParamLayout, metric: Any, point: Optional[Params] = None, max_iter: int = 100,
                  rtol: float = 1e-10, outer: Optional[Params] = None):
         super().__init__(layout, point)
-        self.metric, self.max_iter, self.rtol, self.outer = metric, int(max_iter), float(rtol), outer
+        self.metric, self.max_iter, self.rtol, self.outer = metric, positive_int(max_iter, "max_iter"), float(rtol), outer
         self.info = None
 
     @classmethod
     def build(cls, space: Any, metric: Any, max_iter: Optional[int] = None, rtol: Optional[float] = None,
               **ignored: Any) -> "Implicit":
         """The operator of ``metric`` (a network metric of ``space``) at the space's point; CG truncated at
-        ``max_iter`` iterations or relative residual ``rtol`` (default: the space's)."""
-        return cls(space.layout, metric, space.point, max_iter=space.cg_max_iter if max_iter is None else max_iter,
+        ``max_iter`` iterations or relative residual ``rtol`` (default: the space's).  It keeps a copy of the
+        point (the model's parameters are views, changed in place by an optimizer step): frozen there, as the
+        other representations are."""
+        point = {n: t.detach().clone() for n, t in space.point.items()}
+        return cls(space.layout, metric, point, max_iter=space.cg_max_iter if max_iter is None else max_iter,
                    rtol=space.cg_rtol if rtol is None else rtol)
 
     def _mv(self, v):

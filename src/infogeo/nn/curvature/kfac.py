@@ -40,6 +40,7 @@ diagonal (:func:`factor_layout`).
 """
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any, Callable, List, Optional, Sequence, Tuple, cast
 
@@ -116,7 +117,7 @@ _SAID: set = set()
 def check_factor_limits(max_factor_dim: Any, max_factor_bytes: Any) -> Tuple[int, int]:
     """The two limits on a dense factor as integers, or a ``ValueError`` naming the one that cannot be used."""
     for name, v in (("max_factor_dim", max_factor_dim), ("max_factor_bytes", max_factor_bytes)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 1 or v != int(v):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v >= 1) or v != int(v):
             raise ValueError(f"{name} must be a positive whole number (a factor side in entries, or bytes), "
                              f"got {v!r}")
     return int(max_factor_dim), int(max_factor_bytes)

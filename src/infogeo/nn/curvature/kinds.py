@@ -17,6 +17,8 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
+from ...geometry.points import check_flag, positive_int
+
 __all__ = ["Kind", "KINDS", "METHODS", "ALIASES", "kind", "method", "table"]
 
 #: how the output columns are obtained, with the words that select each
@@ -77,13 +79,27 @@ class Kind:
             unknown = sorted(set(options) - set(known))
             if unknown:
                 raise ValueError(f"curvature={self.name!r} takes no option {unknown[0]!r}; its options are {known}")
+        self.check_values(options)
+
+    def check_values(self, options: Dict[str, Any]) -> None:
+        """Refuse an option value the builder cannot use (:meth:`check_options` without the names: a builder's call
+        carries the optimizers' own arguments too)."""
         if "inverse" in options:
             self.inverse(options["inverse"])
+        for name, check in _OPTION_VALUES.items():
+            if name in options:
+                check(name, options[name])
         if {"max_factor_dim", "max_factor_bytes"} & set(options):
             from .kfac import MAX_FACTOR_BYTES, MAX_FACTOR_DIM, check_factor_limits
             check_factor_limits(options.get("max_factor_dim", MAX_FACTOR_DIM),
                                 options.get("max_factor_bytes", MAX_FACTOR_BYTES))
 
+
+#: the checks of the options' values that several builders take: counts >= 1 (an entry budget, a block side),
+#: flags (a truthy word or number is refused rather than read as True)
+_OPTION_VALUES = {"chunk_elements": lambda name, v: positive_int(v, name),
+                  "max_block_size": lambda name, v: positive_int(v, name),
+                  "per_position": check_flag, "factors_only": check_flag}
 
 #: builder arguments the optimizers set themselves (EKFAC's basis carried between refreshes)
 _INTERNAL = ("basis", "defer")

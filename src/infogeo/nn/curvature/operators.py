@@ -26,6 +26,8 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 import torch
 
+from ...geometry.points import positive_int
+
 __all__ = ["Estimate", "to_scipy", "hutchinson_trace", "hutchpp_trace", "hutchinson_diagonal", "top_eigenvalues"]
 
 
@@ -48,9 +50,7 @@ def _rademacher(C: Any, k: int, generator: Optional[torch.Generator]) -> torch.T
 
 
 def _check_samples(samples: int, least: int = 1) -> int:
-    if int(samples) != samples or samples < least:
-        raise ValueError(f"samples must be an integer >= {least}, got {samples}")
-    return int(samples)
+    return positive_int(samples, "samples", least)
 
 
 def to_scipy(C: Any) -> Any:
@@ -116,7 +116,7 @@ def top_eigenvalues(C: Any, k: int = 1, *, tol: float = 0.0, max_iter: Optional[
     """
     from scipy.sparse.linalg import eigsh
     P = C.layout.size
-    if int(k) != k or not 1 <= k <= P:
+    if positive_int(k, "k") > P:
         raise ValueError(f"k must be an integer in [1, {P}], got {k}")
     ref = _like(C)
     if k + 1 >= P:

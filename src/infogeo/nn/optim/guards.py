@@ -11,7 +11,9 @@ from typing import Any, List, Tuple
 
 import torch
 
-__all__ = ["check_step", "check_unfrozen", "check_unscaled"]
+from .._params import ParamLayout, Params
+
+__all__ = ["check_step", "check_unfrozen", "check_unscaled", "check_grads"]
 
 Named = List[Tuple[str, torch.Tensor]]
 
@@ -59,3 +61,11 @@ def check_step(frozen: Named, scaler: Any) -> None:
     """Both checks of a step: :func:`check_unfrozen` and :func:`check_unscaled`."""
     check_unfrozen(frozen)
     check_unscaled(scaler)
+
+
+def check_grads(names: List[str], params: List[torch.Tensor], grads: Any) -> Params:
+    """The gradients a caller gives (``{name: tensor}``) checked against the parameters ``names``, ``params``: the
+    same names, each a real floating tensor of its parameter's shape (a flattened, integer or complex gradient
+    would give a direction of the wrong shape or meaning)."""
+    ParamLayout(list(names), [tuple(p.shape) for p in params]).check(grads, "grads", real=True)
+    return grads

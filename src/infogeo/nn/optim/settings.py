@@ -7,6 +7,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
+from ...geometry.points import tensor_number
 from .. import distributed as dd
 from ..curvature import kinds
 from .hooks import refuse_sparse
@@ -73,8 +74,7 @@ def agrees(given: Any, wanted: Any) -> bool:
 
 def _real(name: str, value: Any) -> float:
     """``value`` as a float, if it is a real number (not a bool, a string or a tensor of several entries)."""
-    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
-        value = value.item()
+    value = tensor_number(value, name)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
     return float(value)

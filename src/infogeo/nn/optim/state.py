@@ -29,10 +29,16 @@ import torch
 from .. import distributed as dd
 from .settings import check_learning_rate, positive_number
 
-__all__ = ["checkpoint", "check", "check_optimizer", "load", "check_fits", "restore", "NotCopyable"]
+__all__ = ["checkpoint", "check", "check_optimizer", "check_param_states", "load", "check_fits", "restore",
+           "NotCopyable"]
 
 _CURVATURE_KEYS = ("curvature", "solver")
 _REQUIRED = ("step", "damping", "rng")
+#: the per-parameter entries of each step rule (:mod:`.step`) that come together: the grafted rule's (told apart
+#: by its own entries), Adam's in an eigenbasis (whose basis and gradient statistics need its moments)
+_GRAFT = ("exp_avg", "exp_avg_sq", "direction_avg", "graft_step")
+_EIGEN = ("exp_avg", "exp_avg_sq", "step")
+_COUNTS = ("step", "graft_step")
 
 
 class NotCopyable:
@@ -115,14 +121,10 @@ def check(pre, saved: Any) -> None:
         if wrong:
             raise ValueError(f"checkpoint: parameter shapes differ ({'; '.join(wrong)})")
     for key in _CURVATURE_KEYS:
-        stats = saved.get(key)
-        if stats is None:
-            continue
-        if not isinstance(stats, Mapping) or not all(isinstance(t, torch.Tensor) for t in stats.values()):
-            raise ValueError(f"checkpoint: {key!r} must be a dict of tensors")
-        bad = [k for k, t in stats.items() if not (t.is_floating_point() and bool(torch.isfinite(t).all()))]
-        if bad:
-            raise ValueError(f"checkpoint: the statistics {bad[:4]} in {key!r} are not finite floating tensors")
+        if saved.get(key) is not None:
+            _finite_tensors(f"the statistics in {key!r}", saved[key])
+    if saved.get("basis") is not None:
+        _finite_tensors("the factorisations in 'basis'", saved["basis"])
     layouts = [("checkpoint's curvature", saved.get("curvature")), ("checkpoint's solver", _solver_stats(saved))]
     current = pre.estimate.curvature
     if current is not None and hasattr(current, "stats"):
@@ -133,6 +135,42 @@ def check(pre, saved: Any) -> None:
             diff = sorted(set(shapes) ^ set(given[0][1])) or [k for k in shapes if shapes[k] != given[0][1][k]]
             raise ValueError(f"checkpoint: the {given[0][0]} and the {what} statistics differ (first differences: "
                              f"{diff[:4]}); was it saved for another architecture?")
+
+
+def _finite_tensors(what: str, tree: Any) -> None:
+    """Raise a ValueError unless ``tree`` is a dict of finite floating tensors (``what``: its name in the message)."""
+    if not isinstance(tree, Mapping):
+        raise ValueError(f"checkpoint: {what} must be a dict of tensors, got {type(tree).__name__}")
+    bad = [k for k, t in tree.items()
+           if not (isinstance(t, torch.Tensor) and t.is_floating_point() and bool(torch.isfinite(t).all()))]
+    if bad:
+        raise ValueError(f"checkpoint: {what}: {bad[:4]} are not finite floating tensors (got "
+                         f"{', '.join(type(tree[k]).__name__ for k in bad[:4])})")
+
+
+def check_param_states(states: Mapping[Any, Any], key: str) -> None:
+    """Raise a ValueError naming the first per-parameter step-rule state of an optimizer checkpoint (``states``,
+    the entries other than the optimizer's own ``key``) that the step rules (:mod:`.step`) cannot continue from:
+    not a dict of finite floating tensors, a rule's entries missing (:data:`_GRAFT`, :data:`_EIGEN`), a negative
+    second moment, or a step count that is not one number >= 0."""
+    for i, s in states.items():
+        if i == key:
+            continue
+        what = f"the step rule's state of parameter {i!r}"
+        _finite_tensors(what, s)
+        rule = _GRAFT if {"direction_avg", "graft_step"} & set(s) else _EIGEN if set(_EIGEN + (
+            "U_A", "U_G", "L", "R")) & set(s) else ()
+        missing = [k for k in rule if k not in s]
+        if missing:
+            raise ValueError(f"checkpoint: {what} lacks {missing} (it has {sorted(s)})")
+        if "exp_avg" in s and s["exp_avg"].shape != s["exp_avg_sq"].shape:
+            raise ValueError(f"checkpoint: {what}: exp_avg {tuple(s['exp_avg'].shape)} and exp_avg_sq "
+                             f"{tuple(s['exp_avg_sq'].shape)} differ in shape")
+        if "exp_avg_sq" in s and bool((s["exp_avg_sq"] < 0).any()):
+            raise ValueError(f"checkpoint: {what}: the second moment exp_avg_sq has negative entries")
+        for count in _COUNTS:
+            if count in s and (s[count].numel() != 1 or float(s[count]) < 0):
+                raise ValueError(f"checkpoint: {what}: the count {count!r} must be one number >= 0, got {s[count]}")
 
 
 def _solver_stats(saved: Mapping[str, Any]) -> Any:
@@ -204,17 +242,25 @@ def check_optimizer(pre, param_groups, state_dict: Any, key: str):
     if "base_damping" in mine:   # written by earlier versions next to the preconditioner's state
         pre_state.setdefault("base_damping", mine["base_damping"])
     check(pre, pre_state)
+    check_param_states(state_dict["state"], key)
     prev = mine.get("previous_step")
     shapes = {n: tuple(p.shape) for n, p in zip(pre.names, pre.params)}
-    if prev is not None and (not isinstance(prev, Mapping) or set(prev) != set(shapes) or any(
-            tuple(prev[n].shape) != shapes[n] for n in shapes)):
-        raise ValueError("checkpoint: its previous step does not match this optimizer's parameters")
+    if prev is not None:
+        _finite_tensors("the previous step", prev)
+        if set(prev) != set(shapes) or any(tuple(prev[n].shape) != shapes[n] for n in shapes):
+            raise ValueError("checkpoint: its previous step does not match this optimizer's parameters")
     groups = state_dict["param_groups"]
     try:
         if len(groups) != len(param_groups) or any(len(a["params"]) != len(b["params"])
                                                     for a, b in zip(groups, param_groups)):
             raise ValueError(f"{[len(g['params']) for g in groups]} parameters per group saved, "
                              f"{[len(g['params']) for g in param_groups]} here")
+        ids = [i for g in groups for i in g["params"]]
+        if any(isinstance(i, bool) or not isinstance(i, int) for i in ids) or len(set(ids)) != len(ids):
+            raise ValueError(f"the groups' params must be distinct integer ids, got {ids}")
+        stray = [k for k in state_dict["state"] if k != key and k not in ids]
+        if stray:
+            raise ValueError(f"the state has entries {stray[:4]} that no group's params name")
         for g in groups:
             check_learning_rate(g["lr"], "a parameter group's lr")
             positive_number("a parameter group's momentum", g["momentum"], inclusive=True, maximum=1.0)
