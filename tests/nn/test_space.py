@@ -536,3 +536,18 @@ def test_curvature_option_values_are_checked_by_name(kind, option, value, error)
         space.curvature(kind, **{option: value})
     with pytest.raises(error, match=option):
         ig.nn.NaturalGradient(model, lr=0.1, curvature=kind, **{option: value})
+
+
+@pytest.mark.parametrize("kind", ["kfac", "ekfac", "diag", "dense", "implicit"])
+def test_averages_of_curvatures_refuse_what_is_not_one(kind):
+    """``ema`` and ``pooled`` took anything: a number for the other curvature raised an AttributeError inside, a
+    batch of 0 examples a ZeroDivisionError, a decay of 2 an average with a negative weight."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2)).double()
+    C = ig.nn.ParameterSpace(model, "categorical", data=torch.randn(5, 3, dtype=torch.float64)).curvature(kind)
+    for bad, error in ((lambda: C.ema(0.5, 0.5), TypeError), (lambda: C.ema(C, 2.0), ValueError),
+                       (lambda: C.ema(C, float("nan")), ValueError), (lambda: C.pooled(C, 0, 1), ValueError),
+                       (lambda: C.pooled(C, 2, 1.5), ValueError), (lambda: C.pooled("C", 2, 1), TypeError)):
+        with pytest.raises(error):
+            bad()
+    assert torch.allclose(C.pooled(C, 2, 3).to_dense(), C.to_dense(), rtol=1e-13, atol=1e-15)

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, Uni
 import torch
 
 from ...geometry.metric import Metric
-from ...geometry.points import tensor_number
+from ...geometry.points import check_real, positive_int, tensor_number
 from ...geometry.vectors import Covector, TangentVector
 from ...linalg import conjugate_gradient
 from .._deprecated import ONE_ARGUMENT, one_argument
@@ -164,11 +164,30 @@ class Curvature(Metric):
 
     def ema(self, new: "Curvature", decay: float) -> "Curvature":
         r"""Exponential moving average :math:`\beta\,C + (1-\beta)\,C_\text{new}` (:math:`\beta` = ``decay``)."""
-        return LinearCombination([(float(decay), self), (1.0 - float(decay), new)])
+        decay = self.mixing(new, decay)
+        return LinearCombination([(decay, self), (1.0 - decay, new)])
 
     def pooled(self, new: "Curvature", n: int, m: int) -> "Curvature":
         """The statistics of the union of this batch of ``n`` examples and ``new``'s of ``m`` (micro-batches)."""
+        n, m = self.pool_sizes(new, n, m)
         return self.ema(new, n / (n + m))
+
+    def mixing(self, new: Any, decay: Any) -> float:
+        """``decay`` as a weight in [0, 1] for averaging with ``new``, a curvature on the same parameters (else a
+        clear error: the averages of :meth:`ema` and :meth:`pooled` take nothing else)."""
+        if not isinstance(new, Curvature):
+            raise TypeError(f"a curvature is averaged with another curvature, got {type(new).__name__}")
+        if new.layout != self.layout:
+            raise ValueError("cannot combine curvatures of different parameter layouts")
+        decay = check_real("decay", decay)
+        if decay > 1:
+            raise ValueError(f"decay must lie in [0, 1], got {decay!r}")
+        return decay
+
+    def pool_sizes(self, new: Any, n: Any, m: Any) -> Tuple[int, int]:
+        """The example counts of :meth:`pooled` (integers >= 1; ``new`` checked by :meth:`mixing`)."""
+        self.mixing(new, 0.5)
+        return positive_int(n, "n (this batch's examples)"), positive_int(m, "m (the other batch's examples)")
 
     def is_finite(self) -> bool:
         """Whether the representation holds no NaN or inf (for an operator: one product with a random vector)."""

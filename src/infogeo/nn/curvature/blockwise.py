@@ -108,6 +108,7 @@ class BlockCurvature(Curvature):
         """The statistics of the union of this batch of ``n`` examples and ``new``'s of ``m``: each statistic's mean
         over the union's examples, or over its rows for a mean over rows of its own (:meth:`stat_rows`: K-FAC's
         :math:`A` over the positions a loss keeps), whose union count the result keeps."""
+        n, m = self.pool_sizes(new, n, m)
         if isinstance(new, BlockCurvature) and not self.same_structure(new):
             # a layer one of the batches did not reach (a branch, an expert) keeps the other's block kind
             pair = new.aligned(self)
@@ -194,6 +195,7 @@ class BlockCurvature(Curvature):
 
         Curvatures of another structure are averaged as operators (:class:`LinearCombination`).
         """
+        decay = self.mixing(new, decay)
         if not isinstance(new, BlockCurvature) or not self.same_structure(new):
             return super().ema(new, decay)
         old, cur = self.stats(), new.stats()

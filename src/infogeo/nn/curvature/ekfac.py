@@ -242,6 +242,7 @@ class EKFAC(BlockCurvature):
 
     def ema(self, new: "Curvature", decay: float) -> "Curvature":
         """Deferred statistics pool with deferred ones (micro-batches): factors averaged, measurements kept."""
+        decay = self.mixing(new, decay)
         if not (self.deferred or getattr(new, "deferred", False)):
             return super().ema(new, decay)
         if not (isinstance(new, EKFAC) and self.deferred and new.deferred and self.same_structure(new)):

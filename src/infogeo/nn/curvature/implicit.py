@@ -51,6 +51,7 @@ class Implicit(Curvature):
     def pooled(self, new: Curvature, n: int, m: int) -> Curvature:
         """Micro-batches: the products of both batches weighted by their sizes, solved by the same truncated CG
         (a :class:`~.base.LinearCombination` would solve to convergence)."""
+        n, m = self.pool_sizes(new, n, m)
         if not isinstance(new, Implicit) or self.outer is not None or new.outer is not None:
             return super().pooled(new, n, m)
         return Implicit(self.layout, _Pooled([(n / (n + m), self.metric), (m / (n + m), new.metric)]), self.point,
