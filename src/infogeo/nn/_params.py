@@ -65,9 +65,9 @@ class ParamLayout:
         return {n: vec[..., self.offsets[n]:self.offsets[n] + self.numels[n]].reshape(lead + self.shapes[n])
                 for n in self.names}
 
-    def check(self, tree: Params, what: str, *, real: bool = False) -> None:
-        """Raise ``ValueError`` unless ``tree`` has exactly these names and shapes (``TypeError`` unless its leaves
-        are tensors, and with ``real`` real floating ones)."""
+    def check(self, tree: Params, what: str, *, real: bool = False) -> Params:
+        """``tree``, once it has exactly these names and shapes (else a ``ValueError``), and tensors for leaves
+        (with ``real``, real floating ones; else a ``TypeError``)."""
         if not isinstance(tree, dict):
             raise TypeError(f"{what} must be a dict name -> tensor like model.named_parameters(), "
                             f"got {type(tree).__name__}")
@@ -81,6 +81,7 @@ class ParamLayout:
                 raise TypeError(f"{what}[{n!r}] must be a {'real floating ' if real else ''}tensor, got {got}")
             if tuple(tree[n].shape) != self.shapes[n]:
                 raise ValueError(f"{what}[{n!r}] has shape {tuple(tree[n].shape)}, expected {self.shapes[n]}")
+        return tree
 
     def __eq__(self, other) -> bool:
         return isinstance(other, ParamLayout) and self.names == other.names and self.shapes == other.shapes

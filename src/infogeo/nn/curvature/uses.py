@@ -45,7 +45,7 @@ class ForeignUses(TorchFunctionMode):
         super().__init__()
         self._ids = {id(t): n for n, t in tensors.items()}
         self._tensors = list(tensors.values())   # kept alive, so that their ids stay theirs
-        self._stand_ins, self._names = stand_ins, {id(t): n for n, t in tensors.items()}
+        self._stand_ins, self._names = stand_ins, dict(self._ids)   # the watched tensors' own ids
         self._strangers: Dict[int, torch.Tensor] = {}   # parameters known not to stand in for a watched one
         if stand_ins is not None:
             self._refresh()

@@ -122,13 +122,10 @@ class CurvatureEstimate:
 
     def _on_forward(self) -> None:
         """At each forward: what earlier backward passes recorded is dropped if their gradients were reset since
-        (:func:`.backpropagated.gradients_reset`), else built now (:meth:`.pool.StatisticsPool.settle`)."""
-        rows = self.recorder.rows   # (the rows of a forward not yet back-propagated stay: its backward may come)
+        (:func:`.batches.gradients_reset`), else built now (:meth:`.pool.StatisticsPool.settle`); the outputs of
+        forwards not yet back-propagated stay, as their backward may come."""
         if (self.pending.recorded or self._read.entries) and gradients_reset(self._params):
-            self.pending.clear()
-            self._read.clear()
-            if rows is not None:
-                rows.clear()
+            self._drop_recorded()
         self.pending.settle()
 
     def _on_backward(self, z: torch.Tensor, calls: Dict[str, list], inputs: tuple, grad: torch.Tensor) -> None:
@@ -370,8 +367,12 @@ class CurvatureEstimate:
         return None
 
     def forget_batch(self) -> None:
-        """Drop what the hooks hold of this step's batch (outputs awaiting a backward, Linear rows)."""
+        """Drop what the hooks hold of this step's batch (outputs awaiting a backward, and what was recorded)."""
         self.recorder.release()
+        self._drop_recorded()
+
+    def _drop_recorded(self) -> None:
+        """Drop the statistics, back-propagated batches and Linear rows recorded since the last step."""
         self.pending.clear()
         self._read.clear()
         if self.recorder.rows is not None:

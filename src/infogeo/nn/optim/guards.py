@@ -11,9 +11,7 @@ from typing import Any, List, Tuple
 
 import torch
 
-from .._params import ParamLayout, Params
-
-__all__ = ["check_step", "check_unfrozen", "check_unscaled", "check_grads"]
+__all__ = ["check_step", "check_unfrozen", "check_unscaled"]
 
 Named = List[Tuple[str, torch.Tensor]]
 
@@ -62,10 +60,3 @@ def check_step(frozen: Named, scaler: Any) -> None:
     check_unfrozen(frozen)
     check_unscaled(scaler)
 
-
-def check_grads(names: List[str], params: List[torch.Tensor], grads: Any) -> Params:
-    """The gradients a caller gives (``{name: tensor}``) checked against the parameters ``names``, ``params``: the
-    same names, each a real floating tensor of its parameter's shape (a flattened, integer or complex gradient
-    would give a direction of the wrong shape or meaning)."""
-    ParamLayout(list(names), [tuple(p.shape) for p in params]).check(grads, "grads", real=True)
-    return grads

@@ -324,7 +324,7 @@ class Preconditioner(state.NotCopyable):
         if error is None:
             try:
                 guards.check_step(self._frozen, self.grad_scaler)   # unfrozen parameters, scaled gradients
-                grads = self.grads() if grads is None else guards.check_grads(self.names, self.params, grads)
+                grads = self.grads() if grads is None else self.estimate.layout.check(grads, "grads", real=True)
                 n = self.estimate.batch_size(inputs)
                 if n == 0:
                     raise empty_batch()
