@@ -57,13 +57,29 @@ def _eye_like(D):
     return B.broadcast_to(B.eye(n, like=D), tuple(D.shape))
 
 
-def log1p_sym(D):
+def decided(mask):
+    """``True`` where every entry of the boolean batch ``mask`` is true, ``False`` where none is, else ``None``
+    (also where its values cannot be read, a batch traced by a torch.func transform): a branch that no entry takes
+    need not be computed."""
+    try:
+        values = np.asarray(B.to_numpy(mask))
+    except Exception:   # noqa: BLE001 - a traced batch: both branches are computed
+        return None
+    return True if values.all() else False if not values.any() else None
+
+
+def log1p_sym(D, where=None):
     r""":math:`\log(I + D)` for symmetric ``D`` with :math:`\|D\|_2 \le \tfrac12`, by its power series.
 
     Horner form of :math:`D\sum_{j\ge0}(-D)^j/(j+1)`, :data:`_LOG1P_TERMS` terms: the truncation error is at
     most :math:`\|D\|_2^{K+1}/((K+1)(1 - \|D\|_2)) \le 2^{-K}/(K+1)` relative to :math:`\|D\|_2`.  Batched,
-    either backend, differentiable everywhere (products only).
+    either backend, differentiable everywhere (products only).  ``where`` (a batch mask): only those entries are
+    wanted, the others' ``D`` replaced by 0 (all zeros at no cost where no entry is wanted).
     """
+    if where is not None:
+        if decided(where) is False:
+            return 0.0 * D
+        D = B.where(where[..., None, None], D, 0.0 * D)
     eye = _eye_like(D)
     P = eye / _LOG1P_TERMS
     for j in range(_LOG1P_TERMS - 2, -1, -1):
@@ -114,8 +130,10 @@ def _ratio_logs(S, T):
     # each branch is fed a harmless input where it is not taken, so that neither NaN nor an inf gradient
     # of the other leaks through the selection
     nb = near[..., None, None]
+    log_near = log1p_sym(D, where=near)
+    if decided(near) is True:   # no far pair: its branch is not computed
+        return L, near, log_near, 0.0 * D[..., 0], _eye_like(D)
     spread = B.eye(n, like=D) * B.array([2.0 ** (i + 1) for i in range(n)], like=D)
-    log_near = log1p_sym(B.where(nb, D, 0.0 * D))
     log_lam, U = log_eig_far(B.where(nb, spread, M), B.where(nb, B.inv(spread), N))
     return L, near, log_near, log_lam, U
 

@@ -179,8 +179,7 @@ def dist_bounds(mu0: Any, S0: Any, mu1: Any, S1: Any) -> Tuple[Any, Any]:
     top = B.concatenate([Dc + m[..., :, None] * m[..., None, :], m[..., :, None]], axis=-1)
     E = B.concatenate([top, B.concatenate([m[..., None, :], B.zeros(lead + (1, 1), like=X)], axis=-1)], axis=-2)
     near_c, near_e = _frob_sq(Dc) <= 0.25, _frob_sq(E) <= 0.25
-    log_c = _spaces.log1p_sym(B.where(near_c[..., None, None], Dc, 0.0 * Dc))
-    log_e = _spaces.log1p_sym(B.where(near_e[..., None, None], E, 0.0 * E))
+    log_c, log_e = _spaces.log1p_sym(Dc, where=near_c), _spaces.log1p_sym(E, where=near_e)
     eye = B.broadcast_to(B.eye(d, like=X), lead + (d, d))
     Dn = B.where(near_c[..., None, None], Dc, 0.0 * Dc)
     cov_sq = B.where(near_c, 0.5 * _frob_sq(log_c), cov_sq)
