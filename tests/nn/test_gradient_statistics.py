@@ -237,7 +237,10 @@ def test_the_kinds_rows_say_what_they_are_and_the_model_fisher_stays_the_default
         assert inspect.signature(cls).parameters["curvature"].default == "kfac"
     opt = ig.nn.NaturalGradient(mlp(), curvature="shampoo")
     assert opt.step_rule == "graft" and opt.preconditioner.estimate.curvature_update_period == 1
-    assert ig.nn.NaturalGradient(mlp()).preconditioner.estimate.curvature_update_period == 10
+    # the Fisher's K-FAC: statistics every 10 steps, or under eigen-adam (its eigenbases alone) at each factorisation
+    assert ig.nn.NaturalGradient(mlp(), step_rule="graft").preconditioner.estimate.curvature_update_period == 10
+    assert ig.nn.NaturalGradient(mlp()).preconditioner.estimate.curvature_update_period == 100
+    assert ig.nn.Preconditioner(mlp()).estimate.curvature_update_period == 10
     # a user's period wins over the kind's
     assert ig.nn.NaturalGradient(mlp(), curvature="soap", curvature_update_period=4).preconditioner.estimate \
         .curvature_update_period == 4

@@ -142,26 +142,58 @@ def test_a_sharded_model_defaults_to_graft():
     assert step_defaults("kfac", "eigen-adam", None, {}, classic=False, sharded=True)[0] == "eigen-adam"
 
 
-@pytest.mark.parametrize("periods, expected", [
-    ({}, [0, 1, 2, 4, 8, 16, 32, 64, 100, 200]),                                       # the default periods 10, 100
-    ({"curvature_update_period": 10, "inverse_update_period": 40}, [0, 10, 20, 30, 40, 80, 120, 160, 200])])
-def test_the_early_refreshes(periods, expected):
+@pytest.mark.parametrize("options, expected, statistics", [
+    # the default periods 10, 100: eigen-adam uses the factorisations alone, so statistics only where one is made
+    ({}, [0, 1, 2, 4, 8, 16, 32, 64, 100, 200], [0, 1, 2, 4, 8, 16, 32, 64, 100, 200]),
+    ({"step_rule": "graft"}, [0, 1, 2, 4, 8, 16, 32, 64, 100, 200],
+     sorted(set(range(0, 201, 10)) | {1, 2, 4, 8, 16, 32, 64})),
+    ({"curvature_update_period": 10, "inverse_update_period": 40}, [0, 10, 20, 30, 40, 80, 120, 160, 200],
+     list(range(0, 201, 10))),
+    ({"inverse_update_period": 40}, [0, 40, 80, 120, 160, 200], [0, 40, 80, 120, 160, 200])])
+def test_the_early_refreshes(options, expected, statistics):
     """With the default periods, statistics and factorisations at steps 0, 1, 2, 4, 8, ... before the first inverse
     period, then on the period; periods of the user's own are kept exactly (factorisations at every statistics
-    refresh before the first inverse period).  Counted by wrapping the estimate's factorisation."""
+    refresh before the first inverse period).  Under eigen-adam (the default rule), which uses only the
+    factorisation, the statistics period defaults to the factorisation period.  Counted by wrapping the estimate's
+    factorisation and statistics."""
     model = mlp()
-    opt = ig.nn.NaturalGradient(model, **periods)
+    opt = ig.nn.NaturalGradient(model, **options)
     est, seen, stats = opt.preconditioner.estimate, [], []
-    factorise, statistics = est.factorise, est.statistics
+    factorise, statistics_of = est.factorise, est.statistics
     est.factorise = lambda *a, **k: (seen.append(opt.preconditioner.steps), factorise(*a, **k))[1]
-    est.statistics = lambda *a, **k: (stats.append(opt.preconditioner.steps), statistics(*a, **k))[1]
+    est.statistics = lambda *a, **k: (stats.append(opt.preconditioner.steps), statistics_of(*a, **k))[1]
     for k in range(201):
         plain_step(opt, model, *data(16, seed=k))
     assert seen == expected
-    if periods:
-        assert stats == list(range(0, 201, 10))
-    else:
-        assert stats == sorted(set(range(0, 201, 10)) | {1, 2, 4, 8, 16, 32, 64})
+    assert stats == statistics
+
+
+def test_the_average_forgets_per_step_not_per_refresh():
+    """ema_decay beta is the weight the statistics' average keeps per refresh, and per 10 steps where refreshes
+    lie further apart: statistics recorded every 100 steps (eigen-adam's default) are forgotten at the pace of the
+    default period.  Checked on a Kronecker input factor: with the model frozen (lr 1e-30) and batch 1 at step 0,
+    batch 2 after, the factor at step 100 is P A_1 + (1 - P) A_2 with P the product of the weights kept at the
+    refreshes 1, 2, 4, ..., 64, 100; A_1 and A_2 from optimizers that saw one batch each."""
+    (x1, y1), (x2, y2) = data(16, seed=1), data(16, seed=2)
+
+    def factor(batches):
+        torch.manual_seed(0)
+        model = mlp()
+        opt = ig.nn.NaturalGradient(model, lr=1e-30, ema_decay=0.9)
+        for x, y in batches:
+            plain_step(opt, model, x, y)
+        return opt.preconditioner.estimate.curvature.blocks[0].A.double(), opt.preconditioner.estimate
+    A1, est = factor([(x1, y1)])
+    A2, _ = factor([(x2, y2)])
+    A, _ = factor([(x1, y1)] + [(x2, y2)] * 100)
+    kept = [est.decay(k) for k in (1, 2, 4, 8, 16, 32, 64, 100)]
+    # Delta = 1, 1, 2, 4, 8 steps keep beta each; 16, 32, 36 steps keep beta^(Delta/10)
+    assert kept == pytest.approx([0.9] * 5 + [0.9 ** 1.6, 0.9 ** 3.2, 0.9 ** 3.6], rel=1e-12)
+    P = 0.9 ** 13.4
+    torch.testing.assert_close(A, P * A1 + (1 - P) * A2, rtol=1e-5, atol=1e-6 * float(A2.abs().max()))
+    assert float((A - (0.9 ** 8 * A1 + (1 - 0.9 ** 8) * A2)).abs().max()) > 1e-3 * float(A2.abs().max())
+    graft = ig.nn.NaturalGradient(mlp(), step_rule="graft", ema_decay=0.9).preconditioner.estimate
+    assert [graft.decay(k) for k in (8, 10, 16, 20, 100, 110)] == pytest.approx([0.9] * 6, rel=1e-12)
 
 
 def test_grafted_state_survives_a_checkpoint():

@@ -32,7 +32,7 @@ from .agreement import InBackward
 from .pool import Deferred, StatisticsPool
 from .rows import RowCapture
 from .unreached import Unreached
-from .settings import CAPTURED
+from .settings import CAPTURED, DECAY_STEPS
 
 __all__ = ["CurvatureEstimate"]
 
@@ -110,6 +110,15 @@ class CurvatureEstimate:
     def statistics_due(self, step: int) -> bool:
         """Whether step ``step`` records new statistics (every ``curvature_update_period`` steps and the early ones)."""
         return step % self.curvature_update_period == 0 or self.early(step)
+
+    def decay(self, step: int) -> float:
+        r"""The weight the average keeps when step ``step`` averages new statistics in:
+        :math:`\beta^{\max(1,\,\Delta/10)}` for ``ema_decay`` :math:`\beta`, :math:`\Delta` steps after the last
+        refresh of the schedule (:data:`~.settings.DECAY_STEPS`), so that statistics recorded less often (by
+        ``step_rule="eigen-adam"``, or a longer period given) are forgotten at the same pace in steps."""
+        last = next((k for k in range(step - 1, max(step - self.curvature_update_period, 0) - 1, -1)
+                     if self.statistics_due(k)), None)
+        return self.ema_decay ** max(1.0, (step - last) / DECAY_STEPS) if last is not None else self.ema_decay
 
     def refactorise_due(self, step: int) -> bool:
         """Whether step ``step`` factorises the curvature anew (a new basis for EKFAC)."""
@@ -286,7 +295,7 @@ class CurvatureEstimate:
                 reduce = None if dd.world_size() == 1 else \
                     (lambda ts: dd.all_reduce_mean(ts if weight == 1.0 else [t * weight for t in ts]))
                 renew = self.refactorise_due(step)
-                self.curvature = reduced.refreshed(self.curvature, self.ema_decay, reduce,
+                self.curvature = reduced.refreshed(self.curvature, self.decay(step), reduce,
                                                basis_of=None if renew else self.solver)
                 self.solver = self.factorise(self.curvature, damping) if renew else self.curvature
                 return
@@ -300,9 +309,9 @@ class CurvatureEstimate:
                 if pair is None:   # another structure: start over from this batch
                     self.curvature, self.solver = fresh, None
                 else:   # layers unused in one of the batches: averaged as their kind, then factorised anew
-                    self.curvature, self.solver = pair[0].ema(pair[1], self.ema_decay), None
+                    self.curvature, self.solver = pair[0].ema(pair[1], self.decay(step)), None
             else:
-                self.curvature = self.curvature.ema(fresh, self.ema_decay)
+                self.curvature = self.curvature.ema(fresh, self.decay(step))
                 if self.solver is not None and self.solver is not self.curvature and \
                         hasattr(self.solver, "share_factors") and self.solver.same_structure(self.curvature):
                     self.solver.share_factors(self.curvature)   # its decompositions stay; its old factors go

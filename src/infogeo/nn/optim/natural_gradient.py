@@ -128,7 +128,9 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         Passed to :class:`~.preconditioner.Preconditioner`: ``fisher``, ``output_metric``,
         ``samples``, ``ema_decay``, ``curvature_update_period``, ``inverse_update_period``,
         ``factor_dtype``, ``placement``, ``seed``, ``cg_max_iter``, ... (with the default periods, statistics and
-        factorisations also at steps 1, 2, 4, 8, ... before the first ``inverse_update_period``).
+        factorisations also at steps 1, 2, 4, 8, ... before the first ``inverse_update_period``; under
+        ``"eigen-adam"``, which uses the factorisations alone, statistics only with them unless
+        ``curvature_update_period`` is given).
     """
 
     #: torch's per-parameter state, and this optimizer's own under the key ``"natural_gradient"``

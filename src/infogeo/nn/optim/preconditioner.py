@@ -84,12 +84,15 @@ class Preconditioner(state.NotCopyable):
         Trust-region radius :math:`\kappa` (``None`` turns clipping off; it bounds a KL only under the model's
         Fisher, so pass ``None`` with ``"shampoo"``/``"soap"``).
     ema_decay : float
-        Statistics are averaged as :math:`C \leftarrow \beta C + (1-\beta) C_\text{new}`.
+        Statistics are averaged as :math:`C \leftarrow \beta C + (1-\beta) C_\text{new}` at each refresh, with
+        :math:`\beta` raised to :math:`\Delta/10` where the refresh comes :math:`\Delta > 10` steps after the last
+        (the average remembers about as many steps whatever the period).
     curvature_update_period, inverse_update_period : int, optional
         Refresh periods (steps) of the statistics and of the factorisations (default: 10 and 100; for the
-        gradient statistics of ``"shampoo"``/``"soap"``, 1 and 10, the kind's ``optimizer_defaults``).  Before the
-        first ``inverse_update_period``: both at steps 1, 2, 4, 8, ... if neither is given, else a factorisation
-        at every statistics refresh.
+        gradient statistics of ``"shampoo"``/``"soap"``, 1 and 10, the kind's ``optimizer_defaults``; with
+        ``factors_only=True``, the factorisation alone used, the statistics period defaults to the
+        factorisation period).  Before the first ``inverse_update_period``: both at steps 1, 2, 4, 8, ... if
+        neither is given, else a factorisation at every statistics refresh.
     samples : int
         Monte Carlo samples per example (``fisher="mc"``).
     min_damping, max_damping, damping_increase, damping_recovery
@@ -143,7 +146,7 @@ class Preconditioner(state.NotCopyable):
         refuse_torch_options("Preconditioner", options)   # before the warnings about the settings
         # the kind's own defaults, e.g. Shampoo's statistics every step
         curvature_update_period, inverse_update_period, geometric, defaults = kind_defaults(
-            curvature, curvature_update_period, inverse_update_period)
+            curvature, curvature_update_period, inverse_update_period, basis_only=options.get("factors_only") is True)
         s = check_settings(damping=damping, min_damping=min_damping, max_damping=max_damping, curvature=curvature,
                            fisher=fisher, ema_decay=ema_decay, kl_clip=kl_clip, damping_increase=damping_increase,
                            damping_recovery=damping_recovery, placement=placement, samples=samples,
