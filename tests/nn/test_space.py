@@ -2,6 +2,7 @@
 import copy
 import math
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -551,3 +552,17 @@ def test_averages_of_curvatures_refuse_what_is_not_one(kind):
         with pytest.raises(error):
             bad()
     assert torch.allclose(C.pooled(C, 2, 3).to_dense(), C.to_dense(), rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("bad,error", [(0.5, TypeError), (True, TypeError), ("0", TypeError), ([1, 2], TypeError),
+                                       (torch.tensor(1), TypeError), (-1, ValueError)])
+def test_random_point_refuses_what_is_not_a_seed_or_generator_by_name(bad, error):
+    """rng=0.5 reached numpy's "SeedSequence expects int or sequence of ints" (naming no argument); True and a list
+    were taken as seeds."""
+    model, X, y = _classifier()
+    space = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=y)
+    with pytest.raises(error, match="rng must be"):
+        space.random_point(rng=bad)
+    state = np.random.RandomState(0)   # taken, as by the other manifolds: its state advances
+    a, b = space.random_point(rng=state), space.random_point(rng=state)
+    assert not torch.equal(a["0.weight"], b["0.weight"])

@@ -229,3 +229,21 @@ def test_sizes_are_integers_that_fit_in_memory():
                  lambda: ig.Gaussian(1).sample(np.array([0.0, 1.0]), 10 ** 13)):
         with pytest.raises(ValueError, match="GiB.*more than this machine's memory"):
             make()
+
+
+@pytest.mark.parametrize("M", [G1, C3, ig.Bernoulli(), ig.IndependenceModel(2), ig.Gaussian(dim=2),
+                               ig.Gaussian(dim=2, covariance="diagonal"), ig.geometry.manifold.Euclidean(2)],
+                         ids=lambda M: M.name)
+def test_random_point_refuses_what_is_not_a_seed_or_generator_by_name(M):
+    # fault battery: rng=0.5 reached numpy's "SeedSequence expects int or sequence of ints", True was seed 1
+    for bad in (0.5, 2.0, True, "0", [1.0]):
+        with pytest.raises(TypeError, match="rng must be None, an integer seed or a numpy Generator"):
+            M.random_point(bad)
+    with pytest.raises(ValueError, match="rng must be an integer seed >= 0"):
+        M.random_point(-1)
+    # what it takes: a seed (numpy's integers too), a Generator, a RandomState (its state advances)
+    assert np.array_equal(B.to_numpy(M.random_point(3)), B.to_numpy(M.random_point(np.int64(3))))
+    assert np.array_equal(B.to_numpy(M.random_point(np.random.default_rng(3))), B.to_numpy(M.random_point(3)))
+    state = np.random.RandomState(0)
+    assert not np.array_equal(B.to_numpy(M.random_point(state)), B.to_numpy(M.random_point(state)))
+    M.random_point(None)

@@ -151,7 +151,7 @@ class Manifold:
 
     def random_point(self, rng: Optional[np.random.Generator] = None, scale: float = 1.0):
         """A random point: Gaussian coordinates, redrawn until inside the domain."""
-        rng = np.random.default_rng(rng)
+        rng = _points.random_generator(rng)
         for _ in range(1000):
             x = B.array(scale * rng.standard_normal(self.dim))
             if self.belongs(x):

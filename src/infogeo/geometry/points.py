@@ -117,6 +117,36 @@ def positive_int(value: Any, what: str, minimum: int = 1) -> int:
     return int(value)
 
 
+def random_generator(rng: Any, label: str = "rng") -> np.random.Generator:
+    """``rng`` as a numpy ``Generator``, or a clear error naming ``label``.
+
+    Parameters
+    ----------
+    rng : None, int, numpy Generator, RandomState, BitGenerator or SeedSequence
+        ``None``: fresh entropy; an integer ``>= 0``: a seed; a numpy random object: drawn from (a
+        ``RandomState``'s bit generator is shared, so its state advances).
+    label : str
+        The argument's name, for the messages.
+
+    Raises
+    ------
+    TypeError
+        For anything else: numpy read a boolean as a seed, and said "SeedSequence expects int or sequence
+        of ints" for a float, naming no argument.
+    ValueError
+        For a negative seed.
+    """
+    if rng is None or isinstance(rng, (np.random.Generator, np.random.RandomState, np.random.BitGenerator,
+                                       np.random.SeedSequence)):
+        return np.random.default_rng(rng)
+    if isinstance(rng, (bool, np.bool_)) or not isinstance(rng, numbers.Integral):
+        raise TypeError(f"{label} must be None, an integer seed or a numpy Generator (or RandomState), got "
+                        f"{type(rng).__name__} {rng!r}")
+    if rng < 0:
+        raise ValueError(f"{label} must be an integer seed >= 0, got {rng!r}")
+    return np.random.default_rng(int(rng))
+
+
 def numpy_view(x: Any) -> np.ndarray:
     """The values of ``x`` as a numpy array without copying when possible (for checks, never for results)."""
     if _dispatch.is_torch(x):

@@ -35,6 +35,7 @@ import numpy as np
 from .. import backend as B
 from ..geometry.manifold import Manifold
 from ..geometry.metric import Metric
+from ..geometry.points import random_generator
 from ..geometry.vectors import Covector, TangentVector
 
 try:  # pymanopt is an optional dependency (extra "interop")
@@ -347,7 +348,7 @@ class PymanoptAsInfogeo(Manifold):
 
     def random_point(self, rng: Optional[np.random.Generator] = None, scale: float = 1.0):
         if rng is not None:  # pymanopt samples from numpy's global generator
-            np.random.seed(np.random.default_rng(rng).integers(2**31))
+            np.random.seed(random_generator(rng).integers(2**31))
         return self.flatten(self.pm.random_point())
 
     def projection(self, x: Any, v: Any):

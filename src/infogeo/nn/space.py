@@ -35,7 +35,7 @@ import torch
 
 from ..geometry.linearization import Linearization, same_state, versions
 from ..geometry.manifold import Manifold
-from ..geometry.points import positive_int
+from ..geometry.points import positive_int, random_generator
 from ..geometry.vectors import Covector, TangentVector
 from ._layers import batch_statistics_layers, check_per_example, warn_random_layers
 from .batch import Batch, MissingTargets, as_targets
@@ -228,7 +228,7 @@ class ParameterSpace(Manifold):
         """The current parameters plus Gaussian noise of standard deviation ``scale``; ``rng`` a torch
         ``Generator``, or a seed / numpy ``Generator`` (as the other manifolds take) that seeds one."""
         if rng is not None and not isinstance(rng, torch.Generator):
-            seed = int(np.random.default_rng(rng).integers(2 ** 63 - 1))
+            seed = int(random_generator(rng).integers(2 ** 63 - 1))
             rng = torch.Generator().manual_seed(seed)
         on_cpu = rng is not None and rng.device.type == "cpu"
         return {n: t + scale * torch.randn(t.shape, dtype=t.dtype, device="cpu" if on_cpu else t.device,

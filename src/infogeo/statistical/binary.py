@@ -452,7 +452,7 @@ class BinaryExponentialFamily(FiniteFamily):
 
     def random_point(self, rng=None, scale: float = 1.0):
         """A random natural parameter, standard normal times ``scale``, in the current chart."""
-        theta = scale * np.random.default_rng(rng).standard_normal(self.dim)
+        theta = scale * _points.random_generator(rng).standard_normal(self.dim)
         return self.from_chart(theta, "natural")
 
 

@@ -186,7 +186,7 @@ class Categorical(FiniteFamily):
         return rng.choice(self.k, size=n, p=q / q.sum())
 
     def random_point(self, rng=None, scale: float = 1.0):
-        q = np.random.default_rng(rng).dirichlet(np.full(self.k, 2.0))
+        q = _points.random_generator(rng).dirichlet(np.full(self.k, 2.0))
         return self.point(probs=q)
 
     # ------------------------------------------------------------ closed forms
@@ -349,7 +349,7 @@ class Bernoulli(Categorical):
         return (rng.random(n) < q).astype(float)
 
     def random_point(self, rng=None, scale: float = 1.0):
-        return self.point(prob=np.random.default_rng(rng).uniform(0.05, 0.95))
+        return self.point(prob=_points.random_generator(rng).uniform(0.05, 0.95))
 
 
 _BERNOULLI: Dict[str, Any] = {}

@@ -280,7 +280,7 @@ class ExponentialFamily(Observations, ChartedManifold):
 
     def random_point(self, rng: Optional[np.random.Generator] = None, scale: float = 1.0):
         """A random point: a random natural parameter (redrawn until inside the domain)."""
-        rng = np.random.default_rng(rng)
+        rng = _points.random_generator(rng)
         for _ in range(1000):
             theta = scale * rng.standard_normal(self.dim)
             if self.in_natural_domain(theta):

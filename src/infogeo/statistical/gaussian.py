@@ -249,7 +249,7 @@ class Gaussian(ExponentialFamily):
         return mu + z @ np.linalg.cholesky(S).T
 
     def random_point(self, rng=None, scale: float = 1.0):
-        rng = np.random.default_rng(rng)
+        rng = _points.random_generator(rng)
         A = rng.standard_normal((self.d, self.d)) * 0.4
         S = A @ A.T + np.eye(self.d) * rng.uniform(0.5, 1.5)
         mu = scale * rng.standard_normal(self.d)

@@ -358,7 +358,7 @@ class GaussianGraphical(Gaussian):
         return None   # standard: J^T F J by autodiff of the explicit chart map
 
     def random_point(self, rng=None, scale: float = 1.0):
-        rng = np.random.default_rng(rng)
+        rng = _points.random_generator(rng)
         d = self.d
         A = np.where(self.precision_pattern, rng.uniform(-1, 1, (d, d)), 0.0)
         A = np.triu(A, 1)

@@ -153,7 +153,7 @@ class ZeroMeanGaussian(_MeanIsStandard, Gaussian):
         return S
 
     def random_point(self, rng=None, scale: float = 1.0):
-        rng = np.random.default_rng(rng)
+        rng = _points.random_generator(rng)
         A = rng.standard_normal((self.d, self.d)) * 0.4
         return self.from_chart(B.array(self.vh.vech(A @ A.T + np.eye(self.d))), "standard")
 
