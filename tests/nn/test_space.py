@@ -566,3 +566,22 @@ def test_random_point_refuses_what_is_not_a_seed_or_generator_by_name(bad, error
     state = np.random.RandomState(0)   # taken, as by the other manifolds: its state advances
     a, b = space.random_point(rng=state), space.random_point(rng=state)
     assert not torch.equal(a["0.weight"], b["0.weight"])
+
+
+@pytest.mark.parametrize("bad,error,match", [
+    (lambda sp: torch.tensor(1.0), TypeError, "retract takes the point x as a dict.*space.point"),
+    (lambda sp: sp.layout.flatten(sp.point), TypeError, "retract takes the point x as a dict.*space.point"),
+    (lambda sp: None, TypeError, "the point x of retract must be a dict"),
+    (lambda sp: {}, ValueError, "the point x of retract has keys"),
+    (lambda sp: {n: t.reshape(-1) for n, t in sp.point.items()}, ValueError,
+     r"the point x of retract\['0.weight'\] has shape"),
+], ids=["scalar tensor", "flat vector", "None", "empty dict", "flattened tensors"])
+def test_retract_refuses_a_point_that_is_not_a_parameter_dict_by_name(bad, error, match):
+    """retract(x=tensor) raised 'too many indices for tensor of dimension 0' (IndexError), x={} a KeyError."""
+    model, X, y = _classifier()
+    space = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=y)
+    v = space.vector({n: torch.ones_like(t) for n, t in space.point.items()})
+    with pytest.raises(error, match=match):
+        space.retract(bad(space), v)
+    moved = space.retract(space.point(space.layout.flatten(space.point)), v)   # a flat point, laid out first
+    assert all(torch.equal(moved[n], space.point[n] + 1) for n in space.names)

@@ -298,6 +298,11 @@ class ParameterSpace(Manifold):
         return {n: x[n] + v.components[n] for n in self.names}
 
     def _check_vector(self, x: Any, v: Any, what: str) -> None:
+        # the point by structure only (no finiteness reduction, which would sync a GPU at every step)
+        if isinstance(x, torch.Tensor):   # point() lays a flat vector out; the other methods take the dict
+            raise TypeError(f"{what} takes the point x as a dict name -> tensor, got a tensor of shape "
+                            f"{tuple(x.shape)}; lay a flat vector out with space.point(x)")
+        self.layout.check(x, f"the point x of {what}")
         if not isinstance(v, TangentVector):
             raise TypeError(f"{what} needs a TangentVector, got {type(v).__name__}"
                             + ("; convert it with metric.sharp(covector)" if isinstance(v, Covector) else ""))
