@@ -585,3 +585,19 @@ def test_retract_refuses_a_point_that_is_not_a_parameter_dict_by_name(bad, error
         space.retract(bad(space), v)
     moved = space.retract(space.point(space.layout.flatten(space.point)), v)   # a flat point, laid out first
     assert all(torch.equal(moved[n], space.point[n] + 1) for n in space.names)
+
+
+@pytest.mark.parametrize("bad,error,match", [
+    (None, TypeError, "factors takes the outputs z, a floating tensor.*got NoneType"),
+    (np.ones((8, 3)), TypeError, "got ndarray"),
+    (torch.ones(8, 3, dtype=torch.long), TypeError, "got a torch.int64 tensor"),
+    (torch.tensor(1.0), ValueError, r"with a batch axis, got shape \(\)"),
+], ids=["None", "numpy", "integers", "scalar"])
+def test_factors_refuses_what_is_not_the_outputs_by_name(bad, error, match):
+    """factors(None) raised "'NoneType' object has no attribute 'detach'", a 0-d tensor an IndexError inside the
+    output metric, integer outputs softmax's NotImplementedError."""
+    model, X, y = _classifier()
+    space = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=y)
+    with pytest.raises(error, match=match):
+        space.factors(bad)
+    assert space.factors(space.outputs).shape == (3,) + tuple(space.outputs.shape)

@@ -347,7 +347,21 @@ class ParameterSpace(Manifold):
         ``"mc"``: ``samples`` draws scaled by :math:`1/\sqrt{S}` (true Fisher by the
         Pullback Sampling Trick, unbiased); ``"empirical"``: the loss gradient
         :math:`\nabla_z\ell(z_{nt}, y_{nt})` per position (empirical Fisher, Kunstner et al. 2019).
+
+        Raises
+        ------
+        TypeError
+            If ``z`` is not a floating tensor (the outputs, e.g. ``space.outputs``).
+        ValueError
+            If ``z`` has no batch axis (shape ``(N, ..., m)`` expected).
         """
+        if not (isinstance(z, torch.Tensor) and z.is_floating_point()):
+            got = f"a {z.dtype} tensor" if isinstance(z, torch.Tensor) else type(z).__name__
+            raise TypeError(f"factors takes the outputs z, a floating tensor of shape (N, ..., m) such as "
+                            f"space.outputs, got {got}")
+        if z.dim() < 2:
+            raise ValueError(f"factors takes the outputs z of shape (N, ..., m), with a batch axis, got shape "
+                             f"{tuple(z.shape)}")
         z = z.detach()
         method = kinds.method(method)
         if method == "exact":
