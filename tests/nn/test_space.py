@@ -601,3 +601,23 @@ def test_factors_refuses_what_is_not_the_outputs_by_name(bad, error, match):
     with pytest.raises(error, match=match):
         space.factors(bad)
     assert space.factors(space.outputs).shape == (3,) + tuple(space.outputs.shape)
+
+
+@pytest.mark.parametrize("make", [
+    lambda model, X, y: (lambda params: torch.tensor(0.5)),
+    lambda model, X, y: (lambda params: torch.tensor(0.5, dtype=torch.float64, requires_grad=True)),
+    lambda model, X, y: None,   # the batch loss of outputs cut from the graph by output_fn
+], ids=["constant", "a leaf of its own", "detached outputs"])
+def test_the_differential_of_a_cost_that_does_not_depend_on_the_parameters_is_zero(make):
+    """torch.autograd.grad raised 'element 0 of tensors does not require grad and does not have a grad_fn'."""
+    model, X, y = _classifier()
+    space = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=y,
+                                 output_fn=lambda out: out.detach())
+    before = {n: t.clone() for n, t in space.point.items()}
+    value, d = space.value_and_differential(make(model, X, y) or space.cost(), space.point)
+    assert value.shape == () and bool(torch.isfinite(value))
+    assert set(d.components) == set(space.names)
+    for n in space.names:
+        assert d.components[n].shape == space.point[n].shape and d.components[n].dtype == space.point[n].dtype
+        assert not d.components[n].any() and torch.equal(space.point[n], before[n])
+    assert not any(t.any() for t in space.differential(make(model, X, y)).components.values())

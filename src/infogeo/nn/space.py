@@ -263,7 +263,11 @@ class ParameterSpace(Manifold):
         return lambda params: self.output_metric.loss(self.function(params), t).mean()
 
     def value_and_differential(self, f: Cost, x: Params) -> Tuple[torch.Tensor, Covector]:
-        """``(f(x), df_x)`` by one forward and one backward pass; ``f`` maps a parameter dict to a scalar."""
+        """``(f(x), df_x)`` by one forward and one backward pass; ``f`` maps a parameter dict to a scalar tensor.
+
+        The components of parameters that ``f`` does not depend on are zero: a constant cost (a tensor with no
+        autograd graph) has the zero differential, laid out like ``x``.
+        """
         self.check_point(x)
         leaves = {n: x[n].detach().requires_grad_(True) for n in self.names}
         with torch.enable_grad():
@@ -272,7 +276,9 @@ class ParameterSpace(Manifold):
                 raise ValueError("the cost must return a scalar tensor")
             if not bool(torch.isfinite(value)):
                 raise ValueError(f"the cost is {float(value)} at this point (NaN/inf)")
-            g = torch.autograd.grad(value, list(leaves.values()), allow_unused=True)
+            # a value outside the graph does not depend on x (torch.autograd.grad would raise on it)
+            g = (torch.autograd.grad(value, list(leaves.values()), allow_unused=True) if value.requires_grad
+                 else (None,) * len(leaves))
         comps = {n: (gi if gi is not None else torch.zeros_like(leaves[n])) for n, gi in zip(self.names, g)}
         if not all(bool(torch.isfinite(t).all()) for t in comps.values()):
             raise ValueError("the differential of the cost contains NaN or inf at this point")
@@ -284,7 +290,8 @@ class ParameterSpace(Manifold):
 
         With no ``cost``, the differential of the batch loss (the mean over examples of
         the output metric's loss) at ``x`` (default: the current parameters).  A tensor
-        in place of ``cost`` is taken as ``targets`` (the earlier signature).
+        in place of ``cost`` is taken as ``targets`` (the earlier signature).  A cost that
+        does not depend on the parameters has the zero differential.
         """
         if isinstance(cost, torch.Tensor):
             cost, targets = None, cost
