@@ -340,6 +340,42 @@ def test_a_learning_rate_past_the_parameters_dtype_is_refused():
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
+@pytest.mark.parametrize("lr,match", [(1e300, "beyond the largest number"), (10 ** 39, "beyond the largest number"),
+                                      (10 ** 400, "must be finite, got an integer of 401 digits"),
+                                      (float("inf"), "must be >= 0 and finite")],
+                         ids=["1e300", "10**39", "10**400", "inf"])
+def test_a_checkpoint_with_a_learning_rate_past_the_parameters_dtype_is_refused_and_changes_nothing(lr, match):
+    """Construction refuses lr past float32's largest number, a checkpoint carried it in (the next step refused it);
+    10**400 raised float()'s OverflowError."""
+    model = mlp().float()
+    opt = ig.nn.NaturalGradient(model, lr=0.1)
+    train(model, opt, 2)
+    saved = copy.deepcopy(opt.state_dict())
+    saved["param_groups"][0]["lr"] = lr
+    before, mine = snapshot(saved), snapshot(opt.state_dict())
+    with pytest.raises(ValueError, match=match):
+        ig.nn.NaturalGradient(mlp().float(), lr=lr)
+    with pytest.raises(ValueError, match=f"checkpoint: its parameter groups do not fit.*{match}"):
+        opt.load_state_dict(saved)
+    assert same(saved, before) and same(opt.state_dict(), mine)
+
+
+def test_a_checkpoint_learning_rate_is_loaded_as_construction_stores_it():
+    """An integer lr of 10**30 (within float32) stayed an int and the step's arithmetic raised OverflowError."""
+    model = mlp().float()
+    opt = ig.nn.NaturalGradient(model, lr=0.1, momentum=0.0, kl_clip=None)
+    train(model, opt, 2)
+    saved = copy.deepcopy(opt.state_dict())
+    saved["param_groups"][0]["lr"] = 10 ** 30
+    opt.load_state_dict(saved)
+    assert saved["param_groups"][0]["lr"] == 10 ** 30   # the caller's dict as it was
+    lr = opt.param_groups[0]["lr"]
+    assert type(lr) is float and lr == 1e30 == ig.nn.NaturalGradient(mlp(), lr=10 ** 30).param_groups[0]["lr"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        train(model, opt, 1, 5)
+
+
 def test_the_trust_region_of_a_huge_learning_rate_does_not_overflow():
     """The KL of lr = 1e300 times a direction overflows a float (lr^2); the clip factor is formed relative to lr,
     so the clipped step lr * direction is finite and the same as with any other clipped lr (here 1e3)."""

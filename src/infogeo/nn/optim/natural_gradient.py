@@ -387,10 +387,12 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         """Restore :meth:`state_dict`, checked against this optimizer first (one ``ValueError`` naming the first
         mismatch, nothing changed); the argument is neither changed nor kept (its tensors are copied)."""
         pre = self.preconditioner
-        pre_state, prev = state.check_optimizer(pre, self.param_groups, state_dict, _KEY)
-        rest = {"state": {k: v for k, v in state_dict["state"].items() if k != _KEY},
-                "param_groups": state_dict["param_groups"]}
-        super().load_state_dict(copy.deepcopy(rest))
+        pre_state, prev, lrs = state.check_optimizer(pre, self.param_groups, state_dict, _KEY)
+        rest = copy.deepcopy({"state": {k: v for k, v in state_dict["state"].items() if k != _KEY},
+                              "param_groups": state_dict["param_groups"]})
+        for g, lr in zip(rest["param_groups"], lrs):
+            g["lr"] = lr   # a float, as construction stores it (an int past 2**64 failed in the step's arithmetic)
+        super().load_state_dict(rest)
         pre.load_state_dict(pre_state)
         self.state[_KEY] = {"previous_step": None if prev is None else {
             n: prev[n].detach().to(device=p.device, dtype=p.dtype).clone() for n, p in zip(pre.names, pre.params)}}

@@ -14,7 +14,7 @@ from .hooks import refuse_sparse
 
 __all__ = ["CURVATURES", "FISHER", "CAPTURED", "KINDS", "PERIODS", "DECAY_STEPS", "BETAS", "kind_defaults", "step_defaults", "agrees",
            "check_settings", "check_support", "check_groups", "IGNORED_GROUP_KEYS", "TORCH_SETTINGS", "refuse_torch_options",
-           "check_learning_rate", "positive_int", "positive_number", "trainable", "listed_once"]
+           "check_learning_rate", "check_group_lr", "positive_int", "positive_number", "trainable", "listed_once"]
 
 #: the curvature words the optimizers accept (the kinds table, :mod:`~infogeo.nn.curvature.kinds`)
 CURVATURES = kinds.ALIASES
@@ -90,7 +90,10 @@ def _real(name: str, value: Any) -> float:
     value = tensor_number(value, name)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:   # an int past float's range: no finite setting is that large
+        raise ValueError(f"{name} must be finite, got an integer of {len(str(abs(value)))} digits") from None
 
 
 def positive_number(name: str, value: Any, *, minimum: float = 0.0, inclusive: bool = False,
@@ -155,6 +158,18 @@ def refuse_torch_options(owner: str, options: Dict[str, Any]) -> None:
             raise ValueError(f"{owner} takes no keyword {key!r} (a torch.optim setting); {TORCH_SETTINGS[key]}")
 
 
+def check_group_lr(value: Any, params: Iterable[torch.Tensor]) -> float:
+    """A parameter group's lr as a float: :func:`check_learning_rate`'s, and within the largest number of the
+    dtype of its ``params`` (at construction, at each step and in a checkpoint)."""
+    lr = check_learning_rate(value, "a parameter group's lr")
+    # a rate past the parameters' largest number makes every step inf, and its undoing NaN
+    top = min((torch.finfo(p.dtype).max for p in params if p.is_floating_point()), default=math.inf)
+    if lr > top:
+        raise ValueError(f"a parameter group's lr is {value!r}, beyond the largest number of its parameters' "
+                         f"dtype ({top:.3g}): every step would overflow")
+    return lr
+
+
 def check_groups(groups: Iterable[Dict[str, Any]], rule: str) -> None:
     """Refuse a parameter group that sets what the step rule ``rule`` would ignore (a ``ValueError`` naming it and
     what to do instead, :data:`TORCH_SETTINGS`), or an lr or momentum out of range; called at construction and at
@@ -164,12 +179,7 @@ def check_groups(groups: Iterable[Dict[str, Any]], rule: str) -> None:
         if extra:
             raise ValueError(f"a parameter group sets {extra[0]!r}, which NaturalGradient does not take per group "
                              f"(its group settings: lr, and momentum for step_rule='clip'); {TORCH_SETTINGS[extra[0]]}")
-        lr = check_learning_rate(g["lr"], "a parameter group's lr")
-        # a rate past the parameters' largest number makes every step inf, and its undoing NaN
-        top = min((torch.finfo(p.dtype).max for p in g["params"] if p.is_floating_point()), default=math.inf)
-        if lr > top:
-            raise ValueError(f"a parameter group's lr is {g['lr']!r}, beyond the largest number of its parameters' "
-                             f"dtype ({top:.3g}): every step would overflow")
+        check_group_lr(g["lr"], g["params"])
         positive_number("a parameter group's momentum", g["momentum"], inclusive=True, maximum=1.0)
         if rule != "clip" and g["momentum"]:
             raise ValueError(f"a parameter group's momentum is {g['momentum']!r}, but step_rule={rule!r} averages "

@@ -27,7 +27,7 @@ from typing import Any, Dict, Mapping
 import torch
 
 from .. import distributed as dd
-from .settings import check_learning_rate, positive_number
+from .settings import check_group_lr, positive_number
 
 __all__ = ["checkpoint", "check", "check_optimizer", "check_param_states", "load", "check_fits", "restore",
            "NotCopyable"]
@@ -229,8 +229,9 @@ def restore(est, template, damping: float) -> None:
 
 def check_optimizer(pre, param_groups, state_dict: Any, key: str):
     """A :class:`~.natural_gradient.NaturalGradient` checkpoint checked against the optimizer (its preconditioner
-    ``pre``, ``param_groups``) before anything changes: ``(the preconditioner's state, the previous step)``, or
-    one ``ValueError`` naming the first mismatch; ``key``: the optimizer's own entry in the state."""
+    ``pre``, ``param_groups``) before anything changes: ``(the preconditioner's state, the previous step, the
+    groups' lrs as the floats checked)``, or one ``ValueError`` naming the first mismatch; ``key``: the optimizer's
+    own entry in the state."""
     if not isinstance(state_dict, Mapping) or not {"state", "param_groups"} <= set(state_dict):
         raise ValueError("not an optimizer checkpoint: expected the dict of NaturalGradient.state_dict() "
                          "with keys 'state' and 'param_groups'")
@@ -261,9 +262,10 @@ def check_optimizer(pre, param_groups, state_dict: Any, key: str):
         stray = [k for k in state_dict["state"] if k != key and k not in ids]
         if stray:
             raise ValueError(f"the state has entries {stray[:4]} that no group's params name")
+        # the groups' checks at construction and at each step (the params: this optimizer's, the saved are ids)
+        lrs = [check_group_lr(g["lr"], mine["params"]) for g, mine in zip(groups, param_groups)]
         for g in groups:
-            check_learning_rate(g["lr"], "a parameter group's lr")
             positive_number("a parameter group's momentum", g["momentum"], inclusive=True, maximum=1.0)
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"checkpoint: its parameter groups do not fit this optimizer ({exc})") from None
-    return pre_state, prev
+    return pre_state, prev, lrs
