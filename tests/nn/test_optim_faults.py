@@ -488,3 +488,23 @@ def test_precondition_checks_given_gradients_against_the_parameters(curvature, e
     assert pre.steps == 0
     delta = pre.precondition(grads, inputs=X)
     assert pre.steps == 1 and all(delta[n].shape == g.shape for n, g in grads.items())
+
+
+def test_counts_are_checked_by_one_rule_in_every_layer():
+    """settings.positive_int(name, value) and geometry.points.positive_int(value, what) checked one thing with
+    opposite argument orders and different reach; the geometry's is now the one rule."""
+    import numpy as np
+    from infogeo.geometry.points import positive_int
+    from infogeo.nn.optim import settings
+    assert getattr(settings, "positive_int", positive_int) is positive_int   # no second implementation
+    # the optimizer's counts keep their range and their words
+    with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 4611686018427387904\], got 2.5"):
+        ig.nn.NaturalGradient(mlp(), seed=2.5)
+    with pytest.raises(TypeError, match="curvature_update_period must be an integer, got str"):
+        ig.nn.NaturalGradient(mlp(), curvature_update_period="3")
+    assert ig.nn.NaturalGradient(mlp(), curvature_update_period=torch.tensor(3)).preconditioner is not None
+    # the geometry's counts take a one-element tensor as the settings did, and refuse a complex number (cast to its
+    # real part with a ComplexWarning before)
+    assert ig.Categorical(torch.tensor(3)).k == 3
+    with pytest.raises(TypeError, match=r"k \(the number of classes.*must be an integer, got complex128"):
+        ig.Categorical(np.complex128(3))

@@ -108,13 +108,28 @@ def check_count(label: str, value: Any) -> int:
     return int(value)
 
 
-def positive_int(value: Any, what: str, minimum: int = 1) -> int:
-    """``value`` as an ``int >= minimum``: ``TypeError`` for non-numbers and booleans, ``ValueError`` otherwise."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.number)):
-        raise TypeError(f"{what} must be an integer, got {type(value).__name__} {value!r}")
-    if not np.isfinite(value) or int(value) != value or value < minimum:
-        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
+def positive_int(value: Any, what: str, minimum: int = 1, maximum: Optional[int] = None) -> int:
+    """``value`` as an int in ``[minimum, maximum]`` (a whole float and a one-element real tensor count), or a clear
+    error naming ``what``.
+
+    Raises
+    ------
+    TypeError
+        For a boolean, a non-number (a complex one too) or a tensor on the meta device.
+    ValueError
+        For NaN, inf, a fraction or a number out of range.
+    """
+    given, value = value, tensor_number(value, what)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{what} must be an integer, got {type(given).__name__} {given!r}")
+    # as a Python number: an int compared exactly (float() of 10**400 overflows), numpy's scalars not cast to
+    # their own narrow type by the comparison (a float16 against 2**62)
+    x = int(value) if isinstance(value, numbers.Integral) else float(value)
+    if not (isinstance(x, int) or (math.isfinite(x) and x.is_integer())) or x < minimum \
+            or (maximum is not None and x > maximum):
+        want = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise ValueError(f"{what} must be an integer {want}, got {given!r}")
+    return int(x)
 
 
 def random_generator(rng: Any, label: str = "rng") -> np.random.Generator:

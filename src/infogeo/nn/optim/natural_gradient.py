@@ -47,14 +47,14 @@ from typing import Any, Callable, Dict, Optional, Tuple, Union, cast
 
 import torch
 
-from ...geometry.points import check_flag
+from ...geometry.points import check_flag, positive_int
 from .. import distributed as dd
 from .. import fsdp
 from ..space import ParameterSpace
 from . import quadratic, state
 from .preconditioner import Preconditioner
 from .gradient_basis import UNFACTORED
-from .settings import (CURVATURES, KINDS, agrees, check_groups, check_learning_rate, listed_once, positive_int,
+from .settings import (CURVATURES, KINDS, MAX_COUNT, agrees, check_groups, check_learning_rate, listed_once,
                        positive_number, refuse_torch_options, step_defaults)
 from .step import STEP_RULES, LastSteps, eigen_steps, graft, grafted, heavy_ball
 
@@ -197,7 +197,8 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
             raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
         b1, b2 = (positive_number(f"betas[{i}]", b, inclusive=True, maximum=1.0) for i, b in enumerate(betas))
         betas = (b1, b2)
-        eps, period = positive_number("eps", eps), positive_int("damping_adaptation_period", damping_adaptation_period)
+        eps = positive_number("eps", eps)
+        period = positive_int(damping_adaptation_period, "damping_adaptation_period", maximum=MAX_COUNT)
         factor = positive_number("damping_factor", damping_factor, maximum=1.0)
         positive_number("damping", damping)
         super().__init__(params, dict(lr=lr, momentum=momentum))

@@ -7,14 +7,14 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
-from ...geometry.points import tensor_number
+from ...geometry.points import positive_int, tensor_number
 from .. import distributed as dd
 from ..curvature import kinds
 from .hooks import refuse_sparse
 
 __all__ = ["CURVATURES", "FISHER", "CAPTURED", "KINDS", "PERIODS", "DECAY_STEPS", "BETAS", "kind_defaults", "step_defaults", "agrees",
            "check_settings", "check_support", "check_groups", "IGNORED_GROUP_KEYS", "TORCH_SETTINGS", "refuse_torch_options",
-           "check_learning_rate", "check_group_lr", "positive_int", "positive_number", "trainable", "listed_once"]
+           "check_learning_rate", "check_group_lr", "MAX_COUNT", "positive_number", "trainable", "listed_once"]
 
 #: the curvature words the optimizers accept (the kinds table, :mod:`~infogeo.nn.curvature.kinds`)
 CURVATURES = kinds.ALIASES
@@ -51,6 +51,11 @@ def kind_defaults(curvature: Any, curvature_update_period: Optional[int] = None,
     if curvature_update_period is None:
         curvature_update_period = inverse if basis_only else kind_periods["curvature_update_period"]
     return curvature_update_period, inverse, geometric, defaults
+
+
+#: the largest count a setting takes (a period, samples, retries, the seed): past any run's steps, and within the
+#: 64-bit integers of torch's generators and counters
+MAX_COUNT = 2 ** 62
 
 
 #: Adam's decay rates per step rule unless the user sets ``betas``: in an eigenbasis a faster second moment, as
@@ -109,14 +114,6 @@ def positive_number(name: str, value: Any, *, minimum: float = 0.0, inclusive: b
             want = f"in {'[' if inclusive else '('}{minimum:g}, {maximum:g}{']' if closed_max else ')'}"
         raise ValueError(f"{name} must be {want}, got {value!r}")
     return x
-
-
-def positive_int(name: str, value: Any, minimum: int = 1, maximum: int = 2 ** 62) -> int:
-    """``value`` as an int, if it is an integer (a whole float counts) in ``[minimum, maximum]``."""
-    x = _real(name, value)
-    if not (math.isfinite(x) and x == int(x) and minimum <= x <= maximum):
-        raise ValueError(f"{name} must be an integer in [{minimum}, {maximum}], got {value!r}")
-    return int(value) if isinstance(value, numbers.Integral) else int(x)
 
 
 def check_learning_rate(value: Any, name: str = "lr") -> float:
@@ -236,9 +233,9 @@ def check_settings(*, damping, min_damping, max_damping, curvature, fisher, ema_
         raise TypeError(f"grad_scaler must be a torch.amp.GradScaler, got {type(grad_scaler).__name__}")
     ints = dict(samples=samples, curvature_update_period=curvature_update_period, cg_max_iter=cg_max_iter,
                 inverse_update_period=inverse_update_period)
-    out: Dict[str, Any] = {k: positive_int(k, v) for k, v in ints.items()}
-    out["max_retries"] = positive_int("max_retries", max_retries, minimum=0)
-    out["seed"] = positive_int("seed", seed, minimum=0)
+    out: Dict[str, Any] = {k: positive_int(v, k, maximum=MAX_COUNT) for k, v in ints.items()}
+    out["max_retries"] = positive_int(max_retries, "max_retries", minimum=0, maximum=MAX_COUNT)
+    out["seed"] = positive_int(seed, "seed", minimum=0, maximum=MAX_COUNT)
     return out
 
 
