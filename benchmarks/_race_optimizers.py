@@ -138,6 +138,8 @@ CONTESTANTS: Dict[str, Contestant] = {c.name: c for c in (
     Contestant("NG shampoo", ADAM_GRID, _natural_gradient(curvature="shampoo"), infogeo=True, fisher=False),
     Contestant("NG soap", EIGEN_GRID, _natural_gradient(curvature="soap"), infogeo=True, fisher=False),
     Contestant("NG defaults", (None,), _natural_gradient(), infogeo=True),
+    # the defaults with Adam's first moment instead of NAdam's (the default before nesterov=True)
+    Contestant("NG adam-moment", (None,), _natural_gradient(nesterov=False), infogeo=True),
 )}
 
 

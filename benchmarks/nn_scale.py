@@ -29,6 +29,7 @@ width, log-log) and ``nn_scale_depth.png``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -90,6 +91,8 @@ def held_bytes(torch, root: Any, exclude: set) -> int:
             stack.extend(obj)
         elif type(obj).__name__ == "Batch":   # the last batch seen: data, not state
             continue
+        elif isinstance(obj, functools.partial):   # a step rule's way to its last step: what it holds counts
+            stack.extend((obj.args, obj.keywords))
         else:
             d = getattr(obj, "__dict__", None)
             if d is not None:

@@ -222,21 +222,26 @@ def _kron_factors(model, X):
     return (abar.T @ abar / len(X)).detach(), (torch.diag_embed(p) - p[:, :, None] * p[:, None, :]).mean(0)
 
 
-def test_eigen_adam_matches_rotate_adam_rotate_back_by_hand():
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_eigen_adam_matches_rotate_adam_rotate_back_by_hand(nesterov):
     """LayerNorm(4) -> Linear(4, 3): the Linear layer's step is U_G [m^/(sqrt(v^) + eps)] U_A^T with m, v the Adam
     moments of U_G^T [W b] U_A, its basis that of factors built here by hand (refreshed every step, so the moments
     are carried between bases: m' = Q'^T Q m, v' = diag(Q'^T Q diag(v) Q^T Q') with dense Kronecker products Q);
-    the LayerNorm (no Kronecker factors) takes torch.optim.Adam's step."""
+    the LayerNorm (no Kronecker factors) takes torch.optim.Adam's step (NAdam's with nesterov=True:
+    m^ = b1 m / (1 - b1^(t+1)) + (1 - b1) g / (1 - b1^t), torch.optim.NAdam with a constant b1)."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.LayerNorm(4), torch.nn.Linear(4, 3)).double()
     with torch.no_grad():   # a LayerNorm whose parameters matter
         model[0].weight.uniform_(0.5, 1.5)
         model[0].bias.uniform_(-0.5, 0.5)
     norm = copy.deepcopy(model[0])
-    adam = torch.optim.Adam(norm.parameters(), lr=1.0, betas=(0.9, 0.99), eps=1e-8)
+    # a huge momentum_decay makes NAdam's momentum schedule the constant b1 (its running product in float64)
+    adam = (_ConstantNAdam(norm.parameters(), lr=1.0, betas=(0.9, 0.99), eps=1e-8) if nesterov else
+            torch.optim.Adam(norm.parameters(), lr=1.0, betas=(0.9, 0.99), eps=1e-8))
     lr, (b1, b2), eps = 3e-2, (0.9, 0.99), 1e-8
     opt = ig.nn.NaturalGradient(model, lr=lr, curvature="kfac", fisher="exact", step_rule="eigen-adam",
-                                betas=(b1, b2), curvature_update_period=1, inverse_update_period=1, ema_decay=0.0)
+                                betas=(b1, b2), curvature_update_period=1, inverse_update_period=1, ema_decay=0.0,
+                                nesterov=nesterov)
     m = v = Q = None
     for k in range(1, 4):
         X, y = data(12, seed=k)
@@ -252,7 +257,8 @@ def test_eigen_adam_matches_rotate_adam_rotate_back_by_hand():
         gt = Qn.T @ g
         m = (1 - b1) * gt if m is None else b1 * m + (1 - b1) * gt
         v = (1 - b2) * gt ** 2 if v is None else b2 * v + (1 - b2) * gt ** 2
-        expected = -lr * (Qn @ ((m / (1 - b1 ** k)) / ((v / (1 - b2 ** k)).sqrt() + eps))).reshape(3, 5)
+        m_hat = b1 * m / (1 - b1 ** (k + 1)) + (1 - b1) * gt / (1 - b1 ** k) if nesterov else m / (1 - b1 ** k)
+        expected = -lr * (Qn @ (m_hat / ((v / (1 - b2 ** k)).sqrt() + eps))).reshape(3, 5)
         Q = Qn
         for pa, p in zip(norm.parameters(), model[0].parameters()):
             pa.grad = p.grad.clone()
@@ -265,6 +271,61 @@ def test_eigen_adam_matches_rotate_adam_rotate_back_by_hand():
         torch.testing.assert_close(after[3] - before[3], expected[:, 4], rtol=1e-7, atol=1e-12)
         norm_step = torch.cat([(a - b).reshape(-1) for a, b in zip(after[:2], before[:2])])
         torch.testing.assert_close(norm_step, lr * (flat_params(norm) - before_norm), rtol=1e-9, atol=1e-15)
+
+
+class _ConstantNAdam(torch.optim.NAdam):
+    """torch.optim.NAdam with the constant momentum b1 (Dozat 2016's NAdam): momentum_decay so large that its
+    schedule b1 (1 - 0.96^(t psi) / 2) is b1, its running product of the b1s kept in float64 (created at the first
+    step in the default dtype)."""
+
+    def __init__(self, params, **kw):
+        super().__init__(params, momentum_decay=1e6, **kw)
+
+    def step(self, closure=None):
+        old = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+        try:
+            return super().step(closure)
+        finally:
+            torch.set_default_dtype(old)
+
+
+def test_eigen_adam_with_nesterov_in_the_identity_basis_is_nadam():
+    """nesterov=True in the identity basis (and without a basis) takes torch.optim.NAdam's steps (constant b1),
+    over five gradients; Adam's differ (the test can fail)."""
+    from infogeo.nn.optim.step import eigen_adam
+    g = torch.Generator().manual_seed(0)
+    grads = [torch.randn(3, 5, generator=g, dtype=torch.float64) for _ in range(5)]
+    w = torch.zeros(3, 5, dtype=torch.float64, requires_grad=True)
+    nadam = _ConstantNAdam([w], lr=1.0, betas=(0.8, 0.95), eps=1e-6)
+    identity, raw, plain = {}, {}, {}
+    basis = (torch.eye(5, dtype=torch.float64), torch.eye(3, dtype=torch.float64))
+    for gk in grads:
+        before = w.detach().clone()
+        w.grad = gk.clone()
+        nadam.step()
+        step = w.detach() - before
+        torch.testing.assert_close(-eigen_adam(identity, gk, basis, (0.8, 0.95), 1e-6, nesterov=True), step,
+                                   rtol=1e-12, atol=0)
+        torch.testing.assert_close(-eigen_adam(raw, gk, None, (0.8, 0.95), 1e-6, nesterov=True), step,
+                                   rtol=1e-12, atol=0)
+        assert float((eigen_adam(plain, gk, None, (0.8, 0.95), 1e-6) + step).abs().max()) > 1e-3
+
+
+def test_nesterov_is_eigen_adams_default_and_checked():
+    """nesterov defaults to True under eigen-adam with the model's Fisher (False elsewhere, and for SOAP's gradient
+    statistics); a non-bool, or True with another rule, is refused by name."""
+    model = mlp()
+    assert ig.nn.NaturalGradient(model).nesterov is True
+    assert ig.nn.NaturalGradient(model, nesterov=False).nesterov is False
+    assert ig.nn.NaturalGradient(model, step_rule="graft").nesterov is False
+    assert ig.nn.NaturalGradient(model, curvature="soap").nesterov is False     # SOAP as published
+    assert ig.nn.NaturalGradient(model, curvature="soap", nesterov=True).nesterov is True
+    with pytest.raises(TypeError, match="nesterov"):
+        ig.nn.NaturalGradient(model, nesterov="yes")
+    for rule in ("graft", "clip"):
+        with pytest.raises(ValueError, match="nesterov=True"):
+            ig.nn.NaturalGradient(model, step_rule=rule, nesterov=True)
 
 
 def test_eigen_adam_in_the_identity_basis_is_adam():
@@ -379,7 +440,7 @@ def test_eigen_adam_with_a_diagonal_factor_is_adam_in_the_other_factors_basis():
                                 torch.nn.Linear(12, 3)).double()
     x, y = torch.randint(0, 7, (16, 3)), torch.randint(0, 3, (16,))
     opt = ig.nn.NaturalGradient(model, curvature="kfac", step_rule="eigen-adam", lr=1e-2, fisher="empirical",
-                                curvature_update_period=1, inverse_update_period=1)
+                                curvature_update_period=1, inverse_update_period=1, nesterov=False)
     before = model[0].weight.detach().clone()
     opt.zero_grad()
     torch.nn.functional.cross_entropy(model(x), y).backward()
