@@ -290,28 +290,6 @@ class _ConstantNAdam(torch.optim.NAdam):
             torch.set_default_dtype(old)
 
 
-def test_eigen_adam_with_nesterov_in_the_identity_basis_is_nadam():
-    """nesterov=True in the identity basis (and without a basis) takes torch.optim.NAdam's steps (constant b1),
-    over five gradients; Adam's differ (the test can fail)."""
-    from infogeo.nn.optim.step import eigen_adam
-    g = torch.Generator().manual_seed(0)
-    grads = [torch.randn(3, 5, generator=g, dtype=torch.float64) for _ in range(5)]
-    w = torch.zeros(3, 5, dtype=torch.float64, requires_grad=True)
-    nadam = _ConstantNAdam([w], lr=1.0, betas=(0.8, 0.95), eps=1e-6)
-    identity, raw, plain = {}, {}, {}
-    basis = (torch.eye(5, dtype=torch.float64), torch.eye(3, dtype=torch.float64))
-    for gk in grads:
-        before = w.detach().clone()
-        w.grad = gk.clone()
-        nadam.step()
-        step = w.detach() - before
-        torch.testing.assert_close(-eigen_adam(identity, gk, basis, (0.8, 0.95), 1e-6, nesterov=True), step,
-                                   rtol=1e-12, atol=0)
-        torch.testing.assert_close(-eigen_adam(raw, gk, None, (0.8, 0.95), 1e-6, nesterov=True), step,
-                                   rtol=1e-12, atol=0)
-        assert float((eigen_adam(plain, gk, None, (0.8, 0.95), 1e-6) + step).abs().max()) > 1e-3
-
-
 def test_nesterov_is_eigen_adams_default_and_checked():
     """nesterov defaults to True under eigen-adam with the model's Fisher (False elsewhere, and for SOAP's gradient
     statistics); a non-bool, or True with another rule, is refused by name."""
@@ -328,22 +306,27 @@ def test_nesterov_is_eigen_adams_default_and_checked():
             ig.nn.NaturalGradient(model, step_rule=rule, nesterov=True)
 
 
-def test_eigen_adam_in_the_identity_basis_is_adam():
-    """The rule with U_A, U_G = I (and without a basis) takes torch.optim.Adam's steps, over five gradients."""
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_eigen_adam_in_the_identity_basis_is_adam(nesterov):
+    """The rule with U_A, U_G = I (and without a basis) takes torch.optim.Adam's steps over five gradients, or with
+    nesterov=True torch.optim.NAdam's with a constant b1, which differ from Adam's (the test can fail)."""
     from infogeo.nn.optim.step import eigen_adam
     g = torch.Generator().manual_seed(0)
     grads = [torch.randn(3, 5, generator=g, dtype=torch.float64) for _ in range(5)]
     w = torch.zeros(3, 5, dtype=torch.float64, requires_grad=True)
-    adam = torch.optim.Adam([w], lr=1.0, betas=(0.8, 0.95), eps=1e-6)
-    identity, raw = {}, {}
+    kw = dict(lr=1.0, betas=(0.8, 0.95), eps=1e-6)
+    reference = _ConstantNAdam([w], **kw) if nesterov else torch.optim.Adam([w], **kw)
+    identity, raw, other = {}, {}, {}
     basis = (torch.eye(5, dtype=torch.float64), torch.eye(3, dtype=torch.float64))
     for gk in grads:
         before = w.detach().clone()
         w.grad = gk.clone()
-        adam.step()
+        reference.step()
         step = w.detach() - before
-        torch.testing.assert_close(-eigen_adam(identity, gk, basis, (0.8, 0.95), 1e-6), step, rtol=1e-12, atol=0)
-        torch.testing.assert_close(-eigen_adam(raw, gk, None, (0.8, 0.95), 1e-6), step, rtol=1e-12, atol=0)
+        for state, b in ((identity, basis), (raw, None)):
+            torch.testing.assert_close(-eigen_adam(state, gk, b, (0.8, 0.95), 1e-6, nesterov=nesterov), step,
+                                       rtol=1e-12, atol=0)
+        assert float((eigen_adam(other, gk, None, (0.8, 0.95), 1e-6, nesterov=not nesterov) + step).abs().max()) > 1e-3
 
 
 def _null_rotated(U, k, g):
