@@ -42,7 +42,7 @@ def kind_defaults(curvature: Any, curvature_update_period: Optional[int] = None,
     ``basis_only``: the step uses the factorisation alone (``factors_only``, e.g. ``step_rule="eigen-adam"``'s
     eigenbases), so statistics recorded between two factorisations would only be averaged into the next one;
     unless the user sets it, the statistics period is then the factorisation period (statistics where a
-    factorisation uses them: about a tenth of the captures, the steps to a target unchanged in the race)."""
+    factorisation uses them: a tenth of the captures in a long run, the steps to a target unchanged in the race)."""
     row = KINDS.get(CURVATURES.get(str(curvature).lower(), ""))
     defaults = {**PERIODS, **(row.optimizer_defaults if row is not None else {})}
     geometric = curvature_update_period is None and inverse_update_period is None   # else the user's, exactly
