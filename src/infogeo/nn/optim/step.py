@@ -270,10 +270,12 @@ def _out_of_basis(u: torch.Tensor, state: Dict[str, torch.Tensor]) -> torch.Tens
     return u if Ua is None and Ug is None else _turn(u, Ug, Ua.T if Ua is not None else None)
 
 
-def _eigen_direction(state: Dict[str, torch.Tensor], betas: Tuple[float, float], eps: float) -> torch.Tensor:
+def _eigen_direction(state: Dict[str, torch.Tensor], betas: Tuple[float, float], eps: float,
+                     grad: Optional[torch.Tensor] = None) -> torch.Tensor:
     r""":math:`U_G\,[\hat m/(\sqrt{\hat v}+\epsilon)]\,U_A^T` of the moments and basis in ``state`` (no basis: the
-    raw coordinates), by the same operations as :func:`eigen_steps` (so the same bits)."""
-    return _out_of_basis(adam_directions([state], betas, eps)[0], state)
+    raw coordinates), by the same operations as :func:`eigen_steps` (so the same bits); ``grad``: the last
+    gradient, for NAdam's first moment (:func:`adam_directions`)."""
+    return _out_of_basis(adam_directions([state], betas, eps, grads=None if grad is None else [grad])[0], state)
 
 
 def pool_null(state: Dict[str, torch.Tensor], null: Tuple[int, int]) -> None:
@@ -373,9 +375,8 @@ def eigen_adam(state: Dict[str, torch.Tensor], g: Optional[torch.Tensor], basis:
     g = rotated_gradient(state, g, basis, rotated)
     adam_moments([state], [g], betas)
     pool_null(state, null)
-    if nesterov:
-        return _out_of_basis(adam_directions([state], betas, eps, grads=[g])[0], state)
-    return _eigen_direction(state, betas, eps)   # the basis change_basis left in the state
+    # the basis change_basis left in the state
+    return _eigen_direction(state, betas, eps, grad=g if nesterov else None)
 
 
 def _dtype(basis: Basis, g: torch.Tensor) -> torch.dtype:
