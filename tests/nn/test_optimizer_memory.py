@@ -261,3 +261,99 @@ def test_a_refresh_batch_is_not_kept_alive_by_the_optimizer(curvature, fisher):
     # the last batch is still the one the hooks saw last (``space()``'s default); the refresh's batch is gone
     assert refs[0]() is None and refs[1]() is None
     assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def _spd(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(n, 2 * n, dtype=F64, generator=g)
+    return X @ X.T / (2 * n)
+
+
+def test_a_block_held_as_its_factorisation_multiplies_and_averages_as_with_its_factors():
+    """K-FAC's exact-inverse block that lets its dense factors go once factorised: the factors rebuilt from the
+    eigendecomposition (U diag(λ) U^T), and the products taken through it, are those of the factors it had (an
+    input factor with a zero row, and a diagonal output factor, which is kept)."""
+    from infogeo.nn.curvature.eigenbasis import ExactKronBlock
+    from infogeo.nn.curvature.kron import TikhonovKronBlock
+    from infogeo.nn._params import ParamLayout
+    A = _spd(5, 0)
+    A[2], A[:, 2] = 0.0, 0.0
+    for G in (_spd(4, 1), torch.rand(4, dtype=F64) + 0.1):
+        held = ExactKronBlock("w", "b", (4, 4), A.clone(), G.clone())
+        let_go = ExactKronBlock("w", "b", (4, 4), A.clone(), G.clone())
+        let_go.hold_factorised()
+        assert let_go._factors["A"] is not None   # not before its factorisation
+        let_go.precompute(1e-3)
+        assert let_go._factors["A"] is None and (let_go._factors["G"] is None) == (G.dim() == 2)
+        torch.testing.assert_close(let_go.A, A, rtol=0, atol=1e-14)
+        torch.testing.assert_close(let_go.G, G, rtol=0, atol=1e-14)
+        g = torch.Generator().manual_seed(2)
+        v = {"w": torch.randn(4, 4, dtype=F64, generator=g), "b": torch.randn(4, dtype=F64, generator=g)}
+        for n, t in held.mv(v).items():
+            torch.testing.assert_close(let_go.mv(v)[n], t, rtol=1e-12, atol=1e-14)
+        for n, t in held.diagonal().items():
+            torch.testing.assert_close(let_go.diagonal()[n], t, rtol=1e-12, atol=1e-14)
+        layout = ParamLayout(["w", "b"], [(4, 4), (4,)])
+        torch.testing.assert_close(let_go.dense(layout)[1], held.dense(layout)[1], rtol=0, atol=1e-14)
+        assert let_go.stat_shapes() == held.stat_shapes() and let_go.layout_name() == held.layout_name()
+    # the other blocks' factorisations are not their factors' own (EKFAC's scales, Shampoo's roots), or are inverses
+    with pytest.raises(TypeError, match="cannot hold"):
+        EigenbasisKronBlock("w", "b", (4, 4), A, G).hold_factorised()
+    assert not hasattr(TikhonovKronBlock("w", "b", (4, 4), A, G), "hold_factorised")
+
+
+def test_with_statistics_only_at_factorisations_each_factor_is_held_once():
+    """Statistics every 3 steps, factorised every 3 (the default step rule's schedule: statistics only where the
+    factors are decomposed): between refreshes each dense factor is held as its eigendecomposition only, so the
+    state is the eigenbases and eigenvalues and the step rule's moments (and the NAdam step kept to undo it);
+    at the refresh the factors are rebuilt to be averaged, and nowhere else."""
+    bench = load_benchmark("nn_scale")
+    model = mlp(width=32)
+    sides = sum((w.shape[0] ** 2 + (w.shape[1] + 1) ** 2) for w in (model[0].weight, model[2].weight, model[4].weight))
+    n = sum(p.numel() for p in model.parameters())
+    eig = sum(w.shape[0] + w.shape[1] + 1 for w in (model[0].weight, model[2].weight, model[4].weight)) / n
+    for options, want in [({}, 3 + sides / n + eig), ({"nesterov": False}, 2 + sides / n + eig),
+                          ({"step_rule": "graft", "inverse": "eigen"}, 3 + sides / n + eig)]:
+        model = mlp(width=32)
+        opt = ig.nn.NaturalGradient(model, curvature="kfac", curvature_update_period=3, inverse_update_period=3,
+                                    **options)
+        calls = []
+        original = EigenbasisKronBlock.rebuilt
+
+        def counted(block, name, original=original, calls=calls):
+            calls.append(opt.preconditioner.state["step"])
+            return original(block, name)
+        EigenbasisKronBlock.rebuilt = counted
+        try:
+            train(model, opt, 0, 8)
+        finally:
+            EigenbasisKronBlock.rebuilt = original
+        params = list(model.parameters())
+        exclude = {id(p) for p in params} | {p.untyped_storage().data_ptr() for p in params}
+        exclude |= {id(p.grad) for p in params}
+        got = bench.held_bytes(torch, opt, exclude) / (8 * n)
+        assert got == pytest.approx(want, abs=0.02), options
+        # rebuilt only to be averaged: at the refreshes after the first (steps 3 and 6; 3 blocks x 2 factors each)
+        assert sorted(set(calls)) == [3, 6] and len(calls) == 2 * 6, options
+
+
+@pytest.mark.parametrize("options", [{}, {"step_rule": "graft", "inverse": "eigen"}])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_resume_with_factors_held_as_their_factorisation_is_bit_identical(tmp_path, options, dtype):
+    """Saved between refreshes while the factors are held as their eigendecomposition (the checkpoint carries
+    the factors rebuilt from it, and the decomposition), the resumed run is the run that went on, through a
+    refresh and an undone step."""
+    kw = dict(curvature="kfac", curvature_update_period=3, inverse_update_period=3, seed=3, **options)
+    a = mlp().to(dtype)
+    opt_a = ig.nn.NaturalGradient(a, **kw)
+    train(a, opt_a, 0, 7)
+    assert opt_a.preconditioner.estimate.curvature.blocks[0]._factors["A"] is None
+    torch.save({"model": a.state_dict(), "opt": opt_a.state_dict()}, tmp_path / "ckpt.pt")
+    train(a, opt_a, 7, 6, nan_at={10})
+    ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    b = mlp(seed=7).to(dtype)
+    b.load_state_dict(ckpt["model"])
+    opt_b = ig.nn.NaturalGradient(b, **dict(kw, seed=99))
+    opt_b.load_state_dict(ckpt["opt"])
+    train(b, opt_b, 7, 6, nan_at={10})
+    assert torch.equal(flat(a), flat(b))

@@ -26,6 +26,10 @@ class Block:
     def with_stats(self, stats: Dict[str, torch.Tensor]) -> "Block":
         raise NotImplementedError
 
+    def reference(self) -> torch.Tensor:
+        """A tensor of the statistics' dtype and device (not necessarily one of them)."""
+        return next(iter(self.stats().values()))
+
     def stat_shapes(self) -> Dict[str, Tuple[int, ...]]:
         """The shapes of :meth:`stats`."""
         return {k: tuple(t.shape) for k, t in self.stats().items()}

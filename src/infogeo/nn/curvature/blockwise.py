@@ -43,7 +43,7 @@ class BlockCurvature(Curvature):
         return {n: out[n] for n in self.layout.names}
 
     def to_dense(self) -> torch.Tensor:
-        ref = next(iter(self.blocks[0].stats().values()))
+        ref = self.blocks[0].reference()
         M = torch.zeros(self.layout.size, self.layout.size, dtype=ref.dtype, device=ref.device)
         for b in self.blocks:
             idx, Mb = b.dense(self.layout)
@@ -90,6 +90,13 @@ class BlockCurvature(Curvature):
         for b, c in zip(self.blocks, current.blocks):
             if getattr(b, "factorised", False):
                 cast(Any, b).share_factors(c)
+
+    def hold_factorised(self) -> None:
+        """Let every block that can hold its factors as their factorisation do so once factorised
+        (:meth:`~.eigenbasis.EigenbasisKronBlock.hold_factorised`)."""
+        for b in self.blocks:
+            if getattr(b, "holds_factorised", False):
+                cast(Any, b).hold_factorised()
 
     # --------------------------------------------------- statistics
     def stats(self) -> Dict[str, torch.Tensor]:
@@ -147,7 +154,7 @@ class BlockCurvature(Curvature):
         return new
 
     def _reference(self) -> torch.Tensor:
-        return next(iter(self.blocks[0].stats().values()))
+        return self.blocks[0].reference()
 
     def is_finite(self) -> bool:
         """Whether every statistic is finite."""
@@ -224,6 +231,6 @@ def _unused(block: Block) -> bool:
 def _zero_like(block: Block, device: Optional[torch.device] = None) -> Block:
     """The same block with all-zero statistics, every one of them (also those still to be measured), on
     ``device`` (default: its own)."""
-    ref = next(iter(block.stats().values()))
+    ref = block.reference()
     return block.with_stats({k: torch.zeros(shape, dtype=ref.dtype, device=ref.device if device is None else device)
                              for k, shape in block.stat_shapes().items()})

@@ -43,6 +43,8 @@ class EigenbasisKronBlock(KronBlock):
         #: (damping, source) whose damped scales were found positive; the scales themselves are recomputed
         #: per solve (one outer product) rather than kept, a copy as large as the weight
         self._checked: Optional[Tuple[float, Any]] = None
+        #: whether the dense factors are let go once factorised (:meth:`hold_factorised`)
+        self._factorised_only = False
 
     #: the names of :meth:`factorisation`'s tensors (a checkpoint's keys)
     FACTORISATION_KEYS = ("lambda_A", "U_A", "lambda_G", "U_G")
@@ -65,7 +67,39 @@ class EigenbasisKronBlock(KronBlock):
         diagonal factor)."""
         if self._eig is None:
             self._eig = _factor_eig(self.A, self.canonical_null) + _factor_eig(self.G, self.canonical_null)
+            self._let_go()
         return self._eig
+
+    # ------------------------------------------------------------ a factor held as its factorisation
+    #: whether a factor can be let go once factorised and rebuilt as :math:`U\Lambda U^T` (K-FAC's exact inverse;
+    #: not where the factorisation is not the factor's own, as EKFAC's scales and Shampoo's roots are)
+    holds_factorised = False
+
+    def hold_factorised(self) -> None:
+        r"""From now on, hold each dense factor only as its factorisation :math:`F = U\Lambda U^T` once that is
+        computed: for a schedule that reads the factors next where it factorises them anew (statistics every
+        ``k`` factorisations), keeping both would hold every factor twice between two factorisations.  The
+        factor is rebuilt where a statistic is needed (:meth:`rebuilt`: the next average, a checkpoint); the
+        products (:meth:`mv`, :meth:`diagonal`, :meth:`dense`) come from the factorisation."""
+        if not self.holds_factorised:
+            raise TypeError(f"a {type(self).__name__} cannot hold its factors as their factorisation")
+        self._factorised_only = True
+        if self._eig is not None:
+            self._let_go()
+
+    def _let_go(self) -> None:
+        if self._factorised_only:
+            for k in self._factors:
+                if len(self.shapes[k]) == 2:
+                    self._factors[k] = None
+
+    def rebuilt(self, name: str) -> torch.Tensor:
+        r""":math:`U\operatorname{diag}(\lambda)U^T` of the factor ``name`` (its eigenvalues clamped at 0, as
+        the solves use them), in the factor's dtype."""
+        if self._eig is None:
+            return super().rebuilt(name)
+        lam, U = self._eig[:2] if name == "A" else self._eig[2:]
+        return ((U * lam) @ U.T).to(self._like.dtype)
 
     def null_dims(self) -> Tuple[int, int]:
         """``(k_A, k_G)``: the dimensions of the factors' null spaces, the first columns of ``U_A`` and ``U_G``
@@ -110,8 +144,8 @@ class EigenbasisKronBlock(KronBlock):
         r"""``(idx, M)`` of :math:`Q\,\operatorname{diag}(s)\,Q^T` (see :meth:`Block.dense`)."""
         Ua, Ug = self.basis()
         eye = lambda n: torch.eye(n, dtype=s.dtype, device=s.device)  # noqa: E731
-        Q = torch.kron(eye(self.G.shape[0]) if Ug is None else Ug.contiguous(),
-                       eye(self.A.shape[0]) if Ua is None else Ua.contiguous())
+        Q = torch.kron(eye(self.shapes["G"][0]) if Ug is None else Ug.contiguous(),
+                       eye(self.shapes["A"][0]) if Ua is None else Ua.contiguous())
         return self.flat_index(layout), (Q * s.reshape(-1)) @ Q.T
 
     def scales(self, damping: float) -> torch.Tensor:
@@ -157,16 +191,17 @@ class EigenbasisKronBlock(KronBlock):
 
     def factorisation(self, damping):
         # a diagonal factor's basis (None) travels as an empty placeholder
-        return [self.A.new_empty(0, dtype=working_dtype(self.A.dtype)) if t is None else t for t in self.eig()]
+        return [self._like.new_empty(0, dtype=working_dtype(self._like.dtype)) if t is None else t for t in self.eig()]
 
     def adopt(self, tensors, damping):
         la, Ua, lg, Ug = tensors
-        self._eig = (la, Ua if self.A.dim() == 2 else None, lg, Ug if self.G.dim() == 2 else None)
+        self._eig = (la, Ua if len(self.shapes["A"]) == 2 else None, lg, Ug if len(self.shapes["G"]) == 2 else None)
+        self._let_go()
 
     def factorisation_shapes(self):
-        def side(F: torch.Tensor) -> List[Tuple[int, ...]]:   # eigenvalues; the basis (a diagonal's: empty)
-            return [(F.shape[0],), tuple(F.shape) if F.dim() == 2 else (0,)]
-        return side(self.A) + side(self.G)
+        def side(shape: Tuple[int, ...]) -> List[Tuple[int, ...]]:   # eigenvalues; the basis (a diagonal's: empty)
+            return [(shape[0],), shape if len(shape) == 2 else (0,)]
+        return side(self.shapes["A"]) + side(self.shapes["G"])
 
 
 class ExactKronBlock(EigenbasisKronBlock):
@@ -177,7 +212,25 @@ class ExactKronBlock(EigenbasisKronBlock):
     inverse = "eigen"
     #: the damping is the scale of every null direction: any basis of the null space gives the same inverse
     canonical_null = False
+    holds_factorised = True
 
     def scales(self, damping):
+        return self._products() + damping
+
+    def _products(self) -> torch.Tensor:
+        r""":math:`\lambda_G\lambda_A^T`, the block's eigenvalues (undamped)."""
         la, _, lg, _ = self.eig()
-        return lg.unsqueeze(1) * la.unsqueeze(0) + damping
+        return lg.unsqueeze(1) * la.unsqueeze(0)
+
+    def _held(self) -> bool:
+        return all(F is not None for F in self._factors.values())
+
+    # a block holding its factors as their factorisation multiplies through it (the factors are U Λ U^T)
+    def mv(self, v):
+        return super().mv(v) if self._held() else self.mv_scaled(v, self._products())
+
+    def diagonal(self):
+        return super().diagonal() if self._held() else self.diagonal_scaled(self._products())
+
+    def dense(self, layout):
+        return super().dense(layout) if self._held() else self.dense_scaled(layout, self._products())

@@ -65,13 +65,43 @@ class KronBlock(Block):
         self.transposed = bool(transposed)
         self.out = math.prod(self.wshape[1:]) if self.transposed else self.wshape[0]
         self.names = [n for n in (weight, bias) if n is not None]
-        self.A, self.G = A, G
+        #: the factors; ``None`` for one held only as its factorisation (:meth:`factor`)
+        self._factors: Dict[str, Optional[torch.Tensor]] = {"A": A, "G": G}
+        #: the factors' shapes (a diagonal factor's has one entry), known also while one is held as its factorisation
+        self.shapes: Dict[str, Tuple[int, ...]] = {"A": tuple(A.shape), "G": tuple(G.shape)}
+        self._like = A.new_empty(0)   # the factors' dtype and device
         self._layout: Optional["KronBlock"] = None
         #: the input rows (positions) :math:`A` averages, where this block's statistics were just measured
         self.rows: Optional[int] = None
 
+    @property
+    def A(self) -> torch.Tensor:
+        """The input factor (:meth:`factor`)."""
+        return self.factor("A")
+
+    @property
+    def G(self) -> torch.Tensor:
+        """The output-gradient factor (:meth:`factor`)."""
+        return self.factor("G")
+
+    def factor(self, name: str) -> torch.Tensor:
+        """The factor ``name`` (``"A"`` or ``"G"``): the one held, or else rebuilt from the factorisation that
+        replaced it (:meth:`rebuilt`; a product as large as the factor, made anew at each call)."""
+        F = self._factors[name]
+        return self.rebuilt(name) if F is None else F
+
+    def rebuilt(self, name: str) -> torch.Tensor:
+        """The factor ``name`` from its factorisation, for a block that let the factor go (none does here)."""
+        raise RuntimeError(f"the factor {name} of {self.names} is not held")
+
+    def reference(self) -> torch.Tensor:
+        return self._like
+
     def stats(self):
         return {"A": self.A, "G": self.G}
+
+    def stat_shapes(self):
+        return dict(self.shapes)
 
     def stat_rows(self):
         # a block without a measurement (adopted from another rank's structure) has no rows of its own
@@ -108,8 +138,7 @@ class KronBlock(Block):
         """A block with this one's :meth:`join` and :meth:`split` and no factors (what a step rule keeps to lay
         out a step, without keeping the factors alive); made once per block."""
         if self._layout is None:
-            self._layout = KronBlock(self.weight, self.bias, self.wshape, self.A.new_empty(0), self.G.new_empty(0),
-                                     self.transposed)
+            self._layout = KronBlock(self.weight, self.bias, self.wshape, self._like, self._like, self.transposed)
         return self._layout
 
     def mv(self, v):
@@ -157,15 +186,15 @@ class KronBlock(Block):
             cols.append(off + (idx.reshape(n_in, out).T if self.transposed else idx.reshape(out, n_in)))
         if self.bias is not None:
             cols.append(layout.offsets[self.bias] + torch.arange(out).reshape(out, 1))
-        return torch.cat(cols, dim=1).reshape(-1).to(self.A.device)
+        return torch.cat(cols, dim=1).reshape(-1).to(self._like.device)
 
     def dense(self, layout):
         return self.flat_index(layout), torch.kron(_factor_dense(self.G), _factor_dense(self.A))
 
     def layout_name(self) -> str:
         """``"G ⊗ A"`` with ``diag(·)`` for a diagonal factor (for logs and messages)."""
-        side = lambda F, n: f"diag({n})" if F.dim() == 1 else n  # noqa: E731
-        return f"{side(self.G, 'G')} ⊗ {side(self.A, 'A')}"
+        side = lambda n: f"diag({n})" if len(self.shapes[n]) == 1 else n  # noqa: E731
+        return f"{side('G')} ⊗ {side('A')}"
 
     # ------------------------------------------------------------ the distributed owner's factorisation
     def factorisation(self, damping: float) -> List[torch.Tensor]:
@@ -179,8 +208,8 @@ class KronBlock(Block):
     def factorisation_like(self) -> List[torch.Tensor]:
         """Empty tensors of the shapes and dtype of :meth:`factorisation` (receive buffers; the factors' working
         precision, float32 for factors kept in half precision)."""
-        dtype = working_dtype(self.A.dtype)
-        return [self.A.new_empty(shape, dtype=dtype) for shape in self.factorisation_shapes()]
+        dtype = working_dtype(self._like.dtype)
+        return [self._like.new_empty(shape, dtype=dtype) for shape in self.factorisation_shapes()]
 
     def factorisation_shapes(self) -> List[Tuple[int, ...]]:
         """The shapes of :meth:`factorisation`'s tensors, in its order."""
@@ -212,9 +241,9 @@ class KronBlock(Block):
         factorisation's then refactorises from ``current``'s factors.)"""
         if not self.factorised:
             raise RuntimeError("share_factors before the factors were factorised")
-        if (current.A.shape, current.G.shape) != (self.A.shape, self.G.shape):
+        if current.shapes != self.shapes:
             raise ValueError("share_factors: the factors' shapes differ")
-        self.A, self.G = current.A, current.G
+        self._factors = {k: current.factor(k) for k in self._factors}
 
 
 class TikhonovKronBlock(KronBlock):
@@ -286,7 +315,7 @@ class TikhonovKronBlock(KronBlock):
         self.adopt((saved["G_inv"].to(dtype), saved["A_inv"].to(dtype)), float(saved["damping"]))
 
     def factorisation_shapes(self):
-        return [tuple(self.G.shape), tuple(self.A.shape)]
+        return [self.shapes["G"], self.shapes["A"]]
 
 
 def _spd_inverse(M: torch.Tensor, shift: float, names) -> torch.Tensor:

@@ -10,6 +10,7 @@ only (:meth:`CurvatureEstimate.local`) is kept apart from the collectives
 """
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
@@ -271,7 +272,7 @@ class CurvatureEstimate:
         if dd.world_size() == 1 or blocks is None:
             return curvature.precompute(damping)
         if self.owners is None or len(self.owners) != len(blocks):
-            self.owners = dd.assign_owners([float(sum(t.numel() for t in b.stats().values())) ** 1.5
+            self.owners = dd.assign_owners([float(sum(math.prod(s) for s in b.stat_shapes().values())) ** 1.5
                                             for b in blocks])   # ~ the cost of factorising each block
         if self.placement == "comm" and damping is not None:
             dd.share_factorisations(blocks, self.owners, damping)
@@ -318,6 +319,16 @@ class CurvatureEstimate:
         if self.curvature is not None and (self.solver is None or step % self.inverse_update_period == 0 or
                                            (new is not None and self.early(step))):
             self.solver = self.factorise(self.curvature, damping)
+        if self.factorised_only and hasattr(self.curvature, "hold_factorised"):
+            self.curvature.hold_factorised()
+
+    @property
+    def factorised_only(self) -> bool:
+        """Whether the factors are held only as their factorisation between refreshes: when statistics are
+        recorded only where the curvature is factorised anew (``curvature_update_period`` a multiple of
+        ``inverse_update_period``), the factors are read next where they are averaged, and rebuilt from their
+        factorisation there (:meth:`~infogeo.nn.curvature.eigenbasis.EigenbasisKronBlock.hold_factorised`)."""
+        return self.curvature_update_period % self.inverse_update_period == 0
 
     def mv(self, v: Params) -> Params:
         """:math:`Cv` with the current curvature (undamped), ``{name: tensor}``."""

@@ -77,7 +77,7 @@ def checkpoint(pre) -> Dict[str, Any]:
     current = est.curvature.stats() if est.curvature is not None and hasattr(est.curvature, "stats") else {}
     for key, c in (("curvature", est.curvature), ("solver", est.solver)):
         if c is not None and hasattr(c, "stats"):
-            stats = c.stats()
+            stats = current if c is est.curvature else c.stats()   # (a factor held as its factorisation: rebuilt)
             if key == "solver":   # what it shares with the curvature is saved once, there
                 stats = {k: t for k, t in stats.items() if current.get(k) is not t}
             out[key] = {k: t.detach().clone() for k, t in stats.items()}
@@ -126,10 +126,10 @@ def check(pre, saved: Any) -> None:
     if saved.get("basis") is not None:
         _finite_tensors("the factorisations in 'basis'", saved["basis"])
     layouts = [("checkpoint's curvature", saved.get("curvature")), ("checkpoint's solver", _solver_stats(saved))]
-    current = pre.estimate.curvature
-    if current is not None and hasattr(current, "stats"):
-        layouts.append(("this preconditioner's curvature", current.stats()))
     given = [(what, {k: tuple(t.shape) for k, t in s.items()}) for what, s in layouts if s is not None]
+    current = pre.estimate.curvature
+    if current is not None and hasattr(current, "stat_shapes"):
+        given.append(("this preconditioner's curvature", current.stat_shapes()))
     for what, shapes in given[1:]:
         if shapes != given[0][1]:
             diff = sorted(set(shapes) ^ set(given[0][1])) or [k for k in shapes if shapes[k] != given[0][1][k]]
@@ -213,7 +213,8 @@ def check_fits(est, template) -> None:
 def restore(est, template, damping: float) -> None:
     """Put the loaded statistics (checked by :func:`check_fits`) into ``template``."""
     loaded, est.loaded = est.loaded, None
-    device = next(iter(template.stats().values())).device
+    device = template.blocks[0].reference().device if hasattr(template, "blocks") else \
+        next(iter(template.stats().values())).device
     for key in _CURVATURE_KEYS:
         if key not in loaded:
             continue

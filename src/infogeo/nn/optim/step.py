@@ -219,10 +219,11 @@ def _into_block(block: EigenbasisKronBlock, parts: List[Dict[str, torch.Tensor]]
     (:func:`_as_raw`), are joined like its gradient, and are kept in the identity basis, from which the next
     :func:`change_basis` turns them into the block's eigenbasis; a parameter without moments contributes zeros."""
     first, rest = parts[0], parts[1:]
-    shape = (block.G.shape[0], block.A.shape[0])
+    sides = {"U_A": block.shapes["A"], "U_G": block.shapes["G"]}   # (n,): a diagonal factor
+    shape = (sides["U_G"][0], sides["U_A"][0])
     stale = any("exp_avg" in s for s in rest) or ("exp_avg" in first and (
         tuple(first["exp_avg"].shape) != shape or "L" in first or "R" in first
-        or any(f.dim() == 2 and k not in first for k, f in (("U_A", block.A), ("U_G", block.G)))))
+        or any(len(f) == 2 and k not in first for k, f in sides.items())))
     if not stale:
         return
     moments: Dict[str, Dict[str, torch.Tensor]] = {"exp_avg": {}, "exp_avg_sq": {}}
@@ -241,9 +242,9 @@ def _into_block(block: EigenbasisKronBlock, parts: List[Dict[str, torch.Tensor]]
     for key, given in moments.items():
         first[key] = block.join({n: given.get(n, like.new_zeros(p.shape)) for n, p in zip(block.names, params)})
     first["step"] = count
-    for key, factor in (("U_A", block.A), ("U_G", block.G)):
-        if factor.dim() == 2:   # the identity basis: raw coordinates (a diagonal factor's side has no matrix)
-            first[key] = torch.eye(factor.shape[0], dtype=like.dtype, device=like.device)
+    for key, side in sides.items():
+        if len(side) == 2:   # the identity basis: raw coordinates (a diagonal factor's side has no matrix)
+            first[key] = torch.eye(side[0], dtype=like.dtype, device=like.device)
 
 
 def _as_raw(state: Dict[str, torch.Tensor], shape: torch.Size) -> None:
