@@ -21,7 +21,8 @@ The distributed section runs DDP over gloo with 1, 2 and 4 processes on CPU: ste
 median wall time) and the bytes each rank sends into collectives per step, averaged over the steps,
 for DDP's gradient all-reduce (counted by a communication hook) and infogeo's own collectives
 (``torch.distributed`` calls from :mod:`infogeo.nn.distributed`), with ``placement="memory"`` and
-``"comm"``.  Bytes are payloads handed to the collectives, not wire traffic.
+``"comm"``, and each rank's optimizer state over the parameters' bytes (the largest rank's is printed).
+Bytes are payloads handed to the collectives, not wire traffic.
 
 Plots (``--out``, default ``benchmarks/results``): ``nn_scale_width.png`` (time and memory against
 width, log-log) and ``nn_scale_depth.png``.
@@ -226,9 +227,18 @@ def _dist_worker(rank: int, world: int, port: int, cfg: Dict[str, Any], queue) -
         opt.step()
         if i:
             times.append(time.perf_counter() - t0)
+    out = {"median_s": statistics.median(times), "ddp_bytes": ddp_bytes[0] / cfg["steps"],
+           "infogeo_bytes": sent[0] / cfg["steps"]}
+    # this rank's optimizer state over the parameters' bytes (under placement="memory" each block's moments and
+    # factorisation live on one rank), every rank's
+    params = list(model.parameters())
+    exclude = {id(p) for p in params} | {p.untyped_storage().data_ptr() for p in params}
+    exclude |= {id(p.grad) for p in params if p.grad is not None}
+    mine = held_bytes(torch, opt, exclude) / sum(p.numel() * p.element_size() for p in params)
+    every: List[Any] = [None] * world
+    dist.all_gather_object(every, mine)
     if rank == 0:
-        queue.put({"median_s": statistics.median(times), "ddp_bytes": ddp_bytes[0] / cfg["steps"],
-                   "infogeo_bytes": sent[0] / cfg["steps"]})
+        queue.put({**out, "state_multiples": every})
     dist.destroy_process_group()
 
 
@@ -346,7 +356,8 @@ def main(argv=None) -> Dict[str, Any]:
         dcfg = {**base, "width": 64 if q else 512, "depth": 2, "device": "cpu", "steps": 3 if q else 10}
         print(f"\nDDP over gloo (CPU), MLP width {dcfg['width']} depth 2, batch {dcfg['batch']} per rank; "
               f"bytes sent into collectives per rank per step")
-        print(f"{'ranks':>5} {'optimizer':>14} {'median s':>9} {'DDP MB':>8} {'infogeo MB':>10} {'infogeo/DDP':>11}")
+        print(f"{'ranks':>5} {'optimizer':>14} {'median s':>9} {'DDP MB':>8} {'infogeo MB':>10} {'infogeo/DDP':>11} "
+              f"{'state x (max rank)':>18}")
         drows = []
         for world in args.ranks or ([1, 2] if q else [1, 2, 4]):
             for o, placement in (("sgd", None), ("kfac", "memory"), ("kfac", "comm"), ("diag", "memory")):
@@ -355,7 +366,7 @@ def main(argv=None) -> Dict[str, Any]:
                 label = o if placement is None else f"{o}/{placement}"
                 ratio = r["infogeo_bytes"] / r["ddp_bytes"] if r["ddp_bytes"] else float("nan")
                 print(f"{world:>5} {label:>14} {r['median_s']:>9.4f} {r['ddp_bytes'] / 2**20:>8.2f} "
-                      f"{r['infogeo_bytes'] / 2**20:>10.2f} {ratio:>11.2f}")
+                      f"{r['infogeo_bytes'] / 2**20:>10.2f} {ratio:>11.2f} {max(r['state_multiples']):>18.2f}")
         result["distributed"] = drows
     with open(os.path.join(args.out, "nn_scale.json"), "w") as f:
         json.dump(result, f, indent=1)

@@ -49,8 +49,9 @@ def test_a_layer_first_reached_after_the_first_step_trains(curvature, rule, patt
 
 
 def test_an_unreached_layer_keeps_its_factors_decayed_like_the_average_of_the_batch_fishers():
-    """Step 0 reaches only ``a``; step 1 only ``b``: ``a``'s averaged factors are β times step 0's (its Fisher on
-    batch 1 is zero), and ``b``'s are (1 - β) times batch 1's."""
+    """Step 0 reaches only ``a``; step 1 only ``b``: ``a``'s averaged factors are w times step 0's (its Fisher on
+    batch 1 is zero), and ``b``'s are (1 - w) times batch 1's, for the weight w = β(1 - β)/(1 - β²) = β/(1 + β)
+    the bias-corrected average keeps at its second refresh."""
     torch.manual_seed(0)
     model = Branches().double()
     decay = 0.9
@@ -63,8 +64,9 @@ def test_an_unreached_layer_keeps_its_factors_decayed_like_the_average_of_the_ba
     blocks = {b.names[0]: b for b in opt.preconditioner.curvature.blocks}
     Xb = torch.cat([X, torch.ones(len(X), 1, dtype=F64)], 1)
     A = Xb.T @ Xb / len(X)   # the input factor of a bias-augmented Linear layer (the same inputs in both batches)
-    assert torch.allclose(blocks["a.weight"].A, decay * A, rtol=1e-12, atol=0)
-    assert torch.allclose(blocks["b.weight"].A, (1 - decay) * A, rtol=1e-12, atol=0)
+    w = decay / (1 + decay)
+    assert torch.allclose(blocks["a.weight"].A, w * A, rtol=1e-12, atol=0)
+    assert torch.allclose(blocks["b.weight"].A, (1 - w) * A, rtol=1e-12, atol=0)
 
 
 def test_moments_kept_per_parameter_are_carried_into_a_new_kronecker_block():

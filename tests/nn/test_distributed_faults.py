@@ -375,8 +375,9 @@ def test_agree_without_a_process_group():
 def test_a_layer_reached_on_some_ranks_only_is_averaged_as_the_union_batch(results):
     """Step 0: both ranks reach ``a``; step 1: rank 0 reaches ``a``, rank 1 ``b``.  An input factor is the mean
     over the rows that reach its layer, as in one process whose examples take either branch: ``b``'s is then
-    (1 - β) times rank 1's, :math:`0.1\,A(x_1)` (its gradient factor holds rank 1's four examples of eight);
-    ``a``'s is β times step 0's mean plus (1 - β) times rank 0's."""
+    (1 - w) times rank 1's (its gradient factor holds rank 1's four examples of eight); ``a``'s is w times step 0's
+    mean plus (1 - w) times rank 0's, for the weight w = β/(1 + β) that the bias-corrected average keeps at its
+    second refresh (β = 0.9)."""
     (s0, after0, p0), (s1, after1, p1) = ok(results, "branches")
     assert [tuple(s) for s in s0] == [tuple(s) for s in s1] == [("ok", "stepped")] * 3
     assert p0 == p1 and after0 == after1
@@ -388,8 +389,9 @@ def test_a_layer_reached_on_some_ranks_only_is_averaged_as_the_union_batch(resul
     kind_a, Aa = after0["a.weight"]
     kind_b, Ab = after0["b.weight"]
     assert kind_a == kind_b == "kfac"
-    assert torch.allclose(torch.tensor(Ab, dtype=torch.float64), 0.1 * A1, rtol=1e-12, atol=0)
-    assert torch.allclose(torch.tensor(Aa, dtype=torch.float64), 0.9 * (A0 + A1) / 2 + 0.1 * A0,
+    w = 0.9 / 1.9
+    assert torch.allclose(torch.tensor(Ab, dtype=torch.float64), (1 - w) * A1, rtol=1e-12, atol=0)
+    assert torch.allclose(torch.tensor(Aa, dtype=torch.float64), w * (A0 + A1) / 2 + (1 - w) * A0,
                           rtol=1e-12, atol=0)
 
 

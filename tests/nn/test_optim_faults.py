@@ -134,6 +134,8 @@ def test_an_adam_checkpoint_is_refused():
     (lambda s: s.update(step=-1), "step must be"),
     (lambda s: s.update(damping=float("inf")), "damping must be"),
     (lambda s: s["curvature"].update({k: v * float("nan") for k, v in s["curvature"].items()}), "not finite"),
+    (lambda s: s.update(unfilled=1.5), "'unfilled' must be"),
+    (lambda s: s.update(unfilled=float("nan")), "'unfilled' must be"),
 ])
 def test_a_damaged_preconditioner_checkpoint_is_refused(edit, match):
     model = mlp()
@@ -508,3 +510,25 @@ def test_counts_are_checked_by_one_rule_in_every_layer():
     assert ig.Categorical(torch.tensor(3)).k == 3
     with pytest.raises(TypeError, match=r"k \(the number of classes.*must be an integer, got complex128"):
         ig.Categorical(np.complex128(3))
+
+
+def test_a_checkpoint_without_the_averages_weight_loads_as_a_full_average():
+    """A checkpoint of a version before the bias-corrected average (no 'unfilled' entry) continues with its
+    average taken as full (its next refreshes weigh as they did in that version); before any statistics, empty."""
+    model = mlp()
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    pre = ig.nn.Preconditioner(model, lr=sgd, curvature="kfac", curvature_update_period=1)
+    fresh_state = pre.state_dict()
+    for i in range(2):
+        X, y = batch(i)
+        sgd.zero_grad()
+        F.cross_entropy(model(X), y).backward()
+        if pre.step():
+            sgd.step()
+    saved = pre.state_dict()
+    assert 0.0 < saved["unfilled"] < 1.0 and fresh_state["unfilled"] == 1.0
+    for state, want in ((saved, 0.0), (fresh_state, 1.0)):
+        state.pop("unfilled")
+        other = ig.nn.Preconditioner(mlp(), lr=0.1, curvature="kfac", curvature_update_period=1)
+        other.load_state_dict(state)
+        assert other.estimate.unfilled == want

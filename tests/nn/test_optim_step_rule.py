@@ -172,8 +172,10 @@ def test_the_average_forgets_per_step_not_per_refresh():
     """ema_decay beta is the weight the statistics' average keeps per refresh, and per 10 steps where refreshes
     lie further apart: statistics recorded every 100 steps (eigen-adam's default) are forgotten at the pace of the
     default period.  Checked on a Kronecker input factor: with the model frozen (lr 1e-30) and batch 1 at step 0,
-    batch 2 after, the factor at step 100 is P A_1 + (1 - P) A_2 with P the product of the weights kept at the
-    refreshes 1, 2, 4, ..., 64, 100; A_1 and A_2 from optimizers that saw one batch each."""
+    batch 2 after, the factor at step 100 is W A_1 + (1 - W) A_2, where A_1 holds the weight (1 - β) P of an
+    average started from zero, with P the product of the weights kept at the refreshes 1, 2, 4, ..., 64, 100,
+    over the weight the average has gathered, 1 - βP (its bias correction); A_1 and A_2 from optimizers that
+    saw one batch each."""
     (x1, y1), (x2, y2) = data(16, seed=1), data(16, seed=2)
 
     def factor(batches):
@@ -185,13 +187,16 @@ def test_the_average_forgets_per_step_not_per_refresh():
         return opt.preconditioner.estimate.curvature.blocks[0].A.double(), opt.preconditioner.estimate
     A1, est = factor([(x1, y1)])
     A2, _ = factor([(x2, y2)])
-    A, _ = factor([(x1, y1)] + [(x2, y2)] * 100)
+    A, long = factor([(x1, y1)] + [(x2, y2)] * 100)
     kept = [est.decay(k) for k in (1, 2, 4, 8, 16, 32, 64, 100)]
     # Delta = 1, 1, 2, 4, 8 steps keep beta each; 16, 32, 36 steps keep beta^(Delta/10)
     assert kept == pytest.approx([0.9] * 5 + [0.9 ** 1.6, 0.9 ** 3.2, 0.9 ** 3.6], rel=1e-12)
     P = 0.9 ** 13.4
-    torch.testing.assert_close(A, P * A1 + (1 - P) * A2, rtol=1e-5, atol=1e-6 * float(A2.abs().max()))
-    assert float((A - (0.9 ** 8 * A1 + (1 - 0.9 ** 8) * A2)).abs().max()) > 1e-3 * float(A2.abs().max())
+    W = 0.1 * P / (1 - 0.9 * P)
+    torch.testing.assert_close(A, W * A1 + (1 - W) * A2, rtol=1e-5, atol=1e-6 * float(A2.abs().max()))
+    assert long.unfilled == pytest.approx(0.9 * P, rel=1e-12)
+    for other in (P, 0.1 * 0.9 ** 8 / (1 - 0.9 ** 9)):   # uncorrected; corrected per refresh instead of per step
+        assert float((A - (other * A1 + (1 - other) * A2)).abs().max()) > 1e-3 * float(A2.abs().max())
     graft = ig.nn.NaturalGradient(mlp(), step_rule="graft", ema_decay=0.9).preconditioner.estimate
     assert [graft.decay(k) for k in (8, 10, 16, 20, 100, 110)] == pytest.approx([0.9] * 6, rel=1e-12)
 

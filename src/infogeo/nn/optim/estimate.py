@@ -57,6 +57,9 @@ class CurvatureEstimate:
         self.generator, self.loss_scale, self.options = generator, loss_scale, options
         self.geometric = geometric   # early refreshes at steps 0, 1, 2, 4, 8, ... (:meth:`early`), else at each refresh
         self.curvature: Any = None    # the averaged statistics (a curvature representation)
+        #: the product of the weights the average has kept so far (:meth:`mixing`): what an average started from
+        #: zero would still give to that zero; 1 before any statistics
+        self.unfilled = 1.0
         self.solver: Any = None       # the factorised curvature the directions come from
         #: statistics loaded from a checkpoint, waiting for a structure (:func:`.state.restore`)
         self.loaded: Optional[Dict[str, Any]] = None
@@ -120,6 +123,26 @@ class CurvatureEstimate:
         last = next((k for k in range(step - 1, max(step - self.curvature_update_period, 0) - 1, -1)
                      if self.statistics_due(k)), None)
         return self.ema_decay ** max(1.0, (step - last) / DECAY_STEPS) if last is not None else self.ema_decay
+
+    def mixing(self, step: int) -> float:
+        r"""The weight the average keeps when step ``step`` averages new statistics in, with the bias correction
+        of Adam's moments (Kingma & Ba 2015): the average is the exponential moving average started from zero,
+        divided by the weight it has gathered, :math:`1 - P` for :math:`P` the product of the weights kept so far
+        (:meth:`decay`; :attr:`unfilled`).  It keeps :math:`\beta_k (1-P)/(1-P\beta_k)` for this refresh's
+        :math:`\beta_k`: about :math:`(k-1)/k` at the :math:`k`-th refresh while :math:`P` is near 1, so that the
+        first statistics, measured on the network as initialised, are averaged with the next ones instead of
+        weighing :math:`\beta^k` after :math:`k` refreshes; :math:`\beta_k` once the average is full.  The first
+        statistics (no average yet) start it: the weight returned is then that of the uncorrected average.
+        Gradient statistics (Shampoo's, SOAP's) are averaged as those methods define it, uncorrected."""
+        beta = self.decay(step)
+        if self.from_gradients:   # Shampoo's and SOAP's statistics: their own (uncorrected) averages
+            return beta
+        if self.curvature is None:
+            self.unfilled = beta
+            return beta
+        kept = beta * (1.0 - self.unfilled) / (1.0 - self.unfilled * beta)
+        self.unfilled *= beta
+        return kept
 
     def refactorise_due(self, step: int) -> bool:
         """Whether step ``step`` factorises the curvature anew (a new basis for EKFAC)."""
@@ -296,7 +319,7 @@ class CurvatureEstimate:
                 reduce = None if dd.world_size() == 1 else \
                     (lambda ts: dd.all_reduce_mean(ts if weight == 1.0 else [t * weight for t in ts]))
                 renew = self.refactorise_due(step)
-                self.curvature = reduced.refreshed(self.curvature, self.decay(step), reduce,
+                self.curvature = reduced.refreshed(self.curvature, self.mixing(step), reduce,
                                                basis_of=None if renew else self.solver)
                 self.solver = self.factorise(self.curvature, damping) if renew else self.curvature
                 return
@@ -308,11 +331,13 @@ class CurvatureEstimate:
             elif self.curvature is None or not self.curvature.same_structure(fresh):
                 pair = getattr(fresh, "aligned", lambda old: None)(self.curvature)
                 if pair is None:   # another structure: start over from this batch
+                    self.curvature = None
+                    self.mixing(step)
                     self.curvature, self.solver = fresh, None
                 else:   # layers unused in one of the batches: averaged as their kind, then factorised anew
-                    self.curvature, self.solver = pair[0].ema(pair[1], self.decay(step)), None
+                    self.curvature, self.solver = pair[0].ema(pair[1], self.mixing(step)), None
             else:
-                self.curvature = self.curvature.ema(fresh, self.decay(step))
+                self.curvature = self.curvature.ema(fresh, self.mixing(step))
                 if self.solver is not None and self.solver is not self.curvature and \
                         hasattr(self.solver, "share_factors") and self.solver.same_structure(self.curvature):
                     self.solver.share_factors(self.curvature)   # its decompositions stay; its old factors go

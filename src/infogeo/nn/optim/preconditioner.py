@@ -86,7 +86,11 @@ class Preconditioner(state.NotCopyable):
     ema_decay : float
         Statistics are averaged as :math:`C \leftarrow \beta C + (1-\beta) C_\text{new}` at each refresh, with
         :math:`\beta` raised to :math:`\Delta/10` where the refresh comes :math:`\Delta > 10` steps after the last
-        (the average remembers about as many steps whatever the period).
+        (the average remembers about as many steps whatever the period).  The model's statistics are
+        bias-corrected as Adam's moments are (the average started from zero, divided by the weight it has
+        gathered): the first refreshes are averaged about evenly instead of the first batch's weighing
+        :math:`\beta^k` after :math:`k` refreshes; gradient statistics (``"shampoo"``, ``"soap"``) are averaged
+        uncorrected, as those methods define them.
     curvature_update_period, inverse_update_period : int, optional
         Refresh periods (steps) of the statistics and of the factorisations (default: 10 and 100; for the
         gradient statistics of ``"shampoo"``/``"soap"``, 1 and 10, the kind's ``optimizer_defaults``; with

@@ -70,7 +70,8 @@ def checkpoint(pre) -> Dict[str, Any]:
     est = pre.estimate
     out: Dict[str, Any] = {"step": pre.state["step"], **pre.damper.state_dict(), "rng": est.generator.get_state(),
                            "kind": _name(pre.kind), "fisher": _name(pre.fisher), "world_size": dd.world_size(),
-                           "shapes": {n: torch.tensor(p.shape, dtype=torch.int64) for n, p in zip(pre.names, pre.params)}}
+                           "shapes": {n: torch.tensor(p.shape, dtype=torch.int64) for n, p in zip(pre.names, pre.params)},
+                           "unfilled": est.unfilled}
     if est.loaded is not None:  # saved again before the next step: what was loaded
         out.update({k: {n: t.clone() for n, t in v.items()} for k, v in est.loaded.items()})
         return out
@@ -101,6 +102,9 @@ def check(pre, saved: Any) -> None:
         v = saved.get(key, damping)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):
             raise ValueError(f"checkpoint: {key} must be a finite number > 0, got {v!r}")
+    unfilled = saved.get("unfilled", 0.0)
+    if isinstance(unfilled, bool) or not isinstance(unfilled, (int, float)) or not 0.0 <= unfilled <= 1.0:
+        raise ValueError(f"checkpoint: 'unfilled' must be a number in [0, 1], got {unfilled!r}")
     rng = saved["rng"]
     try:
         torch.Generator(pre.estimate.generator.device).set_state(torch.as_tensor(rng).cpu())
@@ -189,6 +193,8 @@ def load(pre, saved: Dict[str, Any]) -> None:
     pre.damper.load_state_dict({"damping": float(saved["damping"]),
                                 "base_damping": float(saved.get("base_damping", saved["damping"]))})
     est.generator.set_state(torch.as_tensor(saved["rng"]).cpu().clone())
+    # (a checkpoint of an earlier version has no entry: its average is taken as full, as that version used it)
+    est.unfilled = float(saved.get("unfilled", 0.0 if "curvature" in saved else 1.0))
     est.loaded = {k: {n: t.detach().clone() for n, t in saved[k].items()} for k in _CURVATURE_KEYS + ("basis",)
                   if k in saved}
     if "solver" in est.loaded:   # the statistics it shared with the curvature: the same (copied) tensors
