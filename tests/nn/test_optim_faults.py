@@ -128,6 +128,20 @@ def test_an_adam_checkpoint_is_refused():
         ig.nn.NaturalGradient(model, **KW, step_rule="clip").load_state_dict(adam.state_dict())
 
 
+def preconditioned_sgd(steps):
+    """A K-FAC preconditioner (statistics every step) after ``steps`` steps of SGD that it preconditions."""
+    model = mlp()
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    pre = ig.nn.Preconditioner(model, lr=sgd, curvature="kfac", curvature_update_period=1)
+    for i in range(steps):
+        X, y = batch(i)
+        sgd.zero_grad()
+        F.cross_entropy(model(X), y).backward()
+        if pre.step():
+            sgd.step()
+    return pre
+
+
 @pytest.mark.parametrize("edit,match", [
     (lambda s: s.pop("rng"), "keys \\['rng'\\] are missing"),
     (lambda s: s.update(rng=torch.zeros(3, dtype=torch.uint8)), "not a random generator state"),
@@ -138,16 +152,7 @@ def test_an_adam_checkpoint_is_refused():
     (lambda s: s.update(unfilled=float("nan")), "'unfilled' must be"),
 ])
 def test_a_damaged_preconditioner_checkpoint_is_refused(edit, match):
-    model = mlp()
-    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
-    pre = ig.nn.Preconditioner(model, lr=sgd, curvature="kfac", curvature_update_period=1)
-    for i in range(2):
-        X, y = batch(i)
-        sgd.zero_grad()
-        F.cross_entropy(model(X), y).backward()
-        if pre.step():
-            sgd.step()
-    saved = pre.state_dict()
+    saved = preconditioned_sgd(2).state_dict()
     edit(saved)
     fresh = ig.nn.Preconditioner(mlp(), lr=0.1)
     with pytest.raises((ValueError, TypeError), match=match):
@@ -515,17 +520,8 @@ def test_counts_are_checked_by_one_rule_in_every_layer():
 def test_a_checkpoint_without_the_averages_weight_loads_as_a_full_average():
     """A checkpoint of a version before the bias-corrected average (no 'unfilled' entry) continues with its
     average taken as full (its next refreshes weigh as they did in that version); before any statistics, empty."""
-    model = mlp()
-    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
-    pre = ig.nn.Preconditioner(model, lr=sgd, curvature="kfac", curvature_update_period=1)
-    fresh_state = pre.state_dict()
-    for i in range(2):
-        X, y = batch(i)
-        sgd.zero_grad()
-        F.cross_entropy(model(X), y).backward()
-        if pre.step():
-            sgd.step()
-    saved = pre.state_dict()
+    fresh_state = preconditioned_sgd(0).state_dict()
+    saved = preconditioned_sgd(2).state_dict()
     assert 0.0 < saved["unfilled"] < 1.0 and fresh_state["unfilled"] == 1.0
     for state, want in ((saved, 0.0), (fresh_state, 1.0)):
         state.pop("unfilled")
