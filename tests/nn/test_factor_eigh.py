@@ -31,6 +31,21 @@ def test_zero_rows_get_coordinate_eigenvectors_and_the_rest_its_own_decompositio
         assert len(col) == 1 and U[i, col].abs().item() == 1.0 and lam[col].item() == 0.0
 
 
+def test_a_live_eigenvalue_below_zero_comes_before_the_null_spaces_zeros():
+    """A factor that is not quite positive semi-definite (rounding, or a difference of averages): its negative
+    eigenvalue is first, then the zero rows' zeros, then the rest, ascending as eigh's are."""
+    dead = (1, 5)
+    F = psd(8, dead)
+    live = [i for i in range(8) if i not in dead]
+    v = torch.zeros(8, dtype=F.dtype)
+    v[live] = torch.linspace(1.0, 2.0, len(live), dtype=F.dtype)
+    F = F - 2.0 * float(torch.linalg.eigvalsh(F).max()) * torch.outer(v, v) / float(v @ v)
+    lam, U = fe.factor_eigh(F)
+    assert lam[0] < 0 and lam[1] == lam[2] == 0.0 and lam[3] > 0
+    check(F, lam, U, 1e-12)
+    torch.testing.assert_close(lam, torch.linalg.eigvalsh(F), rtol=0, atol=1e-12)
+
+
 def test_without_zero_rows_it_is_eigh_itself():
     F = psd(9).float()
     lam, U = fe.factor_eigh(F)

@@ -77,13 +77,17 @@ def factor_eigh(F: torch.Tensor, canonical: bool = True) -> Tuple[torch.Tensor, 
     if n_live == F.shape[0]:
         return _eigh(F, canonical)
     n = F.shape[0]
+    k = n - n_live
     lam, U = F.new_zeros(n), F.new_zeros(n, n)
     dead = torch.nonzero(~live).squeeze(1)
-    U[dead, torch.arange(n - n_live, device=F.device)] = 1   # the null space: coordinate vectors, first
-    if n_live:
-        idx = torch.nonzero(live).squeeze(1)
-        lam_s, U_s = _eigh(F[idx][:, idx], canonical)
-        lam[n - n_live:] = lam_s
-        U[idx.unsqueeze(1), torch.arange(n - n_live, n, device=F.device)] = U_s
-    order = torch.argsort(lam, stable=True)   # ascending, as eigh gives them (a live eigenvalue may round below 0)
+    U[dead, torch.arange(k, device=F.device)] = 1   # the null space: coordinate vectors, first
+    if not n_live:
+        return lam, U
+    idx = torch.nonzero(live).squeeze(1)
+    lam_s, U_s = _eigh(F.index_select(0, idx).index_select(1, idx), canonical)
+    lam[k:] = lam_s
+    U[idx, k:] = U_s   # the live rows of the live columns
+    if bool(lam_s[0] >= 0):   # ascending already, as eigh gives them
+        return lam, U
+    order = torch.argsort(lam, stable=True)   # a live eigenvalue rounded below 0: before the null space's zeros
     return lam[order], U[:, order]
