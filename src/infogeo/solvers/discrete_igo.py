@@ -39,6 +39,7 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..geometry.points import random_generator
 from .igo import quantile_weights, rank_order
 from .result import CONVERGED, LIMIT_REACHED, OptimizeResult
 
@@ -146,6 +147,7 @@ class DiscreteIGO:
         if max_stagnation is not None and (not isinstance(max_stagnation, (int, np.integer)) or max_stagnation < 1):
             raise ValueError(f"max_stagnation must be a positive integer or None, got {max_stagnation!r}")
         self.f_target, self.max_stagnation, self.exact_up_to = f_target, max_stagnation, int(exact_up_to)
+        random_generator(seed, "seed")   # refused here, not at the first minimize
         self.seed, self.callback = seed, callback
 
     # ------------------------------------------------------------ weights
@@ -162,7 +164,7 @@ class DiscreteIGO:
         """Minimise ``f`` (rows of :math:`\\pm 1`, batch ``(lambda, n) -> (lambda,)``); see the class notes."""
         if not callable(f):
             raise TypeError("f must be callable: a (lambda, n) array of +-1 rows to lambda values")
-        rng = np.random.default_rng(self.seed)
+        rng = random_generator(self.seed, "seed")
         step = _IndependentStep(self) if self.family is None else (
             _ExactStep(self) if self.n <= self.exact_up_to else _GibbsStep(self, rng))
         w = self._rank_weights()

@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from ..geometry.points import random_generator
 from .igo_parameters import default_popsize
 from .igo_search import IGOSearch
 from .result import OptimizeResult
@@ -82,7 +83,7 @@ def igo_minimize(f: Callable[[np.ndarray], Any], x0: Any, sigma0: float, *, rest
         raise ValueError(f"restarts must be a non-negative integer, got {restarts}")
     if not incpopsize >= 1:
         raise ValueError(f"incpopsize must be >= 1, got {incpopsize}")
-    rng = np.random.default_rng(seed)
+    rng = random_generator(seed, "seed")
     start = (lambda: x0(rng)) if callable(x0) else (lambda: x0)
     first_x0 = np.asarray(start(), dtype=float).reshape(-1)
     d = first_x0.size

@@ -44,6 +44,7 @@ from typing import Any, Callable, Dict, Optional
 import numpy as np
 
 from .. import backend as B
+from ..geometry.points import random_generator
 from .base import log_every
 from .igo import rank_mu_step, rank_order
 from .igo_parameters import StrategyParameters
@@ -158,7 +159,7 @@ class IGOSearch:
         self.C = self._initial_cov(cov0)
         self.p_sigma, self.p_c = np.zeros(n), np.zeros(n)
         self._decompose()
-        self.rng = np.random.default_rng(seed)
+        self.rng = random_generator(seed, "seed")
         self.max_evals = math.inf if max_evals is None else int(max_evals)
         self.f_target, self.max_iter = f_target, max_iter
         self.tol = {"tolfun": tolfun, "tolfunhist": tolfunhist, "tolx": tolx, "conditioncov": tolconditioncov,

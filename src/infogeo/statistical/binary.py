@@ -397,7 +397,7 @@ class BinaryExponentialFamily(FiniteFamily):
         theta = np.asarray(B.to_numpy(src.to_chart(src._as_point(p), "natural")), dtype=float)
         if theta.ndim != 1:
             raise ValueError(f"gibbs_sample takes one distribution (shape ({self.dim},)), got shape {theta.shape}")
-        rng = np.random.default_rng(rng)
+        rng = _points.random_generator(rng)
         per_chain = -(-n_samples // chains)
         lo, hi = self.values
         spin = self.values == (-1, 1)

@@ -109,7 +109,7 @@ class Observations:
         n = _points.positive_int(n, "the number of samples n", minimum=0)
         check_fits(n * int(np.prod(p.shape[:-1], dtype=float)) * int(np.prod(self.event_shape or (1,), dtype=float)),
                    f"{n} samples of {self.name}")
-        rng = np.random.default_rng(rng)
+        rng = _points.random_generator(rng)
         if len(p.shape) == 1:
             return self._sample(p, n, rng)
         lead = tuple(p.shape[:-1])

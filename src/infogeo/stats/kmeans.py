@@ -36,13 +36,7 @@ def _pairwise_sq_dist(M: Any, X: Any, C: Any) -> np.ndarray:
 
 def _check_seed(seed: Any) -> Any:
     """``seed`` if numpy takes it for a generator (checked here, not at the first ``fit``)."""
-    if isinstance(seed, (float, str, bytes)):  # numpy's message names neither the argument nor the fix
-        raise TypeError(f"seed must be None, a non-negative int or a numpy Generator, got {type(seed).__name__} "
-                        f"{seed!r}")
-    try:
-        np.random.default_rng(seed)
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"seed must be None, a non-negative int or a numpy Generator, got {seed!r}: {exc}") from None
+    _points.random_generator(seed, "seed")
     return seed
 
 
@@ -112,7 +106,7 @@ class KMeans:
         n = X.shape[0]
         if n < self.k:
             raise ValueError(f"n_samples = {n} should be >= k = {self.k}")
-        rng = np.random.default_rng(self.seed)
+        rng = _points.random_generator(self.seed, "seed")
         best = None
         for _ in range(self.n_init if isinstance(self.init, str) else 1):
             run = self._lloyd(X, self._seed_centres(X, rng))
