@@ -497,3 +497,47 @@ def test_eigen_adams_kfac_gathers_the_kronecker_factors_only():
     opt = ig.nn.NaturalGradient(model)
     assert opt.preconditioner.estimate.options["factors_only"] is True
     assert ig.nn.NaturalGradient(model, step_rule="graft").preconditioner.estimate.options.get("factors_only") is None
+
+
+class _Shared(torch.nn.Module):
+    """Kronecker blocks and a Linear applied twice (stepped in its gradient's own basis, SOAP's)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp, self.mid, self.out = torch.nn.Linear(5, 6), torch.nn.Linear(6, 6), torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.mid(torch.tanh(self.mid(torch.tanh(self.inp(x)))))))
+
+
+@pytest.mark.parametrize("dtype,options", [(torch.float16, {}), (torch.bfloat16, {}),
+                                           (torch.bfloat16, {"curvature": "soap"}),
+                                           (torch.float64, {"factor_dtype": torch.bfloat16})])
+def test_resume_is_bit_identical_where_the_moments_are_kept_in_another_dtype_than_the_parameters(dtype, options):
+    """The moments of half-precision parameters are float32, and so are those in a basis of bfloat16 statistics
+    for float64 parameters: torch's ``load_state_dict`` casts them to the parameter's dtype (the run then
+    differed from the one that went on, and the float64 one raised a dtype mismatch at its first step)."""
+    def make():
+        torch.manual_seed(0)
+        model = _Shared().to(dtype)
+        return model, ig.nn.NaturalGradient(model, **options)
+    X = torch.randn(16, 5).to(dtype)
+    y = torch.randint(0, 3, (16,), generator=torch.Generator().manual_seed(1))
+
+    def steps(model, opt, n):
+        for _ in range(n):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(X).float(), y).backward()
+            opt.step()
+    a, opt_a = make()
+    steps(a, opt_a, 5)
+    saved = copy.deepcopy(opt_a.state_dict())
+    kept = {v.dtype for s in saved["state"].values() if isinstance(s, dict) for k, v in s.items()
+            if isinstance(v, torch.Tensor) and k == "exp_avg"}
+    assert torch.float32 in kept and dtype != torch.float32   # moments in another dtype than the parameters
+    b, opt_b = make()
+    b.load_state_dict(a.state_dict())
+    opt_b.load_state_dict(saved)
+    steps(a, opt_a, 4)
+    steps(b, opt_b, 4)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))

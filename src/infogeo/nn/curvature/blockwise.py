@@ -47,7 +47,7 @@ class BlockCurvature(Curvature):
         M = torch.zeros(self.layout.size, self.layout.size, dtype=ref.dtype, device=ref.device)
         for b in self.blocks:
             idx, Mb = b.dense(self.layout)
-            M[idx.unsqueeze(1), idx.unsqueeze(0)] = Mb
+            M[idx.unsqueeze(1), idx.unsqueeze(0)] = Mb.to(M.dtype)   # (a factorisation's: in its working precision)
         return M
 
     def precompute(self, damping: Optional[float] = None) -> "BlockCurvature":

@@ -409,6 +409,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         for g, lr in zip(rest["param_groups"], lrs):
             g["lr"] = lr   # a float, as construction stores it (an int past 2**64 failed in the step's arithmetic)
         super().load_state_dict(rest)
+        state.keep_saved_dtypes(self, rest)
         pre.load_state_dict(pre_state)
         self.state[_KEY] = {"previous_step": None if prev is None else {
             n: prev[n].detach().to(device=p.device, dtype=p.dtype).clone() for n, p in zip(pre.names, pre.params)}}

@@ -30,7 +30,7 @@ from .. import distributed as dd
 from .settings import check_group_lr, positive_number
 
 __all__ = ["checkpoint", "check", "check_optimizer", "check_param_states", "load", "check_fits", "restore",
-           "NotCopyable"]
+           "NotCopyable", "keep_saved_dtypes"]
 
 _CURVATURE_KEYS = ("curvature", "solver")
 _REQUIRED = ("step", "damping", "rng")
@@ -232,6 +232,23 @@ def restore(est, template, damping: float) -> None:
             if adopted:   # the factorisations the solver had (older than its factors, or at another damping)
                 stats.adopt_bases({k: t.to(device=device) for k, t in loaded["basis"].items()}, est.compute_dtype)
             est.solver = est.factorise(stats, None if adopted else damping)
+
+
+def keep_saved_dtypes(optimizer: torch.optim.Optimizer, saved: Mapping[str, Any]) -> None:
+    """After ``optimizer.load_state_dict(saved)`` (``saved`` a private copy): its per-parameter state that torch
+    narrowed back in the precision it was saved in.  ``torch.optim.Optimizer.load_state_dict`` casts
+    floating-point state to the parameter's dtype, and the step rules keep the moments of half-precision
+    parameters in float32: rounded to half precision, a resumed run would differ from the one that went on.
+    (A widening cast, a float32 checkpoint into a float64 model, is kept; the step rules bring state kept in
+    another dtype than the parameters' back to theirs at the next step.)"""
+    ids = [i for g in saved["param_groups"] for i in g["params"]]
+    for i, p in zip(ids, (p for g in optimizer.param_groups for p in g["params"])):
+        mine = optimizer.state.get(p)
+        for key, t in saved["state"].get(i, {}).items():
+            now = mine.get(key) if mine is not None else None
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and isinstance(now, torch.Tensor) and \
+                    now.is_floating_point() and torch.finfo(now.dtype).eps > torch.finfo(t.dtype).eps:
+                mine[key] = t.to(device=now.device)
 
 
 def check_optimizer(pre, param_groups, state_dict: Any, key: str):

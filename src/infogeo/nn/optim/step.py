@@ -351,6 +351,7 @@ def rotated_gradient(state: Dict[str, torch.Tensor], g: Optional[torch.Tensor], 
             g = cast(torch.Tensor, g)
             g = _turn(g.to(_dtype(basis, g)), Ug.T if Ug is not None else None, Ua)
     g = working(cast(torch.Tensor, g))   # moments of half-precision parameters in float32 (as in a basis)
+    _in_dtype_of(state, g)
     if "exp_avg" not in state:
         state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(g), torch.zeros_like(g)
         state["step"] = torch.zeros((), dtype=torch.float64)
@@ -391,6 +392,19 @@ def _turn(V: torch.Tensor, left: Optional[torch.Tensor], right: Optional[torch.T
     return V if right is None else V @ right
 
 
+def _in_dtype_of(state: Dict[str, torch.Tensor], like: Optional[torch.Tensor]) -> None:
+    """The moments and basis in ``state`` in the dtype of ``like`` (the basis, or the gradient in it), in place:
+    ``torch.optim.Optimizer.load_state_dict`` casts a checkpoint's floating-point state to the parameter's dtype,
+    which is not theirs where the factorisation's working precision differs (half-precision parameters, or
+    statistics kept in another ``factor_dtype``)."""
+    if like is None:
+        return
+    for key in ("exp_avg", "exp_avg_sq", "U_A", "U_G"):
+        t = state.get(key)
+        if t is not None and t.dtype != like.dtype:
+            state[key] = t.to(like.dtype)
+
+
 def change_basis(state: Dict[str, torch.Tensor], basis: Basis) -> None:
     r"""Carry the moments over to a new eigenbasis ``(U_A, U_G)`` (nothing to do if it is the one they are in).
 
@@ -403,6 +417,7 @@ def change_basis(state: Dict[str, torch.Tensor], basis: Basis) -> None:
     """
     Ua, Ug = basis
     known = "U_A" in state or "U_G" in state
+    _in_dtype_of(state, next((U for U in basis if U is not None), None))
     old_a, old_g = state.get("U_A"), state.get("U_G")
 
     def same(old: Optional[torch.Tensor], new: Optional[torch.Tensor]) -> bool:
