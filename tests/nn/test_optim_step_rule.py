@@ -8,6 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import infogeo as ig  # noqa: E402
 from .conftest import categorical_Gz, mlp, reference_metric  # noqa: E402
+from .test_distributed import Shared  # noqa: E402
 from .test_optim import data, flat_params, plain_step  # noqa: E402
 
 F = torch.nn.functional
@@ -499,17 +500,6 @@ def test_eigen_adams_kfac_gathers_the_kronecker_factors_only():
     assert ig.nn.NaturalGradient(model, step_rule="graft").preconditioner.estimate.options.get("factors_only") is None
 
 
-class _Shared(torch.nn.Module):
-    """Kronecker blocks and a Linear applied twice (stepped in its gradient's own basis, SOAP's)."""
-
-    def __init__(self):
-        super().__init__()
-        self.inp, self.mid, self.out = torch.nn.Linear(5, 6), torch.nn.Linear(6, 6), torch.nn.Linear(6, 3)
-
-    def forward(self, x):
-        return self.out(torch.tanh(self.mid(torch.tanh(self.mid(torch.tanh(self.inp(x)))))))
-
-
 @pytest.mark.parametrize("dtype,options", [(torch.float16, {}), (torch.bfloat16, {}),
                                            (torch.bfloat16, {"curvature": "soap"}),
                                            (torch.float64, {"factor_dtype": torch.bfloat16})])
@@ -519,9 +509,9 @@ def test_resume_is_bit_identical_where_the_moments_are_kept_in_another_dtype_tha
     differed from the one that went on, and the float64 one raised a dtype mismatch at its first step)."""
     def make():
         torch.manual_seed(0)
-        model = _Shared().to(dtype)
+        model = Shared().to(dtype)   # Kronecker blocks and a Linear applied twice (in its gradient's basis)
         return model, ig.nn.NaturalGradient(model, **options)
-    X = torch.randn(16, 5).to(dtype)
+    X = torch.randn(16, 4).to(dtype)
     y = torch.randint(0, 3, (16,), generator=torch.Generator().manual_seed(1))
 
     def steps(model, opt, n):

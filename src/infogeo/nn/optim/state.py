@@ -244,8 +244,10 @@ def keep_saved_dtypes(optimizer: torch.optim.Optimizer, saved: Mapping[str, Any]
     ids = [i for g in saved["param_groups"] for i in g["params"]]
     for i, p in zip(ids, (p for g in optimizer.param_groups for p in g["params"])):
         mine = optimizer.state.get(p)
+        if mine is None:
+            continue
         for key, t in saved["state"].get(i, {}).items():
-            now = mine.get(key) if mine is not None else None
+            now = mine.get(key)
             if isinstance(t, torch.Tensor) and t.is_floating_point() and isinstance(now, torch.Tensor) and \
                     now.is_floating_point() and torch.finfo(now.dtype).eps > torch.finfo(t.dtype).eps:
                 mine[key] = t.to(device=now.device)
