@@ -8,7 +8,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import infogeo as ig  # noqa: E402
 from infogeo.nn.curvature.eigenbasis import ExactKronBlock  # noqa: E402
-from infogeo.nn.optim.step import _into_block, rotated_gradient  # noqa: E402
+from infogeo.nn.optim.eigen_adam import _into_block, rotated_gradient  # noqa: E402
 
 F64 = torch.float64
 

@@ -198,7 +198,7 @@ def test_a_checkpoint_of_the_other_unfactored_setting_continues(tmp_path, saved,
 def test_moments_are_carried_between_raw_coordinates_and_a_gradient_basis_exactly():
     """Raw -> matrix view in the identity basis (then eigen_adam's change of basis); basis -> raw: the first
     moment U_G m U_Aᵀ exactly, the second (U_G∘U_G) v (U_A∘U_A)ᵀ, the statistics dropped."""
-    from infogeo.nn.optim import step as st
+    from infogeo.nn.optim import eigen_adam as st
     g = torch.Generator().manual_seed(2)
     m, v = torch.randn(4, 2, 3, dtype=F64, generator=g), torch.rand(4, 2, 3, dtype=F64, generator=g)
     state = {"exp_avg": m.clone(), "exp_avg_sq": v.clone(), "step": torch.tensor(3.0, dtype=F64)}

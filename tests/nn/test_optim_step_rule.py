@@ -316,7 +316,7 @@ def test_nesterov_is_eigen_adams_default_and_checked():
 def test_eigen_adam_in_the_identity_basis_is_adam(nesterov):
     """The rule with U_A, U_G = I (and without a basis) takes torch.optim.Adam's steps over five gradients, or with
     nesterov=True torch.optim.NAdam's with a constant b1, which differ from Adam's (the test can fail)."""
-    from infogeo.nn.optim.step import eigen_adam
+    from infogeo.nn.optim.eigen_adam import eigen_adam
     g = torch.Generator().manual_seed(0)
     grads = [torch.randn(3, 5, generator=g, dtype=torch.float64) for _ in range(5)]
     w = torch.zeros(3, 5, dtype=torch.float64, requires_grad=True)
@@ -348,7 +348,7 @@ def test_eigen_adam_does_not_depend_on_the_basis_an_eigensolver_picks_in_a_null_
     steps, step after step, because the second moment is pooled there; with a second moment per direction they
     do not (the test can fail)."""
     from infogeo.nn.curvature.factor_eigh import null_dim
-    from infogeo.nn.optim.step import eigen_adam
+    from infogeo.nn.optim.eigen_adam import eigen_adam
     g = torch.Generator().manual_seed(0)
     XA, XG = (torch.randn(r, n, generator=g, dtype=torch.float64) for r, n in ((3, 6), (2, 5)))
     (la, Ua), (lg, Ug) = torch.linalg.eigh(XA.T @ XA), torch.linalg.eigh(XG.T @ XG)

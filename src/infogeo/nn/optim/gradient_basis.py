@@ -11,7 +11,7 @@ mini-batch gradient :math:`\bar g` (``(out, in)``: the parameter flattened after
 
 renewed every step, their eigenvectors every :data:`PERIOD` steps (Gupta et al. 2018; SOAP, Vyas et al.
 2025, whose decay :math:`\beta = 0.95` and period these are).  Adam then runs in that basis exactly as
-in a Fisher block (:func:`~.step.eigen_adam`, the moments carried over to each new basis).  A side
+in a Fisher block (:func:`~.eigen_adam.eigen_adam`, the moments carried over to each new basis).  A side
 longer than ``max_dim`` keeps the identity (no statistic is formed for it); a parameter with fewer
 than two axes, or both sides too long, takes Adam's step on its raw coordinates
 (``unfactored="adam"``: every unfactored parameter does).
@@ -51,14 +51,14 @@ def _eigenvectors(S: torch.Tensor, old: Optional[torch.Tensor]) -> Optional[torc
 
 def gradient_basis(state: Dict[str, torch.Tensor], g: torch.Tensor,
                    max_dim: int = MAX_FACTOR_DIM) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
-    r"""The eigenbasis ``(U_R, U_L)`` (in :func:`~.step.eigen_adam`'s order ``(U_A, U_G)``) of the gradient
+    r"""The eigenbasis ``(U_R, U_L)`` (in :func:`~.eigen_adam.eigen_adam`'s order ``(U_A, U_G)``) of the gradient
     statistics of one matrix ``g`` ``(out, in)``, after updating them with ``g`` (module docstring).
 
     ``state`` is the parameter's Adam state: it keeps ``L`` and ``R`` (float32 at least) beside the moments;
     the eigenvectors are renewed at the first step and every :data:`PERIOD` steps after it, else the ones in
     use (``state["U_G"]``, ``state["U_A"]``) are returned.  ``None`` stands for the identity of a side longer
     than ``max_dim``.  Moments kept on the parameter's raw coordinates (``unfactored="adam"``, or a checkpoint
-    of it) are taken as the matrix view's in the identity basis, from which :func:`~.step.change_basis`
+    of it) are taken as the matrix view's in the identity basis, from which :func:`~.eigen_adam.change_basis`
     carries them to the eigenbasis.
     """
     if "exp_avg" in state and "L" not in state and "R" not in state:

@@ -1,7 +1,7 @@
 r"""Natural gradient descent for torch modules, a drop-in :class:`torch.optim.Optimizer`.
 
 ``NaturalGradient`` is a :class:`~.preconditioner.Preconditioner` followed by a step rule
-(:mod:`.step`).  ``step_rule="eigen-adam"`` (the default with K-FAC) takes Adam's step in the
+(:mod:`.step`, :mod:`.eigen_adam`).  ``step_rule="eigen-adam"`` (the default with K-FAC) takes Adam's step in the
 Kronecker eigenbasis of the curvature's factors, with the second moments there renewed every step
 (EKFAC's eigenvalues as a running average, SOAP's update in the model Fisher's basis).  The other rules
 move along the direction :math:`\delta = (C + \lambda I)^{-1}g` into which the gradient :math:`g` in
@@ -56,7 +56,8 @@ from .preconditioner import Preconditioner
 from .gradient_basis import UNFACTORED
 from .settings import (CURVATURES, KINDS, MAX_COUNT, agrees, check_groups, check_learning_rate, listed_once,
                        positive_number, refuse_torch_options, step_defaults)
-from .step import STEP_RULES, LastSteps, eigen_steps, graft, grafted, heavy_ball
+from .eigen_adam import eigen_steps
+from .step import STEP_RULES, LastSteps, graft, grafted, heavy_ball
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +106,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         ``(0.9, 0.95)`` for ``"eigen-adam"`` (SOAP's: a faster second moment follows the scales through each
         change of basis), ``(0.9, 0.999)`` (Adam's) for the others.
     nesterov : bool or None
-        ``"eigen-adam"``: NAdam's look-ahead first moment (Dozat 2016; :mod:`.step`), the default (``None``)
+        ``"eigen-adam"``: NAdam's look-ahead first moment (Dozat 2016; :mod:`.eigen_adam`), the default (``None``)
         under the model's Fisher: it kept a larger learning rate stable on the race's classifiers and took its
         masked-character model to the target in 130-150 steps instead of 160-180 (docs/nn.md).  ``False``:
         Adam's moment (the default with ``curvature="soap"``, SOAP as published; it holds one weight's worth

@@ -1,0 +1,303 @@
+r"""The ``"eigen-adam"`` step rule of :class:`~.natural_gradient.NaturalGradient` (the default with K-FAC).
+
+Adam in the Kronecker eigenbasis of the Fisher's K-FAC factors.  For a layer with factors
+:math:`A = U_A\Lambda_AU_A^T`, :math:`G = U_G\Lambda_GU_G^T` and (bias-augmented) gradient :math:`\bar W`, with :math:`\tilde g = U_G^T\bar WU_A` the gradient in the eigenbasis :math:`U_G\otimes U_A`::
+
+.. math:: m \leftarrow \beta_1 m + (1-\beta_1)\tilde g,\quad
+          v \leftarrow \beta_2 v + (1-\beta_2)\tilde g^{\odot 2},\quad
+          \bar W \leftarrow \bar W - \eta\,U_G\big[\hat m \oslash (\sqrt{\hat v} + \epsilon)\big]U_A^T.
+
+:math:`v` is a running estimate, renewed every step, of the curvature's eigenvalues in that basis: EKFAC's
+eigenvalue correction (George et al. 2018, "Fast approximate natural gradient descent in a Kronecker-factored
+eigenbasis") kept as Adam keeps its second moment, and its square root taken as Adam takes it.  SOAP
+(Vyas et al. 2025, "SOAP: Improving and stabilizing Shampoo using Adam") runs the same update in the
+eigenbasis of the gradients' own outer products; here the basis is the model Fisher's, refreshed on the
+curvature's schedule, and the moments are carried over to each new basis (:func:`change_basis`).
+In the null space of a factor (directions no statistic has reached, which have no preferred basis) the
+second moment is one per row or column (:func:`pool_null`), so the step does not depend on the basis an
+eigensolver picks there.
+A diagonal factor (an Embedding's token side, a vocabulary-sized side) has the identity as its
+eigenbasis, so that side is not rotated; a weight matrix without Kronecker factors steps in the eigenbasis
+of its own gradient's statistics (SOAP's; :mod:`.gradient_basis`), and vectors (norms, biases of other
+layers) take Adam's step on their raw coordinates.  With :math:`U_A, U_G` the identity the rule is Adam;
+:math:`\eta` means what it means for Adam.
+
+With ``nesterov=True`` (the default under the model's Fisher) the first moment looks one step ahead, as NAdam's
+does (Dozat 2016,
+"Incorporating Nesterov momentum into Adam"; ``torch.optim.NAdam`` with a constant :math:`\beta_1`):
+:math:`\hat m = \beta_1 m/(1-\beta_1^{t+1}) + (1-\beta_1)\tilde g/(1-\beta_1^t)` in place of
+:math:`m/(1-\beta_1^t)`.  The current gradient's larger share damps the overshoot of the averaged one: in the
+race (``benchmarks/optimizer_race.py``) it kept twice the learning rate stable on the digits classifier and CNN
+and took the masked-character model to its target in 130-150 steps instead of 160-180.  Such a step depends
+on the gradient as well as on the state, so it is kept (one weight's worth) to be undone, not recomputed.
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Dict, List, Optional, Tuple, cast
+
+import torch
+
+from .._params import working
+from ..curvature.eigenbasis import EigenbasisKronBlock
+from .gradient_basis import gradient_basis, matrix_view
+from .step import LastSteps, adam_directions, adam_moments
+
+__all__ = ["eigen_steps", "eigen_adam", "eigen_adam_again", "pool_null", "change_basis", "rotated_gradient"]
+
+#: a Kronecker eigenbasis ``(U_A, U_G)``: the eigenvectors of a block's input and output-gradient factors
+Basis = Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]
+
+
+def eigen_adam_again(state: Dict[str, torch.Tensor], split: Any, name: str, dtype: torch.dtype, lr: float,
+                     betas: Tuple[float, float], eps: float) -> torch.Tensor:
+    r"""The step :func:`eigen_adam` took last, from its state alone, scaled by :math:`-\eta` in ``dtype``:
+    :math:`U_G\,[\hat m/(\sqrt{\hat v}+\epsilon)]\,U_A^T` with the basis it kept (``split``: a block's
+    :meth:`~infogeo.nn.curvature.kron.KronBlock.split`, whose ``name`` entry is taken; ``None``: a parameter
+    without Kronecker factors)."""
+    u = _eigen_direction(state, betas, eps)
+    u = u if split is None else split(u)[name]
+    return u.to(dtype).mul_(-lr)
+
+
+def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastSteps, betas: Tuple[float, float],
+                eps: float, unfactored: str, nesterov: bool = False) -> Dict[str, torch.Tensor]:
+    r"""The ``"eigen-adam"`` steps :math:`-\eta\,u` of every parameter of the preconditioner ``pre``, from the gradients
+    ``raw``: each Kronecker block's in its eigenbasis (rotated from the batch's rows where they give the
+    gradient at less cost), each other matrix's in its gradient's eigenbasis (``unfactored="soap"``,
+    :mod:`.gradient_basis`) or, like vectors, on its raw coordinates.  ``states``: the optimizer's per-parameter
+    state; ``last`` records how to recompute each step (to undo it; a Nesterov step, ``nesterov=True``, which
+    depends on the gradient as well as on the state, is kept instead).
+
+    The rotations are per block; Adam's elementwise updates of all blocks are fused (:func:`adam_moments`,
+    :func:`adam_directions`: a handful of operations per step instead of a dozen per parameter, which is
+    what a step of a small model costs on a GPU)."""
+    lrs = pre.learning_rates()
+    params = dict(zip(pre.names, pre.params))
+    rows = pre.take_rows()
+    # per block or parameter: (its parameters, Adam state, gradient in the basis, the split of a direction
+    # into its parameters: None for a parameter on its raw coordinates)
+    jobs: List[Tuple[Any, ...]] = []
+    null: Dict[int, Tuple[int, int]] = {}   # job -> the null-space dimensions of its block's factors
+    for b in (b for b in getattr(pre.solver, "blocks", ()) if isinstance(b, EigenbasisKronBlock)):
+        r = rows.get(b.weight or "")
+        _into_block(b, [states[params[n]] for n in b.names], [params[n] for n in b.names])
+        state = states[params[b.names[0]]]
+        g = rotated_gradient(state, None if r else b.join(raw), b.basis(),
+                             rotated=b.rotate_rows(*r) if r else None)
+        jobs.append((b.names, state, g, b.layout_only().split))
+        null[len(jobs) - 1] = b.null_dims()
+    factored = {n for j in jobs for n in j[0]}
+    for n, p in params.items():
+        if n in factored:
+            continue
+        if "exp_avg" in states[p] and not {"L", "R"} & set(states[p]) and {"U_A", "U_G"} & set(states[p]):
+            states[p].clear()   # a Kronecker block's moments, whose block is gone: started afresh
+        G = matrix_view(raw[n]) if unfactored == "soap" else None
+        if G is not None:
+            split = partial(_as_param, n, p.shape)
+            jobs.append(([n], states[p], rotated_gradient(states[p], G, gradient_basis(states[p], G)), split))
+        else:
+            _as_raw(states[p], p.shape)
+            jobs.append(([n], states[p], rotated_gradient(states[p], raw[n], None), None))
+    adam_moments([j[1] for j in jobs], [j[2] for j in jobs], betas)
+    for i, dims in null.items():
+        pool_null(jobs[i][1], dims)
+    steps = {}
+    directions = adam_directions([j[1] for j in jobs], betas, eps, grads=[j[2] for j in jobs] if nesterov else None)
+    for (names, state, _, split), u in zip(jobs, directions):
+        u = _out_of_basis(u, state)
+        parts = {names[0]: u} if split is None else split(u)
+        for n in names:
+            p = params[n]
+            steps[n] = parts[n].to(p.dtype).mul_(-lrs[id(p)])
+            last.record(n, partial(_kept, steps[n]) if nesterov else
+                        partial(eigen_adam_again, state, split, n, p.dtype, lrs[id(p)], betas=betas, eps=eps))
+    return steps
+
+
+def _kept(step: torch.Tensor) -> torch.Tensor:
+    return step
+
+
+def _into_block(block: EigenbasisKronBlock, parts: List[Dict[str, torch.Tensor]], params: List[torch.Tensor]) -> None:
+    r"""Moments kept per parameter (``parts``: the states of the block's parameters, in its order) carried into the
+    block's joined layout :math:`[W\ b]`, where the block is new to them: a layer that had no Kronecker factors at
+    an earlier step (unused until now, or another structure).  Each parameter's moments go to its raw coordinates
+    (:func:`_as_raw`), are joined like its gradient, and are kept in the identity basis, from which the next
+    :func:`change_basis` turns them into the block's eigenbasis; a parameter without moments contributes zeros."""
+    first, rest = parts[0], parts[1:]
+    sides = {"U_A": block.shapes["A"], "U_G": block.shapes["G"]}   # (n,): a diagonal factor
+    shape = (sides["U_G"][0], sides["U_A"][0])
+    stale = any("exp_avg" in s for s in rest) or ("exp_avg" in first and (
+        tuple(first["exp_avg"].shape) != shape or "L" in first or "R" in first
+        or any(len(f) == 2 and k not in first for k, f in sides.items())))
+    if not stale:
+        return
+    moments: Dict[str, Dict[str, torch.Tensor]] = {"exp_avg": {}, "exp_avg_sq": {}}
+    count = None
+    for name, s, p in zip(block.names, parts, params):
+        if "exp_avg" in s:
+            _as_raw(s, p.shape)
+            if s["exp_avg"].shape == p.shape:   # else a joined layout of another block: not separable, dropped
+                for key in moments:
+                    moments[key][name] = s[key]
+                count = s["step"] if count is None else torch.maximum(count, s["step"])
+        s.clear()
+    if count is None:
+        return
+    like = next(iter(moments["exp_avg"].values()))
+    for key, given in moments.items():
+        first[key] = block.join({n: given.get(n, like.new_zeros(p.shape)) for n, p in zip(block.names, params)})
+    first["step"] = count
+    for key, side in sides.items():
+        if len(side) == 2:   # the identity basis: raw coordinates (a diagonal factor's side has no matrix)
+            first[key] = torch.eye(side[0], dtype=like.dtype, device=like.device)
+
+
+def _as_raw(state: Dict[str, torch.Tensor], shape: torch.Size) -> None:
+    """Moments kept in a gradient eigenbasis (``unfactored="soap"``, or its checkpoint) carried back to the
+    parameter's raw coordinates (the identity basis), the statistics dropped."""
+    if "L" in state or "R" in state:
+        m = state["exp_avg"]
+        eye = [None if U is None else torch.eye(len(U), dtype=m.dtype, device=m.device)
+               for U in (state.get("U_A"), state.get("U_G"))]
+        change_basis(state, (eye[0], eye[1]))
+        for key in ("L", "R", "U_A", "U_G"):
+            state.pop(key, None)
+        state["exp_avg"], state["exp_avg_sq"] = state["exp_avg"].reshape(shape), state["exp_avg_sq"].reshape(shape)
+
+
+def _as_param(name: str, shape: torch.Size, u: torch.Tensor) -> Dict[str, torch.Tensor]:
+    """A direction of a matrix view in its parameter's shape (the split of a matrix without Kronecker factors)."""
+    return {name: u.reshape(shape)}
+
+
+def _out_of_basis(u: torch.Tensor, state: Dict[str, torch.Tensor]) -> torch.Tensor:
+    r""":math:`U_G\,u\,U_A^T` with the basis kept in ``state`` (none: the raw coordinates)."""
+    Ua, Ug = state.get("U_A"), state.get("U_G")
+    return u if Ua is None and Ug is None else _turn(u, Ug, Ua.T if Ua is not None else None)
+
+
+def _eigen_direction(state: Dict[str, torch.Tensor], betas: Tuple[float, float], eps: float,
+                     grad: Optional[torch.Tensor] = None) -> torch.Tensor:
+    r""":math:`U_G\,[\hat m/(\sqrt{\hat v}+\epsilon)]\,U_A^T` of the moments and basis in ``state`` (no basis: the
+    raw coordinates), by the same operations as :func:`eigen_steps` (so the same bits); ``grad``: the last
+    gradient, for NAdam's first moment (:func:`adam_directions`)."""
+    return _out_of_basis(adam_directions([state], betas, eps, grads=None if grad is None else [grad])[0], state)
+
+
+def pool_null(state: Dict[str, torch.Tensor], null: Tuple[int, int]) -> None:
+    r"""Adam's second moment pooled over the null directions of a block's factors, in place: over the first
+    :math:`k_A` columns within each row, then over the first :math:`k_G` rows within each column.
+
+    A factor's null space (the directions its statistics never saw) has no preferred basis; an eigensolver
+    returns whichever its rounding leads to.  With one second moment for all of them, the step there,
+    :math:`\hat m/\sqrt{\hat v}` with :math:`m` a vector, turns with the basis: it is the same whatever
+    basis the solver chose (and the factorisation need not choose one: :mod:`~..curvature.factor_eigh`)."""
+    ka, kg = null
+    v = state["exp_avg_sq"]
+    if ka > 1:
+        v[:, :ka] = v[:, :ka].mean(dim=1, keepdim=True)
+    if kg > 1:
+        v[:kg] = v[:kg].mean(dim=0, keepdim=True)
+
+
+def rotated_gradient(state: Dict[str, torch.Tensor], g: Optional[torch.Tensor], basis: Optional[Basis],
+                     rotated: Optional[torch.Tensor] = None) -> torch.Tensor:
+    r"""The gradient :math:`\tilde g = U_G^T\bar WU_A` in ``basis`` (``None``: ``g`` itself), the moments in ``state``
+    carried to that basis first (:func:`change_basis`) or created (zeros) at the first step; ``rotated``:
+    :math:`\tilde g` already computed (from the batch's rows), in place of ``g``."""
+    if basis is not None:
+        change_basis(state, basis)
+        Ua, Ug = basis
+        if rotated is not None:
+            g = rotated.to(_dtype(basis, rotated))
+        else:
+            g = cast(torch.Tensor, g)
+            g = _turn(g.to(_dtype(basis, g)), Ug.T if Ug is not None else None, Ua)
+    g = working(cast(torch.Tensor, g))   # moments of half-precision parameters in float32 (as in a basis)
+    _in_dtype_of(state, g)
+    if "exp_avg" not in state:
+        state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(g), torch.zeros_like(g)
+        state["step"] = torch.zeros((), dtype=torch.float64)
+    return g
+
+
+def eigen_adam(state: Dict[str, torch.Tensor], g: Optional[torch.Tensor], basis: Optional[Basis],
+               betas: Tuple[float, float], eps: float, rotated: Optional[torch.Tensor] = None,
+               null: Tuple[int, int] = (0, 0), nesterov: bool = False) -> torch.Tensor:
+    r"""Adam in a Kronecker eigenbasis: :math:`U_G\,[\hat m/(\sqrt{\hat v}+\epsilon)]\,U_A^T` (step rule
+    ``"eigen-adam"``), for one block (:func:`eigen_steps` takes all of them at once, the same operations fused).
+
+    ``g`` is a block's gradient :math:`\bar W` (``(out, in [+ 1])``, the weight and bias joined) and
+    ``basis`` its eigenvectors ``(U_A, U_G)``; the moments :math:`m, v` are those of the rotated gradient
+    :math:`\tilde g = U_G^T\bar WU_A`.  A basis other than the one the moments were kept in first carries
+    them over (:func:`change_basis`).  ``basis=None``: Adam on the raw coordinates of ``g`` (a parameter
+    without Kronecker factors).  ``rotated``: :math:`\tilde g` already computed (from the batch's rows), in
+    place of ``g`` (which may then be ``None``).  ``null``: the dimensions ``(k_A, k_G)`` of the factors' null
+    spaces, over which the second moment is pooled (:func:`pool_null`).  ``nesterov``: NAdam's look-ahead first
+    moment (module docstring).  Returns the unscaled step (the caller
+    multiplies by :math:`-\eta`); ``state`` holds ``exp_avg``, ``exp_avg_sq``, ``step`` and the basis ``U_A``, ``U_G``.
+    """
+    g = rotated_gradient(state, g, basis, rotated)
+    adam_moments([state], [g], betas)
+    pool_null(state, null)
+    # the basis change_basis left in the state
+    return _eigen_direction(state, betas, eps, grad=g if nesterov else None)
+
+
+def _dtype(basis: Basis, g: torch.Tensor) -> torch.dtype:
+    """The basis' dtype (a diagonal factor's side has no matrix: ``None``)."""
+    return next((U.dtype for U in basis if U is not None), g.dtype)
+
+
+def _turn(V: torch.Tensor, left: Optional[torch.Tensor], right: Optional[torch.Tensor]) -> torch.Tensor:
+    """``left @ V @ right``, ``None`` standing for the identity (the eigenbasis of a diagonal factor)."""
+    V = V if left is None else left @ V
+    return V if right is None else V @ right
+
+
+def _in_dtype_of(state: Dict[str, torch.Tensor], like: Optional[torch.Tensor]) -> None:
+    """The moments and basis in ``state`` in the dtype of ``like`` (the basis, or the gradient in it), in place:
+    ``torch.optim.Optimizer.load_state_dict`` casts a checkpoint's floating-point state to the parameter's dtype,
+    which is not theirs where the factorisation's working precision differs (half-precision parameters, or
+    statistics kept in another ``factor_dtype``)."""
+    if like is None:
+        return
+    for key in ("exp_avg", "exp_avg_sq", "U_A", "U_G"):
+        t = state.get(key)
+        if t is not None and t.dtype != like.dtype:
+            state[key] = t.to(like.dtype)
+
+
+def change_basis(state: Dict[str, torch.Tensor], basis: Basis) -> None:
+    r"""Carry the moments over to a new eigenbasis ``(U_A, U_G)`` (nothing to do if it is the one they are in).
+
+    With the rotations :math:`R_G = U_G'^TU_G` and :math:`R_A = U_A'^TU_A` from the old basis to the
+    new, the first moment (a vector) changes coordinates exactly, :math:`m' = R_G\,m\,R_A^T` (as SOAP
+    rotates its first moment, Vyas et al. 2025).  The second moment is a diagonal matrix in the old basis;
+    it becomes the diagonal of that matrix in the new one,
+    :math:`v' = (R_G\odot R_G)\,v\,(R_A\odot R_A)^T`, which keeps the squared scale of every direction
+    (and is :math:`v` itself when the basis only permutes or flips its vectors).
+    """
+    Ua, Ug = basis
+    known = "U_A" in state or "U_G" in state
+    _in_dtype_of(state, next((U for U in basis if U is not None), None))
+    old_a, old_g = state.get("U_A"), state.get("U_G")
+
+    def same(old: Optional[torch.Tensor], new: Optional[torch.Tensor]) -> bool:
+        return (old is None and new is None) or (old is not None and new is not None and
+                                                  (old is new or torch.equal(old, new)))
+    if known and "exp_avg" in state and not (same(old_a, Ua) and same(old_g, Ug)):
+        # a side without a matrix (a diagonal factor) keeps its identity basis: no rotation there
+        Ra = Ua.T @ old_a if Ua is not None and old_a is not None else None
+        Rg = Ug.T @ old_g if Ug is not None and old_g is not None else None
+        state["exp_avg"] = _turn(state["exp_avg"], Rg, Ra.T if Ra is not None else None)
+        state["exp_avg_sq"] = _turn(state["exp_avg_sq"], Rg.square() if Rg is not None else None,
+                                    Ra.square().T if Ra is not None else None)
+    for key, U in (("U_A", Ua), ("U_G", Ug)):
+        if U is None:
+            state.pop(key, None)
+        else:
+            state[key] = U
