@@ -285,16 +285,16 @@ def test_a_block_held_as_its_factorisation_multiplies_and_averages_as_with_its_f
         assert let_go._factors["A"] is not None   # not before its factorisation
         let_go.precompute(1e-3)
         assert let_go._factors["A"] is None and (let_go._factors["G"] is None) == (G.dim() == 2)
-        torch.testing.assert_close(let_go.A, A, rtol=0, atol=1e-14)
-        torch.testing.assert_close(let_go.G, G, rtol=0, atol=1e-14)
+        torch.testing.assert_close(let_go.A, A, rtol=0, atol=1e-13)
+        torch.testing.assert_close(let_go.G, G, rtol=0, atol=1e-13)
         g = torch.Generator().manual_seed(2)
         v = {"w": torch.randn(4, 4, dtype=F64, generator=g), "b": torch.randn(4, dtype=F64, generator=g)}
         for n, t in held.mv(v).items():
-            torch.testing.assert_close(let_go.mv(v)[n], t, rtol=1e-12, atol=1e-14)
+            torch.testing.assert_close(let_go.mv(v)[n], t, rtol=1e-12, atol=1e-13)
         for n, t in held.diagonal().items():
-            torch.testing.assert_close(let_go.diagonal()[n], t, rtol=1e-12, atol=1e-14)
+            torch.testing.assert_close(let_go.diagonal()[n], t, rtol=1e-12, atol=1e-13)
         layout = ParamLayout(["w", "b"], [(4, 4), (4,)])
-        torch.testing.assert_close(let_go.dense(layout)[1], held.dense(layout)[1], rtol=0, atol=1e-14)
+        torch.testing.assert_close(let_go.dense(layout)[1], held.dense(layout)[1], rtol=0, atol=1e-13)
         assert let_go.stat_shapes() == held.stat_shapes() and let_go.layout_name() == held.layout_name()
     # the other blocks' factorisations are not their factors' own (EKFAC's scales, Shampoo's roots), or are inverses
     with pytest.raises(TypeError, match="cannot hold"):
