@@ -175,6 +175,8 @@ def run_fsdp(rank, world):
         out["resume"] = resume(part)
         out["resume_eigen"] = resume(part, "eigen-adam")
         out["resume_between"] = resume(part, at=3)   # step 3 refreshes nothing (default periods: 0, 1, 2, 4, ...)
+        # eigen-adam's own schedule: statistics only at factorisations, the factors held as their factorisation
+        out["resume_eigen_between"] = resume(part, "eigen-adam", at=3)
     return out
 
 
@@ -374,6 +376,8 @@ def test_a_checkpoint_resumes_bit_identically_under_fsdp2(two):
         diff, kinds = two[r]["resume_eigen"]   # eigen-adam: whole moments in the eigenbasis, the same on every rank
         assert diff == 0.0 and "DTensor" not in kinds
         diff, _ = two[r]["resume_between"]   # the structure recorded by the hooks: no forward of its own
+        assert diff == 0.0
+        diff, _ = two[r]["resume_eigen_between"]
         assert diff == 0.0
 
 
