@@ -33,14 +33,15 @@ from .agreement import InBackward
 from .pool import Deferred, StatisticsPool
 from .rows import RowCapture
 from .unreached import Unreached
-from .settings import CAPTURED, DECAY_STEPS
+from .schedule import RefreshSchedule
+from .settings import CAPTURED
 
 __all__ = ["CurvatureEstimate"]
 
 Params = Dict[str, torch.Tensor]
 
 
-class CurvatureEstimate:
+class CurvatureEstimate(RefreshSchedule):
     """The curvature statistics and their factorisation (module docstring); built by the preconditioner."""
 
     def __init__(self, module: torch.nn.Module, names: List[str], kind: str, fisher: str, output_metric: Any, *,
@@ -48,18 +49,14 @@ class CurvatureEstimate:
                  inverse_update_period: int, factor_dtype: torch.dtype, placement: str, cg_max_iter: int,
                  generator: torch.Generator, loss_scale: Callable[[], float], options: Dict[str, Any],
                  geometric: bool = False):
+        super().__init__(ema_decay, curvature_update_period, inverse_update_period, geometric)
         self.module, self.names, self.kind, self.fisher = module, names, kind, fisher
-        self.output_metric, self.output_fn, self.samples, self.ema_decay = output_metric, output_fn, samples, ema_decay
-        self.curvature_update_period, self.inverse_update_period = curvature_update_period, inverse_update_period
+        self.output_metric, self.output_fn, self.samples = output_metric, output_fn, samples
         self.factor_dtype, self.placement, self.cg_max_iter = factor_dtype, placement, cg_max_iter
         #: solves, factorisations and directions: the factor dtype, or float32 for statistics kept in half precision
         self.compute_dtype = working_dtype(factor_dtype)
         self.generator, self.loss_scale, self.options = generator, loss_scale, options
-        self.geometric = geometric   # early refreshes at steps 0, 1, 2, 4, 8, ... (:meth:`early`), else at each refresh
         self.curvature: Any = None    # the averaged statistics (a curvature representation)
-        #: the product of the weights the average has kept so far (:meth:`mixing`): what an average started from
-        #: zero would still give to that zero; 1 before any statistics
-        self.unfilled = 1.0
         self.solver: Any = None       # the factorised curvature the directions come from
         #: statistics loaded from a checkpoint, waiting for a structure (:func:`.state.restore`)
         self.loaded: Optional[Dict[str, Any]] = None
@@ -102,47 +99,9 @@ class CurvatureEstimate:
             return space.curvature(self.kind, self.fisher, samples=self.samples, **self.options, **given,
                                    **self._scale_options(), generator=self.generator if generator is None else generator)
 
-    def early(self, step: int) -> bool:
-        """Whether ``step`` renews the statistics and their factorisation before the first ``inverse_update_period``.
-        The network moves most in its first steps: with :attr:`geometric` (the default periods) at steps 0, 1, 2,
-        4, 8, ..., a fresh basis early for a logarithmic number of factorisations; else at every statistics refresh
-        (every ``curvature_update_period`` steps)."""
-        if step >= self.inverse_update_period:
-            return False
-        return step & (step - 1) == 0 if self.geometric else step % self.curvature_update_period == 0
-
-    def statistics_due(self, step: int) -> bool:
-        """Whether step ``step`` records new statistics (every ``curvature_update_period`` steps and the early ones)."""
-        return step % self.curvature_update_period == 0 or self.early(step)
-
-    def decay(self, step: int) -> float:
-        r"""The weight the average keeps when step ``step`` averages new statistics in:
-        :math:`\beta^{\max(1,\,\Delta/10)}` for ``ema_decay`` :math:`\beta`, :math:`\Delta` steps after the last
-        refresh of the schedule (:data:`~.settings.DECAY_STEPS`), so that statistics recorded less often (by
-        ``step_rule="eigen-adam"``, or a longer period given) are forgotten at the same pace in steps."""
-        last = next((k for k in range(step - 1, max(step - self.curvature_update_period, 0) - 1, -1)
-                     if self.statistics_due(k)), None)
-        return self.ema_decay ** max(1.0, (step - last) / DECAY_STEPS) if last is not None else self.ema_decay
-
-    def mixing(self, step: int) -> float:
-        r"""The weight the average keeps when step ``step`` averages new statistics in, with the bias correction
-        of Adam's moments (Kingma & Ba 2015): the average is the exponential moving average started from zero,
-        divided by the weight it has gathered, :math:`1 - P` for :math:`P` the product of the weights kept so far
-        (:meth:`decay`; :attr:`unfilled`).  It keeps :math:`\beta_k (1-P)/(1-P\beta_k)` for this refresh's
-        :math:`\beta_k`: about :math:`(k-1)/k` at the :math:`k`-th refresh while :math:`P` is near 1, so that the
-        first statistics, measured on the network as initialised, are averaged with the next ones instead of
-        weighing :math:`\beta^k` after :math:`k` refreshes; :math:`\beta_k` once the average is full.  The first
-        statistics (no average yet) start it: the weight returned is then that of the uncorrected average.
-        Gradient statistics (Shampoo's, SOAP's) are averaged as those methods define it, uncorrected."""
-        beta = self.decay(step)
-        if self.from_gradients:   # Shampoo's and SOAP's statistics: their own (uncorrected) averages
-            return beta
-        if self.curvature is None:
-            self.unfilled = beta
-            return beta
-        kept = beta * (1.0 - self.unfilled) / (1.0 - self.unfilled * beta)
-        self.unfilled *= beta
-        return kept
+    def _mixing(self, step: int) -> float:
+        """:meth:`mixing` for the statistics this estimate keeps (the first start the average)."""
+        return self.mixing(step, first=self.curvature is None, corrected=not self.from_gradients)
 
     def refactorise_due(self, step: int) -> bool:
         """Whether step ``step`` factorises the curvature anew (a new basis for EKFAC)."""
@@ -319,7 +278,7 @@ class CurvatureEstimate:
                 reduce = None if dd.world_size() == 1 else \
                     (lambda ts: dd.all_reduce_mean(ts if weight == 1.0 else [t * weight for t in ts]))
                 renew = self.refactorise_due(step)
-                self.curvature = reduced.refreshed(self.curvature, self.mixing(step), reduce,
+                self.curvature = reduced.refreshed(self.curvature, self._mixing(step), reduce,
                                                basis_of=None if renew else self.solver)
                 self.solver = self.factorise(self.curvature, damping) if renew else self.curvature
                 return
@@ -331,13 +290,12 @@ class CurvatureEstimate:
             elif self.curvature is None or not self.curvature.same_structure(fresh):
                 pair = getattr(fresh, "aligned", lambda old: None)(self.curvature)
                 if pair is None:   # another structure: start over from this batch
-                    self.curvature = None
-                    self.mixing(step)
+                    self.mixing(step, first=True)
                     self.curvature, self.solver = fresh, None
                 else:   # layers unused in one of the batches: averaged as their kind, then factorised anew
-                    self.curvature, self.solver = pair[0].ema(pair[1], self.mixing(step)), None
+                    self.curvature, self.solver = pair[0].ema(pair[1], self._mixing(step)), None
             else:
-                self.curvature = self.curvature.ema(fresh, self.mixing(step))
+                self.curvature = self.curvature.ema(fresh, self._mixing(step))
                 if self.solver is not None and self.solver is not self.curvature and \
                         hasattr(self.solver, "share_factors") and self.solver.same_structure(self.curvature):
                     self.solver.share_factors(self.curvature)   # its decompositions stay; its old factors go
@@ -346,14 +304,6 @@ class CurvatureEstimate:
             self.solver = self.factorise(self.curvature, damping)
         if self.factorised_only and hasattr(self.curvature, "hold_factorised"):
             self.curvature.hold_factorised()
-
-    @property
-    def factorised_only(self) -> bool:
-        """Whether the factors are held only as their factorisation between refreshes: when statistics are
-        recorded only where the curvature is factorised anew (``curvature_update_period`` a multiple of
-        ``inverse_update_period``), the factors are read next where they are averaged, and rebuilt from their
-        factorisation there (:meth:`~infogeo.nn.curvature.eigenbasis.EigenbasisKronBlock.hold_factorised`)."""
-        return self.curvature_update_period % self.inverse_update_period == 0
 
     def mv(self, v: Params) -> Params:
         """:math:`Cv` with the current curvature (undamped), ``{name: tensor}``."""
