@@ -31,7 +31,22 @@ def test_a_seed_numpy_would_misread_is_refused_by_name(name, bad, error, match):
         ENTRY_POINTS[name](bad)
 
 
+#: what each entry point draws with its seed (an array)
+DRAWS = {
+    "Bernoulli.sample": lambda s: np.asarray(ENTRY_POINTS["Bernoulli.sample"](s)),
+    "IsingModel.gibbs_sample": lambda s: np.asarray(ENTRY_POINTS["IsingModel.gibbs_sample"](s)),
+    "KMeans": lambda s: ENTRY_POINTS["KMeans"](s).fit(np.linspace(0.05, 0.95, 12)[:, None]).cluster_centers_,
+    "DiscreteIGO": lambda s: np.asarray(ig.solvers.DiscreteIGO(4, seed=s, max_evals=200).minimize(
+        lambda X: np.asarray(X).sum(-1)).x),
+    "IGOSearch": lambda s: ENTRY_POINTS["IGOSearch"](s).ask(),
+    "igo_minimize": lambda s: np.asarray(ENTRY_POINTS["igo_minimize"](s).x),
+}
+
+
 @pytest.mark.parametrize("name", sorted(ENTRY_POINTS))
 def test_none_an_integer_and_a_generator_are_taken(name):
-    for seed in (None, 3, np.random.default_rng(3)):
-        ENTRY_POINTS[name](seed)
+    """An integer seed draws the same twice and as a Generator seeded with it; None draws too."""
+    once, again = DRAWS[name](3), DRAWS[name](3)
+    np.testing.assert_array_equal(once, again)
+    np.testing.assert_array_equal(DRAWS[name](np.random.default_rng(3)), once)
+    assert np.asarray(DRAWS[name](None)).shape == once.shape

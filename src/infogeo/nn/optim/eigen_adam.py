@@ -38,7 +38,7 @@ from typing import Any, Dict, List, Optional, Tuple, cast
 
 import torch
 
-from .._params import working
+from .._params import working, working_dtype
 from ..curvature.eigenbasis import EigenbasisKronBlock
 from .gradient_basis import gradient_basis, matrix_view
 from .step import LastSteps, adam_directions, adam_moments
@@ -208,6 +208,9 @@ def rotated_gradient(state: Dict[str, torch.Tensor], g: Optional[torch.Tensor], 
     r"""The gradient :math:`\tilde g = U_G^T\bar WU_A` in ``basis`` (``None``: ``g`` itself), the moments in ``state``
     carried to that basis first (:func:`change_basis`) or created (zeros) at the first step; ``rotated``:
     :math:`\tilde g` already computed (from the batch's rows), in place of ``g``."""
+    given = cast(torch.Tensor, rotated if rotated is not None else g)
+    # the moments' dtype: the basis', and float32 for half-precision parameters (as in a basis)
+    _in_dtype(state, working_dtype(given.dtype if basis is None else _dtype(basis, given)))
     if basis is not None:
         change_basis(state, basis)
         Ua, Ug = basis
@@ -216,8 +219,7 @@ def rotated_gradient(state: Dict[str, torch.Tensor], g: Optional[torch.Tensor], 
         else:
             g = cast(torch.Tensor, g)
             g = _turn(g.to(_dtype(basis, g)), Ug.T if Ug is not None else None, Ua)
-    g = working(cast(torch.Tensor, g))   # moments of half-precision parameters in float32 (as in a basis)
-    _in_dtype_of(state, g)
+    g = working(cast(torch.Tensor, g))
     if "exp_avg" not in state:
         state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(g), torch.zeros_like(g)
         state["step"] = torch.zeros((), dtype=torch.float64)
@@ -258,17 +260,14 @@ def _turn(V: torch.Tensor, left: Optional[torch.Tensor], right: Optional[torch.T
     return V if right is None else V @ right
 
 
-def _in_dtype_of(state: Dict[str, torch.Tensor], like: Optional[torch.Tensor]) -> None:
-    """The moments and basis in ``state`` in the dtype of ``like`` (the basis, or the gradient in it), in place:
-    ``torch.optim.Optimizer.load_state_dict`` casts a checkpoint's floating-point state to the parameter's dtype,
-    which is not theirs where the factorisation's working precision differs (half-precision parameters, or
-    statistics kept in another ``factor_dtype``)."""
-    if like is None:
-        return
+def _in_dtype(state: Dict[str, torch.Tensor], dtype: torch.dtype) -> None:
+    """The moments and basis in ``state`` in ``dtype``, in place: ``torch.optim.Optimizer.load_state_dict`` casts
+    a checkpoint's floating-point state to the parameter's dtype, which is not theirs where the factorisation's
+    working precision differs (half-precision parameters, or statistics kept in another ``factor_dtype``)."""
     for key in ("exp_avg", "exp_avg_sq", "U_A", "U_G"):
         t = state.get(key)
-        if t is not None and t.dtype != like.dtype:
-            state[key] = t.to(like.dtype)
+        if t is not None and t.dtype != dtype:
+            state[key] = t.to(dtype)
 
 
 def change_basis(state: Dict[str, torch.Tensor], basis: Basis) -> None:
@@ -283,7 +282,6 @@ def change_basis(state: Dict[str, torch.Tensor], basis: Basis) -> None:
     """
     Ua, Ug = basis
     known = "U_A" in state or "U_G" in state
-    _in_dtype_of(state, next((U for U in basis if U is not None), None))
     old_a, old_g = state.get("U_A"), state.get("U_G")
 
     def same(old: Optional[torch.Tensor], new: Optional[torch.Tensor]) -> bool:

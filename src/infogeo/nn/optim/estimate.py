@@ -250,6 +250,8 @@ class CurvatureEstimate(RefreshSchedule):
         """The solver: factorised here, on the owners (``"comm"``), or lazily by the owners (``"memory"``);
         ``damping=None``: what has a factorisation keeps it (a checkpoint's), the rest is factorised at its first
         solve, as after a change of damping."""
+        if self.factorised_only and hasattr(curvature, "hold_factorised"):
+            curvature.hold_factorised()   # before a factorisation made now or later (by the owners)
         blocks = getattr(curvature, "blocks", None)
         if dd.world_size() == 1 or blocks is None:
             return curvature.precompute(damping)
@@ -302,8 +304,6 @@ class CurvatureEstimate(RefreshSchedule):
         if self.curvature is not None and (self.solver is None or step % self.inverse_update_period == 0 or
                                            (new is not None and self.early(step))):
             self.solver = self.factorise(self.curvature, damping)
-        if self.factorised_only and hasattr(self.curvature, "hold_factorised"):
-            self.curvature.hold_factorised()
 
     def mv(self, v: Params) -> Params:
         """:math:`Cv` with the current curvature (undamped), ``{name: tensor}``."""

@@ -219,8 +219,7 @@ def check_fits(est, template) -> None:
 def restore(est, template, damping: float) -> None:
     """Put the loaded statistics (checked by :func:`check_fits`) into ``template``."""
     loaded, est.loaded = est.loaded, None
-    device = template.blocks[0].reference().device if hasattr(template, "blocks") else \
-        next(iter(template.stats().values())).device
+    device = template._reference().device
     for key in _CURVATURE_KEYS:
         if key not in loaded:
             continue
