@@ -44,6 +44,44 @@ class Seq(torch.nn.Module):
         return self.head(self.rnn(self.norm(self.emb(x)))[0])
 
 
+class SelfAttention(torch.nn.Module):
+    """``nn.MultiheadAttention`` on its own input, batch first, with a causal mask and a padding mask;
+    with ``use_weights``, its attention weights feed the outputs too."""
+
+    def __init__(self, use_weights=False):
+        super().__init__()
+        self.use_weights = use_weights
+        self.inp = torch.nn.Linear(3, 4)
+        self.att = torch.nn.MultiheadAttention(4, 2, batch_first=True)
+        self.head = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        h = self.inp(x)
+        N, T = h.shape[:2]
+        causal = torch.ones(T, T, dtype=torch.bool).triu(1)
+        # the last key is padding in some sequences, by their own input (per example, as a padding mask is)
+        padding = torch.cat([torch.zeros(N, T - 1, dtype=torch.bool), x[:, -1:, 0] > 0], 1)
+        a, w = self.att(h, h, h, attn_mask=causal, key_padding_mask=padding, need_weights=self.use_weights)
+        out = torch.tanh(a) + (w @ h if self.use_weights else h)
+        return self.head(out)
+
+
+def _encoder_layer():
+    """A transformer block as torch builds it (self-attention with its is_causal hint, feed-forward, norms)."""
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp = torch.nn.Linear(3, 4)
+            self.block = torch.nn.TransformerEncoderLayer(4, 2, dim_feedforward=5, dropout=0.0, batch_first=True)
+            self.head = torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            T = x.shape[1]
+            mask = torch.nn.Transformer.generate_square_subsequent_mask(T, dtype=x.dtype)
+            return self.head(self.block(self.inp(x), src_mask=mask, is_causal=True))
+    return Block()
+
+
 def _conv1d_model():
     pytest.importorskip("transformers")
     from transformers.pytorch_utils import Conv1D
@@ -79,6 +117,12 @@ MODELS = {
                           lambda g: torch.randint(0, 5, (6, 4), generator=g), 3, {"embedding_bag"}),
     "embedding": (lambda: torch.nn.Embedding(6, 3, padding_idx=0),
                   lambda g: torch.randint(0, 6, (4, 5), generator=g), 3, {"embedding"}),
+    "attention": (SelfAttention, lambda g: torch.randn(3, 4, 3, generator=g, dtype=torch.float64), 3,
+                  {"attention", "linear"}),
+    "attention-weights": (lambda: SelfAttention(use_weights=True),
+                          lambda g: torch.randn(3, 4, 3, generator=g, dtype=torch.float64), 3, {"attention", "linear"}),
+    "encoder-layer": (_encoder_layer, lambda g: torch.randn(2, 4, 3, generator=g, dtype=torch.float64), 3,
+                      {"attention", "linear", "module"}),
     "tied": (Tied, lambda g: torch.randint(0, 6, (4, 3), generator=g), 6, {"network", "linear"}),
 }
 

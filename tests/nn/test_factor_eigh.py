@@ -135,21 +135,21 @@ def test_a_full_rank_factor_keeps_the_solvers_basis_and_a_zero_row_factor_its_co
 
 @pytest.mark.parametrize("kind", ["kfac", "ekfac"])
 def test_eigen_adam_training_does_not_depend_on_the_eigensolvers_null_basis(kind, monkeypatch):
-    """A transformer layer on 24 tokens: its packed attention projection steps in the eigenbasis of a
-    rank-deficient gradient statistic.  Training with an eigensolver that rotates every null space at
-    random (as a GPU's solver chooses otherwise than the CPU's) gives the same parameters."""
+    """A transformer layer on 24 tokens of a 3-token vocabulary: the input factors of its attention projections
+    (8 features) are rank-deficient.  Training with an eigensolver that rotates every null space at random (as a
+    GPU's solver chooses otherwise than the CPU's) gives the same parameters."""
     F_ = torch.nn.functional
 
     def train():
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Embedding(11, 8), torch.nn.TransformerEncoderLayer(
+        model = torch.nn.Sequential(torch.nn.Embedding(3, 8), torch.nn.TransformerEncoderLayer(
             8, 2, 16, dropout=0.0, batch_first=True, norm_first=True), torch.nn.Linear(8, 11)).double()
         import infogeo as ig
         opt = ig.nn.NaturalGradient(model, curvature=kind, step_rule="eigen-adam", fisher="exact", lr=3e-3,
                                     curvature_update_period=2)
         g = torch.Generator().manual_seed(1)
         for _ in range(4):
-            X, y = torch.randint(0, 11, (4, 6), generator=g), torch.randint(0, 11, (4, 6), generator=g)
+            X, y = torch.randint(0, 3, (4, 6), generator=g), torch.randint(0, 11, (4, 6), generator=g)
             opt.zero_grad()
             F_.cross_entropy(model(X).reshape(-1, 11), y.reshape(-1)).backward()
             opt.step()

@@ -273,8 +273,10 @@ def test_eigen_adam_matches_rotate_adam_rotate_back_by_hand(nesterov):
         before = [p.detach().clone() for p in model.parameters()]
         opt.step()
         after = [p.detach() for p in model.parameters()]
-        torch.testing.assert_close(after[2] - before[2], expected[:, :4], rtol=1e-7, atol=1e-12)
-        torch.testing.assert_close(after[3] - before[3], expected[:, 4], rtol=1e-7, atol=1e-12)
+        # LayerNorm's outputs leave A a null direction: there the rotated gradient is rounding noise (~1e-16 |g|),
+        # which Adam divides by eps = 1e-8, so a step entry may carry lr * 1e-8-sized noise in either computation
+        torch.testing.assert_close(after[2] - before[2], expected[:, :4], rtol=1e-7, atol=lr * 1e-6)
+        torch.testing.assert_close(after[3] - before[3], expected[:, 4], rtol=1e-7, atol=lr * 1e-6)
         norm_step = torch.cat([(a - b).reshape(-1) for a, b in zip(after[:2], before[:2])])
         torch.testing.assert_close(norm_step, lr * (flat_params(norm) - before_norm), rtol=1e-9, atol=1e-15)
 

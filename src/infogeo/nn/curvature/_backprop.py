@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import logging
 import math
 import weakref
@@ -37,7 +38,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 import torch
 from torch.autograd.graph import get_gradient_edge
 
-from .layers import LayerRule, rule_for
+from .layers import LayerRule, adopted, rule_for
 from .uses import ForeignUses
 
 logger = logging.getLogger(__name__)
@@ -131,6 +132,7 @@ class Layer:
     bias_stat: Any = None                    # the same for a bias with a block of its own (AffineRule.separate_bias)
     stat_unsquared: bool = False             # square_sum: ``stat`` still holds the single column b
     reached: Any = None                      # K-FAC: booleans per output row, whether any column's gradient is non-zero
+    cache: Any = None                        # what the rule keeps between its parts and their gradients
 
     @property
     def names(self) -> List[str]:
@@ -138,11 +140,17 @@ class Layer:
 
     @property
     def numel(self) -> int:
-        return sum(p.numel() for p in (getattr(self.module, a) for a in self.params))
+        return sum(_attribute(self.module, a).numel() for a in self.params)
+
+
+def _attribute(module: Any, path: str) -> torch.Tensor:
+    """``module``'s attribute ``path`` (dotted: an adopted child's parameter, ``out_proj.weight``)."""
+    return functools.reduce(getattr, path.split("."), module)
 
 
 def find_layers(model: torch.nn.Module, names: List[str]) -> Tuple[List[Layer], List[str]]:
-    """Group the parameters ``names`` of ``model`` by the module that owns them directly.
+    """Group the parameters ``names`` of ``model`` by the module that owns them directly (or adopts their module:
+    :func:`~.layers.adopted`, attribute ``child.name``).
 
     Returns ``(layers, shared)``: ``shared`` are the parameters held by several modules (tied
     weights, e.g. an embedding and the output projection), which belong to every use and go
@@ -151,10 +159,13 @@ def find_layers(model: torch.nn.Module, names: List[str]) -> Tuple[List[Layer], 
     named = set(names)
     wanted = {id(p): n for n, p in model.named_parameters() if n in named}
     holders: Dict[str, List[Tuple[str, torch.nn.Module, str]]] = {}
+    adopt = adopted(model)
     for path, m in model.named_modules():
+        host = adopt.get(id(m))
         for attr, p in m._parameters.items():
             if p is not None and id(p) in wanted:
-                holders.setdefault(wanted[id(p)], []).append((path, m, attr))
+                holders.setdefault(wanted[id(p)], []).append(
+                    (host[0], host[1], f"{host[2]}.{attr}") if host is not None else (path, m, attr))
     shared = [n for n in names if len(holders.get(n, ())) != 1]
     groups: Dict[str, Tuple[torch.nn.Module, Dict[str, str]]] = {}
     for n in names:
@@ -166,14 +177,17 @@ def find_layers(model: torch.nn.Module, names: List[str]) -> Tuple[List[Layer], 
 
 
 def owners(model: torch.nn.Module, names: List[str]) -> Dict[str, List[torch.nn.Module]]:
-    """The modules holding each parameter of ``names`` directly (one for an untied parameter)."""
+    """The modules holding each parameter of ``names`` directly, or adopting the module that does (one for an
+    untied parameter)."""
     named = set(names)
     wanted = {id(p): n for n, p in model.named_parameters() if n in named}
     out: Dict[str, List[torch.nn.Module]] = {n: [] for n in names}
+    adopt = adopted(model)
     for m in model.modules():
+        host = adopt.get(id(m))
         for p in m._parameters.values():
             if p is not None and id(p) in wanted:
-                out[wanted[id(p)]].append(m)
+                out[wanted[id(p)]].append(m if host is None else host[1])
     return out
 
 
@@ -192,12 +206,25 @@ class _Call:
     shape: Optional[torch.Size] = None
     version: Optional[int] = None
     ref: Optional[weakref.ref] = None
+    more: tuple = ()                   # a tuple output: the edges of its other entries (None: no gradient)
+    multi: bool = False                # whether the output is a tuple (its first entry is ``edge``)
 
     @classmethod
     def record(cls, args, kwargs, output) -> "_Call":
+        if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
+            call = cls.record(args, kwargs, output[0])
+            call.multi = True
+            call.more = tuple(get_gradient_edge(t) if isinstance(t, torch.Tensor) and t.requires_grad else None
+                              for t in output[1:])
+            return call
         if not (isinstance(output, torch.Tensor) and output.requires_grad):
             return cls(args, kwargs)
         return cls(args, kwargs, get_gradient_edge(output), output.shape, output._version, weakref.ref(output))
+
+    @property
+    def edges(self) -> list:
+        """The edges of the output's tensors (``None`` where one has no gradient): one, or one per tuple entry."""
+        return [self.edge, *self.more]
 
     def modified_in_place(self) -> bool:
         out = self.ref() if self.ref is not None else None
@@ -214,9 +241,11 @@ def _classify(layer: Layer, calls: List[_Call], N: int) -> Optional[LayerRule]:
         return None  # unusual output, or modified in place after the layer (e.g. ReLU(inplace=True))
     if not args or not all(isinstance(a, torch.Tensor) and a.dim() and a.shape[0] == N for a in args):
         return None
-    if any(isinstance(v, torch.Tensor) for v in kwargs.values()):
+    rule = rule_for(layer.module, args, kwargs)
+    if (c.multi and not rule.tuple_outputs) or \
+            (not rule.tensor_kwargs and any(isinstance(v, torch.Tensor) for v in kwargs.values())):
         return None
-    return rule_for(layer.module, args, kwargs).bind(layer.module, args)
+    return rule.bind(layer.module, args)
 
 
 class Columns:
@@ -342,46 +371,75 @@ def _backpropagate(space, z: torch.Tensor, layers: List[Layer], shared: List[str
             c = calls[l.path][0]
             l.inputs = tuple(a.detach() for a in c.args)
             l.kwargs = dict(c.kwargs)
-            l.output, l.output_shape = c.edge, c.shape
+            l.output, l.output_shape = (c.edges if c.multi else c.edge), c.shape
             live.append(l)
         else:
-            network.append(l.names)
+            # one group per module holding the parameters directly (an adopted child's apart from its parent's)
+            groups: Dict[str, List[str]] = {}
+            for attr, name in l.params.items():
+                groups.setdefault(attr.rpartition(".")[0], []).append(name)
+            network += groups.values()
             logger.debug("layer %r: per-example route through the whole network (%d calls%s)", l.path,
                          len(calls[l.path]), ", a parameter used outside it" if foreign & set(l.names) else "")
     calls.clear()
+    # a layer its rule reads as sub-layers (attention's projections) is replaced by them for the curvatures
+    parts = {id(l): [Layer(f"{l.path}.{p.name}", p.module, p.params, rule=p.rule, inputs=p.inputs,
+                           output_shape=p.output_shape) for p in ps]
+             for l in live for ps in [l.rule.parts(l, space)] if ps is not None}
+    readers = [r for l in live for r in parts.get(id(l), [l])]
     cols = Columns(factor_fn(z.detach()), bool(per_position))
-    sinks = [reducer(l, cols) if reducer is not None else None for l in live]
+    sinks = {id(r): reducer(r, cols) if reducer is not None else None for r in readers}
     if given is None and ready is not None:
         ready()
     if live:
 
+        def give(r: Layer, j: int, g: torch.Tensor) -> None:
+            sink = sinks[id(r)]
+            if sink is not None:
+                sink(j, g)
+                return
+            if r.grad_out is None:
+                r.grad_out = torch.empty((cols.count,) + tuple(g.shape), dtype=g.dtype, device=g.device)
+            r.grad_out[j] = g
+
         def deliver(j: int, grads) -> None:
-            for l, sink, g in zip(live, sinks, grads):
-                if g is None:
-                    g = torch.zeros(l.output_shape, dtype=z.dtype, device=z.device)
-                if sink is not None:
-                    sink(j, g)
+            for l, g in zip(live, grads):
+                first = g[0] if isinstance(g, (tuple, list)) else g
+                if first is None:
+                    first = torch.zeros(l.output_shape, dtype=z.dtype, device=z.device)
+                    g = (first, *g[1:]) if isinstance(g, (tuple, list)) else first
+                if id(l) not in parts:
+                    give(l, j, first)
                     continue
-                if l.grad_out is None:
-                    l.grad_out = torch.empty((cols.count,) + tuple(g.shape), dtype=g.dtype, device=g.device)
-                l.grad_out[j] = g
+                for r, gr in zip(parts[id(l)], l.rule.part_gradients(l, g)):
+                    give(r, j, gr)
 
         if given is not None:
             if cols.count != 1:
                 raise ValueError(f"output gradients of one backward serve one column, not {cols.count}")
             deliver(0, [given(l.path) for l in live])
         else:
-            outs = [l.output for l in live]
+            # one flat list of output edges (a tuple output has one per entry with a gradient)
+            outs: list = []
+            spans: list = []
+            for l in live:
+                edges = l.output if isinstance(l.output, list) else [l.output]
+                spans.append([None if e is None else len(outs) + sum(x is not None for x in edges[:i])
+                              for i, e in enumerate(edges)] if isinstance(l.output, list) else len(outs))
+                outs += [e for e in edges if e is not None]
             # one column at a time: a batched backward (is_grads_batched) measured slower on CPU
             J = cols.count
             for j in range(J):
                 with torch.enable_grad():  # the last pass frees the graph (saved activations) as it goes,
                     # unless the graph is the user's own (recorded forward), still needed by their backward
-                    grads = torch.autograd.grad(z, outs, cols[j], retain_graph=keep_graph or j < J - 1,
-                                                allow_unused=True)
-                deliver(j, grads)
-                del grads
+                    flat = torch.autograd.grad(z, outs, cols[j], retain_graph=keep_graph or j < J - 1,
+                                               allow_unused=True)
+                deliver(j, [flat[s] if isinstance(s, int) else tuple(None if i is None else flat[i] for i in s)
+                            for s in spans])
+                del flat
             del outs
         for l in live:
             l.output = None  # drop the graph
-    return Capture(z.detach(), cols, live, network, unused)
+            if id(l) in parts:
+                l.rule.release(l)
+    return Capture(z.detach(), cols, readers, network, unused)

@@ -2,7 +2,7 @@ r"""An eigenbasis for the matrix parameters that have no Kronecker factors of th
 
 ``step_rule="eigen-adam"`` steps in the Kronecker eigenbasis of the Fisher's K-FAC factors wherever a
 layer rule gives them (:mod:`infogeo.nn.curvature.layers`).  A weight matrix no rule factors (a recurrent
-layer's, ``nn.MultiheadAttention``'s packed projection, a parameter used by several modules) has no
+layer's, a cross-attention's packed projection, a parameter used by several modules) has no
 such basis; with ``unfactored="soap"`` it takes the eigenbasis of Shampoo's statistics of its own
 mini-batch gradient :math:`\bar g` (``(out, in)``: the parameter flattened after its first axis),
 

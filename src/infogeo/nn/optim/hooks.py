@@ -16,7 +16,7 @@ import contextlib
 import logging
 import weakref
 from functools import partial
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -358,23 +358,33 @@ class OutputGradients:
 
     def __init__(self, calls: Dict[str, list], scale: float):
         self.scale = scale
-        self.grads: Dict[str, torch.Tensor] = {}
+        self.grads: Dict[Tuple[str, int], torch.Tensor] = {}
+        self._multi: Dict[str, int] = {}   # a layer returning a tuple: how many entries (each read, None or not)
         self._handles = []
         for path, cs in calls.items():
             if len(cs) == 1 and cs[0].edge is not None:
-                edge = cs[0].edge
-                self._handles.append(edge.node.register_prehook(self._hook(path, edge.output_nr)))
+                if cs[0].multi:
+                    self._multi[path] = len(cs[0].edges)
+                for k, edge in enumerate(cs[0].edges):
+                    if edge is not None:
+                        self._handles.append(edge.node.register_prehook(self._hook((path, k), edge.output_nr)))
 
-    def _hook(self, path: str, nr: int) -> Callable:
+    def _hook(self, key: Tuple[str, int], nr: int) -> Callable:
         def hook(grad_outputs):
             g = grad_outputs[nr]
-            if g is not None and path not in self.grads:   # a later backward of a retained graph is another loss
-                self.grads[path] = g.detach()
+            if g is not None and key not in self.grads:   # a later backward of a retained graph is another loss
+                self.grads[key] = g.detach()
         return hook
 
-    def __call__(self, path: str) -> Optional[torch.Tensor]:
-        g = self.grads.get(path)
+    def _read(self, key: Tuple[str, int]) -> Optional[torch.Tensor]:
+        g = self.grads.get(key)
         return None if g is None else g * self.scale
+
+    def __call__(self, path: str) -> Any:
+        """The gradient at the layer's output, or one per entry of a tuple output."""
+        if path in self._multi:
+            return tuple(self._read((path, k)) for k in range(self._multi[path]))
+        return self._read((path, 0))
 
     def remove(self) -> None:
         """Take the hooks off the graph's nodes and drop the gradients."""

@@ -15,11 +15,12 @@ uses outside the owning module) go through the whole network (:mod:`.network`), 
 """
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from .base import AffineRule, LayerRule
+from .attention import AttentionRule
+from .base import AffineRule, LayerRule, Part
 from .batchnorm import BatchNormRule
 from .conv import ConvRule
 from .conv_transpose import ConvTransposeRule
@@ -29,13 +30,13 @@ from .hf_conv1d import HFConv1DRule
 from .linear import LinearRule
 from .module import ModuleRule
 
-__all__ = ["LayerRule", "AffineRule", "LinearRule", "HFConv1DRule", "ConvRule", "ConvTransposeRule", "EmbeddingRule", "EmbeddingBagRule",
-           "BatchNormRule", "ModuleRule", "RULES",
-           "register", "unregister", "rule_for", "support_table"]
+__all__ = ["LayerRule", "AffineRule", "Part", "LinearRule", "HFConv1DRule", "ConvRule", "ConvTransposeRule",
+           "EmbeddingRule", "EmbeddingBagRule", "BatchNormRule", "AttentionRule", "ModuleRule", "RULES",
+           "register", "unregister", "rule_for", "adopted", "support_table"]
 
 #: the rules in the order they are tried (the generic :class:`~.module.ModuleRule` last)
 RULES: List[LayerRule] = [LinearRule(), HFConv1DRule(), ConvRule(), ConvTransposeRule(), EmbeddingRule(),
-                          EmbeddingBagRule(), BatchNormRule(), ModuleRule()]
+                          EmbeddingBagRule(), BatchNormRule(), AttentionRule(), ModuleRule()]
 
 
 def register(rule: LayerRule, before: Optional[str] = None) -> LayerRule:
@@ -69,6 +70,17 @@ def rule_for(module: torch.nn.Module, args: tuple, kwargs: dict) -> LayerRule:
         if rule.matches(module, args, kwargs):
             return rule
     raise AssertionError("unreachable: the module rule matches every call")  # pragma: no cover
+
+
+def adopted(model: torch.nn.Module) -> Dict[int, Tuple[str, torch.nn.Module, str]]:
+    """``id(child) -> (parent's path, parent, child's name)`` for the children whose parameters a rule counts as
+    their parent's (:meth:`~.base.LayerRule.adopts`): the parent's forward uses them without calling the child."""
+    out: Dict[int, Tuple[str, torch.nn.Module, str]] = {}
+    for path, m in model.named_modules():
+        for rule in RULES:
+            for name in rule.adopts(m):
+                out.setdefault(id(m.get_submodule(name)), (path, m, name))
+    return out
 
 
 def support_table() -> str:

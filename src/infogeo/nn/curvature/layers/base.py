@@ -20,7 +20,7 @@ The rules are tried in the order of :data:`~infogeo.nn.curvature.layers.RULES`; 
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
@@ -40,6 +40,17 @@ def chunks(R: int, per_row: int, chunk_elements: int) -> Iterator[slice]:
         yield slice(s, min(R, s + step))
 
 
+class Part(NamedTuple):
+    """One sub-layer a rule splits its layer into (:meth:`LayerRule.parts`), read by a rule of its own."""
+
+    name: str                       # appended to the layer's path
+    module: Any                     # has the attributes named by ``params``
+    params: Dict[str, str]          # attribute -> full parameter name
+    rule: "LayerRule"
+    inputs: Tuple[torch.Tensor, ...]
+    output_shape: Tuple[int, ...]
+
+
 class LayerRule:
     """How one layer type feeds the curvatures (module docstring).  Subclass and :func:`register` it.
 
@@ -55,6 +66,28 @@ class LayerRule:
     description: str = ""
     #: whether the layer has Kronecker factors (K-FAC and EKFAC blocks)
     kronecker: bool = False
+    #: whether the rule takes a call returning a tuple (the gradients of all its tensors reach :meth:`part_gradients`)
+    tuple_outputs: bool = False
+    #: whether the rule reads tensors among the call's keyword arguments (otherwise such a call goes through the
+    #: whole network)
+    tensor_kwargs: bool = False
+
+    def adopts(self, module: torch.nn.Module) -> Sequence[str]:
+        """Child modules of ``module`` whose parameters belong to ``module``'s layer: its forward uses them without
+        calling the child (``nn.MultiheadAttention``'s ``out_proj``)."""
+        return ()
+
+    def parts(self, layer, space) -> Optional[List[Part]]:
+        """The sub-layers this layer is read as (``None``: itself).  Their output gradients come from
+        :meth:`part_gradients`; the curvatures see only the parts."""
+        return None
+
+    def part_gradients(self, layer, g: Any) -> List[torch.Tensor]:
+        """One column's output gradients of the :meth:`parts`, in their order, from the layer's own ``g``."""
+        raise NotImplementedError
+
+    def release(self, layer) -> None:
+        """Drop what :meth:`parts` kept for :meth:`part_gradients` (after the last column)."""
 
     def matches(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> bool:
         """Whether this rule handles a call ``module(*args, **kwargs)`` (inputs batch-first)."""

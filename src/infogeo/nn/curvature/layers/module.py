@@ -24,7 +24,7 @@ class ModuleRule(LayerRule):
     """The generic rule: any module, by per-example vjps of the module (last in the registry)."""
 
     name = "module"
-    description = ("any other module called once (LayerNorm, attention, RNN/LSTM/GRU, grouped or depthwise "
+    description = ("any other module called once (LayerNorm, cross-attention, RNN/LSTM/GRU, grouped or depthwise "
                    "convolutions, your own): exact per-example vjps of the module, diagonal blocks")
 
     def matches(self, module, args, kwargs) -> bool:
