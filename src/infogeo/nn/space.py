@@ -26,8 +26,6 @@ mode makes the map random; a warning says so.
 """
 from __future__ import annotations
 
-import logging
-import math
 from typing import Any, Callable, Iterable, Optional, Tuple, Union
 
 import numpy as np
@@ -37,14 +35,13 @@ from ..geometry.linearization import Linearization, same_state, versions
 from ..geometry.manifold import Manifold
 from ..geometry.points import positive_int, random_generator
 from ..geometry.vectors import Covector, TangentVector
-from ._layers import batch_statistics_layers, check_per_example, warn_random_layers
+from ._layers import check_per_example, warn_random_layers
+from ._outputs import bind_output_metric, factor_columns, with_statistics_copies
 from .batch import Batch, MissingTargets, as_targets
 from ._params import CurrentPoint, ParamLayout, Params
-from .curvature import Curvature, _backprop as _bp, build as _build_curvature, kinds
+from .curvature import Curvature, build as _build_curvature
 from .network_metric import NetworkMetric
 from .output_metrics import OutputMetric, output_metric as _resolve_metric
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["ParameterSpace", "NetworkMetric"]
 
@@ -127,39 +124,12 @@ class ParameterSpace(Manifold):
         p0 = next(iter(self.point.values()))
         self.device, self.dtype = p0.device, p0.dtype
         self.targets = targets = as_targets(targets, self.device)
-        for a in self.batch.tensors():
-            if a.device != self.device:
-                raise ValueError(f"data on {a.device} but the model's parameters on {self.device}; "
-                                 f"move them to one device")
         self._outputs: Optional[Tuple[Any, torch.Tensor]] = None
         self.output_metric = metric
-        recorded = _bp.recorded_outputs()
-        z = self._output_shape() if recorded is None else recorded.detach()
-        metric.check(z)
-        self.batch_size = int(z.shape[0])
-        for a in self.batch.tensors():
-            if a.dim() and a.shape[0] != self.batch_size:
-                raise ValueError(f"data tensors must share the batch axis: outputs have {self.batch_size} "
-                                 f"examples but an input has shape {tuple(a.shape)}")
-        if targets is not None:
-            metric.check_targets(z, targets)
-        self.output_metric = metric.bind(z, targets)
+        self.output_metric, self.batch_size = bind_output_metric(self, metric, targets)
         super().__init__(self.layout.size, NetworkMetric(self), name="ParameterSpace")
 
     # ------------------------------------------------------------ the map
-    def _output_shape(self) -> torch.Tensor:
-        """Outputs of the right shape and dtype, cheaply: a ``meta``-device forward, else the real one."""
-        meta = {n: torch.empty_like(t, device="meta")
-                for n, t in list(self.model.named_parameters()) + list(self.model.named_buffers())}
-        try:
-            with torch.no_grad():
-                z = self.evaluate(self.batch.map(lambda a: a.to("meta")), meta)
-            if isinstance(z, torch.Tensor) and z.is_meta:
-                return z
-        except Exception:  # data-dependent code, tensors held outside parameters and buffers, ...
-            logger.debug("meta-device forward failed; probing the outputs with the real forward pass")
-        return self.outputs
-
     @property
     def point(self) -> CurrentPoint:  # type: ignore[override]
         """The model's current parameters (views); calling it is the manifold protocol's ``point(coords)``."""
@@ -187,12 +157,7 @@ class ParameterSpace(Manifold):
     def function(self, params: Params) -> torch.Tensor:
         """Outputs :math:`z = f(w, x)` for parameter values ``params`` (dict), model untouched (BatchNorm
         layers in training mode update copies of their running statistics)."""
-        stateful = {f"{path}.{b}" if path else b: t.clone()
-                    for path, m in batch_statistics_layers(self.model).items() if m.track_running_stats
-                    for b, t in m.named_buffers(recurse=False) if t is not None}
-        if stateful:
-            params = {**params, **stateful}
-        return self.evaluate(self.batch, params)
+        return self.evaluate(self.batch, with_statistics_copies(self.model, params))
 
     def evaluate(self, batch: Batch, params: Params) -> Any:
         """The outputs :math:`z` (``output_fn`` applied) of the model on ``batch`` with parameter values ``params``."""
@@ -362,23 +327,7 @@ class ParameterSpace(Manifold):
         ValueError
             If ``z`` has no batch axis (shape ``(N, ..., m)`` expected).
         """
-        if not (isinstance(z, torch.Tensor) and z.is_floating_point()):
-            got = f"a {z.dtype} tensor" if isinstance(z, torch.Tensor) else type(z).__name__
-            raise TypeError(f"factors takes the outputs z, a floating tensor of shape (N, ..., m) such as "
-                            f"space.outputs, got {got}")
-        if z.dim() < 2:
-            raise ValueError(f"factors takes the outputs z of shape (N, ..., m), with a batch axis, got shape "
-                             f"{tuple(z.shape)}")
-        z = z.detach()
-        method = kinds.method(method)
-        if method == "exact":
-            return self.output_metric.sqrt(z)
-        if method == "mc":
-            samples = positive_int(samples, "samples")
-            return self.output_metric.sample(z, samples, generator) / math.sqrt(samples)
-        if method == "empirical":
-            return self.output_metric.empirical_factor(z, self._targets(targets))
-        raise AssertionError(method)  # pragma: no cover
+        return factor_columns(self.output_metric, z, method, samples, lambda: self._targets(targets), generator)
 
     def curvature(self, kind: str = "implicit", method: str = "exact", *, samples: int = 1,
                   targets: Optional[torch.Tensor] = None, generator: Optional[torch.Generator] = None,

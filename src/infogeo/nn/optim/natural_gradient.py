@@ -47,25 +47,21 @@ from typing import Any, Callable, Dict, Optional, Tuple, Union, cast
 
 import torch
 
-from ...geometry.points import check_flag, positive_int
 from .. import distributed as dd
 from .. import fsdp
 from ..space import ParameterSpace
 from . import quadratic, state
 from .preconditioner import Preconditioner
-from .gradient_basis import UNFACTORED
-from .settings import (CURVATURES, KINDS, MAX_COUNT, agrees, check_groups, check_learning_rate, listed_once,
-                       positive_number, refuse_torch_options, step_defaults)
+from .settings import check_groups, listed_once, refuse_torch_options
+from .step_settings import check_step_settings
 from .eigen_adam import eigen_steps
-from .step import STEP_RULES, LastSteps, graft, grafted, heavy_ball
+from .step import LastSteps, graft, grafted, heavy_ball
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["NaturalGradient"]
 
 _KEY = "natural_gradient"
-#: the learning rate of each step rule when none is given
-DEFAULT_LR = {"graft": 1e-2, "clip": 0.1, "eigen-adam": 1e-2}
 #: the step rules that move along the preconditioner's direction (the others use its factorisation)
 _SOLVING = ("graft", "clip")
 
@@ -165,71 +161,25 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         if not isinstance(model, torch.nn.Module):
             raise ValueError("NaturalGradient needs the network to compute its curvature: pass the module first, "
                              "or model=<the module whose parameters these are>")
-        quadratic_model, adaptive_damping = check_flag("quadratic_model", quadratic_model), check_flag("adaptive_damping", adaptive_damping)
-        row = KINDS.get(CURVATURES.get(str(curvature).lower()) or "")
-        sharded = any(fsdp.is_dtensor(p) for p in model.parameters())
-        rule, betas = step_defaults(curvature, step_rule, betas, options,
-                                    classic=quadratic_model or adaptive_damping, sharded=sharded)
-        if rule not in STEP_RULES:
-            raise ValueError(f"unknown step_rule {step_rule!r}; expected one of {STEP_RULES}")
-        if rule != "clip" and (quadratic_model or adaptive_damping):
-            raise ValueError("quadratic_model and adaptive_damping are defined on the exact step: pass "
-                             "step_rule='clip' (or leave step_rule unset)")
-        lr = check_learning_rate(DEFAULT_LR[rule] if lr is None else lr)
-        if unfactored not in UNFACTORED:
-            raise ValueError(f"unfactored must be one of {UNFACTORED}, got {unfactored!r}")
-        momentum = positive_number("momentum", momentum, inclusive=True, maximum=1.0)
-        if quadratic_model and momentum:
-            raise ValueError("quadratic_model=True chooses the momentum itself; pass momentum=0")
-        if rule != "clip" and momentum:
-            raise ValueError(f"step_rule={rule!r} averages with betas[0]; momentum belongs to step_rule='clip'")
-        # by default under the model's Fisher; SOAP (curvature="soap") is Adam's moment, as published
-        fisher_basis = row is not None and row.statistics == "metric"
-        nesterov = rule == "eigen-adam" and fisher_basis if nesterov is None else check_flag("nesterov", nesterov)
-        if nesterov and rule != "eigen-adam":
-            raise ValueError(f"nesterov=True is NAdam's first moment of step_rule='eigen-adam', got "
-                             f"step_rule={rule!r}" + (" (its heavy-ball momentum is momentum=)" if rule == "clip" else ""))
-        if rule == "eigen-adam":
-            if row is None or row.eigenbasis is None:
-                known = [k.name for k in KINDS.values() if k.eigenbasis is not None]
-                raise ValueError(f"step_rule='eigen-adam' works in the Kronecker eigenbasis of a curvature's factors: "
-                                 f"pass curvature= one of {known}, got {curvature!r}")
-            for key, value in row.eigenbasis.items():   # K-FAC: eigenbases as its factorisation, the factors alone
-                if not agrees(options.setdefault(key, value), value):
-                    raise ValueError(f"step_rule='eigen-adam' needs {key}={value!r} with curvature={curvature!r} "
-                                     f"(what the rule uses), got {key}={options[key]!r}")
-        if isinstance(kl_clip, str):
-            if kl_clip != "auto":
-                raise ValueError(f"kl_clip must be a positive number, None or 'auto', got {kl_clip!r}")
-            # a KL radius only under the model's Fisher (not under the gradients' statistics)
-            kl_clip = 1e-3 if rule == "clip" and (row is None or row.statistics == "metric") else None
-        elif kl_clip is not None:
-            if rule != "clip":
-                raise ValueError(f"kl_clip bounds the length of step_rule='clip'; step_rule={rule!r} takes Adam's "
-                                 "length (leave kl_clip='auto' or pass step_rule='clip')")
-            positive_number("kl_clip", kl_clip)
-        if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
-            raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
-        b1, b2 = (positive_number(f"betas[{i}]", b, inclusive=True, maximum=1.0) for i, b in enumerate(betas))
-        betas = (b1, b2)
-        eps = positive_number("eps", eps)
-        period = positive_int(damping_adaptation_period, "damping_adaptation_period", maximum=MAX_COUNT)
-        factor = positive_number("damping_factor", damping_factor, maximum=1.0)
-        positive_number("damping", damping)
-        super().__init__(params, dict(lr=lr, momentum=momentum))
-        check_groups(self.param_groups, rule)
+        s = check_step_settings(model, curvature, damping, options, lr=lr, step_rule=step_rule, betas=betas, eps=eps,
+                                nesterov=nesterov, unfactored=unfactored, momentum=momentum, kl_clip=kl_clip,
+                                quadratic_model=quadratic_model, adaptive_damping=adaptive_damping,
+                                damping_adaptation_period=damping_adaptation_period, damping_factor=damping_factor)
+        super().__init__(params, dict(lr=s.lr, momentum=s.momentum))
+        check_groups(self.param_groups, s.step_rule)
         self.preconditioner = Preconditioner(   # those frozen now left out, and refused at a step if unfrozen
             model, curvature, damping, params=None if whole else [p for g in self.param_groups for p in g["params"]],
-            lr=self, kl_clip=None if quadratic_model else kl_clip, max_retries=max_retries,
+            lr=self, kl_clip=None if s.quadratic_model else s.kl_clip, max_retries=max_retries,
             min_damping=min(1e-4, damping) if min_damping is None else min_damping, **options)
-        if self.preconditioner.sharded and (quadratic_model or adaptive_damping):
+        if self.preconditioner.sharded and (s.quadratic_model or s.adaptive_damping):
             raise ValueError("quadratic_model and adaptive_damping evaluate the model at its parameters, which "
                              "fully_shard (FSDP2) keeps sharded; use the default step rules under FSDP2")
         self.model, self.state[_KEY] = model, {"previous_step": None}
-        self.kl_clip, self.quadratic_model, self.adaptive_damping = kl_clip, bool(quadratic_model), bool(adaptive_damping)
-        self.step_rule, self.betas, self.eps, self.unfactored = rule, betas, eps, unfactored
-        self.nesterov = nesterov
-        self.damping_adaptation_period, self.damping_factor, self.max_retries = period, factor, self.preconditioner.max_retries
+        self.kl_clip, self.quadratic_model, self.adaptive_damping = s.kl_clip, s.quadratic_model, s.adaptive_damping
+        self.step_rule, self.betas, self.eps, self.unfactored = s.step_rule, s.betas, s.eps, unfactored
+        self.nesterov = s.nesterov
+        self.damping_adaptation_period, self.damping_factor = s.damping_adaptation_period, s.damping_factor
+        self.max_retries = self.preconditioner.max_retries
 
     def add_param_group(self, param_group: Dict[str, Any]) -> None:
         """Groups are fixed once built (the curvature covers the parameters given at construction; a group added

@@ -23,7 +23,6 @@ products with the batch's rows on small batches (:mod:`.rows`).  ``curvature="cg
 from __future__ import annotations
 
 import contextlib
-import logging
 import warnings
 from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Union, cast
 
@@ -34,15 +33,13 @@ from .. import fsdp
 from .._params import all_finite, working_dtype
 from ..output_metrics import output_metric as _resolve_output_metric
 from ..space import ParameterSpace
-from . import agreement, guards, kl_clipping, state
+from . import kl_clipping, state
 from .damping import Damping
-from .batches import empty_batch
 from .estimate import CurvatureEstimate
 from .hooks import ForwardRecorder, unwrap
+from .precondition_step import take_step
 from .settings import (CURVATURES, FISHER, KINDS, check_settings, check_support, kind_defaults, refuse_torch_options,
                        trainable)
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["Preconditioner"]
 
@@ -302,7 +299,7 @@ class Preconditioner(state.NotCopyable):
         solve).  ``error``: an exception the caller met before the step (e.g. in its closure), agreed over
         the ranks with the step's own checks.  ``.grad`` is left alone.
         """
-        return self._guarded(grads, inputs, targets, error, solve=True)
+        return take_step(self, grads, inputs, targets, error, solve=True)
 
     @torch.no_grad()
     def update(self, grads: Optional[Params] = None, inputs: Any = None, targets: Optional[torch.Tensor] = None,
@@ -313,66 +310,7 @@ class Preconditioner(state.NotCopyable):
         direction.  Returns ``False`` if the step is skipped (:attr:`skip_reason`: ``"gradient"`` or
         ``"overflow"``); the step is counted either way.
         """
-        return self._guarded(grads, inputs, targets, error, solve=False) is not None
-
-    def _guarded(self, grads, inputs, targets, error, solve: bool):
-        with self.recorder.paused():
-            try:
-                return self._precondition(grads, inputs, targets, error, solve)
-            except BaseException:
-                self.estimate.forget_batch()
-                raise
-
-    def _precondition(self, grads, inputs, targets, error, solve=True):
-        # this rank's work first (it may fail on one rank only), then one agreement, then the collectives
-        new = template = gathered = None
-        finite, n = True, -1
-        later = self.sharded and self.estimate.from_gradients   # Shampoo's statistics of sharded gradients
-        if error is None:
-            try:
-                guards.check_step(self._frozen, self.grad_scaler)   # unfrozen parameters, scaled gradients
-                grads = self.grads() if grads is None else self.estimate.layout.check(grads, "grads", real=True)
-                n = self.estimate.batch_size(inputs)
-                if n == 0:
-                    raise empty_batch()
-                finite = all_finite(fsdp.local(t) for t in grads.values())
-                if finite and not later:
-                    new, template = self.estimate.local(self.steps, inputs, targets, grads)
-                    n = new[1] if new is not None else n
-            except Exception as exc:
-                error = exc
-        replicas = (grads, self.params) if self.by_hand and dd.world_size() > 1 else None   # kept equal by the user?
-        nonfinite, sizes, new = agreement.agree_step(error, finite, n, new, replicas)
-        self.skip_reason = None
-        if nonfinite:
-            if self.grad_scaler is not None:   # an overflow of the scaled loss: the scaler skips this step
-                logger.debug("Preconditioner: overflow under AMP at step %d, step skipped", self.steps)
-                self.skip_reason = "overflow"   # not counted: the scaler does not count it either
-                self.estimate.forget_batch()
-                return None
-            self.damper.fail()
-            return self._skip("gradient")
-        if later:   # gathered (a collective) only now that the ranks agree the step goes ahead
-            gathered, new, template = self.estimate.from_gathered(self.steps, inputs, targets, grads)
-        weight = dd.share(sizes[:, 0]) if new is not None else 1.0   # unequal batches: weighted by their sizes
-        self.estimate.install(self.steps, new, template, weight, self.damping)
-        if not solve:
-            # before finish_step forgets the batch; none under FSDP2 (the rule gathers the gradients themselves)
-            self._rows = {} if self.sharded else self.estimate.rows_of(grads)
-            self.finish_step(True)
-            return grads
-        given, grads = grads, (fsdp.gather(grads) if gathered is None else gathered)
-        delta = self.estimate.direction(grads, self.damper, self.max_retries)
-        if delta is None:
-            return self._skip("direction")
-        if (scale := self.clip_scale(grads, delta)) != 1.0:
-            delta = {k: d * scale for k, d in delta.items()}
-        self.finish_step(True)
-        return fsdp.shards_like(delta, given)
-
-    def _skip(self, why: str) -> None:
-        self.skip_reason = why
-        self.finish_step(False)
+        return take_step(self, grads, inputs, targets, error, solve=False) is not None
 
     @torch.no_grad()
     def step(self, inputs: Any = None, targets: Optional[torch.Tensor] = None) -> bool:

@@ -1,0 +1,101 @@
+r"""The checks of :class:`~.natural_gradient.NaturalGradient`'s own arguments: its step rule and the settings that
+go with it (learning rate, betas, Nesterov, momentum, KL clipping, the classic K-FAC recipe).
+
+They depend on one another and on the curvature's row of the kinds table, so they are checked together, before
+anything is built; the settings passed on to the :class:`~.preconditioner.Preconditioner` are checked there
+(:func:`~.settings.check_settings`).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, NamedTuple, Optional, Tuple, Union
+
+import torch
+
+from ...geometry.points import check_flag, positive_int
+from .. import fsdp
+from .gradient_basis import UNFACTORED
+from .settings import CURVATURES, KINDS, MAX_COUNT, agrees, check_learning_rate, positive_number, step_defaults
+from .step import STEP_RULES
+
+__all__ = ["DEFAULT_LR", "StepSettings", "check_step_settings"]
+
+#: the learning rate of each step rule when none is given
+DEFAULT_LR = {"graft": 1e-2, "clip": 0.1, "eigen-adam": 1e-2}
+
+
+class StepSettings(NamedTuple):
+    """:class:`~.natural_gradient.NaturalGradient`'s settings, checked, with their defaults filled in."""
+
+    step_rule: str
+    lr: float
+    betas: Tuple[float, float]
+    eps: float
+    nesterov: bool
+    momentum: float
+    kl_clip: Optional[float]
+    quadratic_model: bool
+    adaptive_damping: bool
+    damping_adaptation_period: int
+    damping_factor: float
+
+
+def check_step_settings(model: torch.nn.Module, curvature: str, damping: float, options: Dict[str, Any], *,
+                        lr: Optional[float], step_rule: Optional[str], betas: Optional[Tuple[float, float]],
+                        eps: float, nesterov: Optional[bool], unfactored: str, momentum: float,
+                        kl_clip: Union[float, None, str], quadratic_model: bool, adaptive_damping: bool,
+                        damping_adaptation_period: int, damping_factor: float) -> StepSettings:
+    """Raise a ``ValueError`` or ``TypeError`` naming the first argument that is out of range or does not go with
+    the others; else the settings, defaults filled in.  ``options`` (the preconditioner's) take what
+    ``step_rule="eigen-adam"`` needs of the curvature (e.g. K-FAC's eigenbases as its factorisation)."""
+    quadratic_model, adaptive_damping = check_flag("quadratic_model", quadratic_model), check_flag("adaptive_damping", adaptive_damping)
+    row = KINDS.get(CURVATURES.get(str(curvature).lower()) or "")
+    sharded = any(fsdp.is_dtensor(p) for p in model.parameters())
+    rule, betas = step_defaults(curvature, step_rule, betas, options,
+                                classic=quadratic_model or adaptive_damping, sharded=sharded)
+    if rule not in STEP_RULES:
+        raise ValueError(f"unknown step_rule {step_rule!r}; expected one of {STEP_RULES}")
+    if rule != "clip" and (quadratic_model or adaptive_damping):
+        raise ValueError("quadratic_model and adaptive_damping are defined on the exact step: pass "
+                         "step_rule='clip' (or leave step_rule unset)")
+    lr = check_learning_rate(DEFAULT_LR[rule] if lr is None else lr)
+    if unfactored not in UNFACTORED:
+        raise ValueError(f"unfactored must be one of {UNFACTORED}, got {unfactored!r}")
+    momentum = positive_number("momentum", momentum, inclusive=True, maximum=1.0)
+    if quadratic_model and momentum:
+        raise ValueError("quadratic_model=True chooses the momentum itself; pass momentum=0")
+    if rule != "clip" and momentum:
+        raise ValueError(f"step_rule={rule!r} averages with betas[0]; momentum belongs to step_rule='clip'")
+    # by default under the model's Fisher; SOAP (curvature="soap") is Adam's moment, as published
+    fisher_basis = row is not None and row.statistics == "metric"
+    nesterov = rule == "eigen-adam" and fisher_basis if nesterov is None else check_flag("nesterov", nesterov)
+    if nesterov and rule != "eigen-adam":
+        raise ValueError(f"nesterov=True is NAdam's first moment of step_rule='eigen-adam', got "
+                         f"step_rule={rule!r}" + (" (its heavy-ball momentum is momentum=)" if rule == "clip" else ""))
+    if rule == "eigen-adam":
+        if row is None or row.eigenbasis is None:
+            known = [k.name for k in KINDS.values() if k.eigenbasis is not None]
+            raise ValueError(f"step_rule='eigen-adam' works in the Kronecker eigenbasis of a curvature's factors: "
+                             f"pass curvature= one of {known}, got {curvature!r}")
+        for key, value in row.eigenbasis.items():   # K-FAC: eigenbases as its factorisation, the factors alone
+            if not agrees(options.setdefault(key, value), value):
+                raise ValueError(f"step_rule='eigen-adam' needs {key}={value!r} with curvature={curvature!r} "
+                                 f"(what the rule uses), got {key}={options[key]!r}")
+    if isinstance(kl_clip, str):
+        if kl_clip != "auto":
+            raise ValueError(f"kl_clip must be a positive number, None or 'auto', got {kl_clip!r}")
+        # a KL radius only under the model's Fisher (not under the gradients' statistics)
+        kl_clip = 1e-3 if rule == "clip" and (row is None or row.statistics == "metric") else None
+    elif kl_clip is not None:
+        if rule != "clip":
+            raise ValueError(f"kl_clip bounds the length of step_rule='clip'; step_rule={rule!r} takes Adam's "
+                             "length (leave kl_clip='auto' or pass step_rule='clip')")
+        positive_number("kl_clip", kl_clip)
+    if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
+        raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+    b1, b2 = (positive_number(f"betas[{i}]", b, inclusive=True, maximum=1.0) for i, b in enumerate(betas))
+    eps = positive_number("eps", eps)
+    period = positive_int(damping_adaptation_period, "damping_adaptation_period", maximum=MAX_COUNT)
+    factor = positive_number("damping_factor", damping_factor, maximum=1.0)
+    positive_number("damping", damping)
+    return StepSettings(rule, lr, (b1, b2), eps, bool(nesterov), momentum, kl_clip, bool(quadratic_model),
+                        bool(adaptive_damping), period, factor)
