@@ -22,7 +22,7 @@ import torch
 
 from .. import fsdp
 from ..batch import Batch
-from ..curvature import _backprop as bp
+from ..curvature import recorded
 from ..curvature.uses import ForeignUses
 from .compiled import EagerWhileArmed, compiling
 
@@ -115,9 +115,9 @@ class ForwardRecorder:
         #: output shape -> where output_fn only selects its entries (a rearrangement, a slice): the entries it leaves
         #: out (a boolean mask, None for none); False where it computes anything else
         self._selecting: Dict[tuple, Any] = {}
-        self.layers, _ = bp.find_layers(module, list(names))
+        self.layers, _ = recorded.find_layers(module, list(names))
         self._owned = {n: p for n, p in module.named_parameters() if n in set(names)}
-        self._owners = bp.owners(module, list(names))
+        self._owners = recorded.owners(module, list(names))
         # FSDP2 puts unsharded parameters of its own in place of the sharded ones for the forward (fsdp.unsharded)
         self._stand_ins = partial(fsdp.unsharded, module) if fsdp.managed(module) else None
         self._watch: Optional[ForeignUses] = None
@@ -181,7 +181,7 @@ class ForwardRecorder:
         self.inputs = Batch(tuple(args), dict(kwargs))
         if self.armed:
             self._calls = Recorded({l.path: [] for l in self.layers})
-            self._sinks = {p: bp.recording_hook(self._calls, p) for p in self._calls}
+            self._sinks = {p: recorded.recording_hook(self._calls, p) for p in self._calls}
             # which parameters this forward uses outside their modules (they take the whole-network route)
             self._watch = ForeignUses(self._owned, self._owners, inside=(self.module,), stand_ins=self._stand_ins)
             self._watch.__enter__()

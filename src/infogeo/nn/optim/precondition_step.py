@@ -42,7 +42,7 @@ def _step(pre, grads, inputs, targets, error, solve):
     later = pre.sharded and pre.estimate.from_gradients   # Shampoo's statistics of sharded gradients
     if error is None:
         try:
-            guards.check_step(pre._frozen, pre.grad_scaler)   # unfrozen parameters, scaled gradients
+            guards.check_step(pre.frozen, pre.grad_scaler)   # unfrozen parameters, scaled gradients
             grads = pre.grads() if grads is None else pre.estimate.layout.check(grads, "grads", real=True)
             n = pre.estimate.batch_size(inputs)
             if n == 0:
@@ -69,8 +69,7 @@ def _step(pre, grads, inputs, targets, error, solve):
     weight = dd.share(sizes[:, 0]) if new is not None else 1.0   # unequal batches: weighted by their sizes
     pre.estimate.install(pre.steps, new, template, weight, pre.damping)
     if not solve:
-        # before finish_step forgets the batch; none under FSDP2 (the rule gathers the gradients themselves)
-        pre._rows = {} if pre.sharded else pre.estimate.rows_of(grads)
+        pre.keep_rows(grads)   # before finish_step forgets the batch
         pre.finish_step(True)
         return grads
     given, grads = grads, (fsdp.gather(grads) if gathered is None else gathered)

@@ -155,7 +155,8 @@ class Preconditioner(state.NotCopyable):
                            inverse_update_period=inverse_update_period, seed=seed, cg_max_iter=cg_max_iter,
                            factor_dtype=factor_dtype, lr=lr, output_fn=output_fn, grad_scaler=grad_scaler)
         self.model, self.module = model, unwrap(model)
-        named, self._frozen = trainable(self.module, params)   # the frozen ones watched (:mod:`.guards`)
+        #: the parameters frozen at construction, left out and watched: a step refuses them unfrozen (:mod:`.guards`)
+        named, self.frozen = trainable(self.module, params)
         self.names, self.params = [n for n, _ in named], [p for _, p in named]
         #: whether some parameters are sharded by ``fully_shard`` (their gradients are gathered, :mod:`~infogeo.nn.fsdp`)
         self.sharded = any(fsdp.is_dtensor(p) for p in self.params)
@@ -240,6 +241,10 @@ class Preconditioner(state.NotCopyable):
     def space(self, inputs: Any = None, targets: Optional[torch.Tensor] = None) -> ParameterSpace:
         """The parameter space on a batch (default: the last one the model saw with autograd enabled)."""
         return self.estimate.space(inputs, targets)
+
+    def keep_rows(self, grads: Params) -> None:
+        """Keep the batch's rows for :meth:`take_rows` (none under FSDP2: there the rule gathers the gradients)."""
+        self._rows = {} if self.sharded else self.estimate.rows_of(grads)
 
     def take_rows(self) -> Dict[str, tuple]:
         """The rows ``(b, a)`` of the batch that give each Kronecker block's gradient (by weight name), kept by
