@@ -502,13 +502,21 @@ def test_eigen_adams_kfac_gathers_the_kronecker_factors_only():
     assert ig.nn.NaturalGradient(model, step_rule="graft").preconditioner.estimate.options.get("factors_only") is None
 
 
-@pytest.mark.parametrize("dtype,options", [(torch.float16, {}), (torch.bfloat16, {}),
-                                           (torch.bfloat16, {"curvature": "soap"}),
-                                           (torch.float64, {"factor_dtype": torch.bfloat16})])
-def test_resume_is_bit_identical_where_the_moments_are_kept_in_another_dtype_than_the_parameters(dtype, options):
-    """The moments of half-precision parameters are float32, and so are those in a basis of bfloat16 statistics
-    for float64 parameters: torch's ``load_state_dict`` casts them to the parameter's dtype (the run then
-    differed from the one that went on, and the float64 one raised a dtype mismatch at its first step)."""
+F32 = {"state_dtype": torch.float32}
+
+
+@pytest.mark.parametrize("dtype,options,held", [(torch.float16, F32, torch.float32),
+                                                (torch.bfloat16, F32, torch.float32),
+                                                (torch.bfloat16, {"curvature": "soap", **F32}, torch.float32),
+                                                (torch.float64, {"factor_dtype": torch.bfloat16, **F32}, torch.float32),
+                                                (torch.float32, {}, torch.bfloat16),
+                                                (torch.float16, {}, torch.bfloat16)])
+def test_resume_is_bit_identical_where_the_moments_are_kept_in_another_dtype_than_the_parameters(dtype, options,
+                                                                                                   held):
+    """The moments of half-precision parameters are computed in float32, and so are those in a basis of bfloat16
+    statistics for float64 parameters; by default (``state_dtype="auto"``) those computed in float32 are held in
+    bfloat16: torch's ``load_state_dict`` casts them to the parameter's dtype (the run then differed from the one
+    that went on, and the float64 one raised a dtype mismatch at its first step)."""
     def make():
         torch.manual_seed(0)
         model = Shared().to(dtype)   # Kronecker blocks and a Linear applied twice (in its gradient's basis)
@@ -526,7 +534,7 @@ def test_resume_is_bit_identical_where_the_moments_are_kept_in_another_dtype_tha
     saved = copy.deepcopy(opt_a.state_dict())
     kept = {v.dtype for s in saved["state"].values() if isinstance(s, dict) for k, v in s.items()
             if isinstance(v, torch.Tensor) and k == "exp_avg"}
-    assert torch.float32 in kept and dtype != torch.float32   # moments in another dtype than the parameters
+    assert kept == {held} and dtype != held   # moments in another dtype than the parameters
     b, opt_b = make()
     b.load_state_dict(a.state_dict())
     opt_b.load_state_dict(saved)

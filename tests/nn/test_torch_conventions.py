@@ -142,12 +142,17 @@ def test_the_preconditioner_leaves_a_missing_gradient_missing():
     assert m[0].weight.grad is None and m[2].weight.grad is not None
 
 
-@pytest.mark.parametrize("curvature,rule", [("kfac", "graft"), ("diag", None), ("kfac", "eigen-adam")])
-def test_a_float16_model_keeps_its_moments_in_float32(curvature, rule):
-    """Adam's eps (1e-8) and the squares of small gradients underflow in float16: the moments are float32."""
+@pytest.mark.parametrize("curvature,rule,held", [("kfac", "graft", torch.float32), ("diag", None, torch.float32),
+                                                  ("kfac", "eigen-adam", torch.bfloat16),
+                                                  ("kfac", {"step_rule": "eigen-adam", "state_dtype": torch.float32},
+                                                   torch.float32)])
+def test_a_float16_model_keeps_its_moments_in_float32s_range(curvature, rule, held):
+    """Adam's eps (1e-8) and the squares of small gradients underflow in float16: the moments are float32, or
+    bfloat16 (float32's range) where eigen-adam holds its state narrower (its default, ``state_dtype="auto"``)."""
     m, (X, y) = mlp(), data()
     m = m.half()
-    opt = ig.nn.NaturalGradient(m, curvature=curvature, **({} if rule is None else {"step_rule": rule}))
+    kw = rule if isinstance(rule, dict) else {} if rule is None else {"step_rule": rule}
+    opt = ig.nn.NaturalGradient(m, curvature=curvature, **kw)
     losses = []
     for _ in range(6):
         opt.zero_grad()
@@ -159,7 +164,7 @@ def test_a_float16_model_keeps_its_moments_in_float32(curvature, rule):
     assert losses[-1] < losses[0]
     moments = [t for st in opt.state.values() if isinstance(st, dict) for k, t in st.items()
                if k in ("exp_avg", "exp_avg_sq") and isinstance(t, torch.Tensor)]
-    assert moments and all(t.dtype == torch.float32 for t in moments)
+    assert moments and all(t.dtype == held for t in moments)
 
 
 @pytest.mark.parametrize("key,value", [("weight_decay", 0.5), ("betas", (0.0, 0.5)), ("eps", 1.0),

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -13,6 +13,22 @@ def working_dtype(dtype: torch.dtype) -> torch.dtype:
     """The precision statistics kept in ``dtype`` are decomposed and applied in: ``dtype``, at least float32
     (LAPACK has no half-precision decompositions, and rounding there would reach the steps)."""
     return torch.promote_types(dtype, torch.float32)
+
+
+#: what ``state_dtype="auto"`` holds state computed in float32 in (float64 state is held as computed)
+AUTO_HELD = torch.bfloat16
+#: the dtypes state may be held in
+HELD_DTYPES = (torch.bfloat16, torch.float32, torch.float64)
+
+
+def held_dtype(dtype: Union[None, str, torch.dtype], work: torch.dtype) -> Optional[torch.dtype]:
+    """The dtype state computed in ``work`` is held in for ``state_dtype=dtype`` (``"auto"``: :data:`AUTO_HELD`
+    where ``work`` is float32), or ``None`` where that is not narrower than ``work`` (held as computed)."""
+    if isinstance(dtype, str):
+        dtype = AUTO_HELD if work == torch.float32 else None
+    if dtype is None or torch.finfo(dtype).bits >= torch.finfo(work).bits:
+        return None
+    return dtype
 
 
 def working(t: torch.Tensor) -> torch.Tensor:

@@ -7,7 +7,7 @@ block kinds.  Their statistics are tensors, so they can be averaged and checkpoi
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union, cast
 
 import torch
 
@@ -91,12 +91,12 @@ class BlockCurvature(Curvature):
             if getattr(b, "factorised", False):
                 cast(Any, b).share_factors(c)
 
-    def hold_factorised(self) -> None:
-        """Let every block that can hold its factors as their factorisation do so once factorised
-        (:meth:`~.eigenbasis.EigenbasisKronBlock.hold_factorised`)."""
+    def hold_factorised(self, basis_dtype: Union[None, str, torch.dtype] = None) -> None:
+        """Let every block that can hold its factors as their factorisation do so once factorised, its eigenvectors
+        in ``basis_dtype`` (:meth:`~.eigenbasis.EigenbasisKronBlock.hold_factorised`)."""
         for b in self.blocks:
             if getattr(b, "holds_factorised", False):
-                cast(Any, b).hold_factorised()
+                cast(Any, b).hold_factorised(basis_dtype)
 
     # --------------------------------------------------- statistics
     def stats(self) -> Dict[str, torch.Tensor]:

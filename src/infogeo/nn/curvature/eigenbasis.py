@@ -4,12 +4,12 @@ scale in their own ways (:class:`EigenbasisKronBlock`).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 
 from ...linalg import NotPositiveDefiniteError
-from .._params import ParamLayout, working, working_dtype
+from .._params import ParamLayout, held_dtype, working, working_dtype
 from .factor_eigh import factor_eigh, null_dim
 from .kron import KronBlock
 
@@ -45,6 +45,8 @@ class EigenbasisKronBlock(KronBlock):
         self._checked: Optional[Tuple[float, Any]] = None
         #: whether the dense factors are let go once factorised (:meth:`hold_factorised`)
         self._factorised_only = False
+        #: the dtype the eigenvectors are held in (:meth:`hold_factorised`; ``None``: the one they are computed in)
+        self._basis_dtype: Union[None, str, torch.dtype] = None
 
     #: the names of :meth:`factorisation`'s tensors (a checkpoint's keys)
     FACTORISATION_KEYS = ("lambda_A", "U_A", "lambda_G", "U_G")
@@ -64,28 +66,54 @@ class EigenbasisKronBlock(KronBlock):
 
     def eig(self):
         r"""``(λ_A, U_A, λ_G, U_G)``: eigendecompositions of the factors (computed once; ``U = None`` for a
-        diagonal factor)."""
+        diagonal factor), the eigenvectors as held (:meth:`hold_factorised`'s ``basis_dtype``)."""
         if self._eig is None:
-            self._eig = _factor_eig(self.A, self.canonical_null) + _factor_eig(self.G, self.canonical_null)
-            self._let_go()
+            self._hold(_factor_eig(self.A, self.canonical_null) + _factor_eig(self.G, self.canonical_null))
         return self._eig
+
+    def _hold(self, eig: Tuple[Any, ...]) -> None:
+        """Keep a factorisation, its eigenvectors in the held dtype, and let the dense factors go if so asked."""
+        def held(i: int, t: Any) -> Any:
+            if t is None:
+                return t
+            bd = None if i % 2 == 0 else held_dtype(self._basis_dtype, eig[i - 1].dtype)
+            if bd is not None:
+                return t.to(bd)
+            # a view into a larger buffer (a broadcast's, distributed.broadcast_from) would keep all of it alive
+            return t if t.untyped_storage().nbytes() == t.numel() * t.element_size() else t.clone()
+        self._eig = tuple(held(i, t) for i, t in enumerate(eig))
+        self._let_go()
+
+    def working_eig(self):
+        r""":meth:`eig` with the eigenvectors in the eigenvalues' (working) dtype, for arithmetic."""
+        la, Ua, lg, Ug = self.eig()
+        return la, None if Ua is None else Ua.to(la.dtype), lg, None if Ug is None else Ug.to(lg.dtype)
+
+    @property
+    def working_dtype(self) -> torch.dtype:
+        """The dtype the factorisation is computed (and used) in."""
+        return self.eig()[0].dtype
 
     # ------------------------------------------------------------ a factor held as its factorisation
     #: whether a factor can be let go once factorised and rebuilt as :math:`U\Lambda U^T` (K-FAC's exact inverse;
     #: not where the factorisation is not the factor's own, as EKFAC's scales and Shampoo's roots are)
     holds_factorised = False
 
-    def hold_factorised(self) -> None:
+    def hold_factorised(self, basis_dtype: Union[None, str, torch.dtype] = None) -> None:
         r"""From now on, hold each dense factor only as its factorisation :math:`F = U\Lambda U^T` once that is
         computed: for a schedule that reads the factors next where it factorises them anew (statistics every
         ``k`` factorisations), keeping both would hold every factor twice between two factorisations.  The
         factor is rebuilt where a statistic is needed (:meth:`rebuilt`: the next average, a checkpoint); the
-        products (:meth:`mv`, :meth:`diagonal`, :meth:`dense`) come from the factorisation."""
+        products (:meth:`mv`, :meth:`diagonal`, :meth:`dense`) come from the factorisation.  ``basis_dtype``: the
+        eigenvectors held in that dtype where it is narrower (``torch.bfloat16``: half the bytes of float32;
+        ``"auto"``: :func:`~infogeo.nn._params.held_dtype`), and used in the eigenvalues' dtype; ``None``: as
+        computed."""
         if not self.holds_factorised:
             raise TypeError(f"a {type(self).__name__} cannot hold its factors as their factorisation")
         self._factorised_only = True
+        self._basis_dtype = basis_dtype
         if self._eig is not None:
-            self._let_go()
+            self._hold(self._eig)
 
     def _let_go(self) -> None:
         if self._factorised_only:
@@ -98,7 +126,7 @@ class EigenbasisKronBlock(KronBlock):
         the solves use them), in the factor's dtype."""
         if self._eig is None:
             return super().rebuilt(name)
-        lam, U = self._eig[:2] if name == "A" else self._eig[2:]
+        lam, U = self.working_eig()[:2] if name == "A" else self.working_eig()[2:]
         return ((U * lam) @ U.T).to(self._like.dtype)
 
     def null_dims(self) -> Tuple[int, int]:
@@ -110,19 +138,23 @@ class EigenbasisKronBlock(KronBlock):
         return self._null[1], self._null[2]
 
     def basis(self):
-        """``(U_A, U_G)``, the eigenvectors of the factors (``None``: a diagonal factor's identity)."""
+        """``(U_A, U_G)``, the eigenvectors of the factors as held (``None``: a diagonal factor's identity)."""
         _, Ua, _, Ug = self.eig()
+        return Ua, Ug
+
+    def _working_basis(self):
+        _, Ua, _, Ug = self.working_eig()
         return Ua, Ug
 
     def rotate(self, V: torch.Tensor) -> torch.Tensor:
         r""":math:`U_G^T V U_A`."""
-        Ua, Ug = self.basis()
+        Ua, Ug = self._working_basis()
         V = V if Ug is None else Ug.T @ V
         return V if Ua is None else V @ Ua
 
     def unrotate(self, V: torch.Tensor) -> torch.Tensor:
         r""":math:`U_G V U_A^T`."""
-        Ua, Ug = self.basis()
+        Ua, Ug = self._working_basis()
         V = V if Ug is None else Ug @ V
         return V if Ua is None else V @ Ua.T
 
@@ -136,13 +168,13 @@ class EigenbasisKronBlock(KronBlock):
 
     def diagonal_scaled(self, s: torch.Tensor):
         r"""The diagonal of :math:`Q\,\operatorname{diag}(s)\,Q^T`: :math:`(U_G^{\odot2})\,s\,(U_A^{\odot2})^T`."""
-        Ua, Ug = self.basis()
+        Ua, Ug = self._working_basis()
         d = s if Ug is None else Ug.square() @ s
         return self.split(d if Ua is None else d @ Ua.square().T)
 
     def dense_scaled(self, layout: ParamLayout, s: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         r"""``(idx, M)`` of :math:`Q\,\operatorname{diag}(s)\,Q^T` (see :meth:`Block.dense`)."""
-        Ua, Ug = self.basis()
+        Ua, Ug = self._working_basis()
         eye = lambda n: torch.eye(n, dtype=s.dtype, device=s.device)  # noqa: E731
         Q = torch.kron(eye(self.shapes["G"][0]) if Ug is None else Ug.contiguous(),
                        eye(self.shapes["A"][0]) if Ua is None else Ua.contiguous())
@@ -181,7 +213,7 @@ class EigenbasisKronBlock(KronBlock):
         r""":math:`U_G^T\bar VU_A` of the gradient :math:`\bar V = b^T\bar a` from its rows, :math:`(bU_G)^T(\bar aU_A)`:
         :math:`R(\text{out}^2+\text{in}^2+\text{out}\cdot\text{in})` multiply-adds instead of
         :math:`\text{out}\cdot\text{in}\,(\text{out}+\text{in})`."""
-        Ua, Ug = self.basis()
+        Ua, Ug = self._working_basis()
         bt = b if Ug is None else b @ Ug
         return bt.T @ self._inputs_times(a, Ua)
 
@@ -190,13 +222,14 @@ class EigenbasisKronBlock(KronBlock):
         return self._eigen_solve(self.rotate_rows(b, a), damping)
 
     def factorisation(self, damping):
-        # a diagonal factor's basis (None) travels as an empty placeholder
-        return [self._like.new_empty(0, dtype=working_dtype(self._like.dtype)) if t is None else t for t in self.eig()]
+        # a diagonal factor's basis (None) travels as an empty placeholder; the bases in the working dtype (exact
+        # from a narrower held one), as receive buffers and checkpoints take them
+        return [self._like.new_empty(0, dtype=working_dtype(self._like.dtype)) if t is None else t
+                for t in self.working_eig()]
 
     def adopt(self, tensors, damping):
         la, Ua, lg, Ug = tensors
-        self._eig = (la, Ua if len(self.shapes["A"]) == 2 else None, lg, Ug if len(self.shapes["G"]) == 2 else None)
-        self._let_go()
+        self._hold((la, Ua if len(self.shapes["A"]) == 2 else None, lg, Ug if len(self.shapes["G"]) == 2 else None))
 
     def factorisation_shapes(self):
         def side(shape: Tuple[int, ...]) -> List[Tuple[int, ...]]:   # eigenvalues; the basis (a diagonal's: empty)

@@ -29,16 +29,21 @@ does (Dozat 2016,
 :math:`m/(1-\beta_1^t)`.  The current gradient's larger share damps the overshoot of the averaged one: in the
 race (``benchmarks/optimizer_race.py``) it kept twice the learning rate stable on the digits classifier and CNN
 and took the masked-character model to its target in 130-150 steps instead of 160-180.  Such a step depends
-on the gradient as well as on the state, so it is kept (one weight's worth) to be undone, not recomputed.
+on the gradient as well as on the state, so it is kept (one weight's worth, half that held in bfloat16) to be
+undone, not recomputed.
+
+The state (moments, kept step, and the eigenbases a block holds) may be held narrower than it is computed in
+(``state_dtype``; :func:`~infogeo.nn._params.held_dtype`): each step computes from the held values in the working
+dtype and rounds what it keeps, so a step recomputed from the state has the same bits.
 """
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Dict, List, Optional, Tuple, cast
+from typing import Any, Dict, List, Optional, Tuple, Union, cast
 
 import torch
 
-from .._params import working, working_dtype
+from .._params import held_dtype, working, working_dtype
 from ..curvature.eigenbasis import EigenbasisKronBlock
 from .gradient_basis import gradient_basis, matrix_view
 from .step import LastSteps, adam_directions, adam_moments
@@ -50,24 +55,26 @@ Basis = Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]
 
 
 def eigen_adam_again(state: Dict[str, torch.Tensor], split: Any, name: str, dtype: torch.dtype, lr: float,
-                     betas: Tuple[float, float], eps: float) -> torch.Tensor:
+                     betas: Tuple[float, float], eps: float, work: Optional[torch.dtype] = None) -> torch.Tensor:
     r"""The step :func:`eigen_adam` took last, from its state alone, scaled by :math:`-\eta` in ``dtype``:
     :math:`U_G\,[\hat m/(\sqrt{\hat v}+\epsilon)]\,U_A^T` with the basis it kept (``split``: a block's
     :meth:`~infogeo.nn.curvature.kron.KronBlock.split`, whose ``name`` entry is taken; ``None``: a parameter
-    without Kronecker factors)."""
-    u = _eigen_direction(state, betas, eps)
+    without Kronecker factors); ``work``: the dtype the step was computed in, where the state is held narrower."""
+    u = _eigen_direction(state, betas, eps, work=work)
     u = u if split is None else split(u)[name]
     return u.to(dtype).mul_(-lr)
 
 
 def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastSteps, betas: Tuple[float, float],
-                eps: float, unfactored: str, nesterov: bool = False) -> Dict[str, torch.Tensor]:
+                eps: float, unfactored: str, nesterov: bool = False,
+                held: Union[None, str, torch.dtype] = None) -> Dict[str, torch.Tensor]:
     r"""The ``"eigen-adam"`` steps :math:`-\eta\,u` of every parameter of the preconditioner ``pre``, from the gradients
     ``raw``: each Kronecker block's in its eigenbasis (rotated from the batch's rows where they give the
     gradient at less cost), each other matrix's in its gradient's eigenbasis (``unfactored="soap"``,
     :mod:`.gradient_basis`) or, like vectors, on its raw coordinates.  ``states``: the optimizer's per-parameter
     state; ``last`` records how to recompute each step (to undo it; a Nesterov step, ``nesterov=True``, which
-    depends on the gradient as well as on the state, is kept instead).
+    depends on the gradient as well as on the state, is kept instead).  ``held``: the dtype the moments and the
+    kept steps are held in where narrower than the one they are computed in (:func:`~infogeo.nn._params.held_dtype`).
 
     The rotations are per block; Adam's elementwise updates of all blocks are fused (:func:`adam_moments`,
     :func:`adam_directions`: a handful of operations per step instead of a dozen per parameter, which is
@@ -84,7 +91,7 @@ def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastS
         _into_block(b, [states[params[n]] for n in b.names], [params[n] for n in b.names])
         state = states[params[b.names[0]]]
         g = rotated_gradient(state, None if r else b.join(raw), b.basis(),
-                             rotated=b.rotate_rows(*r) if r else None)
+                             rotated=b.rotate_rows(*r) if r else None, work=b.working_dtype, held=held)
         jobs.append((b.names, state, g, b.layout_only().split))
         null[len(jobs) - 1] = b.null_dims()
     factored = {n for j in jobs for n in j[0]}
@@ -96,24 +103,52 @@ def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastS
         G = matrix_view(raw[n]) if unfactored == "soap" else None
         if G is not None:
             split = partial(_as_param, n, p.shape)
-            jobs.append(([n], states[p], rotated_gradient(states[p], G, gradient_basis(states[p], G)), split))
+            jobs.append(([n], states[p], rotated_gradient(states[p], G, gradient_basis(states[p], G), held=held), split))
         else:
             _as_raw(states[p], p.shape)
-            jobs.append(([n], states[p], rotated_gradient(states[p], raw[n], None), None))
-    adam_moments([j[1] for j in jobs], [j[2] for j in jobs], betas)
+            jobs.append(([n], states[p], rotated_gradient(states[p], raw[n], None, held=held), None))
+    # the moments updated in the gradients' dtype, then held (rounded) in theirs: the step is computed from the
+    # held values, as eigen_adam_again computes it again
+    work = [_working(j[1], j[2].dtype) for j in jobs]
+    adam_moments(work, [j[2] for j in jobs], betas)
     for i, dims in null.items():
-        pool_null(jobs[i][1], dims)
+        pool_null(work[i], dims)
+    for (_, state, _, _), w in zip(jobs, work):
+        _hold_back(state, w)
     steps = {}
-    directions = adam_directions([j[1] for j in jobs], betas, eps, grads=[j[2] for j in jobs] if nesterov else None)
-    for (names, state, _, split), u in zip(jobs, directions):
+    directions = adam_directions(work, betas, eps, grads=[j[2] for j in jobs] if nesterov else None)
+    for (names, state, g, split), u in zip(jobs, directions):
         u = _out_of_basis(u, state)
         parts = {names[0]: u} if split is None else split(u)
         for n in names:
             p = params[n]
             steps[n] = parts[n].to(p.dtype).mul_(-lrs[id(p)])
-            last.record(n, partial(_kept, steps[n]) if nesterov else
-                        partial(eigen_adam_again, state, split, n, p.dtype, lrs[id(p)], betas=betas, eps=eps))
+            last.record(n, partial(_kept, _narrowed(steps[n], held)) if nesterov else
+                        partial(eigen_adam_again, state, split, n, p.dtype, lrs[id(p)], betas=betas, eps=eps,
+                                work=g.dtype))
     return steps
+
+
+def _narrowed(t: torch.Tensor, held: Union[None, str, torch.dtype]) -> torch.Tensor:
+    dt = held_dtype(held, t.dtype)
+    return t if dt is None else t.to(dt)
+
+
+def _working(state: Dict[str, torch.Tensor], dtype: torch.dtype) -> Dict[str, torch.Tensor]:
+    """The moments of ``state`` in ``dtype`` (copies where they are held in another; the step count shared)."""
+    if state["exp_avg"].dtype == dtype:
+        return state
+    return {"exp_avg": state["exp_avg"].to(dtype), "exp_avg_sq": state["exp_avg_sq"].to(dtype), "step": state["step"]}
+
+
+def _hold_back(state: Dict[str, torch.Tensor], work: Dict[str, torch.Tensor]) -> None:
+    """Moments updated in ``work`` (a :func:`_working` copy) put back into ``state``, and ``work`` given the values
+    held (rounded to their dtype), so that what follows computes from what is kept."""
+    if work is state:
+        return
+    for key in ("exp_avg", "exp_avg_sq"):
+        state[key].copy_(work[key])
+        work[key].copy_(state[key])
 
 
 def _kept(step: torch.Tensor) -> torch.Tensor:
@@ -160,9 +195,10 @@ def _as_raw(state: Dict[str, torch.Tensor], shape: torch.Size) -> None:
     parameter's raw coordinates (the identity basis), the statistics dropped."""
     if "L" in state or "R" in state:
         m = state["exp_avg"]
-        eye = [None if U is None else torch.eye(len(U), dtype=m.dtype, device=m.device)
+        work = working_dtype(m.dtype)
+        eye = [None if U is None else torch.eye(len(U), dtype=work, device=m.device)
                for U in (state.get("U_A"), state.get("U_G"))]
-        change_basis(state, (eye[0], eye[1]))
+        change_basis(state, (eye[0], eye[1]), work)
         for key in ("L", "R", "U_A", "U_G"):
             state.pop(key, None)
         state["exp_avg"], state["exp_avg_sq"] = state["exp_avg"].reshape(shape), state["exp_avg_sq"].reshape(shape)
@@ -174,17 +210,22 @@ def _as_param(name: str, shape: torch.Size, u: torch.Tensor) -> Dict[str, torch.
 
 
 def _out_of_basis(u: torch.Tensor, state: Dict[str, torch.Tensor]) -> torch.Tensor:
-    r""":math:`U_G\,u\,U_A^T` with the basis kept in ``state`` (none: the raw coordinates)."""
-    Ua, Ug = state.get("U_A"), state.get("U_G")
+    r""":math:`U_G\,u\,U_A^T` with the basis kept in ``state`` (none: the raw coordinates), in ``u``'s dtype."""
+    Ua, Ug = _as(state.get("U_A"), u.dtype), _as(state.get("U_G"), u.dtype)
     return u if Ua is None and Ug is None else _turn(u, Ug, Ua.T if Ua is not None else None)
 
 
+def _as(U: Optional[torch.Tensor], dtype: torch.dtype) -> Optional[torch.Tensor]:
+    return None if U is None else U.to(dtype)
+
+
 def _eigen_direction(state: Dict[str, torch.Tensor], betas: Tuple[float, float], eps: float,
-                     grad: Optional[torch.Tensor] = None) -> torch.Tensor:
+                     grad: Optional[torch.Tensor] = None, work: Optional[torch.dtype] = None) -> torch.Tensor:
     r""":math:`U_G\,[\hat m/(\sqrt{\hat v}+\epsilon)]\,U_A^T` of the moments and basis in ``state`` (no basis: the
     raw coordinates), by the same operations as :func:`eigen_steps` (so the same bits); ``grad``: the last
-    gradient, for NAdam's first moment (:func:`adam_directions`)."""
-    return _out_of_basis(adam_directions([state], betas, eps, grads=None if grad is None else [grad])[0], state)
+    gradient, for NAdam's first moment (:func:`adam_directions`); ``work``: the dtype to compute in."""
+    w = _working(state, work or state["exp_avg"].dtype)
+    return _out_of_basis(adam_directions([w], betas, eps, grads=None if grad is None else [grad])[0], state)
 
 
 def pool_null(state: Dict[str, torch.Tensor], null: Tuple[int, int]) -> None:
@@ -204,24 +245,30 @@ def pool_null(state: Dict[str, torch.Tensor], null: Tuple[int, int]) -> None:
 
 
 def rotated_gradient(state: Dict[str, torch.Tensor], g: Optional[torch.Tensor], basis: Optional[Basis],
-                     rotated: Optional[torch.Tensor] = None) -> torch.Tensor:
+                     rotated: Optional[torch.Tensor] = None, work: Optional[torch.dtype] = None,
+                     held: Union[None, str, torch.dtype] = None) -> torch.Tensor:
     r"""The gradient :math:`\tilde g = U_G^T\bar WU_A` in ``basis`` (``None``: ``g`` itself), the moments in ``state``
     carried to that basis first (:func:`change_basis`) or created (zeros) at the first step; ``rotated``:
-    :math:`\tilde g` already computed (from the batch's rows), in place of ``g``."""
+    :math:`\tilde g` already computed (from the batch's rows), in place of ``g``.  ``work``: the dtype the basis is
+    used in (default: its own); ``held``: the moments held in that dtype where narrower
+    (:func:`~infogeo.nn._params.held_dtype`)."""
     given = cast(torch.Tensor, rotated if rotated is not None else g)
-    # the moments' dtype: the basis', and float32 for half-precision parameters (as in a basis)
-    _in_dtype(state, working_dtype(given.dtype if basis is None else _dtype(basis, given)))
+    # computed in the basis' working dtype (float32 for half-precision parameters), held in ``held`` where narrower
+    work = working_dtype(given.dtype if basis is None else work or _dtype(basis, given))
+    _in_dtype(state, held_dtype(held, work) or work)
     if basis is not None:
-        change_basis(state, basis)
-        Ua, Ug = basis
+        change_basis(state, basis, work)
+        Ua, Ug = _as(basis[0], work), _as(basis[1], work)
         if rotated is not None:
-            g = rotated.to(_dtype(basis, rotated))
+            g = rotated.to(work)
         else:
             g = cast(torch.Tensor, g)
-            g = _turn(g.to(_dtype(basis, g)), Ug.T if Ug is not None else None, Ua)
+            g = _turn(g.to(work), Ug.T if Ug is not None else None, Ua)
     g = working(cast(torch.Tensor, g))
     if "exp_avg" not in state:
-        state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(g), torch.zeros_like(g)
+        held_as = held_dtype(held, g.dtype) or g.dtype
+        state["exp_avg"] = torch.zeros_like(g, dtype=held_as)
+        state["exp_avg_sq"] = torch.zeros_like(g, dtype=held_as)
         state["step"] = torch.zeros((), dtype=torch.float64)
     return g
 
@@ -261,16 +308,16 @@ def _turn(V: torch.Tensor, left: Optional[torch.Tensor], right: Optional[torch.T
 
 
 def _in_dtype(state: Dict[str, torch.Tensor], dtype: torch.dtype) -> None:
-    """The moments and basis in ``state`` in ``dtype``, in place: ``torch.optim.Optimizer.load_state_dict`` casts
-    a checkpoint's floating-point state to the parameter's dtype, which is not theirs where the factorisation's
-    working precision differs (half-precision parameters, or statistics kept in another ``factor_dtype``)."""
-    for key in ("exp_avg", "exp_avg_sq", "U_A", "U_G"):
+    """The moments in ``state`` in ``dtype``, in place: ``torch.optim.Optimizer.load_state_dict`` casts a
+    checkpoint's floating-point state to the parameter's dtype, which is not theirs where they are held in
+    another (half-precision parameters, statistics kept in another ``factor_dtype``, ``state_dtype``)."""
+    for key in ("exp_avg", "exp_avg_sq"):
         t = state.get(key)
         if t is not None and t.dtype != dtype:
             state[key] = t.to(dtype)
 
 
-def change_basis(state: Dict[str, torch.Tensor], basis: Basis) -> None:
+def change_basis(state: Dict[str, torch.Tensor], basis: Basis, work: Optional[torch.dtype] = None) -> None:
     r"""Carry the moments over to a new eigenbasis ``(U_A, U_G)`` (nothing to do if it is the one they are in).
 
     With the rotations :math:`R_G = U_G'^TU_G` and :math:`R_A = U_A'^TU_A` from the old basis to the
@@ -278,22 +325,25 @@ def change_basis(state: Dict[str, torch.Tensor], basis: Basis) -> None:
     rotates its first moment, Vyas et al. 2025).  The second moment is a diagonal matrix in the old basis;
     it becomes the diagonal of that matrix in the new one,
     :math:`v' = (R_G\odot R_G)\,v\,(R_A\odot R_A)^T`, which keeps the squared scale of every direction
-    (and is :math:`v` itself when the basis only permutes or flips its vectors).
+    (and is :math:`v` itself when the basis only permutes or flips its vectors).  Computed in ``work`` (default:
+    the moments' dtype) and held in the moments' dtype; the state keeps the basis as given (as held).
     """
     Ua, Ug = basis
     known = "U_A" in state or "U_G" in state
     old_a, old_g = state.get("U_A"), state.get("U_G")
 
     def same(old: Optional[torch.Tensor], new: Optional[torch.Tensor]) -> bool:
+        # a checkpoint's basis comes back in the parameters' dtype (load_state_dict casts it), the block's as held
         return (old is None and new is None) or (old is not None and new is not None and
-                                                  (old is new or torch.equal(old, new)))
+                                                  (old is new or torch.equal(old.to(new.dtype), new)))
     if known and "exp_avg" in state and not (same(old_a, Ua) and same(old_g, Ug)):
+        dt, work = state["exp_avg"].dtype, work or state["exp_avg"].dtype
         # a side without a matrix (a diagonal factor) keeps its identity basis: no rotation there
-        Ra = Ua.T @ old_a if Ua is not None and old_a is not None else None
-        Rg = Ug.T @ old_g if Ug is not None and old_g is not None else None
-        state["exp_avg"] = _turn(state["exp_avg"], Rg, Ra.T if Ra is not None else None)
-        state["exp_avg_sq"] = _turn(state["exp_avg_sq"], Rg.square() if Rg is not None else None,
-                                    Ra.square().T if Ra is not None else None)
+        Ra = Ua.to(work).T @ old_a.to(work) if Ua is not None and old_a is not None else None
+        Rg = Ug.to(work).T @ old_g.to(work) if Ug is not None and old_g is not None else None
+        state["exp_avg"] = _turn(state["exp_avg"].to(work), Rg, Ra.T if Ra is not None else None).to(dt)
+        state["exp_avg_sq"] = _turn(state["exp_avg_sq"].to(work), Rg.square() if Rg is not None else None,
+                                    Ra.square().T if Ra is not None else None).to(dt)
     for key, U in (("U_A", Ua), ("U_G", Ug)):
         if U is None:
             state.pop(key, None)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Tuple, cast
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union, cast
 
 import torch
 
@@ -56,6 +56,9 @@ class CurvatureEstimate(RefreshSchedule):
         #: solves, factorisations and directions: the factor dtype, or float32 for statistics kept in half precision
         self.compute_dtype = working_dtype(factor_dtype)
         self.generator, self.loss_scale, self.options = generator, loss_scale, options
+        #: the dtype the eigenbases are held in where the factors are held as their factorisation
+        #: (:attr:`factorised_only`; ``"auto"``: :func:`~infogeo.nn._params.held_dtype`; ``None``: as computed)
+        self.basis_dtype: Union[None, str, torch.dtype] = None
         self.curvature: Any = None    # the averaged statistics (a curvature representation)
         self.solver: Any = None       # the factorised curvature the directions come from
         #: statistics loaded from a checkpoint, waiting for a structure (:func:`.state.restore`)
@@ -251,7 +254,7 @@ class CurvatureEstimate(RefreshSchedule):
         ``damping=None``: what has a factorisation keeps it (a checkpoint's), the rest is factorised at its first
         solve, as after a change of damping."""
         if self.factorised_only and hasattr(curvature, "hold_factorised"):
-            curvature.hold_factorised()   # before a factorisation made now or later (by the owners)
+            curvature.hold_factorised(self.basis_dtype)   # before a factorisation made now or later (by the owners)
         blocks = getattr(curvature, "blocks", None)
         if dd.world_size() == 1 or blocks is None:
             return curvature.precompute(damping)

@@ -106,12 +106,19 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         under the model's Fisher: it kept a larger learning rate stable on the race's classifiers and took its
         masked-character model to the target in 130-150 steps instead of 160-180 (docs/nn.md).  ``False``:
         Adam's moment (the default with ``curvature="soap"``, SOAP as published; it holds one weight's worth
-        less, the last step being recomputed instead of kept).  The other rules have no such option
+        less, half that in bfloat16, the last step being recomputed instead of kept).  The other rules have no such option
         (``"clip"`` takes heavy-ball ``momentum``).
     unfactored : {"soap", "adam"}
         ``"eigen-adam"``: the step of a weight matrix without Kronecker factors of the Fisher (a recurrent
         layer's, a shared weight's): Adam in the eigenbasis of its gradient's Shampoo statistics (SOAP), or
         Adam on its raw coordinates (:mod:`.gradient_basis`).  Vectors (biases, norms) take Adam's step.
+    state_dtype : "auto" or torch.dtype
+        ``"eigen-adam"``: the dtype its state is held in: the Kronecker eigenbases (where the factors are held
+        as their factorisation, the default periods), Adam's moments and the kept NAdam step, each computed with
+        in its working dtype.  ``"auto"`` (default): ``torch.bfloat16`` where that is float32 (float32 or
+        half-precision parameters and factors), which halves those bytes (docs/nn.md: optimizer state), and
+        as computed for float64; ``torch.float32``/``torch.float64``: as computed (never widened).  A step
+        undone holds the parameters to within the kept step's rounding.
     momentum : float
         ``"clip"``: heavy-ball momentum on the natural-gradient direction (torch SGD's rule).
     kl_clip : float, None or "auto"
@@ -144,7 +151,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
                  model: Optional[torch.nn.Module] = None, step_rule: Optional[str] = None,
                  betas: Optional[Tuple[float, float]] = None, eps: float = 1e-8,
                  nesterov: Optional[bool] = None, unfactored: str = "soap",
-                 momentum: float = 0.0,
+                 state_dtype: Union[str, torch.dtype] = "auto", momentum: float = 0.0,
                  kl_clip: Union[float, None, str] = "auto", quadratic_model: bool = False,
                  adaptive_damping: bool = False, damping_adaptation_period: int = 5,
                  damping_factor: float = 0.95 ** 5, min_damping: Optional[float] = None, max_retries: int = 3,
@@ -162,7 +169,8 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
             raise ValueError("NaturalGradient needs the network to compute its curvature: pass the module first, "
                              "or model=<the module whose parameters these are>")
         s = check_step_settings(model, curvature, damping, options, lr=lr, step_rule=step_rule, betas=betas, eps=eps,
-                                nesterov=nesterov, unfactored=unfactored, momentum=momentum, kl_clip=kl_clip,
+                                nesterov=nesterov, unfactored=unfactored, state_dtype=state_dtype,
+                                momentum=momentum, kl_clip=kl_clip,
                                 quadratic_model=quadratic_model, adaptive_damping=adaptive_damping,
                                 damping_adaptation_period=damping_adaptation_period, damping_factor=damping_factor)
         super().__init__(params, dict(lr=s.lr, momentum=s.momentum))
@@ -177,7 +185,9 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         self.model, self.state[_KEY] = model, {"previous_step": None}
         self.kl_clip, self.quadratic_model, self.adaptive_damping = s.kl_clip, s.quadratic_model, s.adaptive_damping
         self.step_rule, self.betas, self.eps, self.unfactored = s.step_rule, s.betas, s.eps, unfactored
-        self.nesterov = s.nesterov
+        self.nesterov, self.state_dtype = s.nesterov, s.state_dtype
+        if s.step_rule == "eigen-adam":
+            self.preconditioner.estimate.basis_dtype = s.state_dtype
         self.damping_adaptation_period, self.damping_factor = s.damping_adaptation_period, s.damping_factor
         self.max_retries = self.preconditioner.max_retries
 
@@ -278,7 +288,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
             # whole on every rank (the moments are whole too), this rank's shard of each step kept
             whole = LastSteps() if pre.sharded else last
             steps = eigen_steps(pre, self.state, fsdp.gather(raw) if pre.sharded else raw, whole, self.betas,
-                                self.eps, self.unfactored, self.nesterov)
+                                self.eps, self.unfactored, self.nesterov, held=self.state_dtype)
             for n, p in zip(pre.names, pre.params):
                 if pre.sharded:
                     steps[n] = fsdp.shard_like(steps[n], p)

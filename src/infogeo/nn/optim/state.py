@@ -237,7 +237,8 @@ def keep_saved_dtypes(optimizer: torch.optim.Optimizer, saved: Mapping[str, Any]
     """After ``optimizer.load_state_dict(saved)`` (``saved`` a private copy): its per-parameter state that torch
     narrowed back in the precision it was saved in.  ``torch.optim.Optimizer.load_state_dict`` casts
     floating-point state to the parameter's dtype, and the step rules keep the moments of half-precision
-    parameters in float32: rounded to half precision, a resumed run would differ from the one that went on.
+    parameters in float32 (or bfloat16, ``state_dtype``): rounded to the parameters' dtype, a resumed run would
+    differ from the one that went on.
     (A widening cast, a float32 checkpoint into a float64 model, is kept; the step rules bring state kept in
     another dtype than the parameters' back to theirs at the next step.)"""
     ids = [i for g in saved["param_groups"] for i in g["params"]]
@@ -248,8 +249,14 @@ def keep_saved_dtypes(optimizer: torch.optim.Optimizer, saved: Mapping[str, Any]
         for key, t in saved["state"].get(i, {}).items():
             now = mine.get(key)
             if isinstance(t, torch.Tensor) and t.is_floating_point() and isinstance(now, torch.Tensor) and \
-                    now.is_floating_point() and torch.finfo(now.dtype).eps > torch.finfo(t.dtype).eps:
+                    now.is_floating_point() and _narrower(now.dtype, t.dtype):
                 mine[key] = t.to(device=now.device)
+
+
+def _narrower(a: torch.dtype, b: torch.dtype) -> bool:
+    """Whether ``a`` holds less than ``b`` of precision or of range (bfloat16 into float16 loses range)."""
+    fa, fb = torch.finfo(a), torch.finfo(b)
+    return fa.eps > fb.eps or fa.max < fb.max or fa.tiny > fb.tiny
 
 
 def check_optimizer(pre, param_groups, state_dict: Any, key: str):

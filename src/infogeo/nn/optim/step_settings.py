@@ -13,6 +13,7 @@ import torch
 
 from ...geometry.points import check_flag, positive_int
 from .. import fsdp
+from .._params import HELD_DTYPES
 from .gradient_basis import UNFACTORED
 from .settings import CURVATURES, KINDS, MAX_COUNT, agrees, check_learning_rate, positive_number, step_defaults
 from .step import STEP_RULES
@@ -31,6 +32,7 @@ class StepSettings(NamedTuple):
     betas: Tuple[float, float]
     eps: float
     nesterov: bool
+    state_dtype: Union[str, torch.dtype]
     momentum: float
     kl_clip: Optional[float]
     quadratic_model: bool
@@ -41,7 +43,7 @@ class StepSettings(NamedTuple):
 
 def check_step_settings(model: torch.nn.Module, curvature: str, damping: float, options: Dict[str, Any], *,
                         lr: Optional[float], step_rule: Optional[str], betas: Optional[Tuple[float, float]],
-                        eps: float, nesterov: Optional[bool], unfactored: str, momentum: float,
+                        eps: float, nesterov: Optional[bool], unfactored: str, state_dtype: Any, momentum: float,
                         kl_clip: Union[float, None, str], quadratic_model: bool, adaptive_damping: bool,
                         damping_adaptation_period: int, damping_factor: float) -> StepSettings:
     """Raise a ``ValueError`` or ``TypeError`` naming the first argument that is out of range or does not go with
@@ -80,6 +82,11 @@ def check_step_settings(model: torch.nn.Module, curvature: str, damping: float, 
             if not agrees(options.setdefault(key, value), value):
                 raise ValueError(f"step_rule='eigen-adam' needs {key}={value!r} with curvature={curvature!r} "
                                  f"(what the rule uses), got {key}={options[key]!r}")
+    if not (state_dtype == "auto" if isinstance(state_dtype, str) else state_dtype in HELD_DTYPES):
+        raise ValueError(f"state_dtype must be 'auto' or one of {HELD_DTYPES}, got {state_dtype!r}")
+    if rule != "eigen-adam" and state_dtype != "auto":
+        raise ValueError(f"state_dtype is the dtype step_rule='eigen-adam' holds its state in; got "
+                         f"step_rule={rule!r}")
     if isinstance(kl_clip, str):
         if kl_clip != "auto":
             raise ValueError(f"kl_clip must be a positive number, None or 'auto', got {kl_clip!r}")
@@ -97,5 +104,5 @@ def check_step_settings(model: torch.nn.Module, curvature: str, damping: float, 
     period = positive_int(damping_adaptation_period, "damping_adaptation_period", maximum=MAX_COUNT)
     factor = positive_number("damping_factor", damping_factor, maximum=1.0)
     positive_number("damping", damping)
-    return StepSettings(rule, lr, (b1, b2), eps, bool(nesterov), momentum, kl_clip, bool(quadratic_model),
+    return StepSettings(rule, lr, (b1, b2), eps, bool(nesterov), state_dtype, momentum, kl_clip, bool(quadratic_model),
                         bool(adaptive_damping), period, factor)
