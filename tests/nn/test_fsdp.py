@@ -71,6 +71,21 @@ class Attention(torch.nn.Module):
         return self.head((h + self.attn(h, h, h, need_weights=False)[0]).mean(1))
 
 
+class Encoder(torch.nn.Module):
+    """torch's own transformer layers (attention, LayerNorms, feed-forward), mean-pooled: under FSDP2 each layer is
+    sharded in a unit of its own, as FSDP2's recipes shard transformer blocks."""
+
+    def __init__(self, d=8, classes=3):
+        super().__init__()
+        self.embed = torch.nn.Embedding(VOCAB, d)
+        layer = torch.nn.TransformerEncoderLayer(d, 2, 2 * d, dropout=0.0, batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = torch.nn.Linear(d, classes)
+
+    def forward(self, tokens):
+        return self.head(self.encoder(self.embed(tokens)).mean(1))
+
+
 class Tied(torch.nn.Module):
     """A read-out tied to the embedding, ``F.linear(h, embed.weight)`` (a use outside the Embedding), mean-pooled."""
 
@@ -86,9 +101,10 @@ class Tied(torch.nn.Module):
 def problem(arch, dtype=torch.float64):
     """A freshly seeded model and ``STEPS`` batches of ``N`` examples."""
     torch.manual_seed(0)
-    model = {"mlp": mlp, "block": Block, "branch": Branch, "attention": Attention, "tied": Tied}[arch]().to(dtype)
+    model = {"mlp": mlp, "block": Block, "branch": Branch, "attention": Attention, "tied": Tied,
+             "encoder": Encoder}[arch]().to(dtype)
     g = torch.Generator().manual_seed(1)
-    X = torch.randn(STEPS, N, 4, generator=g, dtype=dtype) if arch not in ("block", "attention") else \
+    X = torch.randn(STEPS, N, 4, generator=g, dtype=dtype) if arch not in ("block", "attention", "encoder") else \
         torch.randint(0, VOCAB, (STEPS, N, T), generator=g)
     y = torch.randint(0, 3, (STEPS, N), generator=g)
     return model, X, y
@@ -111,6 +127,15 @@ def shard(model, policy=None, hybrid=False, root_only=False):
             if not any(isinstance(p, torch.distributed.tensor.DTensor) for p in m.parameters()):
                 fully_shard(m, **kw)
     fully_shard(model, **kw)
+    return model
+
+
+def shard_layers(model):
+    """``fully_shard`` each of the encoder's layers, then the root."""
+    from torch.distributed.fsdp import fully_shard
+    for layer in model.encoder.layers:
+        fully_shard(layer)
+    fully_shard(model)
     return model
 
 
@@ -150,6 +175,10 @@ CASES_4 = [("kfac", "memory", "mlp", "clip"), ("ekfac", "comm", "mlp", "clip")]
 # with the root alone sharded (FSDP2 needs a weight in the unit of the module that reads it)
 CASES_FOREIGN = [("diag", "memory", "attention", "graft"), ("kfac", "memory", "attention", "clip"),
                  ("diag", "comm", "tied", "clip"), ("kfac", "memory", "tied", "graft")]
+# torch's transformer layers, each sharded in a unit of its own: the rules that read parameter values (attention,
+# LayerNorm) take them as the forward used them
+CASES_UNITS = [("kfac", "memory", "encoder", "graft"), ("diag", "memory", "encoder", "clip"),
+               ("kfac", "comm", "encoder", "eigen-adam")]
 # hybrid sharding (HSDP) on the four ranks
 CASES_HSDP = [("kfac", "memory", "mlp", "clip"), ("ekfac", "comm", "block", "graft")]
 
@@ -169,6 +198,9 @@ def run_fsdp(rank, world):
         for case in CASES_FOREIGN:
             model, X, y = problem(case[2])
             out[case] = train(shard(model, root_only=True), X[:, part], y[:, part], *case)[:2]
+        for case in CASES_UNITS:
+            model, X, y = problem(case[2])
+            out[("units",) + case] = train(shard_layers(model), X[:, part], y[:, part], *case)[:2]
         out["mc"] = mc_fisher(part)
         out["bf16"] = bf16(part)
         out["refused"] = refusals()
@@ -293,6 +325,17 @@ def test_two_ranks_of_fsdp2_equal_one_process_on_the_whole_batch(two):
         want = expected(case)
         for r in range(2):
             got = torch.tensor(two[r][case][1], dtype=torch.float64)
+            assert torch.allclose(got, want, rtol=0, atol=1e-8), (case, r, (got - want).abs().max())
+
+
+def test_transformer_layers_sharded_each_in_a_unit_of_their_own_equal_one_process(two):
+    """The attention (Kronecker factors from the attention run again) and the LayerNorms (per-example vjps) read
+    their parameters' values, which FSDP2 shards again after each layer's forward: the hooks copy them as the
+    forward used them (before, a raw DTensor error from the LayerNorm)."""
+    for case in CASES_UNITS:
+        want = expected(case)
+        for r in range(2):
+            got = torch.tensor(two[r][("units",) + case][1], dtype=torch.float64)
             assert torch.allclose(got, want, rtol=0, atol=1e-8), (case, r, (got - want).abs().max())
 
 

@@ -228,6 +228,7 @@ def _backpropagate(space, z: torch.Tensor, layers: List[Layer], shared: List[str
             l.inputs = tuple(a.detach() for a in c.args)
             l.kwargs = dict(c.kwargs)
             l.output, l.output_shape = (c.edges if c.multi else c.edge), c.shape
+            l.values = c.values
             live.append(l)
         else:
             # one group per module holding the parameters directly (an adopted child's apart from its parent's)

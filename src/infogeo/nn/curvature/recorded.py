@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch.autograd.graph import get_gradient_edge
@@ -20,10 +20,17 @@ from .layers import LayerRule, adopted, rule_for
 __all__ = ["Layer", "Call", "recording_hook", "find_layers", "owners", "classify"]
 
 
-def recording_hook(calls: Dict[str, list], path: str) -> Callable:
-    """A forward hook (``with_kwargs=True``) appending the call of layer ``path`` to ``calls[path]``."""
+def recording_hook(calls: Dict[str, list], path: str, attrs: Sequence[str] = ()) -> Callable:
+    """A forward hook (``with_kwargs=True``) appending the call of layer ``path`` to ``calls[path]``.
+
+    ``attrs``: the layer's parameters (attributes) to copy as the call used them, where its rule reads their
+    values (:attr:`~.layers.base.LayerRule.reads_parameters`): FSDP2 puts the unsharded parameters in place only
+    for the forward of their unit, and shards them again before the statistics are computed."""
     def hook(module, args, kwargs, output):
-        calls[path].append(Call.record(args, kwargs, output))
+        call = Call.record(args, kwargs, output)
+        if attrs and rule_for(module, args, kwargs).reads_parameters:
+            call.values = {a: _attribute(module, a).detach().clone() for a in attrs}
+        calls[path].append(call)
     return hook
 
 
@@ -46,6 +53,7 @@ class Layer:
     stat_unsquared: bool = False             # square_sum: ``stat`` still holds the single column b
     reached: Any = None                      # K-FAC: booleans per output row, whether any column's gradient is non-zero
     cache: Any = None                        # what the rule keeps between its parts and their gradients
+    values: Any = None                       # attribute -> the parameter's value in the recorded call, if copied
 
     @property
     def names(self) -> List[str]:
@@ -120,6 +128,7 @@ class Call:
     version: Optional[int] = None
     ref: Optional[weakref.ref] = None
     more: tuple = ()                   # a tuple output: the edges of its other entries (None: no gradient)
+    values: Optional[dict] = None      # the parameters as the call used them (recording_hook's attrs)
     multi: bool = False                # whether the output is a tuple (its first entry is ``edge``)
 
     @classmethod

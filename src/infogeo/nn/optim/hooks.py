@@ -118,6 +118,9 @@ class ForwardRecorder:
         self.layers, _ = recorded.find_layers(module, list(names))
         self._owned = {n: p for n, p in module.named_parameters() if n in set(names)}
         self._owners = recorded.owners(module, list(names))
+        #: the layers whose parameters FSDP2 shards: a rule reading their values gets them copied from the forward
+        self._copied = {l.path: list(l.params) for l in self.layers
+                        if any(fsdp.is_dtensor(self._owned[n]) for n in l.params.values())}
         # FSDP2 puts unsharded parameters of its own in place of the sharded ones for the forward (fsdp.unsharded)
         self._stand_ins = partial(fsdp.unsharded, module) if fsdp.managed(module) else None
         self._watch: Optional[ForeignUses] = None
@@ -181,7 +184,8 @@ class ForwardRecorder:
         self.inputs = Batch(tuple(args), dict(kwargs))
         if self.armed:
             self._calls = Recorded({l.path: [] for l in self.layers})
-            self._sinks = {p: recorded.recording_hook(self._calls, p) for p in self._calls}
+            self._sinks = {l.path: recorded.recording_hook(self._calls, l.path, self._copied.get(l.path, ()))
+                           for l in self.layers}
             # which parameters this forward uses outside their modules (they take the whole-network route)
             self._watch = ForeignUses(self._owned, self._owners, inside=(self.module,), stand_ins=self._stand_ins)
             self._watch.__enter__()

@@ -17,8 +17,9 @@ copy: one attention backward per column.  The pseudo-gradients of both projectio
 so are the diagonal, block and EKFAC curvatures built from them.
 
 Cross-attention (a key or value other than the query), separate q/k/v weights (``kdim``/``vdim``),
-``add_bias_kv``, ``add_zero_attn``, active dropout and sharded (FSDP2) parameters are left to the
-other routes (the parameters of the module then go through the whole network, exactly).
+``add_bias_kv``, ``add_zero_attn`` and active dropout are left to the other routes (the parameters of the
+module then go through the whole network, exactly).  Under FSDP2 the optimizer's hooks copy the
+projections as the forward used them (unsharded), so an attention sharded in a unit of its own is read too.
 """
 from __future__ import annotations
 
@@ -93,6 +94,8 @@ class AttentionRule(LayerRule):
     tuple_outputs = True
     #: masks are keyword tensors, read as the module reads them
     tensor_kwargs = True
+    #: the attention is run again with the projections' values
+    reads_parameters = True
 
     def adopts(self, module: torch.nn.Module) -> Sequence[str]:
         # out_proj's parameters are used by the attention's forward, never by a call of out_proj
@@ -104,7 +107,6 @@ class AttentionRule(LayerRule):
         m: Any = module
         return (m.batch_first and m._qkv_same_embed_dim and m.bias_k is None and m.bias_v is None
                 and not m.add_zero_attn and not (m.training and m.dropout > 0)
-                and not any(is_dtensor(p) for p in m.parameters())
                 and len(args) == 3 and args[0] is args[1] and args[1] is args[2]
                 and isinstance(args[0], torch.Tensor) and args[0].dim() == 3 and args[0].is_floating_point()
                 and set(kwargs) <= _KWARGS)
@@ -118,9 +120,15 @@ class AttentionRule(LayerRule):
         again here, with a graph from the packed projections :math:`[q\,k\,v]` kept for :meth:`part_gradients`."""
         m = layer.module
 
+        given = self.parameter_values(layer, space)
+
         def value(attr: str) -> Optional[torch.Tensor]:
-            full = layer.params.get(attr)   # the point's value; a frozen parameter's is the module's own
-            t = space.point[full] if full is not None else functools.reduce(getattr, attr.split("."), m)
+            # the recorded call's or the point's value; a frozen parameter's is the module's own
+            t = given[attr] if attr in given else functools.reduce(getattr, attr.split("."), m)
+            if is_dtensor(t):
+                raise ValueError(f"the attention {layer.path!r} is run again at its parameters, which FSDP2 holds "
+                                 f"sharded here: record it through the optimizer's hooks (NaturalGradient, "
+                                 f"Preconditioner), which copy them as the forward used them")
             return None if t is None else t.detach()
 
         W_in, b_in, W_out = value("in_proj_weight"), value("in_proj_bias"), value("out_proj.weight")

@@ -71,6 +71,9 @@ class LayerRule:
     #: whether the rule reads tensors among the call's keyword arguments (otherwise such a call goes through the
     #: whole network)
     tensor_kwargs: bool = False
+    #: whether the rule reads the parameters' values (not only the recorded inputs and output gradients): under
+    #: FSDP2 the optimizer's hooks then copy them as the call used them (``layer.values``), unsharded
+    reads_parameters: bool = False
 
     def adopts(self, module: torch.nn.Module) -> Sequence[str]:
         """Child modules of ``module`` whose parameters belong to ``module``'s layer: its forward uses them without
@@ -88,6 +91,13 @@ class LayerRule:
 
     def release(self, layer) -> None:
         """Drop what :meth:`parts` kept for :meth:`part_gradients` (after the last column)."""
+
+    @staticmethod
+    def parameter_values(layer, space) -> Dict[str, torch.Tensor]:
+        """``attribute -> value`` of the layer's parameters as its recorded call used them (``layer.values``, copied
+        by the hooks where FSDP2 shards them again after the forward), else the point's, detached."""
+        given = layer.values or {}
+        return {a: (given[a] if a in given else space.point[full]).detach() for a, full in layer.params.items()}
 
     def matches(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> bool:
         """Whether this rule handles a call ``module(*args, **kwargs)`` (inputs batch-first)."""

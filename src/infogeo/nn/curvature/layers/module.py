@@ -24,6 +24,7 @@ class ModuleRule(LayerRule):
     """The generic rule: any module, by per-example vjps of the module (last in the registry)."""
 
     name = "module"
+    reads_parameters = True
     description = ("any other module called once (LayerNorm, cross-attention, RNN/LSTM/GRU, grouped or depthwise "
                    "convolutions, your own): exact per-example vjps of the module, diagonal blocks")
 
@@ -33,7 +34,7 @@ class ModuleRule(LayerRule):
     def rows(self, layer, space, cols, chunk_elements: int = CHUNK_ELEMENTS) -> Rows:
         R, N = cols.rows, space.batch_size
         rows = layer.grad_out.reshape((R,) + tuple(layer.grad_out.shape[2:]))
-        p = {a: space.point[full].detach() for a, full in layer.params.items()}
+        p = self.parameter_values(layer, space)
         module = layer.module
         for res in per_row_vjps(lambda batch, q: batch.call(module, q), p, Batch(layer.inputs, layer.kwargs),
                                 lambda sl: rows[sl], R, N, layer.numel, chunk_elements):
