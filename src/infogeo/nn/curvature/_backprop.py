@@ -280,10 +280,16 @@ def _backpropagate(space, z: torch.Tensor, layers: List[Layer], shared: List[str
             outs: list = []
             spans: list = []
             for l in live:
-                edges = l.output if isinstance(l.output, list) else [l.output]
-                spans.append([None if e is None else len(outs) + sum(x is not None for x in edges[:i])
-                              for i, e in enumerate(edges)] if isinstance(l.output, list) else len(outs))
-                outs += [e for e in edges if e is not None]
+                if not isinstance(l.output, list):
+                    spans.append(len(outs))
+                    outs.append(l.output)
+                    continue
+                span = []
+                for e in l.output:   # a tuple output: one index per entry, None where it has no gradient
+                    span.append(None if e is None else len(outs))
+                    if e is not None:
+                        outs.append(e)
+                spans.append(span)
             # one column at a time: a batched backward (is_grads_batched) measured slower on CPU
             J = cols.count
             for j in range(J):

@@ -126,7 +126,8 @@ class EigenbasisKronBlock(KronBlock):
         the solves use them), in the factor's dtype."""
         if self._eig is None:
             return super().rebuilt(name)
-        lam, U = self.working_eig()[:2] if name == "A" else self.working_eig()[2:]
+        la, Ua, lg, Ug = self.working_eig()
+        lam, U = (la, Ua) if name == "A" else (lg, Ug)
         return ((U * lam) @ U.T).to(self._like.dtype)
 
     def null_dims(self) -> Tuple[int, int]:

@@ -7,7 +7,6 @@ alive), and :func:`classify` picks the layer rule that reads it, or none (the wh
 """
 from __future__ import annotations
 
-import functools
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -16,6 +15,7 @@ import torch
 from torch.autograd.graph import get_gradient_edge
 
 from .layers import LayerRule, adopted, rule_for
+from .layers.base import attribute
 
 __all__ = ["Layer", "Call", "recording_hook", "find_layers", "owners", "classify"]
 
@@ -29,7 +29,7 @@ def recording_hook(calls: Dict[str, list], path: str, attrs: Sequence[str] = ())
     def hook(module, args, kwargs, output):
         call = Call.record(args, kwargs, output)
         if attrs and rule_for(module, args, kwargs).reads_parameters:
-            call.values = {a: _attribute(module, a).detach().clone() for a in attrs}
+            call.values = {a: attribute(module, a).detach().clone() for a in attrs}
         calls[path].append(call)
     return hook
 
@@ -61,12 +61,7 @@ class Layer:
 
     @property
     def numel(self) -> int:
-        return sum(_attribute(self.module, a).numel() for a in self.params)
-
-
-def _attribute(module: Any, path: str) -> torch.Tensor:
-    """``module``'s attribute ``path`` (dotted: an adopted child's parameter, ``out_proj.weight``)."""
-    return functools.reduce(getattr, path.split("."), module)
+        return sum(attribute(self.module, a).numel() for a in self.params)
 
 
 def find_layers(model: torch.nn.Module, names: List[str]) -> Tuple[List[Layer], List[str]]:

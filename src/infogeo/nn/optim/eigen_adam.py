@@ -258,12 +258,11 @@ def rotated_gradient(state: Dict[str, torch.Tensor], g: Optional[torch.Tensor], 
     _in_dtype(state, held_dtype(held, work) or work)
     if basis is not None:
         change_basis(state, basis, work)
-        Ua, Ug = _as(basis[0], work), _as(basis[1], work)
         if rotated is not None:
             g = rotated.to(work)
         else:
-            g = cast(torch.Tensor, g)
-            g = _turn(g.to(work), Ug.T if Ug is not None else None, Ua)
+            Ua, Ug = _as(basis[0], work), _as(basis[1], work)
+            g = _turn(cast(torch.Tensor, g).to(work), Ug.T if Ug is not None else None, Ua)
     g = working(cast(torch.Tensor, g))
     if "exp_avg" not in state:
         held_as = held_dtype(held, g.dtype) or g.dtype

@@ -23,7 +23,6 @@ projections as the forward used them (unsharded), so an attention sharded in a u
 """
 from __future__ import annotations
 
-import functools
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
@@ -31,7 +30,7 @@ import torch.nn.functional as F
 
 from ...fsdp import is_dtensor
 from .._reducers import common_dtype
-from .base import LayerRule, Part
+from .base import LayerRule, Part, attribute
 from .linear import LinearRule
 
 _MHA = torch.nn.MultiheadAttention
@@ -124,7 +123,7 @@ class AttentionRule(LayerRule):
 
         def value(attr: str) -> Optional[torch.Tensor]:
             # the recorded call's or the point's value; a frozen parameter's is the module's own
-            t = given[attr] if attr in given else functools.reduce(getattr, attr.split("."), m)
+            t = given[attr] if attr in given else attribute(m, attr)
             if is_dtensor(t):
                 raise ValueError(f"the attention {layer.path!r} is run again at its parameters, which FSDP2 holds "
                                  f"sharded here: record it through the optimizer's hooks (NaturalGradient, "

@@ -20,6 +20,7 @@ The rules are tried in the order of :data:`~infogeo.nn.curvature.layers.RULES`; 
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
@@ -38,6 +39,11 @@ def chunks(R: int, per_row: int, chunk_elements: int) -> Iterator[slice]:
     step = max(1, chunk_elements // max(per_row, 1))
     for s in range(0, R, step):
         yield slice(s, min(R, s + step))
+
+
+def attribute(module: Any, path: str) -> Any:
+    """``module``'s attribute ``path`` (dotted: an adopted child's parameter, ``out_proj.weight``)."""
+    return functools.reduce(getattr, path.split("."), module)
 
 
 class Part(NamedTuple):
