@@ -109,7 +109,9 @@ def _worker(rank, port, queue, world=2):
                "masked": {case: _masked(*case, world=world, rank=rank).tolist() for case in MASKED}}
         if world == 2:
             from .test_distributed_faults import run_scenarios
+            from .test_distributed_checkpoint import run_dcp
             out["faults"] = run_scenarios(rank)
+            out["dcp"] = run_dcp(rank, world)
         queue.put((rank, out))
     finally:
         dist.destroy_process_group()

@@ -203,7 +203,7 @@ def saved(kind, width=5, fisher="mc"):
 
 
 def _pre(sd):
-    return sd["state"]["natural_gradient"]["preconditioner"]
+    return sd["state"][0]["natural_gradient"]["preconditioner"]
 
 
 def _first_stat(sd):
@@ -215,9 +215,9 @@ DAMAGE = {
     "none": lambda sd: None,
     "drop state": lambda sd: sd.pop("state"),
     "drop groups": lambda sd: sd.pop("param_groups"),
-    "drop ours": lambda sd: sd["state"].pop("natural_gradient"),
-    "drop preconditioner": lambda sd: sd["state"]["natural_gradient"].pop("preconditioner"),
-    "preconditioner not a dict": lambda sd: sd["state"]["natural_gradient"].update(preconditioner=3),
+    "drop ours": lambda sd: sd["state"][0].pop("natural_gradient"),
+    "drop preconditioner": lambda sd: sd["state"][0]["natural_gradient"].pop("preconditioner"),
+    "preconditioner not a dict": lambda sd: sd["state"][0]["natural_gradient"].update(preconditioner=3),
     "drop step": lambda sd: _pre(sd).pop("step"),
     "step a string": lambda sd: _pre(sd).update(step="3"),
     "negative step": lambda sd: _pre(sd).update(step=-2),
@@ -235,7 +235,7 @@ DAMAGE = {
     "stat float32": lambda sd: (lambda s, k: s.update({k: s[k].float()}))(*_first_stat(sd)),
     "stat int": lambda sd: (lambda s, k: s.update({k: s[k].long()}))(*_first_stat(sd)),
     "stats not a dict": lambda sd: _pre(sd).update(curvature=[1, 2]),
-    "previous step reshaped": lambda sd: sd["state"]["natural_gradient"].update(previous_step={"0.weight": torch.zeros(1)}),
+    "previous step reshaped": lambda sd: sd["state"][0]["natural_gradient"].update(previous_step={"0.weight": torch.zeros(1)}),
     "extra group": lambda sd: sd["param_groups"].append(copy.deepcopy(sd["param_groups"][0])),
     "lr string": lambda sd: sd["param_groups"][0].update(lr="fast"),
 }

@@ -74,8 +74,8 @@ def test_a_resaved_checkpoint_keeps_the_curvature():
     opt2 = ig.nn.NaturalGradient(mlp(), **KW, step_rule="clip")
     opt2.load_state_dict(saved)
     again = opt2.state_dict()
-    assert same(again["state"]["natural_gradient"]["preconditioner"]["curvature"],
-                saved["state"]["natural_gradient"]["preconditioner"]["curvature"])
+    assert same(again["state"][0]["natural_gradient"]["preconditioner"]["curvature"],
+                saved["state"][0]["natural_gradient"]["preconditioner"]["curvature"])
 
 
 def _saved(**kw):
@@ -438,9 +438,9 @@ def _no_nan(tree):
     (lambda s: [s["state"][2].pop(k) for k in ("graft_step", "step") if k in s["state"][2]], "lacks"),
     (lambda s: s["state"][2].update({k: -1 - v for k, v in s["state"][2].items() if k in ("step", "graft_step")}),
      "count"),
-    (lambda s: s["state"]["natural_gradient"].update(previous_step={k: None for k in ("0.weight", "0.bias")}),
+    (lambda s: s["state"][0]["natural_gradient"].update(previous_step={k: None for k in ("0.weight", "0.bias")}),
      "previous step"),
-    (lambda s: s["param_groups"][0]["params"].__setitem__(1, "x"), "integer ids"),
+    (lambda s: s["param_groups"][0]["params"].__setitem__(1, 0), "distinct indices or names"),
 ])
 def test_a_damaged_step_rule_state_is_refused_at_load_and_changes_nothing(rule, edit, match):
     """The per-parameter state of the step rule (Adam's moments, counts, basis) is checked when loaded, not met as
@@ -449,7 +449,7 @@ def test_a_damaged_step_rule_state_is_refused_at_load_and_changes_nothing(rule, 
     opt = ig.nn.NaturalGradient(a, **dict(KW, kl_clip=None, momentum=0.0), step_rule=rule)
     train(a, opt, 3)
     saved = copy.deepcopy(opt.state_dict())
-    saved["state"]["natural_gradient"]["previous_step"] = {n: torch.zeros_like(p) for n, p in a.named_parameters()}
+    saved["state"][0]["natural_gradient"]["previous_step"] = {n: torch.zeros_like(p) for n, p in a.named_parameters()}
     edit(saved)
     before = snapshot(saved)
     b = mlp()
@@ -468,7 +468,7 @@ def test_a_damaged_factorisation_in_a_checkpoint_is_refused():
     opt = ig.nn.NaturalGradient(a, **dict(KW, curvature="ekfac", momentum=0.0, kl_clip="auto"))
     train(a, opt, 3)
     saved = opt.state_dict()
-    basis = saved["state"]["natural_gradient"]["preconditioner"]["basis"]
+    basis = saved["state"][0]["natural_gradient"]["preconditioner"]["basis"]
     basis[next(iter(basis))] = "abc"
     with pytest.raises(ValueError, match="'basis'.*str"):
         ig.nn.NaturalGradient(mlp(), **dict(KW, curvature="ekfac", momentum=0.0, kl_clip="auto")).load_state_dict(saved)

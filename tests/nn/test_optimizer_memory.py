@@ -74,7 +74,7 @@ def test_the_grafted_step_is_recomputed_to_undo_it_bit_for_bit(monkeypatch):
     model = mlp()
     opt = ig.nn.NaturalGradient(model, curvature="kfac", curvature_update_period=2, step_rule="graft")
     train(model, opt, 0, 3)
-    prev = opt.state["natural_gradient"]["previous_step"]
+    prev = opt.state[next(model.parameters())]["natural_gradient"]["previous_step"]
     assert isinstance(prev, LastSteps)
     names = dict(model.named_parameters())
     assert set(prev) == set(names)
@@ -109,7 +109,7 @@ def test_the_eigen_adam_step_is_recomputed_to_undo_it_bit_for_bit(monkeypatch, c
         if i == 3:
             model[0].weight.grad[0, 0] = float("nan")
             after = {n: p.detach().clone() for n, p in model.named_parameters()}
-            prev = opt.state["natural_gradient"]["previous_step"]
+            prev = opt.state[next(model.parameters())]["natural_gradient"]["previous_step"]
             assert isinstance(prev, LastSteps)
             assert all(torch.equal(prev[n], taken[n]) for n in after)
         opt.step()
@@ -218,20 +218,23 @@ def test_between_factorisations_the_solver_keeps_its_decomposition_and_refers_to
 def test_a_checkpoint_saves_the_shared_factors_once(tmp_path):
     """Between factorisations the solver's factors are the curvature's: saved once (the solver's entry holds only
     what it does not share), with the factorisation; a checkpoint that repeats them (the earlier format) loads to
-    the same run."""
+    the same run, and so does one with the optimizer's own entry beside the parameters' states (as earlier
+    versions saved it)."""
     kw = dict(curvature="kfac", curvature_update_period=2, inverse_update_period=4, seed=3)
     a = mlp()
     opt_a = ig.nn.NaturalGradient(a, **kw)
     train(a, opt_a, 0, 7)
     saved = copy.deepcopy(opt_a.state_dict())   # a state_dict refers to the live moments
-    pre_state = next(v["preconditioner"] for v in saved["state"].values() if isinstance(v, dict) and
-                     "preconditioner" in v)
+    pre_state = saved["state"][0]["natural_gradient"]["preconditioner"]
     assert pre_state["solver"] == {} and pre_state["curvature"] and pre_state["basis"]
-    repeated = {**saved, "state": {k: ({**v, "preconditioner": {**v["preconditioner"], "solver": {
-        n: t.clone() for n, t in v["preconditioner"]["curvature"].items()}}} if isinstance(v, dict) and
-        "preconditioner" in v else v) for k, v in saved["state"].items()}}
+    repeated = copy.deepcopy(saved)
+    repeated["state"][0]["natural_gradient"]["preconditioner"]["solver"] = {
+        n: t.clone() for n, t in pre_state["curvature"].items()}
+    # the earlier versions' layout: the optimizer's own entry beside the parameters' states
+    beside = copy.deepcopy(saved)
+    beside["state"]["natural_gradient"] = beside["state"][0].pop("natural_gradient")
     train(a, opt_a, 7, 2)
-    for state in (saved, repeated):
+    for state in (saved, repeated, beside):
         b = mlp()
         opt_b = ig.nn.NaturalGradient(b, **kw)
         train(b, opt_b, 0, 7)

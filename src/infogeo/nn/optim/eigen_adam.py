@@ -46,7 +46,7 @@ import torch
 from .._params import held_dtype, working, working_dtype
 from ..curvature.eigenbasis import EigenbasisKronBlock
 from .gradient_basis import gradient_basis, matrix_view
-from .step import LastSteps, adam_directions, adam_moments
+from .step import LastSteps, adam_directions, adam_moments, started_afresh
 
 __all__ = ["eigen_steps", "eigen_adam", "eigen_adam_again", "pool_null", "change_basis", "rotated_gradient"]
 
@@ -99,7 +99,7 @@ def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastS
         if n in factored:
             continue
         if "exp_avg" in states[p] and not {"L", "R"} & set(states[p]) and {"U_A", "U_G"} & set(states[p]):
-            states[p].clear()   # a Kronecker block's moments, whose block is gone: started afresh
+            started_afresh(states[p])   # a Kronecker block's moments, whose block is gone
         G = matrix_view(raw[n]) if unfactored == "soap" else None
         if G is not None:
             split = partial(_as_param, n, p.shape)
@@ -178,7 +178,7 @@ def _into_block(block: EigenbasisKronBlock, parts: List[Dict[str, torch.Tensor]]
                 for key in moments:
                     moments[key][name] = s[key]
                 count = s["step"] if count is None else torch.maximum(count, s["step"])
-        s.clear()
+        started_afresh(s)
     if count is None:
         return
     like = next(iter(moments["exp_avg"].values()))

@@ -55,13 +55,13 @@ from .preconditioner import Preconditioner
 from .settings import check_groups, listed_once, refuse_torch_options
 from .step_settings import check_step_settings
 from .eigen_adam import eigen_steps
-from .step import LastSteps, graft, grafted, heavy_ball
+from .step import OWN, LastSteps, graft, grafted, heavy_ball
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["NaturalGradient"]
 
-_KEY = "natural_gradient"
+_KEY = OWN
 #: the step rules that move along the preconditioner's direction (the others use its factorisation)
 _SOLVING = ("graft", "clip")
 
@@ -144,7 +144,9 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         ``curvature_update_period`` is given).
     """
 
-    #: torch's per-parameter state, and this optimizer's own under the key ``"natural_gradient"``
+    #: torch's per-parameter state; this optimizer's own is in the first parameter's, under the key
+    #: ``"natural_gradient"`` (as ``torch.optim.LBFGS`` keeps its own: ``torch.distributed.checkpoint`` takes
+    #: an optimizer's state as per-parameter entries)
     state: Any
 
     def __init__(self, params: Any, lr: Optional[float] = None, curvature: str = "kfac", damping: float = 1e-3, *,
@@ -182,7 +184,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         if self.preconditioner.sharded and (s.quadratic_model or s.adaptive_damping):
             raise ValueError("quadratic_model and adaptive_damping evaluate the model at its parameters, which "
                              "fully_shard (FSDP2) keeps sharded; use the default step rules under FSDP2")
-        self.model, self.state[_KEY] = model, {"previous_step": None}
+        self.model, self._own = model, {"previous_step": None}
         self.kl_clip, self.quadratic_model, self.adaptive_damping = s.kl_clip, s.quadratic_model, s.adaptive_damping
         self.step_rule, self.betas, self.eps, self.unfactored = s.step_rule, s.betas, s.eps, unfactored
         self.nesterov, self.state_dtype = s.nesterov, s.state_dtype
@@ -190,6 +192,15 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
             self.preconditioner.estimate.basis_dtype = s.state_dtype
         self.damping_adaptation_period, self.damping_factor = s.damping_adaptation_period, s.damping_factor
         self.max_retries = self.preconditioner.max_retries
+
+    @property
+    def _own(self) -> Dict[str, Any]:
+        """This optimizer's own state (the previous step), in the state of the first group's first parameter."""
+        return self.state[self.param_groups[0]["params"][0]][_KEY]
+
+    @_own.setter
+    def _own(self, value: Dict[str, Any]) -> None:
+        self.state[self.param_groups[0]["params"][0]][_KEY] = value
 
     def add_param_group(self, param_group: Dict[str, Any]) -> None:
         """Groups are fixed once built (the curvature covers the parameters given at construction; a group added
@@ -278,7 +289,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
 
     def _update(self, raw, delta, space: Optional[ParameterSpace]) -> Optional[float]:
         """Move the parameters along ``-lr * delta`` (or the quadratic model's step); returns the model's decrease."""
-        pre, st, last = self.preconditioner, self.state[_KEY], LastSteps()   # recomputed to undo, not kept
+        pre, st, last = self.preconditioner, self._own, LastSteps()   # recomputed to undo, not kept
         idle = {n for n, p in zip(pre.names, pre.params) if p.grad is None}   # left alone, as torch's optimizers do
         model_decrease = None
         if self.quadratic_model:
@@ -323,7 +334,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         pre = self.preconditioner
         lrs = pre.learning_rates()
         delta = {n: -lrs[id(p)] * delta[n] for n, p in zip(pre.names, pre.params)}
-        found = quadratic.step(space, raw, delta, self.state[_KEY]["previous_step"], pre.damping, self.kl_clip)
+        found = quadratic.step(space, raw, delta, self._own["previous_step"], pre.damping, self.kl_clip)
         if found is None:
             warnings.warn("NaturalGradient: the quadratic model is not finite or not convex; plain step taken",
                           RuntimeWarning, stacklevel=4)
@@ -332,7 +343,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
 
     def _undo(self, why: str, raise_damping: bool = True) -> None:
         """Undo the last step (if any); a failure raises the damping (here, or already by the preconditioner)."""
-        pre, st = self.preconditioner, self.state[_KEY]
+        pre, st = self.preconditioner, self._own
         prev = st["previous_step"]
         if prev is not None:
             for n, p in zip(pre.names, pre.params):
@@ -353,26 +364,38 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
 
     # ------------------------------------------------------------ checkpoints
     def state_dict(self) -> Dict[str, Any]:
-        """Tensors and Python numbers only: ``torch.load(path, weights_only=True)`` reads it back."""
+        """Tensors and Python numbers only: ``torch.load(path, weights_only=True)`` reads it back, and
+        ``torch.distributed.checkpoint`` (``get_state_dict``, ``set_state_dict``) takes it as it takes torch's
+        optimizers' (this optimizer's own entry in the first parameter's state, no ``None``)."""
         out = super().state_dict()
-        prev = self.state[_KEY]["previous_step"]
-        out["state"][_KEY] = {"previous_step": None if prev is None else {n: t.clone() for n, t in prev.items()},
-                              "preconditioner": self.preconditioner.state_dict()}
+        first = out["param_groups"][0]["params"][0]
+        # every parameter has an entry, an empty one if its step rule keeps nothing (torch's distributed
+        # set_state_dict asks for one)
+        states = {i: {n: v for n, v in out["state"].get(i, {}).items() if n != _KEY}
+                  for g in out["param_groups"] for i in g["params"]}
+        own = {"preconditioner": self.preconditioner.state_dict(),
+               # the tensors of the parameters' states (a state dict filled by a distributed load is checked)
+               "moments": sum(isinstance(t, torch.Tensor) for s in states.values() for t in s.values())}
+        prev = self._own["previous_step"]
+        if prev is not None:
+            own["previous_step"] = {n: t.clone() for n, t in prev.items()}
+        states[first] = {**states.get(first, {}), _KEY: own}
+        out["state"] = states
         return out
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Restore :meth:`state_dict`, checked against this optimizer first (one ``ValueError`` naming the first
         mismatch, nothing changed); the argument is neither changed nor kept (its tensors are copied)."""
         pre = self.preconditioner
-        pre_state, prev, lrs = state.check_optimizer(pre, self.param_groups, state_dict, _KEY)
-        rest = copy.deepcopy({"state": {k: v for k, v in state_dict["state"].items() if k != _KEY},
+        pre_state, prev, lrs, states = state.check_optimizer(pre, self.param_groups, state_dict, _KEY)
+        rest = copy.deepcopy({"state": {k: v for k, v in states.items() if v},
                               "param_groups": state_dict["param_groups"]})
         for g, lr in zip(rest["param_groups"], lrs):
             g["lr"] = lr   # a float, as construction stores it (an int past 2**64 failed in the step's arithmetic)
         super().load_state_dict(rest)
         state.keep_saved_dtypes(self, rest)
         pre.load_state_dict(pre_state)
-        self.state[_KEY] = {"previous_step": None if prev is None else {
+        self._own = {"previous_step": None if prev is None else {
             n: prev[n].detach().to(device=p.device, dtype=p.dtype).clone() for n, p in zip(pre.names, pre.params)}}
 
 

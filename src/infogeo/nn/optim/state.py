@@ -3,11 +3,14 @@ r"""Checkpoints of a :class:`~.preconditioner.Preconditioner` that ``torch.load(
 one way to copy an optimizer (:class:`NotCopyable`).
 
 The state is tensors and Python numbers only: the step count, the damping and its base, the
-Monte Carlo generator's state (a byte tensor), the curvature statistics, the solver's own statistics where
-they are not the curvature's (``{"<block>/<factor>": tensor}``; a solver refers to the current factors between
-factorisations, and those are saved once), the factorisations it holds (``"basis"``), and what the
+Monte Carlo generator's state (a byte tensor) and the rank it was saved on, the curvature statistics, the solver's
+own statistics where they are not the curvature's (``{"<block>/<factor>": tensor}``; a solver refers to the current
+factors between factorisations, and those are saved once), the factorisations it holds (``"basis"``), the number of
+curvature statistics and which of these three sections it has (``"counts"``, ``"sections"``), and what the
 checkpoint is checked against when loaded: the curvature kind and the Fisher (their names as
-byte tensors), the preconditioned parameters' shapes, and the number of ranks.  The curvature
+byte tensors), the preconditioned parameters' shapes, and the number of ranks.  No entry is ``None`` and every
+name is a key, so ``torch.distributed.checkpoint`` saves it as it is, flattened or not (a flattened state dict
+comes back with the dotted names split into nested dicts: :func:`joined` makes them names again).  The curvature
 *objects* are not saved: their structure (which block covers which parameters) comes from the
 model, so at the first step after loading it is rebuilt on that step's batch and the saved
 statistics are put into it; the saved factorisations are adopted and any other one is recomputed from its saved
@@ -17,22 +20,27 @@ Loading checks everything before it changes anything, raises one ``ValueError`` 
 first mismatch, copies what it keeps (the caller's dict is neither changed nor aliased), and
 converts floating statistics to the preconditioner's ``factor_dtype`` (a checkpoint of a float32
 model loaded into a float64 one).  The number of ranks may differ: the statistics are the
-same on every rank; each rank continues the Monte Carlo stream it loads.
+same on every rank; a rank continues the Monte Carlo stream it loads if it was saved on that rank, and otherwise
+(a distributed checkpoint keeps one rank's copy of what the ranks hold alike) one of its own drawn from it.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Mapping, Tuple
 
 import torch
 
 from .. import distributed as dd
 from .settings import check_group_lr, positive_number
 
-__all__ = ["checkpoint", "check", "check_optimizer", "check_param_states", "load", "check_fits", "restore",
-           "NotCopyable", "keep_saved_dtypes"]
+__all__ = ["checkpoint", "check", "check_optimizer", "own_entry", "joined", "normalised", "check_param_states",
+           "load", "check_fits", "restore", "NotCopyable", "keep_saved_dtypes"]
 
 _CURVATURE_KEYS = ("curvature", "solver")
+#: the sections of statistics and factorisations (noted when saved, :func:`_counted`)
+_SECTIONS = _CURVATURE_KEYS + ("basis",)
+#: the sections keyed by parameter or block names
+_NAMED = _SECTIONS + ("shapes",)
 _REQUIRED = ("step", "damping", "rng")
 #: the per-parameter entries of each step rule (:mod:`.step`) that come together: the grafted rule's (told apart
 #: by its own entries), Adam's in an eigenbasis (whose basis and gradient statistics need its moments)
@@ -57,24 +65,31 @@ class NotCopyable:
                         f"new {name} built on the copied or loaded model")
 
 
+#: a name's bytes, padded with zeros to one length: a distributed checkpoint loads into tensors of the saved sizes,
+#: so another kind's name reaches :func:`check` (which names the mismatch) instead of failing the load on its size
+_NAME_BYTES = 32
+
+
 def _name(text: str) -> torch.Tensor:
-    return torch.tensor(list(text.encode()), dtype=torch.uint8)
+    raw = list(text.encode())
+    return torch.tensor(raw + [0] * (_NAME_BYTES - len(raw)), dtype=torch.uint8)
 
 
 def _text(t: Any) -> str:
-    return bytes(t.tolist()).decode() if isinstance(t, torch.Tensor) else str(t)
+    return bytes(t.tolist()).rstrip(b"\0").decode() if isinstance(t, torch.Tensor) else str(t)
 
 
 def checkpoint(pre) -> Dict[str, Any]:
     """The preconditioner's state as tensors and numbers."""
     est = pre.estimate
     out: Dict[str, Any] = {"step": pre.state["step"], **pre.damper.state_dict(), "rng": est.generator.get_state(),
-                           "kind": _name(pre.kind), "fisher": _name(pre.fisher), "world_size": dd.world_size(),
+                           "rank": dd.rank(), "kind": _name(pre.kind), "fisher": _name(pre.fisher),
+                           "world_size": dd.world_size(),
                            "shapes": {n: torch.tensor(p.shape, dtype=torch.int64) for n, p in zip(pre.names, pre.params)},
                            "unfilled": est.unfilled}
     if est.loaded is not None:  # saved again before the next step: what was loaded
         out.update({k: {n: t.clone() for n, t in v.items()} for k, v in est.loaded.items()})
-        return out
+        return _counted(out)
     current = est.curvature.stats() if est.curvature is not None and hasattr(est.curvature, "stats") else {}
     for key, c in (("curvature", est.curvature), ("solver", est.solver)):
         if c is not None and hasattr(c, "stats"):
@@ -85,6 +100,43 @@ def checkpoint(pre) -> Dict[str, Any]:
     if est.solver is not None and hasattr(est.solver, "bases"):
         # EKFAC between factorisations: the basis is not that of the solver's own (later) factors
         out["basis"] = {k: t.detach().clone() for k, t in est.solver.bases().items()}
+    return _counted(out)
+
+
+def _counted(out: Dict[str, Any]) -> Dict[str, Any]:
+    """``out`` with the number of curvature statistics (``"counts"``, the same on every rank) and which sections of
+    statistics it has (``"sections"``, 1 or 0: under ``placement="memory"`` a rank holds the factorisations of its
+    own blocks only, so their number is not a rank's to state).  A state dict that
+    ``torch.distributed.checkpoint.load`` filled has only the entries it held before, which :func:`check` tells
+    from a checkpoint that has none; and a flattened distributed state dict drops an empty section, which
+    :func:`normalised` tells from one that was not there."""
+    out["counts"] = {"curvature": len(out.get("curvature", ()))}
+    out["sections"] = {k: int(k in out) for k in _SECTIONS}
+    return out
+
+
+def joined(tree: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+    """A dict of tensors keyed by dotted names (parameters ``"0.weight"``, blocks ``"encoder.0/A"``) whose names
+    were split at their dots into nested dicts (``torch.distributed.checkpoint``'s flattened optimizer state
+    dict is rebuilt that way), keyed by whole names again; one without nesting is copied as it is."""
+    out: Dict[str, Any] = {}
+    for k, v in tree.items():
+        if isinstance(v, Mapping):
+            out.update(joined(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def normalised(saved: Mapping[str, Any]) -> Dict[str, Any]:
+    """A preconditioner checkpoint with its sections of names as flat dicts (:func:`joined`), an empty section that
+    a flattened state dict dropped back (:func:`_counted`); the others as given."""
+    out = {k: joined(v) if k in _NAMED and isinstance(v, Mapping) else v for k, v in saved.items()}
+    sections = out.get("sections")
+    if isinstance(sections, Mapping):
+        for k in _SECTIONS:
+            if sections.get(k) == 1 and k not in out:
+                out[k] = {}
     return out
 
 
@@ -92,6 +144,7 @@ def check(pre, saved: Any) -> None:
     """Raise a ValueError naming the first way ``saved`` does not fit ``pre``."""
     if not isinstance(saved, Mapping):
         raise TypeError(f"a Preconditioner checkpoint is the dict of its state_dict(), got {type(saved).__name__}")
+    saved = normalised(saved)
     missing = [k for k in _REQUIRED if k not in saved]
     if missing:
         raise ValueError(f"not a Preconditioner checkpoint: keys {missing} are missing (it has {sorted(saved)[:8]})")
@@ -105,6 +158,10 @@ def check(pre, saved: Any) -> None:
     unfilled = saved.get("unfilled", 0.0)
     if isinstance(unfilled, bool) or not isinstance(unfilled, (int, float)) or not 0.0 <= unfilled <= 1.0:
         raise ValueError(f"checkpoint: 'unfilled' must be a number in [0, 1], got {unfilled!r}")
+    rank = saved.get("rank", 0)
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        raise ValueError(f"checkpoint: 'rank' must be an integer >= 0, got {rank!r}")
+    _check_counts(saved)
     rng = saved["rng"]
     try:
         torch.Generator(pre.estimate.generator.device).set_state(torch.as_tensor(rng).cpu())
@@ -177,6 +234,23 @@ def check_param_states(states: Mapping[Any, Any], key: str) -> None:
                 raise ValueError(f"checkpoint: {what}: the count {count!r} must be one number >= 0, got {s[count]}")
 
 
+def _check_counts(saved: Mapping[str, Any]) -> None:
+    """Raise a ValueError if a section of statistics holds fewer tensors than were saved in it (``"counts"``)."""
+    counts, sections = saved.get("counts", {}), saved.get("sections", {})
+    for key, value, low, high in (("counts", counts, 0, math.inf), ("sections", sections, 0, 1)):
+        if not isinstance(value, Mapping) or any(isinstance(n, bool) or not isinstance(n, int) or not low <= n <= high
+                                                 for n in value.values()):
+            raise ValueError(f"checkpoint: {key!r} must map sections to integers in [{low}, {high}], got {value!r}")
+    short = {k: (len(saved.get(k) or {}), n) for k, n in counts.items() if len(saved.get(k) or {}) < n}
+    if short:
+        got = ", ".join(f"{k}: {have} of {n}" for k, (have, n) in short.items())
+        raise ValueError(f"checkpoint: it holds fewer statistics than were saved ({got}). "
+                         f"torch.distributed.checkpoint.load fills only the entries the state dict it is given "
+                         f"already has, and an optimizer has its statistics once it has taken a step: take one "
+                         f"step (on any batch: the load replaces all it changes) before get_state_dict() of the "
+                         f"optimizer you load into")
+
+
 def _solver_stats(saved: Mapping[str, Any]) -> Any:
     """The solver's statistics of a checkpoint, those it shared with the curvature (saved there) included."""
     solver, curvature = saved.get("solver"), saved.get("curvature")
@@ -187,12 +261,18 @@ def _solver_stats(saved: Mapping[str, Any]) -> Any:
 
 def load(pre, saved: Dict[str, Any]) -> None:
     """Take a :func:`checkpoint` (checked first, copied); the statistics wait for :func:`restore` at the next step."""
+    saved = normalised(saved)
     check(pre, saved)
     est = pre.estimate
     pre.state["step"] = int(saved["step"])
     pre.damper.load_state_dict({"damping": float(saved["damping"]),
                                 "base_damping": float(saved.get("base_damping", saved["damping"]))})
     est.generator.set_state(torch.as_tensor(saved["rng"]).cpu().clone())
+    if saved.get("rank", dd.rank()) != dd.rank():
+        # another rank's Monte Carlo stream (a distributed checkpoint saves one rank's): a stream of this rank's
+        # own, drawn from it, so that the ranks do not sample alike
+        base = int(torch.randint(0, 2 ** 62, (), generator=est.generator))
+        est.generator.manual_seed(base + 1_000_003 * dd.rank())
     # (a checkpoint of an earlier version has no entry: its average is taken as full, as that version used it)
     est.unfilled = float(saved.get("unfilled", 0.0 if "curvature" in saved else 1.0))
     est.loaded = {k: {n: t.detach().clone() for n, t in saved[k].items()} for k in _CURVATURE_KEYS + ("basis",)
@@ -259,26 +339,56 @@ def _narrower(a: torch.dtype, b: torch.dtype) -> bool:
     return fa.eps > fb.eps or fa.max < fb.max or fa.tiny > fb.tiny
 
 
+def own_entry(state_dict: Mapping[str, Any], key: str) -> Tuple[Any, Dict[Any, Any]]:
+    """``(the optimizer's own entry, the per-parameter states without it)`` of an optimizer checkpoint: the entry
+    ``key`` in the state of the first group's first parameter (where :meth:`.NaturalGradient.state_dict` puts it,
+    as ``torch.optim.LBFGS`` keeps its own), or, as earlier versions saved it, beside the parameters' states."""
+    states = state_dict["state"]
+    if key in states:
+        return states[key], {k: v for k, v in states.items() if k != key}
+    groups = state_dict["param_groups"]
+    first = groups[0]["params"][0] if groups and isinstance(groups[0], Mapping) and groups[0].get("params") else None
+    if first is None or not isinstance(states.get(first), Mapping):
+        return None, dict(states)
+    rest = dict(states)
+    rest[first] = {k: v for k, v in states[first].items() if k != key}
+    return states[first].get(key), rest
+
+
 def check_optimizer(pre, param_groups, state_dict: Any, key: str):
     """A :class:`~.natural_gradient.NaturalGradient` checkpoint checked against the optimizer (its preconditioner
     ``pre``, ``param_groups``) before anything changes: ``(the preconditioner's state, the previous step, the
-    groups' lrs as the floats checked)``, or one ``ValueError`` naming the first mismatch; ``key``: the optimizer's
-    own entry in the state."""
-    if not isinstance(state_dict, Mapping) or not {"state", "param_groups"} <= set(state_dict):
+    groups' lrs as the floats checked, the per-parameter states)``, or one ``ValueError`` naming the first
+    mismatch; ``key``: the optimizer's own entry (:func:`own_entry`).  The parameters may be named by their
+    indices (``state_dict()``) or by any other distinct keys, as ``torch.distributed.checkpoint``'s
+    ``set_state_dict`` names them (their qualified names)."""
+    if not isinstance(state_dict, Mapping) or not {"state", "param_groups"} <= set(state_dict) or \
+            not isinstance(state_dict["state"], Mapping) or not isinstance(state_dict["param_groups"], list):
         raise ValueError("not an optimizer checkpoint: expected the dict of NaturalGradient.state_dict() "
                          "with keys 'state' and 'param_groups'")
-    mine = state_dict["state"].get(key) if isinstance(state_dict["state"], Mapping) else None
+    mine, states = own_entry(state_dict, key)
     if not isinstance(mine, Mapping) or not isinstance(mine.get("preconditioner"), Mapping):
         raise ValueError(f"not a NaturalGradient checkpoint: its state has no {key!r} entry with the "
                          "preconditioner's state (saved by another optimizer?)")
-    pre_state = dict(mine["preconditioner"])
+    pre_state = normalised(mine["preconditioner"])
     if "base_damping" in mine:   # written by earlier versions next to the preconditioner's state
         pre_state.setdefault("base_damping", mine["base_damping"])
     check(pre, pre_state)
-    check_param_states(state_dict["state"], key)
+    check_param_states(states, key)
+    held = sum(isinstance(t, torch.Tensor) for s in states.values() if isinstance(s, Mapping) for t in s.values())
+    saved = mine.get("moments", 0)
+    if isinstance(saved, bool) or not isinstance(saved, int) or saved < 0:
+        raise ValueError(f"checkpoint: 'moments' must be an integer >= 0, got {saved!r}")
+    if held < saved:
+        raise ValueError(f"checkpoint: its parameters' states hold {held} of the {saved} tensors saved. "
+                         f"torch.distributed.checkpoint.load fills only the entries the state dict it is given "
+                         f"already has, and an optimizer has its moments once it has taken a step: take one step "
+                         f"(on any batch: the load replaces all it changes) before get_state_dict() of the "
+                         f"optimizer you load into")
     prev = mine.get("previous_step")
     shapes = {n: tuple(p.shape) for n, p in zip(pre.names, pre.params)}
     if prev is not None:
+        prev = joined(prev) if isinstance(prev, Mapping) else prev
         _finite_tensors("the previous step", prev)
         if set(prev) != set(shapes) or any(tuple(prev[n].shape) != shapes[n] for n in shapes):
             raise ValueError("checkpoint: its previous step does not match this optimizer's parameters")
@@ -289,15 +399,15 @@ def check_optimizer(pre, param_groups, state_dict: Any, key: str):
             raise ValueError(f"{[len(g['params']) for g in groups]} parameters per group saved, "
                              f"{[len(g['params']) for g in param_groups]} here")
         ids = [i for g in groups for i in g["params"]]
-        if any(isinstance(i, bool) or not isinstance(i, int) for i in ids) or len(set(ids)) != len(ids):
-            raise ValueError(f"the groups' params must be distinct integer ids, got {ids}")
-        stray = [k for k in state_dict["state"] if k != key and k not in ids]
+        if any(isinstance(i, bool) or not isinstance(i, (int, str)) for i in ids) or len(set(ids)) != len(ids):
+            raise ValueError(f"the groups' params must be distinct indices or names, got {ids}")
+        stray = [k for k in states if k not in ids]
         if stray:
             raise ValueError(f"the state has entries {stray[:4]} that no group's params name")
         # the groups' checks at construction and at each step (the params: this optimizer's, the saved are ids)
-        lrs = [check_group_lr(g["lr"], mine["params"]) for g, mine in zip(groups, param_groups)]
+        lrs = [check_group_lr(g["lr"], here["params"]) for g, here in zip(groups, param_groups)]
         for g in groups:
             positive_number("a parameter group's momentum", g["momentum"], inclusive=True, maximum=1.0)
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"checkpoint: its parameter groups do not fit this optimizer ({exc})") from None
-    return pre_state, prev, lrs
+    return pre_state, prev, lrs, states

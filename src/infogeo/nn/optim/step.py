@@ -38,10 +38,19 @@ import torch
 
 from .._params import working
 
-__all__ = ["STEP_RULES", "graft", "grafted", "LastSteps", "heavy_ball", "adam_moments", "adam_directions"]
+__all__ = ["STEP_RULES", "OWN", "started_afresh", "graft", "grafted", "LastSteps", "heavy_ball", "adam_moments",
+           "adam_directions"]
 
 #: the step rules NaturalGradient accepts
 STEP_RULES = ("graft", "clip", "eigen-adam")
+#: the key of the optimizer's own entry, in its first parameter's state beside that parameter's step-rule state
+OWN = "natural_gradient"
+
+
+def started_afresh(state: Dict[str, object]) -> None:
+    """A parameter's step-rule state emptied (its moments started afresh), the optimizer's own entry kept."""
+    for key in [k for k in state if k != OWN]:
+        del state[key]
 
 
 def heavy_ball(state: Dict[str, torch.Tensor], d: torch.Tensor, lr: float, momentum: float) -> torch.Tensor:

@@ -1,0 +1,242 @@
+"""``torch.distributed.checkpoint`` (DCP) with :class:`~infogeo.nn.NaturalGradient`, as FSDP2's users save and resume.
+
+``get_state_dict(model, opt)`` names an optimizer's state by the parameters' qualified names and so asks that
+all of it be per-parameter: the optimizer's own entry (the preconditioner's statistics, the previous step) is in
+its first parameter's state.  A run saved with ``dcp.save`` after 4 steps and resumed with ``dcp.load`` and
+``set_state_dict`` into a new model and optimizer must continue exactly as the run that went on (8 steps in one
+go), with the optimizer state dict flattened (``flatten_optimizer_state_dict=True``, torchtitan's choice) or not:
+in one process, and on 2 gloo ranks under DDP and under FSDP2 (the ranks spawned by :mod:`.test_distributed`).
+A state dict that ``dcp.load`` could not fill (taken from an optimizer that has no state yet) is refused when set,
+with what to do, instead of resuming with fresh statistics unseen.
+"""
+import tempfile
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import infogeo as ig  # noqa: E402
+from infogeo.nn.optim import state as ng_state  # noqa: E402
+
+dcp = pytest.importorskip("torch.distributed.checkpoint")
+sd_api = pytest.importorskip("torch.distributed.checkpoint.state_dict")
+F = torch.nn.functional
+STEPS, N = 8, 16
+
+
+def problem():
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(STEPS, N, 4, generator=g, dtype=torch.float64), torch.randint(0, 3, (STEPS, N), generator=g)
+
+
+def build(wrap=None, **kw):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 5), torch.nn.Tanh(),
+                                torch.nn.Linear(5, 3)).double()
+    net = model if wrap is None else wrap(model)
+    settings = dict(lr=0.05, damping=1e-2, fisher="exact", curvature_update_period=2, inverse_update_period=3)
+    return net, ig.nn.NaturalGradient(net, **{**settings, **kw})
+
+
+def run(net, opt, X, y):
+    for xb, yb in zip(X, y):
+        opt.zero_grad()
+        F.cross_entropy(net(xb), yb).backward()
+        opt.step()
+
+
+def whole(net):
+    return torch.cat([(p.full_tensor() if hasattr(p, "full_tensor") else p).detach().reshape(-1)
+                      for p in net.parameters()])
+
+
+def resumed(X, y, flat, path, wrap=None, **kw):
+    """Largest difference between 8 steps in one go and 4 steps, ``dcp.save``, a new model and optimizer (one step
+    on another batch: the structure the load fills), ``dcp.load``, ``set_state_dict``, 4 more."""
+    options = sd_api.StateDictOptions(flatten_optimizer_state_dict=flat)
+    net, opt = build(wrap, **kw)
+    run(net, opt, X, y)
+    half, half_opt = build(wrap, **kw)
+    run(half, half_opt, X[:4], y[:4])
+    msd, osd = sd_api.get_state_dict(half, half_opt, options=options)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=path)
+    again, again_opt = build(wrap, **kw)
+    run(again, again_opt, X[-1:], y[-1:])
+    msd, osd = sd_api.get_state_dict(again, again_opt, options=options)
+    dcp.load({"model": msd, "optim": osd}, checkpoint_id=path)
+    sd_api.set_state_dict(again, again_opt, model_state_dict=msd, optim_state_dict=osd, options=options)
+    run(again, again_opt, X[4:], y[4:])
+    return float((whole(net) - whole(again)).abs().max())
+
+
+def refused(path, flat, wrap=None, **kw):
+    """The message of the ValueError that a state dict of a fresh optimizer, filled by ``dcp.load``, raises."""
+    options = sd_api.StateDictOptions(flatten_optimizer_state_dict=flat)
+    net, opt = build(wrap, **kw)
+    msd, osd = sd_api.get_state_dict(net, opt, options=options)
+    dcp.load({"model": msd, "optim": osd}, checkpoint_id=path)
+    try:
+        sd_api.set_state_dict(net, opt, model_state_dict=msd, optim_state_dict=osd, options=options)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+#: (flattened, settings): bit-identical resumption (the exact Fisher: no Monte Carlo stream)
+CASES = [(False, {}), (True, {}), (True, {"step_rule": "graft"}), (False, {"step_rule": "eigen-adam"}),
+         (True, {"step_rule": "eigen-adam", "curvature": "ekfac"})]
+
+
+def run_dcp(rank, world):
+    """This rank's DCP runs under DDP and under FSDP2 (called by the spawned ranks of :mod:`.test_distributed`)."""
+    import torch.distributed as dist
+    part = slice(rank * N // world, (rank + 1) * N // world)
+    X, y = problem()
+    X, y = X[:, part], y[:, part]
+    paths = [tempfile.mkdtemp() if rank == 0 else None]
+    dist.broadcast_object_list(paths)
+    out, k = {}, 0
+
+    def where():
+        nonlocal k
+        k += 1
+        return f"{paths[0]}/{k}"
+
+    wraps = {"ddp": torch.nn.parallel.DistributedDataParallel}
+    try:
+        from torch.distributed.fsdp import fully_shard
+        wraps["fsdp"] = lambda m: fully_shard(m)
+    except ImportError:   # this torch has no FSDP2
+        pass
+    for name, wrap in wraps.items():
+        for flat, kw in CASES:
+            out[(name, flat, tuple(sorted(kw.items())))] = resumed(X, y, flat, where(), wrap, **kw)
+        # the Monte Carlo Fisher: one rank's stream saved (DCP keeps one copy of what the ranks hold alike); the
+        # ranks that load another rank's stream draw one of their own from it
+        path = where()
+        out[(name, "mc")] = resumed(X, y, True, path, wrap, fisher="mc")
+        out[(name, "fresh")] = refused(path, True, wrap, fisher="mc")
+    return out
+
+
+@pytest.fixture(scope="module")
+def two(two_ranks):
+    return {r: two_ranks[r]["dcp"] for r in range(2)}
+
+
+def test_dcp_resumes_bit_identically_on_two_ranks_under_ddp_and_fsdp2(two):
+    names = sorted({key[0] for key in two[0]})
+    fsdp_api = pytest.importorskip("torch.distributed.fsdp")
+    assert names == (["ddp", "fsdp"] if hasattr(fsdp_api, "fully_shard") else ["ddp"])
+    for r in range(2):
+        for name in names:
+            for flat, kw in CASES:
+                assert two[r][(name, flat, tuple(sorted(kw.items())))] == 0.0, (name, flat, kw)
+
+
+def test_dcp_with_the_monte_carlo_fisher_resumes_finite_and_a_fresh_optimizer_is_refused(two):
+    for r in range(2):
+        for name in sorted({key[0] for key in two[0]}):
+            assert 0.0 <= two[r][(name, "mc")] < 1.0   # resumed (another stream on one rank), not diverged
+            message = two[r][(name, "fresh")]
+            assert message is not None and "take one step" in message and "get_state_dict" in message
+
+
+@pytest.mark.parametrize("flat", [False, True])
+@pytest.mark.parametrize("kw", [{}, {"step_rule": "graft"}, {"step_rule": "eigen-adam"}, {"fisher": "mc"},
+                                {"curvature": "ekfac", "fisher": "mc"}])
+def test_dcp_resumes_bit_identically_in_one_process(tmp_path, flat, kw):
+    X, y = problem()
+    assert resumed(X, y, flat, str(tmp_path), **kw) == 0.0   # one rank: its own Monte Carlo stream
+
+
+@pytest.mark.parametrize("flat", [False, True])
+def test_set_state_dict_of_the_state_dict_in_memory_resumes_bit_identically(flat):
+    options = sd_api.StateDictOptions(flatten_optimizer_state_dict=flat)
+    X, y = problem()
+    net, opt = build(fisher="mc")
+    run(net, opt, X, y)
+    half, half_opt = build(fisher="mc")
+    run(half, half_opt, X[:4], y[:4])
+    msd, osd = sd_api.get_state_dict(half, half_opt, options=options)
+    keys = list(osd) if flat else list(osd["state"])
+    assert all(isinstance(k, str) and "natural_gradient" not in k.split(".")[:2] for k in keys)
+    again, again_opt = build(fisher="mc")
+    run(again, again_opt, X[-1:], y[-1:])
+    sd_api.set_state_dict(again, again_opt, model_state_dict=msd, optim_state_dict=osd, options=options)
+    run(again, again_opt, X[4:], y[4:])
+    assert torch.equal(whole(net), whole(again))
+
+
+def test_a_fresh_optimizer_filled_by_dcp_load_is_refused_and_left_as_it_was(tmp_path):
+    X, y = problem()
+    net, opt = build()
+    run(net, opt, X[:4], y[:4])
+    msd, osd = sd_api.get_state_dict(net, opt)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp_path))
+    fresh, fresh_opt = build()
+    before = fresh_opt.state_dict()
+    message = refused(str(tmp_path), False)
+    assert "take one step" in message and "0 of" in message
+    after = fresh_opt.state_dict()
+    assert after["state"].keys() == before["state"].keys() and fresh_opt.preconditioner.steps == 0
+
+
+def test_the_optimizers_own_entry_is_in_its_first_parameters_state():
+    X, y = problem()
+    net, opt = build()
+    run(net, opt, X[:2], y[:2])
+    saved = opt.state_dict()
+    first = next(net.parameters())
+    assert set(saved["state"]) == set(range(6))   # every parameter, an empty entry where nothing is kept
+    assert "natural_gradient" in saved["state"][0] and "natural_gradient" in opt.state[first]
+    pre = saved["state"][0]["natural_gradient"]["preconditioner"]
+    assert pre["counts"] == {"curvature": 6} and pre["rank"] == 0
+    assert pre["sections"] == {"curvature": 1, "solver": 1, "basis": 1} and pre["solver"] == {}
+    # no None anywhere (DCP's flattened optimizer state dict takes tensors, numbers and dicts only)
+
+    def values(tree):
+        for v in tree.values():
+            yield from values(v) if isinstance(v, dict) else [v]
+    assert all(isinstance(v, (torch.Tensor, int, float)) for s in saved["state"].values() for v in values(s))
+
+
+def test_names_split_at_their_dots_are_joined_again():
+    t = torch.zeros(2)
+    assert ng_state.joined({"0": {"weight": t, "bias/A": t}, "head.weight": t}) == {
+        "0.weight": t, "0.bias/A": t, "head.weight": t}
+    saved = ng_state.normalised({"sections": {"curvature": 1, "solver": 1, "basis": 0},
+                                 "curvature": {"enc": {"0/A": t, "0/G": t}}, "shapes": {"0": {"weight": t}}})
+    assert set(saved["curvature"]) == {"enc.0/A", "enc.0/G"} and saved["solver"] == {} and "basis" not in saved
+    assert set(saved["shapes"]) == {"0.weight"}
+
+
+def test_another_ranks_monte_carlo_stream_gives_a_stream_of_this_ranks_own():
+    X, y = problem()
+    net, opt = build(fisher="mc")
+    run(net, opt, X[:3], y[:3])
+    saved = opt.state_dict()
+    pre = saved["state"][0]["natural_gradient"]["preconditioner"]
+    streams = []
+    for rank in (0, 1, 1):
+        copy_ = {**pre, "rank": rank}
+        _, other = build(fisher="mc")
+        other.preconditioner.load_state_dict(copy_)
+        streams.append(other.preconditioner.estimate.generator.get_state())
+    assert torch.equal(streams[0], pre["rng"])                          # its own: continued
+    assert not torch.equal(streams[1], pre["rng"]) and torch.equal(streams[1], streams[2])   # drawn, reproducibly
+
+
+def test_a_distributed_checkpoint_of_another_fisher_is_refused_by_name(tmp_path):
+    """The names of the kind and the Fisher have one size: ``dcp.load`` fills them, and the load names the
+    mismatch (not DCP's size error on the name's bytes)."""
+    X, y = problem()
+    net, opt = build(fisher="mc")
+    run(net, opt, X[:2], y[:2])
+    msd, osd = sd_api.get_state_dict(net, opt)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp_path))
+    other, other_opt = build(fisher="exact")
+    run(other, other_opt, X[:1], y[:1])
+    msd, osd = sd_api.get_state_dict(other, other_opt)
+    dcp.load({"model": msd, "optim": osd}, checkpoint_id=str(tmp_path))
+    with pytest.raises(ValueError, match="fisher='mc'"):
+        sd_api.set_state_dict(other, other_opt, model_state_dict=msd, optim_state_dict=osd)
