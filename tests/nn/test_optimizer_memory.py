@@ -440,3 +440,24 @@ def test_state_held_in_bfloat16_trains_as_state_held_in_float32(seed):
     (s1, a), (s2, b) = final(), final(state_dtype=torch.float32)
     assert s1 == s2 and a < 0.5 * s1 and b < 0.5 * s2
     assert abs(a - b) / b < 0.05, (a, b)
+
+
+def test_a_basis_held_in_bfloat16_is_broadcast_in_bfloat16_and_adopted_exactly():
+    """``placement="comm"`` broadcasts each owner's factorisation: a basis held in bfloat16 travels in bfloat16 (half
+    the bytes), in receive buffers of the same dtypes and shapes, and a block that adopts it holds the same bits;
+    a checkpoint still takes the bases in float32."""
+    model = mlp().float()
+    opt = ig.nn.NaturalGradient(model, step_rule="eigen-adam")
+    X, y = batch(0)
+    F.cross_entropy(model(X.float()), y).backward()
+    opt.step()
+    blocks = [b for b in opt.preconditioner.estimate.solver.blocks if isinstance(b, EigenbasisKronBlock)]
+    assert blocks
+    for b in blocks:
+        sent, buffers = b.factorisation(0.0), b.factorisation_like()
+        assert [t.dtype for t in sent] == [torch.float32, torch.bfloat16] * 2
+        assert [(t.dtype, t.shape) for t in sent] == [(t.dtype, t.shape) for t in buffers]
+        held = [None if t is None else t.clone() for t in b.eig()]
+        b.adopt([t.clone() for t in sent], 0.0)
+        assert all(torch.equal(a, c) for a, c in zip(held, b.eig()) if a is not None)
+        assert {t.dtype for t in b.saved_factorisation().values()} == {torch.float32}

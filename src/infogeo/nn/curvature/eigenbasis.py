@@ -59,7 +59,9 @@ class EigenbasisKronBlock(KronBlock):
         return self._eig is not None
 
     def saved_factorisation(self) -> Dict[str, torch.Tensor]:
-        return dict(zip(self.FACTORISATION_KEYS, self.factorisation(0.0)))
+        # in the working dtype (exact from a narrower held basis), as checkpoints have always taken them
+        work = working_dtype(self._like.dtype)
+        return dict(zip(self.FACTORISATION_KEYS, (t.to(work) for t in self.factorisation(0.0))))
 
     def adopt_saved(self, saved: Dict[str, torch.Tensor], dtype: Optional[torch.dtype] = None) -> None:
         self.adopt(tuple(saved[k].to(dtype) for k in self.FACTORISATION_KEYS), 0.0)
@@ -222,11 +224,22 @@ class EigenbasisKronBlock(KronBlock):
         r"""The gradient rotated from its rows (:meth:`rotate_rows`), then scaled and rotated back."""
         return self._eigen_solve(self.rotate_rows(b, a), damping)
 
+    def _factorisation_dtypes(self) -> List[torch.dtype]:
+        """The dtypes of :meth:`factorisation`'s tensors on every rank: the eigenvalues in the working dtype, the
+        bases as held (:meth:`hold_factorised`, which every rank calls alike)."""
+        work = working_dtype(self._like.dtype)
+        basis = held_dtype(self._basis_dtype, work) or work
+        return [work, basis, work, basis]
+
     def factorisation(self, damping):
-        # a diagonal factor's basis (None) travels as an empty placeholder; the bases in the working dtype (exact
-        # from a narrower held one), as receive buffers and checkpoints take them
-        return [self._like.new_empty(0, dtype=working_dtype(self._like.dtype)) if t is None else t
-                for t in self.working_eig()]
+        # as held: a narrower basis (bfloat16) is broadcast in half the bytes and adopted exactly; a diagonal
+        # factor's basis (None) travels as an empty placeholder
+        return [self._like.new_empty(0, dtype=d) if t is None else t
+                for t, d in zip(self.eig(), self._factorisation_dtypes())]
+
+    def factorisation_like(self):
+        return [self._like.new_empty(shape, dtype=d)
+                for shape, d in zip(self.factorisation_shapes(), self._factorisation_dtypes())]
 
     def adopt(self, tensors, damping):
         la, Ua, lg, Ug = tensors
