@@ -21,12 +21,17 @@ __all__ = ["Layer", "Call", "recording_hook", "find_layers", "owners", "classify
 
 
 def recording_hook(calls: Dict[str, list], path: str, attrs: Sequence[str] = ()) -> Callable:
-    """A forward hook (``with_kwargs=True``) appending the call of layer ``path`` to ``calls[path]``.
+    """A forward hook (``with_kwargs=True``) appending the call of layer ``path`` to ``calls[path]`` (a call with
+    autograd disabled is left out).
 
     ``attrs``: the layer's parameters (attributes) to copy as the call used them, where its rule reads their
     values (:attr:`~.layers.base.LayerRule.reads_parameters`): FSDP2 puts the unsharded parameters in place only
     for the forward of their unit, and shards them again before the statistics are computed."""
     def hook(module, args, kwargs, output):
+        if not torch.is_grad_enabled():
+            # no gradient flows through this call (a branch under torch.no_grad(), the first pass of reentrant
+            # checkpointing): it adds nothing to the curvature (before, it counted as a second use of the layer)
+            return
         call = Call.record(args, kwargs, output)
         if attrs and rule_for(module, args, kwargs).reads_parameters:
             call.values = {a: attribute(module, a).detach().clone() for a in attrs}

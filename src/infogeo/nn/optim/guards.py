@@ -11,7 +11,7 @@ from typing import Any, List, Tuple
 
 import torch
 
-__all__ = ["check_step", "check_unfrozen", "check_unscaled"]
+__all__ = ["check_step", "check_unfrozen", "check_unscaled", "check_tracked"]
 
 Named = List[Tuple[str, torch.Tensor]]
 
@@ -53,6 +53,23 @@ def check_unscaled(scaler: Any) -> None:
             f"scaler.unscale_(optimizer) after the backward and before Preconditioner.step(), then "
             f"scaler.step(optimizer) (with NaturalGradient: scaler.step(opt), which unscales first); on the scaled "
             f"gradients the trust region would make the steps as many times too small")
+
+
+def check_tracked(untracked: List[Tuple[str, Named]]) -> None:
+    """Refuse a layer that this step's forward called only with autograd disabled (``untracked``: each such layer's
+    path and its parameters, by name) and whose parameters have gradients all the same: they came from a pass
+    the forward's hooks never saw, as ``torch.utils.checkpoint.checkpoint(..., use_reentrant=True)`` makes one
+    (it runs its function under ``torch.no_grad()`` and again inside the backward), so the curvature would hold
+    nothing of that layer and its step would be the gradient over the damping."""
+    for path, params in untracked:
+        with_grad = [n for n, p in params if p.grad is not None]
+        if with_grad:
+            raise ValueError(
+                f"layer {path or '(the model)'!r} was called with autograd disabled in the forward pass, yet "
+                f"{with_grad[0]!r} has a gradient: activation checkpointing with use_reentrant=True runs a "
+                f"function so and again inside the backward, where the curvature cannot be recorded. Use "
+                f"torch.utils.checkpoint.checkpoint(fn, ..., use_reentrant=False) (Hugging Face: "
+                f"model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={{'use_reentrant': False}}))")
 
 
 def check_step(frozen: Named, scaler: Any) -> None:

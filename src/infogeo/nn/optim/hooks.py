@@ -139,6 +139,9 @@ class ForwardRecorder:
         self.inputs: Optional[Batch] = None
         self._calls: Optional[Dict[str, list]] = None
         self._sinks: Dict[str, Callable] = {}
+        #: the layers called in this step's forwards with autograd enabled, and those called with it disabled
+        #: inside such a forward (:meth:`untracked`)
+        self._tracked: Dict[bool, set] = {True: set(), False: set()}
         self._boxes: List[list] = []
         self._handles = [module.register_forward_pre_hook(Hook(self, module, "_pre"), with_kwargs=True)]
         for layer in self.layers:
@@ -195,6 +198,8 @@ class ForwardRecorder:
 
 
     def _layer_hook(self, path: str, module, args, kwargs, output):
+        if self._live:
+            self._tracked[torch.is_grad_enabled()].add(path)
         if self._calls is not None:
             self._sinks[path](module, args, kwargs, output)
         # not inside a compiled region: the rows' tensor hooks would break its graph (the solve then reads .grad)
@@ -285,11 +290,19 @@ class ForwardRecorder:
         left = self._selecting.get(tuple(grad.shape))
         return left is None or (left is not False and not bool(grad[left].any()))
 
+    def untracked(self) -> List[str]:
+        """The layers this step's forwards called only with autograd disabled inside a forward that had it enabled:
+        ``torch.utils.checkpoint`` with ``use_reentrant=True`` runs its function so, and again during the backward,
+        where its layers' gradients come from a pass no hook of the forward saw (or a layer run under
+        ``torch.no_grad()`` on purpose, whose parameters then get no gradient from it)."""
+        return sorted(self._tracked[False] - self._tracked[True])
+
     def release(self) -> None:
-        """Drop the outputs still waiting for their backward (after a step)."""
+        """Drop the outputs still waiting for their backward (after a step), and what the step's forwards called."""
         for box in self._boxes:
             box.clear()
         self._boxes = []
+        self._tracked = {True: set(), False: set()}
 
     def remove(self) -> None:
         """Remove every hook from the model."""

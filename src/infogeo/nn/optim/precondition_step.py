@@ -43,6 +43,8 @@ def _step(pre, grads, inputs, targets, error, solve):
     if error is None:
         try:
             guards.check_step(pre.frozen, pre.grad_scaler)   # unfrozen parameters, scaled gradients
+            if pre.estimate.captures:   # layers whose gradients came from a pass the hooks did not see
+                guards.check_tracked(pre.untracked())
             grads = pre.grads() if grads is None else pre.estimate.layout.check(grads, "grads", real=True)
             n = pre.estimate.batch_size(inputs)
             if n == 0:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Union, cast
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union, cast
 
 import torch
 
@@ -241,6 +241,16 @@ class Preconditioner(state.NotCopyable):
     def space(self, inputs: Any = None, targets: Optional[torch.Tensor] = None) -> ParameterSpace:
         """The parameter space on a batch (default: the last one the model saw with autograd enabled)."""
         return self.estimate.space(inputs, targets)
+
+    def untracked(self) -> List[Tuple[str, List[Tuple[str, torch.Tensor]]]]:
+        """The layers this step's forwards called only with autograd disabled (:meth:`~.hooks.ForwardRecorder.untracked`),
+        each with its preconditioned parameters by name (:func:`~.guards.check_tracked`)."""
+        paths = set(self.recorder.untracked())
+        if not paths:
+            return []
+        mine = dict(zip(self.names, self.params))
+        return [(l.path, [(n, mine[n]) for n in l.params.values() if n in mine])
+                for l in self.recorder.layers if l.path in paths]
 
     def keep_rows(self, grads: Params) -> None:
         """Keep the batch's rows for :meth:`take_rows` (none under FSDP2: there the rule gathers the gradients)."""
