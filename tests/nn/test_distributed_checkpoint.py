@@ -115,7 +115,21 @@ def run_dcp(rank, world):
         path = where()
         out[(name, "mc")] = resumed(X, y, True, path, wrap, fisher="mc")
         out[(name, "fresh")] = refused(path, True, wrap, fisher="mc")
+        out[(name, "saved")] = saved_at_half(X, y, where(), wrap)
     return out
+
+
+def saved_at_half(X, y, path, wrap=None):
+    """``(path, the parameters after 8 steps in one go)``: the run saved by ``dcp.save`` after 4 steps to ``path``
+    (flattened), for a resumption elsewhere (:func:`test_a_two_rank_dcp_checkpoint_resumes_in_one_process`)."""
+    options = sd_api.StateDictOptions(flatten_optimizer_state_dict=True)
+    net, opt = build(wrap, step_rule="graft")
+    run(net, opt, X, y)
+    half, half_opt = build(wrap, step_rule="graft")
+    run(half, half_opt, X[:4], y[:4])
+    msd, osd = sd_api.get_state_dict(half, half_opt, options=options)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=path)
+    return path, whole(net).tolist()
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +153,24 @@ def test_dcp_with_the_monte_carlo_fisher_resumes_finite_and_a_fresh_optimizer_is
             assert 0.0 <= two[r][(name, "mc")] < 1.0   # resumed (another stream on one rank), not diverged
             message = two[r][(name, "fresh")]
             assert message is not None and "take one step" in message and "get_state_dict" in message
+
+
+def test_a_two_rank_dcp_checkpoint_resumes_in_one_process(two):
+    """Saved by 2 ranks (DDP, and FSDP2 with its moments sharded), resumed by one process on the whole batch: DCP
+    gathers the shards and the factorisations each rank held of its own blocks; the run continues as the
+    2-rank run went on (to 1e-8: one process equals 2 ranks to that, float64).  The step rule is named: FSDP2's
+    default is ``"graft"``, one process's ``"eigen-adam"``."""
+    X, y = problem()
+    for name in sorted({key[0] for key in two[0]}):
+        path, went_on = two[0][(name, "saved")]
+        options = sd_api.StateDictOptions(flatten_optimizer_state_dict=True)
+        net, opt = build(step_rule="graft")
+        run(net, opt, X[-1:], y[-1:])
+        msd, osd = sd_api.get_state_dict(net, opt, options=options)
+        dcp.load({"model": msd, "optim": osd}, checkpoint_id=path)
+        sd_api.set_state_dict(net, opt, model_state_dict=msd, optim_state_dict=osd, options=options)
+        run(net, opt, X[4:], y[4:])
+        assert float((whole(net) - torch.tensor(went_on, dtype=torch.float64)).abs().max()) < 1e-8, name
 
 
 @pytest.mark.parametrize("flat", [False, True])
@@ -240,3 +272,38 @@ def test_a_distributed_checkpoint_of_another_fisher_is_refused_by_name(tmp_path)
     dcp.load({"model": msd, "optim": osd}, checkpoint_id=str(tmp_path))
     with pytest.raises(ValueError, match="fisher='mc'"):
         sd_api.set_state_dict(other, other_opt, model_state_dict=msd, optim_state_dict=osd)
+
+
+def test_the_preconditioner_goes_into_a_distributed_checkpoint_beside_its_optimizer(tmp_path):
+    """``Preconditioner`` + AdamW: the preconditioner's ``state_dict()`` saved by ``dcp.save`` beside the model's
+    and AdamW's, loaded into that of a preconditioner that has stepped: the run goes on bit for bit (Monte Carlo
+    Fisher, one process)."""
+    X, y = problem()
+
+    def make():
+        torch.manual_seed(0)
+        model = build()[0]
+        return model, ig.nn.Preconditioner(model, "kfac", 1e-2, kl_clip=None), torch.optim.AdamW(
+            model.parameters(), lr=1e-2)
+
+    def go(model, pre, opt, X, y):
+        for xb, yb in zip(X, y):
+            opt.zero_grad()
+            F.cross_entropy(model(xb), yb).backward()
+            pre.step()
+            opt.step()
+    model, pre, opt = make()
+    go(model, pre, opt, X, y)
+    half, half_pre, half_opt = make()
+    go(half, half_pre, half_opt, X[:4], y[:4])
+    msd, osd = sd_api.get_state_dict(half, half_opt)
+    dcp.save({"model": msd, "optim": osd, "pre": half_pre.state_dict()}, checkpoint_id=str(tmp_path))
+    again, again_pre, again_opt = make()
+    go(again, again_pre, again_opt, X[-1:], y[-1:])
+    msd, osd = sd_api.get_state_dict(again, again_opt)
+    pre_sd = again_pre.state_dict()
+    dcp.load({"model": msd, "optim": osd, "pre": pre_sd}, checkpoint_id=str(tmp_path))
+    sd_api.set_state_dict(again, again_opt, model_state_dict=msd, optim_state_dict=osd)
+    again_pre.load_state_dict(pre_sd)
+    go(again, again_pre, again_opt, X[4:], y[4:])
+    assert torch.equal(whole(model), whole(again))
