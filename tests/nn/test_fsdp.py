@@ -86,6 +86,18 @@ class Encoder(torch.nn.Module):
         return self.head(self.encoder(self.embed(tokens)).mean(1))
 
 
+class Checkpointed(Encoder):
+    """The encoder with each layer under activation checkpointing (``use_reentrant=False``), as FSDP2's recipes
+    combine the two: the layers run again, unsharded again, inside the backward."""
+
+    def forward(self, tokens):
+        from torch.utils.checkpoint import checkpoint
+        h = self.embed(tokens)
+        for layer in self.encoder.layers:
+            h = checkpoint(layer, h, use_reentrant=False)
+        return self.head(h.mean(1))
+
+
 class Tied(torch.nn.Module):
     """A read-out tied to the embedding, ``F.linear(h, embed.weight)`` (a use outside the Embedding), mean-pooled."""
 
@@ -102,9 +114,10 @@ def problem(arch, dtype=torch.float64):
     """A freshly seeded model and ``STEPS`` batches of ``N`` examples."""
     torch.manual_seed(0)
     model = {"mlp": mlp, "block": Block, "branch": Branch, "attention": Attention, "tied": Tied,
-             "encoder": Encoder}[arch]().to(dtype)
+             "encoder": Encoder, "checkpointed": Checkpointed}[arch]().to(dtype)
     g = torch.Generator().manual_seed(1)
-    X = torch.randn(STEPS, N, 4, generator=g, dtype=dtype) if arch not in ("block", "attention", "encoder") else \
+    tokens = arch in ("block", "attention", "encoder", "checkpointed")
+    X = torch.randn(STEPS, N, 4, generator=g, dtype=dtype) if not tokens else \
         torch.randint(0, VOCAB, (STEPS, N, T), generator=g)
     y = torch.randint(0, 3, (STEPS, N), generator=g)
     return model, X, y
@@ -178,7 +191,9 @@ CASES_FOREIGN = [("diag", "memory", "attention", "graft"), ("kfac", "memory", "a
 # torch's transformer layers, each sharded in a unit of its own: the rules that read parameter values (attention,
 # LayerNorm) take them as the forward used them
 CASES_UNITS = [("kfac", "memory", "encoder", "graft"), ("diag", "memory", "encoder", "clip"),
-               ("kfac", "comm", "encoder", "eigen-adam")]
+               ("kfac", "comm", "encoder", "eigen-adam"),
+               # and each under activation checkpointing
+               ("kfac", "memory", "checkpointed", "graft"), ("kfac", "comm", "checkpointed", "eigen-adam")]
 # hybrid sharding (HSDP) on the four ranks
 CASES_HSDP = [("kfac", "memory", "mlp", "clip"), ("ekfac", "comm", "block", "graft")]
 
@@ -331,7 +346,8 @@ def test_two_ranks_of_fsdp2_equal_one_process_on_the_whole_batch(two):
 def test_transformer_layers_sharded_each_in_a_unit_of_their_own_equal_one_process(two):
     """The attention (Kronecker factors from the attention run again) and the LayerNorms (per-example vjps) read
     their parameters' values, which FSDP2 shards again after each layer's forward: the hooks copy them as the
-    forward used them (before, a raw DTensor error from the LayerNorm)."""
+    forward used them (before, a raw DTensor error from the LayerNorm).  Also with each layer under activation
+    checkpointing (non-reentrant), which runs the layers again in the backward."""
     for case in CASES_UNITS:
         want = expected(case)
         for r in range(2):
