@@ -167,8 +167,7 @@ def test_a_float16_model_keeps_its_moments_in_float32s_range(curvature, rule, he
     assert moments and all(t.dtype == held for t in moments)
 
 
-@pytest.mark.parametrize("key,value", [("weight_decay", 0.5), ("betas", (0.0, 0.5)), ("eps", 1.0),
-                                       ("momentum", 0.9)])
+@pytest.mark.parametrize("key,value", [("weight_decay", 0.5), ("eps", 1.0), ("momentum", 0.9)])
 def test_a_group_setting_the_rule_would_ignore_is_refused(key, value):
     m = mlp()
     groups = [{"params": m[0].parameters(), key: value}, {"params": m[2].parameters()}]
@@ -213,18 +212,51 @@ def test_a_torch_keyword_is_told_what_to_do_instead(key, curvature):
         ig.nn.NaturalGradient([{"params": m.parameters(), "weight_decay": 0.01}], model=m)
     with pytest.raises(ValueError) as keyword:
         ig.nn.NaturalGradient(m, weight_decay=0.01)
-    why = str(group.value).split("step_rule='clip'); ", 1)[1]
+    why = str(group.value).split("betas for the others); ", 1)[1]
     assert why.startswith("weight decay: add it to the loss") and str(keyword.value).endswith("; " + why)
 
 
-def test_a_scheduler_that_cycles_momentum_is_told_to_stop():
+@pytest.mark.parametrize("rule", ["eigen-adam", "graft"])
+def test_a_scheduler_that_cycles_momentum_cycles_betas_as_for_adam(rule):
+    """Adam's rates are kept per parameter group, as torch's Adam keeps them: OneCycleLR (cycle_momentum=True, its
+    default) cycles betas[0] exactly as it does Adam's (before, the step refused the momentum it set), and the step
+    uses each group's rates (a group set to (0.5, 0.9) steps as an optimizer built with betas=(0.5, 0.9))."""
     m, (X, y) = mlp(), data()
-    opt = ig.nn.NaturalGradient(m)
-    torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.01, total_steps=10)
-    with pytest.raises(ValueError, match="cycle_momentum=False"):
+    opt = ig.nn.NaturalGradient(m, lr=0.01, step_rule=rule)
+    beta2 = opt.betas[1]
+    adam = torch.optim.Adam(mlp().parameters(), lr=0.01, betas=opt.betas)
+    ours, theirs = (torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.01, total_steps=10) for o in (opt, adam))
+    for _ in range(6):
         one_step(m, opt, X, y)
+        adam.step()
+        ours.step()
+        theirs.step()
+        assert opt.param_groups[0]["betas"] == adam.param_groups[0]["betas"]
+        assert opt.param_groups[0]["betas"][1] == beta2 and opt.param_groups[0]["momentum"] == 0.0
+    assert opt.param_groups[0]["betas"][0] != 0.9
+    runs = []
+    for built, group in (((0.5, 0.9), None), (None, (0.5, 0.9))):
+        m = mlp()
+        opt = ig.nn.NaturalGradient(m, lr=0.01, step_rule=rule, **({"betas": built} if built else {}))
+        if group:
+            opt.param_groups[0]["betas"] = group
+        for _ in range(3):
+            one_step(m, opt, X, y)
+        runs.append(flat(m))
+    assert torch.equal(runs[0], runs[1])
     clip = ig.nn.NaturalGradient(mlp(), step_rule="clip", momentum=0.9)
     torch.optim.lr_scheduler.OneCycleLR(clip, max_lr=0.01, total_steps=10)   # momentum is clip's own
+    assert "betas" not in clip.param_groups[0]
+
+
+def test_a_groups_betas_are_checked_and_belong_to_the_rules_that_have_them():
+    m = mlp()
+    ig.nn.NaturalGradient([{"params": m[0].parameters(), "betas": (0.8, 0.99)}, {"params": m[2].parameters()}],
+                          model=m)
+    with pytest.raises(ValueError, match=r"a parameter group's betas\[0\]"):
+        ig.nn.NaturalGradient([{"params": m.parameters(), "betas": (1.5, 0.99)}], model=m)
+    with pytest.raises(ValueError, match="'betas'.*step_rule='clip'"):
+        ig.nn.NaturalGradient([{"params": m.parameters(), "betas": (0.8, 0.99)}], model=m, step_rule="clip")
 
 
 # ------------------------------------------------------------------ the model is a layer, or holds parameters itself

@@ -65,7 +65,8 @@ def eigen_adam_again(state: Dict[str, torch.Tensor], split: Any, name: str, dtyp
     return u.to(dtype).mul_(-lr)
 
 
-def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastSteps, betas: Tuple[float, float],
+def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastSteps,
+                betas: Union[Tuple[float, float], Dict[int, Tuple[float, float]]],
                 eps: float, unfactored: str, nesterov: bool = False,
                 held: Union[None, str, torch.dtype] = None) -> Dict[str, torch.Tensor]:
     r"""The ``"eigen-adam"`` steps :math:`-\eta\,u` of every parameter of the preconditioner ``pre``, from the gradients
@@ -75,6 +76,8 @@ def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastS
     state; ``last`` records how to recompute each step (to undo it; a Nesterov step, ``nesterov=True``, which
     depends on the gradient as well as on the state, is kept instead).  ``held``: the dtype the moments and the
     kept steps are held in where narrower than the one they are computed in (:func:`~infogeo.nn._params.held_dtype`).
+    ``betas``: Adam's decay rates, or those of each parameter (by ``id``: its group's, which a scheduler may
+    cycle); a block takes its first parameter's.
 
     The rotations are per block; Adam's elementwise updates of all blocks are fused (:func:`adam_moments`,
     :func:`adam_directions`: a handful of operations per step instead of a dozen per parameter, which is
@@ -110,21 +113,28 @@ def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastS
     # the moments updated in the gradients' dtype, then held (rounded) in theirs: the step is computed from the
     # held values, as eigen_adam_again computes it again
     work = [_working(j[1], j[2].dtype) for j in jobs]
-    adam_moments(work, [j[2] for j in jobs], betas)
+    rates = [tuple(betas if isinstance(betas, tuple) else betas[id(params[j[0][0]])]) for j in jobs]
+    together = {r: [i for i, q in enumerate(rates) if q == r] for r in dict.fromkeys(rates)}   # fused per rates
+    for r, idx in together.items():
+        adam_moments([work[i] for i in idx], [jobs[i][2] for i in idx], r)
     for i, dims in null.items():
         pool_null(work[i], dims)
     for (_, state, _, _), w in zip(jobs, work):
         _hold_back(state, w)
     steps = {}
-    directions = adam_directions(work, betas, eps, grads=[j[2] for j in jobs] if nesterov else None)
-    for (names, state, g, split), u in zip(jobs, directions):
+    directions: List[Any] = [None] * len(jobs)
+    for r, idx in together.items():
+        found = adam_directions([work[i] for i in idx], r, eps, grads=[jobs[i][2] for i in idx] if nesterov else None)
+        for i, u in zip(idx, found):
+            directions[i] = u
+    for (names, state, g, split), u, r in zip(jobs, directions, rates):
         u = _out_of_basis(u, state)
         parts = {names[0]: u} if split is None else split(u)
         for n in names:
             p = params[n]
             steps[n] = parts[n].to(p.dtype).mul_(-lrs[id(p)])
             last.record(n, partial(_kept, _narrowed(steps[n], held)) if nesterov else
-                        partial(eigen_adam_again, state, split, n, p.dtype, lrs[id(p)], betas=betas, eps=eps,
+                        partial(eigen_adam_again, state, split, n, p.dtype, lrs[id(p)], betas=r, eps=eps,
                                 work=g.dtype))
     return steps
 

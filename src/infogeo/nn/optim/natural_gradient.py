@@ -100,7 +100,9 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         ``"graft"`` and ``"eigen-adam"``: decay of the first moments (gradients and directions) and of the
         squared gradients, and Adam's :math:`\epsilon`.  ``betas=None``: per rule (``settings.BETAS``),
         ``(0.9, 0.95)`` for ``"eigen-adam"`` (SOAP's: a faster second moment follows the scales through each
-        change of basis), ``(0.9, 0.999)`` (Adam's) for the others.
+        change of basis), ``(0.9, 0.999)`` (Adam's) for the others.  Kept per parameter group (``group["betas"]``,
+        as torch's Adam keeps them), so a group may set its own and a scheduler that cycles momentum
+        (``OneCycleLR``, ``CyclicLR``) cycles ``betas[0]``.
     nesterov : bool or None
         ``"eigen-adam"``: NAdam's look-ahead first moment (Dozat 2016; :mod:`.eigen_adam`), the default (``None``)
         under the model's Fisher: it kept a larger learning rate stable on the race's classifiers and took its
@@ -175,7 +177,10 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
                                 momentum=momentum, kl_clip=kl_clip,
                                 quadratic_model=quadratic_model, adaptive_damping=adaptive_damping,
                                 damping_adaptation_period=damping_adaptation_period, damping_factor=damping_factor)
-        super().__init__(params, dict(lr=s.lr, momentum=s.momentum))
+        # Adam's rates per group where the rule has them, as torch's Adam keeps them (OneCycleLR then cycles
+        # betas[0]); step_rule="clip" keeps momentum, which such a scheduler cycles instead
+        super().__init__(params, dict(lr=s.lr, momentum=s.momentum,
+                                      **({} if s.step_rule == "clip" else {"betas": tuple(s.betas)})))
         check_groups(self.param_groups, s.step_rule)
         self.preconditioner = Preconditioner(   # those frozen now left out, and refused at a step if unfrozen
             model, curvature, damping, params=None if whole else [p for g in self.param_groups for p in g["params"]],
@@ -298,7 +303,8 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
             # the rotations need whole gradient matrices: under FSDP2 gathered (an all-gather each), stepped
             # whole on every rank (the moments are whole too), this rank's shard of each step kept
             whole = LastSteps() if pre.sharded else last
-            steps = eigen_steps(pre, self.state, fsdp.gather(raw) if pre.sharded else raw, whole, self.betas,
+            rates = {id(p): tuple(g["betas"]) for g in self.param_groups for p in g["params"]}
+            steps = eigen_steps(pre, self.state, fsdp.gather(raw) if pre.sharded else raw, whole, rates,
                                 self.eps, self.unfactored, self.nesterov, held=self.state_dtype)
             for n, p in zip(pre.names, pre.params):
                 if pre.sharded:
@@ -313,8 +319,9 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
                     if name is None or name in idle:
                         continue
                     if self.step_rule == "graft":
-                        steps[name] = graft(self.state[p], raw[name], delta[name], group["lr"], self.betas, self.eps)
-                        last.record(name, partial(grafted, self.state[p], group["lr"], self.betas, self.eps))
+                        rates = tuple(group["betas"])
+                        steps[name] = graft(self.state[p], raw[name], delta[name], group["lr"], rates, self.eps)
+                        last.record(name, partial(grafted, self.state[p], group["lr"], rates, self.eps))
                     else:
                         steps[name] = heavy_ball(self.state[p], delta[name], group["lr"], group["momentum"])
         for n, p in zip(pre.names, pre.params):
@@ -392,6 +399,11 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
                               "param_groups": state_dict["param_groups"]})
         for g, lr in zip(rest["param_groups"], lrs):
             g["lr"] = lr   # a float, as construction stores it (an int past 2**64 failed in the step's arithmetic)
+            # Adam's rates per group where this rule has them (earlier versions kept them on the optimizer alone)
+            if self.step_rule == "clip":
+                g.pop("betas", None)
+            else:
+                g["betas"] = tuple(g.get("betas", self.betas))
         super().load_state_dict(rest)
         state.keep_saved_dtypes(self, rest)
         pre.load_state_dict(pre_state)

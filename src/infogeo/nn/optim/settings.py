@@ -14,7 +14,7 @@ from .hooks import refuse_sparse
 
 __all__ = ["CURVATURES", "FISHER", "CAPTURED", "KINDS", "PERIODS", "DECAY_STEPS", "BETAS", "kind_defaults", "step_defaults", "agrees",
            "check_settings", "check_support", "check_groups", "IGNORED_GROUP_KEYS", "TORCH_SETTINGS", "refuse_torch_options",
-           "check_learning_rate", "check_group_lr", "MAX_COUNT", "positive_number", "trainable", "listed_once"]
+           "check_learning_rate", "check_group_lr", "check_betas", "MAX_COUNT", "positive_number", "trainable", "listed_once"]
 
 #: the curvature words the optimizers accept (the kinds table, :mod:`~infogeo.nn.curvature.kinds`)
 CURVATURES = kinds.ALIASES
@@ -130,8 +130,10 @@ _AFTER_A_PRECONDITIONER = "a torch optimizer that has it take the steps after a 
 TORCH_SETTINGS = {
     **dict.fromkeys(("weight_decay", "decoupled_weight_decay"), f"weight decay: add it to the loss, or let "
                                                                 f"{_AFTER_A_PRECONDITIONER}"),
-    **dict.fromkeys(("betas", "eps"), "betas and eps: set once, NaturalGradient(..., betas=..., eps=...), or on the "
-                                      "torch optimizer that takes the steps after a Preconditioner"),
+    "betas": "betas: a group's own with step_rule='graft' or 'eigen-adam' (with 'clip', momentum), or on the torch "
+             "optimizer that takes the steps after a Preconditioner",
+    "eps": "eps: set once, NaturalGradient(..., eps=...), or on the torch optimizer that takes the steps after a "
+           "Preconditioner",
     "momentum": "momentum: NaturalGradient(..., step_rule='clip', momentum=...), or on the torch optimizer that "
                 "takes the steps after a Preconditioner",
     "maximize": "maximize: minimise the negated objective instead (loss = -objective)",
@@ -167,21 +169,32 @@ def check_group_lr(value: Any, params: Iterable[torch.Tensor]) -> float:
     return lr
 
 
+def check_betas(betas: Any, name: str = "betas") -> Tuple[float, float]:
+    """Adam's decay rates ``(beta1, beta2)`` as floats in [0, 1], or a ``ValueError`` naming ``name``."""
+    if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
+        raise ValueError(f"{name} must be a pair (beta1, beta2), got {betas!r}")
+    b1, b2 = (positive_number(f"{name}[{i}]", b, inclusive=True, maximum=1.0) for i, b in enumerate(betas))
+    return b1, b2
+
+
 def check_groups(groups: Iterable[Dict[str, Any]], rule: str) -> None:
     """Refuse a parameter group that sets what the step rule ``rule`` would ignore (a ``ValueError`` naming it and
     what to do instead, :data:`TORCH_SETTINGS`), or an lr or momentum out of range; called at construction and at
     every step (schedulers edit the groups)."""
     for g in groups:
-        extra = sorted(set(g) & set(IGNORED_GROUP_KEYS))
+        extra = sorted(set(g) & set(IGNORED_GROUP_KEYS) - ({"betas"} if rule != "clip" else set()))
         if extra:
             raise ValueError(f"a parameter group sets {extra[0]!r}, which NaturalGradient does not take per group "
-                             f"(its group settings: lr, and momentum for step_rule='clip'); {TORCH_SETTINGS[extra[0]]}")
+                             f"(its group settings: lr, and momentum for step_rule='clip', betas for the others); "
+                             f"{TORCH_SETTINGS[extra[0]]}")
         check_group_lr(g["lr"], g["params"])
         positive_number("a parameter group's momentum", g["momentum"], inclusive=True, maximum=1.0)
         if rule != "clip" and g["momentum"]:
             raise ValueError(f"a parameter group's momentum is {g['momentum']!r}, but step_rule={rule!r} averages "
-                             f"with betas[0]: momentum belongs to step_rule='clip' (a scheduler that cycles "
-                             f"momentum, such as OneCycleLR, takes cycle_momentum=False)")
+                             f"with betas[0]: momentum belongs to step_rule='clip' (a group's betas are this "
+                             f"rule's, and a scheduler that cycles momentum, such as OneCycleLR, cycles betas[0])")
+        if rule != "clip":
+            check_betas(g["betas"], "a parameter group's betas")
 
 
 def listed_once(group: Any) -> None:

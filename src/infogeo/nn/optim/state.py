@@ -31,7 +31,7 @@ from typing import Any, Dict, Mapping, Tuple
 import torch
 
 from .. import distributed as dd
-from .settings import check_group_lr, positive_number
+from .settings import check_betas, check_group_lr, positive_number
 
 __all__ = ["checkpoint", "check", "check_optimizer", "own_entry", "joined", "normalised", "check_param_states",
            "load", "check_fits", "restore", "NotCopyable", "keep_saved_dtypes"]
@@ -408,6 +408,8 @@ def check_optimizer(pre, param_groups, state_dict: Any, key: str):
         lrs = [check_group_lr(g["lr"], here["params"]) for g, here in zip(groups, param_groups)]
         for g in groups:
             positive_number("a parameter group's momentum", g["momentum"], inclusive=True, maximum=1.0)
+            if "betas" in g:
+                check_betas(g["betas"], "a parameter group's betas")
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"checkpoint: its parameter groups do not fit this optimizer ({exc})") from None
     return pre_state, prev, lrs, states

@@ -15,7 +15,8 @@ from ...geometry.points import check_flag, positive_int
 from .. import fsdp
 from .._params import HELD_DTYPES
 from .gradient_basis import UNFACTORED
-from .settings import CURVATURES, KINDS, MAX_COUNT, agrees, check_learning_rate, positive_number, step_defaults
+from .settings import (CURVATURES, KINDS, MAX_COUNT, agrees, check_betas, check_learning_rate, positive_number,
+                       step_defaults)
 from .step import STEP_RULES
 
 __all__ = ["DEFAULT_LR", "StepSettings", "check_step_settings"]
@@ -97,9 +98,7 @@ def check_step_settings(model: torch.nn.Module, curvature: str, damping: float, 
             raise ValueError(f"kl_clip bounds the length of step_rule='clip'; step_rule={rule!r} takes Adam's "
                              "length (leave kl_clip='auto' or pass step_rule='clip')")
         positive_number("kl_clip", kl_clip)
-    if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
-        raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
-    b1, b2 = (positive_number(f"betas[{i}]", b, inclusive=True, maximum=1.0) for i, b in enumerate(betas))
+    b1, b2 = check_betas(betas)
     eps = positive_number("eps", eps)
     period = positive_int(damping_adaptation_period, "damping_adaptation_period", maximum=MAX_COUNT)
     factor = positive_number("damping_factor", damping_factor, maximum=1.0)
