@@ -113,7 +113,8 @@ def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastS
     # the moments updated in the gradients' dtype, then held (rounded) in theirs: the step is computed from the
     # held values, as eigen_adam_again computes it again
     work = [_working(j[1], j[2].dtype) for j in jobs]
-    rates = [tuple(betas if isinstance(betas, tuple) else betas[id(params[j[0][0]])]) for j in jobs]
+    rates = [cast(Tuple[float, float], tuple(betas if isinstance(betas, tuple) else betas[id(params[j[0][0]])]))
+             for j in jobs]
     together = {r: [i for i, q in enumerate(rates) if q == r] for r in dict.fromkeys(rates)}   # fused per rates
     for r, idx in together.items():
         adam_moments([work[i] for i in idx], [jobs[i][2] for i in idx], r)

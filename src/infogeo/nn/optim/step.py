@@ -31,8 +31,8 @@ length whenever :math:`\tfrac12\eta^2\delta^T(C+\lambda I)\delta` exceeds ``kl_c
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, cast
+from collections.abc import Mapping, MutableMapping
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, cast
 
 import torch
 
@@ -47,7 +47,7 @@ STEP_RULES = ("graft", "clip", "eigen-adam")
 OWN = "natural_gradient"
 
 
-def started_afresh(state: Dict[str, object]) -> None:
+def started_afresh(state: MutableMapping[str, Any]) -> None:
     """A parameter's step-rule state emptied (its moments started afresh), the optimizer's own entry kept."""
     for key in [k for k in state if k != OWN]:
         del state[key]
