@@ -319,9 +319,9 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
                     if name is None or name in idle:
                         continue
                     if self.step_rule == "graft":
-                        rates = tuple(group["betas"])
-                        steps[name] = graft(self.state[p], raw[name], delta[name], group["lr"], rates, self.eps)
-                        last.record(name, partial(grafted, self.state[p], group["lr"], rates, self.eps))
+                        pair = (group["betas"][0], group["betas"][1])
+                        steps[name] = graft(self.state[p], raw[name], delta[name], group["lr"], pair, self.eps)
+                        last.record(name, partial(grafted, self.state[p], group["lr"], pair, self.eps))
                     else:
                         steps[name] = heavy_ball(self.state[p], delta[name], group["lr"], group["momentum"])
         for n, p in zip(pre.names, pre.params):
