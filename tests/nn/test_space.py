@@ -621,3 +621,49 @@ def test_the_differential_of_a_cost_that_does_not_depend_on_the_parameters_is_ze
         assert d.components[n].shape == space.point[n].shape and d.components[n].dtype == space.point[n].dtype
         assert not d.components[n].any() and torch.equal(space.point[n], before[n])
     assert not any(t.any() for t in space.differential(make(model, X, y)).components.values())
+
+
+class _Sliced(torch.nn.Module):
+    """Outputs of a width, and rows, its forward reads from attributes (changes no probe key sees)."""
+
+    def __init__(self):
+        super().__init__()
+        self.net, self.width = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 5)), 5
+        self.twice = False
+
+    def forward(self, x):
+        z = self.net(x)[:, :self.width]
+        return torch.cat([z, z]) if self.twice else z
+
+
+def test_a_spaces_meta_probe_is_kept_for_the_next_space_and_bound_again_where_the_outputs_changed():
+    """A space probes its outputs' shape by a meta-device forward, kept for the next space on the same model and
+    inputs of the same shapes (on a small network that forward costs more than the real one): one meta forward for
+    two spaces.  A change the probe's key cannot see (an attribute the forward reads) is met at the first real
+    forward, which binds the metric again: the curvature equals that of a space built with nothing kept."""
+    from infogeo.nn import _outputs
+    torch.manual_seed(0)
+    model = _Sliced().double()
+    X = torch.randn(7, 4, dtype=torch.float64)
+    metas = []
+    handle = model.register_forward_pre_hook(lambda m, args: metas.append(args[0].is_meta))
+    first = ig.nn.ParameterSpace(model, "categorical", data=X)
+    second = ig.nn.ParameterSpace(model, "categorical", data=X)
+    handle.remove()
+    assert metas == [True] and first.batch_size == second.batch_size == 7
+    model.width = 3   # the kept probe (5 outputs) no longer holds
+    stale = ig.nn.ParameterSpace(model, "categorical", data=X)
+    got = stale.curvature("kfac", "exact").stats()
+    assert stale.output_metric.check(stale.outputs) is None and stale.outputs.shape == (7, 3)
+    _outputs._PROBED.clear()
+    want = ig.nn.ParameterSpace(model, "categorical", data=X).curvature("kfac", "exact").stats()
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in got)
+    # outputs with other rows than the inputs: refused as at construction (with the kept probe's 7 rows the
+    # curvature would have been averaged over 7 examples, unseen)
+    model.twice = True
+    stale = ig.nn.ParameterSpace(model, "categorical", data=X)
+    with pytest.raises(ValueError, match="outputs have 14 examples"):
+        stale.curvature("diag", "exact")
+    _outputs._PROBED.clear()
+    with pytest.raises(ValueError, match="outputs have 14 examples"):
+        ig.nn.ParameterSpace(model, "categorical", data=X)

@@ -36,7 +36,7 @@ from ..geometry.manifold import Manifold
 from ..geometry.points import positive_int, random_generator
 from ..geometry.vectors import Covector, TangentVector
 from ._layers import check_per_example, warn_random_layers
-from ._outputs import bind_output_metric, factor_columns, with_statistics_copies
+from ._outputs import bind_output_metric, confirm_outputs, factor_columns, with_statistics_copies
 from .batch import Batch, MissingTargets, as_targets
 from ._params import CurrentPoint, ParamLayout, Params
 from .curvature import Curvature, build as _build_curvature
@@ -125,7 +125,9 @@ class ParameterSpace(Manifold):
         self.device, self.dtype = p0.device, p0.dtype
         self.targets = targets = as_targets(targets, self.device)
         self._outputs: Optional[Tuple[Any, torch.Tensor]] = None
-        self.output_metric = metric
+        #: the output metric as given, before :func:`~._outputs.bind_output_metric` bound it to the outputs
+        self.unbound_metric = self.output_metric = metric
+        self._bound_outputs: Optional[Tuple[tuple, torch.dtype]] = None
         self.output_metric, self.batch_size = bind_output_metric(self, metric, targets)
         super().__init__(self.layout.size, NetworkMetric(self), name="ParameterSpace")
 
@@ -146,6 +148,7 @@ class ParameterSpace(Manifold):
                 except Exception as exc:  # the model's own error, with the shapes that caused it
                     raise ValueError(f"model(*data) failed for data of shape(s) {self.batch.shapes()}: {exc}"
                                      ) from exc
+            self.confirm_outputs(z)
             self._outputs = (state, z)
         return self._outputs[1]
 
@@ -153,6 +156,11 @@ class ParameterSpace(Manifold):
         """The tensors the map depends on (point, data, buffers) and their version counters."""
         tensors = [self.point[n] for n in self.names] + self.batch.tensors() + list(self.model.buffers())
         return tensors, versions(tensors)
+
+    def confirm_outputs(self, z: Any) -> None:
+        """The outputs ``z`` of a real forward checked against those the output metric was bound to (bound again
+        where their shape differs, :func:`~._outputs.confirm_outputs`)."""
+        confirm_outputs(self, z)
 
     def function(self, params: Params) -> torch.Tensor:
         """Outputs :math:`z = f(w, x)` for parameter values ``params`` (dict), model untouched (BatchNorm

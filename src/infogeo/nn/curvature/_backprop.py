@@ -212,6 +212,9 @@ def _backpropagate(space, z: torch.Tensor, layers: List[Layer], shared: List[str
                    calls: Dict[str, list], factor_fn: Callable, reducer: Optional[Callable], per_position: bool,
                    given: Optional[Callable], keep_graph: bool, ready: Optional[Callable] = None) -> Capture:
     """:func:`capture` after its forward pass: classify the layers, back-propagate the columns."""
+    confirm = getattr(space, "confirm_outputs", None)
+    if confirm is not None:   # a ParameterSpace: its metric bound to outputs of this shape (a kept probe's?)
+        confirm(z)
     space.output_metric.check(z)
     N = space.batch_size
     live: List[Layer] = []
