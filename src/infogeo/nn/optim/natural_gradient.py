@@ -382,7 +382,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
                   for g in out["param_groups"] for i in g["params"]}
         own = {"preconditioner": self.preconditioner.state_dict(),
                # the tensors of the parameters' states (a state dict filled by a distributed load is checked)
-               "moments": sum(isinstance(t, torch.Tensor) for s in states.values() for t in s.values())}
+               "moments": state.tensor_count(states)}
         prev = self._own["previous_step"]
         if prev is not None:
             own["previous_step"] = {n: t.clone() for n, t in prev.items()}

@@ -34,7 +34,7 @@ from .. import distributed as dd
 from .settings import check_betas, check_group_lr, positive_number
 
 __all__ = ["checkpoint", "check", "check_optimizer", "own_entry", "joined", "normalised", "check_param_states",
-           "load", "check_fits", "restore", "NotCopyable", "keep_saved_dtypes"]
+           "load", "check_fits", "restore", "NotCopyable", "keep_saved_dtypes", "tensor_count"]
 
 _CURVATURE_KEYS = ("curvature", "solver")
 #: the sections of statistics and factorisations (noted when saved, :func:`_counted`)
@@ -140,8 +140,8 @@ def normalised(saved: Mapping[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def check(pre, saved: Any) -> None:
-    """Raise a ValueError naming the first way ``saved`` does not fit ``pre``."""
+def check(pre, saved: Any) -> Dict[str, Any]:
+    """Raise a ValueError naming the first way ``saved`` does not fit ``pre``; else ``saved`` :func:`normalised`."""
     if not isinstance(saved, Mapping):
         raise TypeError(f"a Preconditioner checkpoint is the dict of its state_dict(), got {type(saved).__name__}")
     saved = normalised(saved)
@@ -196,6 +196,7 @@ def check(pre, saved: Any) -> None:
             diff = sorted(set(shapes) ^ set(given[0][1])) or [k for k in shapes if shapes[k] != given[0][1][k]]
             raise ValueError(f"checkpoint: the {given[0][0]} and the {what} statistics differ (first differences: "
                              f"{diff[:4]}); was it saved for another architecture?")
+    return saved
 
 
 def _finite_tensors(what: str, tree: Any) -> None:
@@ -234,6 +235,18 @@ def check_param_states(states: Mapping[Any, Any], key: str) -> None:
                 raise ValueError(f"checkpoint: {what}: the count {count!r} must be one number >= 0, got {s[count]}")
 
 
+def _take_a_step(what: str) -> str:
+    """What to do where a distributed load left out what a checkpoint holds (``what``: statistics, moments)."""
+    return (f"torch.distributed.checkpoint.load fills only the entries the state dict it is given already has, "
+            f"and an optimizer has its {what} once it has taken a step: take one step (on any batch: the load "
+            f"replaces all it changes) before get_state_dict() of the optimizer you load into")
+
+
+def tensor_count(states: Mapping[Any, Any]) -> int:
+    """The tensors in per-parameter states (what a distributed load may leave out: :func:`check_optimizer`)."""
+    return sum(isinstance(t, torch.Tensor) for s in states.values() if isinstance(s, Mapping) for t in s.values())
+
+
 def _check_counts(saved: Mapping[str, Any]) -> None:
     """Raise a ValueError if a section of statistics holds fewer tensors than were saved in it (``"counts"``)."""
     counts, sections = saved.get("counts", {}), saved.get("sections", {})
@@ -245,10 +258,7 @@ def _check_counts(saved: Mapping[str, Any]) -> None:
     if short:
         got = ", ".join(f"{k}: {have} of {n}" for k, (have, n) in short.items())
         raise ValueError(f"checkpoint: it holds fewer statistics than were saved ({got}). "
-                         f"torch.distributed.checkpoint.load fills only the entries the state dict it is given "
-                         f"already has, and an optimizer has its statistics once it has taken a step: take one "
-                         f"step (on any batch: the load replaces all it changes) before get_state_dict() of the "
-                         f"optimizer you load into")
+                         f"{_take_a_step('statistics')}")
 
 
 def _solver_stats(saved: Mapping[str, Any]) -> Any:
@@ -261,8 +271,7 @@ def _solver_stats(saved: Mapping[str, Any]) -> Any:
 
 def load(pre, saved: Dict[str, Any]) -> None:
     """Take a :func:`checkpoint` (checked first, copied); the statistics wait for :func:`restore` at the next step."""
-    saved = normalised(saved)
-    check(pre, saved)
+    saved = check(pre, saved)
     est = pre.estimate
     pre.state["step"] = int(saved["step"])
     pre.damper.load_state_dict({"damping": float(saved["damping"]),
@@ -370,21 +379,18 @@ def check_optimizer(pre, param_groups, state_dict: Any, key: str):
     if not isinstance(mine, Mapping) or not isinstance(mine.get("preconditioner"), Mapping):
         raise ValueError(f"not a NaturalGradient checkpoint: its state has no {key!r} entry with the "
                          "preconditioner's state (saved by another optimizer?)")
-    pre_state = normalised(mine["preconditioner"])
+    pre_state = dict(mine["preconditioner"])
     if "base_damping" in mine:   # written by earlier versions next to the preconditioner's state
         pre_state.setdefault("base_damping", mine["base_damping"])
-    check(pre, pre_state)
+    pre_state = check(pre, pre_state)
     check_param_states(states, key)
-    held = sum(isinstance(t, torch.Tensor) for s in states.values() if isinstance(s, Mapping) for t in s.values())
+    held = tensor_count(states)
     saved = mine.get("moments", 0)
     if isinstance(saved, bool) or not isinstance(saved, int) or saved < 0:
         raise ValueError(f"checkpoint: 'moments' must be an integer >= 0, got {saved!r}")
     if held < saved:
         raise ValueError(f"checkpoint: its parameters' states hold {held} of the {saved} tensors saved. "
-                         f"torch.distributed.checkpoint.load fills only the entries the state dict it is given "
-                         f"already has, and an optimizer has its moments once it has taken a step: take one step "
-                         f"(on any batch: the load replaces all it changes) before get_state_dict() of the "
-                         f"optimizer you load into")
+                         f"{_take_a_step('moments')}")
     prev = mine.get("previous_step")
     shapes = {n: tuple(p.shape) for n, p in zip(pre.names, pre.params)}
     if prev is not None:
