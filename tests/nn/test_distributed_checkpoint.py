@@ -307,3 +307,13 @@ def test_the_preconditioner_goes_into_a_distributed_checkpoint_beside_its_optimi
     again_pre.load_state_dict(pre_sd)
     go(again, again_pre, again_opt, X[4:], y[4:])
     assert torch.equal(whole(model), whole(again))
+
+
+@pytest.mark.parametrize("given", [3, None, [1, 2], "state"])
+def test_a_preconditioner_checkpoint_that_is_not_a_dict_is_refused_with_a_type_error(given):
+    """Checked before its names are joined again (a flattened state dict's nesting): a TypeError saying what a
+    checkpoint is, not an AttributeError from inside the loader."""
+    torch.manual_seed(0)
+    pre = ig.nn.Preconditioner(build()[0], kl_clip=None)
+    with pytest.raises(TypeError, match="a Preconditioner checkpoint is the dict of its state_dict"):
+        pre.load_state_dict(given)
