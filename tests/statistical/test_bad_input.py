@@ -33,6 +33,22 @@ def test_probabilities_off_the_simplex():
         ig.IndependenceModel(2).point(probs=[0.5, 1.0])
 
 
+def test_float32_probabilities_that_sum_to_one_in_float32_are_taken():
+    """A float32 probability vector sums to 1 within float32's rounding, not float64's: taken (from numpy and torch),
+    while one off by more than that is still refused."""
+    torch = pytest.importorskip("torch")
+    C = ig.Categorical(3)
+    p32 = np.array([0.2, 0.3, 0.5], dtype=np.float32)
+    assert abs(float(p32.astype(np.float64).sum()) - 1) > 1e-9   # off in float64: the case at issue
+    for given in (p32, torch.tensor(p32)):
+        x = C.point(probs=given)
+        np.testing.assert_allclose(np.asarray(C.probs(x), dtype=float), p32, rtol=1e-6)
+    with pytest.raises(ValueError, match="off the simplex"):
+        C.point(probs=np.array([0.2, 0.3, 0.5001], dtype=np.float32))
+    with pytest.raises(ValueError, match="off the simplex"):
+        C.point(probs=[0.2, 0.3, 0.5000001])   # float64: its own tolerance
+
+
 def test_negative_std_and_variance():
     G = ig.Gaussian(dim=1)
     with pytest.raises(ValueError, match="std must be positive"):

@@ -164,15 +164,17 @@ class Categorical(FiniteFamily):
         if probs is None:
             return super().point(coords)
         q = _points.as_coordinates(probs, self.k, "probability vector", self.name)
-        a = B.to_numpy(q)
-        if a.min() <= 0 or np.max(np.abs(a.sum(-1) - 1)) > SIMPLEX_TOL:
+        a = B.to_numpy(q)   # float64
+        # the sum within the rounding of the k entries in the dtype given (float32 probabilities sum to 1 to ~1e-7)
+        eps = float(np.finfo(np.float32 if getattr(q.dtype, "itemsize", 8) <= 4 else np.float64).eps)
+        if a.min() <= 0 or np.max(np.abs(a.sum(-1) - 1)) > max(SIMPLEX_TOL, 2 * self.k * eps):
             raise ValueError(f"probabilities off the simplex: {a.tolist() if a.size < 50 else '...'} "
                              f"(sums {np.unique(a.sum(-1))[:3].tolist()}); expected strictly positive entries "
                              "summing to 1")
         # the last class as the mean chart's first k-1 probabilities hold it: refused where that moves it by more than
         # a part in 10^6 (a float32 vector's own rounding aside), as it moved a given 1e-16 to 1.11e-16 (KL 0.15 % off)
         held = 1.0 - a[..., :-1].sum(-1)
-        tol = max(1e-6, 1e4 * np.finfo(a.dtype if a.dtype.kind == "f" else float).eps)
+        tol = max(1e-6, 1e4 * eps)
         if np.min(held) <= 0 or np.max(np.abs(held - a[..., -1]) / a[..., -1]) > tol:
             raise ValueError(f"the last class's probability ({a[..., -1].min():.3g}) is below what the mean chart's "
                              f"first {self.k - 1} probabilities resolve (1 minus their sum rounds it): order the classes "
