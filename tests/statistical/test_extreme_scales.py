@@ -171,3 +171,26 @@ def test_quantities_that_overflow_at_a_valid_point_are_errors_not_nan(family):
             family.transport(p, q * 1e300, family.vector(p, np.ones(family.dim)))
     # ordinary points are unchanged
     assert np.all(np.isfinite(family.fisher(p))) and np.all(np.isfinite(family.score(p, x)))
+
+
+@pytest.mark.parametrize("family", [ig.Gaussian(dim=1), ig.Gaussian(dim=2), ig.Gaussian(dim=2, covariance="diagonal"),
+                                    ig.Gaussian(dim=2, covariance="zero_mean")],
+                         ids=["univariate", "full", "diagonal", "zero_mean"])
+def test_a_fisher_matrix_that_underflows_is_an_error_not_a_zero_length(family):
+    # at a variance of 1e200 the Fisher entry 1/(2 var^2) is 5e-401: it was 0, so metric.norm(log_p q) was 0 where
+    # dist(p, q) is 0.49 (found by an independent probe); the length of a vector there is not representable
+    if family.sample_dim == 1:
+        p, q = family.point(mean=0.0, var=1e200), family.point(mean=0.0, var=2e200)
+    elif family.dim == 3:   # zero_mean: vech of the covariance
+        p, q = family.point(cov=np.diag([1e200, 1.0])), family.point(cov=np.diag([2e200, 2.0]))
+    else:
+        p, q = (family.point(mean=[0.0, 0.0], **({"var": [s * 1e200, s]} if family.dim == 4 else
+                                                {"cov": np.diag([s * 1e200, s])})) for s in (1.0, 2.0))
+    assert np.isfinite(float(family.dist(p, q)))   # the distance has a closed form that stays representable
+    with pytest.raises(ValueError, match="Fisher matrix .* not representable .* below the smallest normal"):
+        family.fisher(p)
+    with pytest.raises(ValueError, match="Fisher matrix"):
+        family.metric.norm(family.log(p, q))
+    # the same family at an ordinary scale keeps its identity |log_p q| = dist(p, q)
+    a, b = (np.asarray(family.random_point(np.random.default_rng(s))) for s in (0, 1))
+    np.testing.assert_allclose(float(family.metric.norm(family.log(a, b))), float(family.dist(a, b)), rtol=1e-6)

@@ -101,11 +101,20 @@ class _Flow:
     def __init__(self, metric, like, budget: Budget, inside: Optional[Callable[[np.ndarray], bool]] = None):
         self.metric, self.like, self.budget, self.inside = metric, like, budget, inside
 
+    def _metric(self, x: np.ndarray, fn: Callable):
+        # a metric not representable at x (a family's Fisher matrix that overflows or underflows there) ends the
+        # geodesic as a NaN in it does
+        try:
+            return fn(self.metric.matrix, B.array(x, like=self.like))
+        except ValueError as exc:
+            raise GeodesicError(f"the geodesic left the domain of the metric (at x = {np.array2string(x, 4)}): "
+                                f"{exc}") from exc
+
     def matrix(self, x: np.ndarray) -> np.ndarray:
-        return np.asarray(B.to_numpy(self.metric.matrix(B.array(x, like=self.like))), dtype=float)
+        return np.asarray(B.to_numpy(self._metric(x, lambda f, a: f(a))), dtype=float)
 
     def velocity_and_force(self, x: np.ndarray, p: np.ndarray):
-        G, pull = B.vjp(self.metric.matrix, B.array(x, like=self.like))
+        G, pull = self._metric(x, B.vjp)
         G = np.asarray(B.to_numpy(G), dtype=float)
         if self.inside is not None and not self.inside(x):
             raise GeodesicError(f"the geodesic left the domain of the manifold (at x = {np.array2string(x, 4)})")

@@ -307,6 +307,24 @@ def finite_result(value: Any, what: str, point: Any) -> Any:
     return value
 
 
+def metric_result(G: Any, what: str, point: Any) -> Any:
+    """A metric matrix ``G`` (shape ``(..., n, n)``), or a ValueError naming ``point`` when it has a NaN or inf entry
+    (:func:`finite_result`) or a diagonal entry below the dtype's smallest normal number.
+
+    A positive definite matrix has a positive diagonal; an entry that underflowed to 0 (a variance of 1e200, whose
+    Fisher entry :math:`1/(2\sigma^4)` is 5e-401) or to a subnormal (a few significant bits) would give zero or
+    wrong lengths with no sign.
+    """
+    finite_result(G, what, point)
+    d = np.diagonal(numpy_view(G), axis1=-2, axis2=-1)
+    if d.size and not (d >= np.finfo(d.dtype if d.dtype.kind == "f" else float).tiny).all():
+        shown = np.array2string(np.asarray(B.to_numpy(raw_value(point))), precision=3, threshold=8)
+        raise ValueError(f"{what} at the point {shown} is not representable in floating point (a diagonal entry is "
+                         f"{float(d.min()):.3g}, below the smallest normal number: it underflowed, the point is too "
+                         "extreme for this computation, or the family is not minimal there)")
+    return G
+
+
 def _finite_numpy(a: np.ndarray) -> bool:
     """Whether every entry of the numpy array ``a`` is finite.
 

@@ -342,8 +342,9 @@ class ExponentialFamily(Observations, ChartedManifold):
             # autodiff Fisher matrices are per point; closed forms of vectorised families take the batch
             own_closed = type(self)._fisher_closed is not ExponentialFamily._fisher_closed
             F = per_point(self._fisher, x, vectorized=self._vectorized and own_closed)
-        # a valid but extreme point (a standard deviation of 1e-300) overflows: an error, not a NaN metric
-        return _points.finite_result(F, f"the Fisher matrix of {self.name}", x)
+        # a valid but extreme point overflows (a standard deviation of 1e-300) or underflows (a variance of 1e200): an
+        # error, not a NaN or zero metric
+        return _points.metric_result(F, f"the Fisher matrix of {self.name}", x)
 
     def _fisher(self, x: Any):
         closed = self._fisher_closed(x)

@@ -149,7 +149,7 @@ class DiagonalGaussian(Gaussian):
         s = self._to_chart(x, "standard")
         mu, var = s[..., :self.d], s[..., self.d:]
         if self.chart == "standard":
-            return B.diag_embed(B.concatenate([1.0 / var, 0.5 / (var * var)], axis=-1))
+            return B.diag_embed(B.concatenate([1.0 / var, 0.5 / var / var], axis=-1))
         if self.chart == "mean_std":
             return B.diag_embed(B.concatenate([1.0 / var, 2.0 / var], axis=-1))
         if self.chart not in ("natural", "mean"):
