@@ -326,3 +326,56 @@ def test_parameters_with_a_gradient_but_no_curvature_are_pointed_out(kind):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         quiet.precondition()
+
+
+class _TwoBranches(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)
+        self.shift = torch.nn.Parameter(torch.zeros(3))   # a vector: Adam on its raw coordinates
+
+    def forward(self, x, use_b=True):
+        return self.a(x) + ((self.b(x) + self.shift) if use_b else 0)
+
+
+@pytest.mark.parametrize("rule", ["eigen-adam", "graft", "clip"])
+def test_a_parameter_without_a_gradient_keeps_its_value_and_its_state(rule):
+    """An unused branch (``.grad`` None) is left alone, state included, as torch.optim.Adam leaves it: eigen-adam
+    decayed its moments and counted the step, so the branch's first real step was 0.43x Adam's."""
+    torch.manual_seed(0)
+    m, X, y = _TwoBranches(), torch.randn(16, 4), torch.randint(0, 3, (16,))
+    opt = ig.nn.NaturalGradient(m, step_rule=rule)
+    for use_b in (True, True, False, False):
+        before = {n: p.detach().clone() for n, p in m.named_parameters()}
+        kept = {k: {n: v.clone() for n, v in opt.state[p].items() if isinstance(v, torch.Tensor)}
+                for k, p in (("b.weight", m.b.weight), ("shift", m.shift))}
+        opt.zero_grad()
+        F.cross_entropy(m(X, use_b=use_b), y).backward()
+        opt.step()
+        if not use_b:
+            for n in ("b.weight", "b.bias", "shift"):
+                assert torch.equal(dict(m.named_parameters())[n], before[n])
+            for k, p in (("b.weight", m.b.weight), ("shift", m.shift)):
+                now = {n: v for n, v in opt.state[p].items() if isinstance(v, torch.Tensor)}
+                assert now.keys() == kept[k].keys() and all(torch.equal(now[n], kept[k][n]) for n in now)
+
+
+def test_a_branch_first_used_late_takes_adams_first_step():
+    """A vector first used at step 10 takes Adam's first step (lr in every coordinate, bias-corrected), as
+    torch.optim.Adam with the same rates does; it took 0.43x that with its moments decayed while unused."""
+    torch.manual_seed(0)
+    m, X, y = _TwoBranches(), torch.randn(16, 4), torch.randint(0, 3, (16,))
+    opt = ig.nn.NaturalGradient(m, lr=0.01, nesterov=False, state_dtype=torch.float32)
+    ref_p = torch.nn.Parameter(m.shift.detach().clone())
+    ref = torch.optim.Adam([ref_p], lr=0.01, betas=opt.param_groups[0]["betas"], eps=opt.eps)
+    for _ in range(10):
+        opt.zero_grad()
+        F.cross_entropy(m(X, use_b=False), y).backward()
+        opt.step()
+    opt.zero_grad()
+    F.cross_entropy(m(X), y).backward()
+    ref_p.grad = m.shift.grad.detach().clone()
+    before = m.shift.detach().clone()
+    opt.step()
+    ref.step()
+    torch.testing.assert_close(m.shift.detach() - before, ref_p.detach() - before, rtol=1e-5, atol=1e-9)

@@ -39,7 +39,7 @@ dtype and rounds what it keeps, so a step recomputed from the state has the same
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Dict, List, Optional, Tuple, Union, cast
+from typing import Any, Collection, Dict, List, Optional, Tuple, Union, cast
 
 import torch
 
@@ -68,7 +68,7 @@ def eigen_adam_again(state: Dict[str, torch.Tensor], split: Any, name: str, dtyp
 def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastSteps,
                 betas: Union[Tuple[float, float], Dict[int, Tuple[float, float]]],
                 eps: float, unfactored: str, nesterov: bool = False,
-                held: Union[None, str, torch.dtype] = None) -> Dict[str, torch.Tensor]:
+                held: Union[None, str, torch.dtype] = None, idle: Collection[str] = ()) -> Dict[str, torch.Tensor]:
     r"""The ``"eigen-adam"`` steps :math:`-\eta\,u` of every parameter of the preconditioner ``pre``, from the gradients
     ``raw``: each Kronecker block's in its eigenbasis (rotated from the batch's rows where they give the
     gradient at less cost), each other matrix's in its gradient's eigenbasis (``unfactored="soap"``,
@@ -77,7 +77,9 @@ def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastS
     depends on the gradient as well as on the state, is kept instead).  ``held``: the dtype the moments and the
     kept steps are held in where narrower than the one they are computed in (:func:`~infogeo.nn._params.held_dtype`).
     ``betas``: Adam's decay rates, or those of each parameter (by ``id``: its group's, which a scheduler may
-    cycle); a block takes its first parameter's.
+    cycle); a block takes its first parameter's.  ``idle``: the parameters without a gradient this step (``.grad``
+    ``None``: an unused branch), left out with their state, as ``torch.optim.Adam`` leaves them (a block all of whose
+    parameters are idle; no step is returned for them).
 
     The rotations are per block; Adam's elementwise updates of all blocks are fused (:func:`adam_moments`,
     :func:`adam_directions`: a handful of operations per step instead of a dozen per parameter, which is
@@ -90,6 +92,8 @@ def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastS
     jobs: List[Tuple[Any, ...]] = []
     null: Dict[int, Tuple[int, int]] = {}   # job -> the null-space dimensions of its block's factors
     for b in (b for b in getattr(pre.solver, "blocks", ()) if isinstance(b, EigenbasisKronBlock)):
+        if all(n in idle for n in b.names):
+            continue
         r = rows.get(b.weight or "")
         _into_block(b, [states[params[n]] for n in b.names], [params[n] for n in b.names])
         state = states[params[b.names[0]]]
@@ -99,7 +103,7 @@ def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastS
         null[len(jobs) - 1] = b.null_dims()
     factored = {n for j in jobs for n in j[0]}
     for n, p in params.items():
-        if n in factored:
+        if n in factored or n in idle:
             continue
         if "exp_avg" in states[p] and not {"L", "R"} & set(states[p]) and {"U_A", "U_G"} & set(states[p]):
             started_afresh(states[p])   # a Kronecker block's moments, whose block is gone

@@ -305,9 +305,9 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
             whole = LastSteps() if pre.sharded else last
             rates = {id(p): tuple(g["betas"]) for g in self.param_groups for p in g["params"]}
             steps = eigen_steps(pre, self.state, fsdp.gather(raw) if pre.sharded else raw, whole, rates,
-                                self.eps, self.unfactored, self.nesterov, held=self.state_dtype)
+                                self.eps, self.unfactored, self.nesterov, held=self.state_dtype, idle=idle)
             for n, p in zip(pre.names, pre.params):
-                if pre.sharded:
+                if pre.sharded and n not in idle:
                     steps[n] = fsdp.shard_like(steps[n], p)
                     last.record(n, partial(_shard_of, whole, n, p))
         else:
