@@ -379,3 +379,24 @@ def test_a_branch_first_used_late_takes_adams_first_step():
     opt.step()
     ref.step()
     torch.testing.assert_close(m.shift.detach() - before, ref_p.detach() - before, rtol=1e-5, atol=1e-9)
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_an_empty_group_listed_first_is_taken_as_torch_takes_it(rule):
+    """``[{"params": []}, {...}]`` builds (it raised an IndexError from the optimizer's own entry), trains, and resumes
+    bit for bit from its state_dict."""
+    m, (X, y) = mlp(), data()
+    kw = {"step_rule": rule}
+    opt = ig.nn.NaturalGradient([{"params": []}, {"params": list(m.parameters())}], model=m, **kw)
+    for _ in range(2):
+        one_step(m, opt, X, y)
+    saved = opt.state_dict()
+    assert "natural_gradient" in saved["state"][0]   # the first parameter's state, as ever
+    m2 = mlp(1)
+    m2.load_state_dict(m.state_dict())
+    opt2 = ig.nn.NaturalGradient([{"params": []}, {"params": list(m2.parameters())}], model=m2, **kw)
+    opt2.load_state_dict(saved)
+    for _ in range(2):
+        one_step(m, opt, X, y)
+        one_step(m2, opt2, X, y)
+    assert torch.equal(flat(m), flat(m2))

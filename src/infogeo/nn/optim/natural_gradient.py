@@ -200,12 +200,17 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
 
     @property
     def _own(self) -> Dict[str, Any]:
-        """This optimizer's own state (the previous step), in the state of the first group's first parameter."""
-        return self.state[self.param_groups[0]["params"][0]][_KEY]
+        """This optimizer's own state (the previous step), in the state of the first parameter (of the first group
+        that has one: torch takes an empty group)."""
+        return self.state[self._first][_KEY]
 
     @_own.setter
     def _own(self, value: Dict[str, Any]) -> None:
-        self.state[self.param_groups[0]["params"][0]][_KEY] = value
+        self.state[self._first][_KEY] = value
+
+    @property
+    def _first(self) -> torch.Tensor:
+        return next(p for g in self.param_groups for p in g["params"])
 
     def add_param_group(self, param_group: Dict[str, Any]) -> None:
         """Groups are fixed once built (the curvature covers the parameters given at construction; a group added
@@ -375,7 +380,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         ``torch.distributed.checkpoint`` (``get_state_dict``, ``set_state_dict``) takes it as it takes torch's
         optimizers' (this optimizer's own entry in the first parameter's state, no ``None``)."""
         out = super().state_dict()
-        first = out["param_groups"][0]["params"][0]
+        first = next(i for g in out["param_groups"] for i in g["params"])
         # every parameter has an entry, an empty one if its step rule keeps nothing (torch's distributed
         # set_state_dict asks for one)
         states = {i: {n: v for n, v in out["state"].get(i, {}).items() if n != _KEY}

@@ -350,13 +350,14 @@ def _narrower(a: torch.dtype, b: torch.dtype) -> bool:
 
 def own_entry(state_dict: Mapping[str, Any], key: str) -> Tuple[Any, Dict[Any, Any]]:
     """``(the optimizer's own entry, the per-parameter states without it)`` of an optimizer checkpoint: the entry
-    ``key`` in the state of the first group's first parameter (where :meth:`.NaturalGradient.state_dict` puts it,
-    as ``torch.optim.LBFGS`` keeps its own), or, as earlier versions saved it, beside the parameters' states."""
+    ``key`` in the state of the first parameter, of the first group that has one (where
+    :meth:`.NaturalGradient.state_dict` puts it, as ``torch.optim.LBFGS`` keeps its own), or, as earlier versions
+    saved it, beside the parameters' states."""
     states = state_dict["state"]
     if key in states:
         return states[key], {k: v for k, v in states.items() if k != key}
     groups = state_dict["param_groups"]
-    first = groups[0]["params"][0] if groups and isinstance(groups[0], Mapping) and groups[0].get("params") else None
+    first = next((g["params"][0] for g in groups if isinstance(g, Mapping) and g.get("params")), None)
     if first is None or not isinstance(states.get(first), Mapping):
         return None, dict(states)
     rest = dict(states)
