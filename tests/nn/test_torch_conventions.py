@@ -400,3 +400,17 @@ def test_an_empty_group_listed_first_is_taken_as_torch_takes_it(rule):
         one_step(m, opt, X, y)
         one_step(m2, opt2, X, y)
     assert torch.equal(flat(m), flat(m2))
+
+
+def test_an_optimizer_as_lr_that_does_not_hold_every_parameter_is_refused_at_construction():
+    """``Preconditioner(model, lr=adam)`` with ``adam`` stepping only the head: a ValueError naming the parameters
+    it lacks and what to pass (it was a raw KeyError at the first step, after the statistics were installed);
+    ``params=`` with the head is taken and steps."""
+    m, (X, y) = mlp(), data()
+    adam = torch.optim.Adam(m[2].parameters(), lr=1e-2)
+    with pytest.raises(ValueError, match=r"does not hold 2 of the 4 .*'0\.weight', '0\.bias'.*params="):
+        ig.nn.Preconditioner(m, lr=adam)
+    pre = ig.nn.Preconditioner(m, lr=adam, params=m[2].parameters())
+    F.cross_entropy(m(X), y).backward()
+    assert pre.step()
+    adam.step()

@@ -31,12 +31,31 @@ def check_lr(lr: LearningRate, kl_clip: Optional[float]) -> None:
                       "steps) for a trust region on the actual step", UserWarning, stacklevel=3)
 
 
+def check_covers(lr: LearningRate, names: Sequence[str], params: Sequence[torch.Tensor]) -> None:
+    """A ``ValueError`` when ``lr`` is an optimizer that does not hold every one of the preconditioned ``params``
+    (named ``names``): the trust region needs each one's learning rate, and the optimizer gives none for the rest."""
+    if not isinstance(lr, torch.optim.Optimizer):
+        return
+    held = {id(p) for g in lr.param_groups for p in g["params"]}
+    missing = [n for n, p in zip(names, params) if id(p) not in held]
+    if missing:
+        raise ValueError(f"lr= is an optimizer ({type(lr).__name__}) that does not hold {len(missing)} of the "
+                         f"{len(params)} preconditioned parameters ({', '.join(repr(n) for n in missing[:3])}"
+                         f"{', ...' if len(missing) > 3 else ''}), whose learning rates the trust region needs: "
+                         "pass params= with the parameters that optimizer steps (one Preconditioner per optimizer), "
+                         "or a number or function as lr=")
+
+
 def learning_rates(lr: LearningRate, params: Sequence[torch.Tensor]) -> Dict[int, float]:
     """The learning rate of each parameter (by ``id``), checked finite and positive: an optimizer's groups
     (read now, so that a scheduler is followed), a function's value, a number, or 1 for ``None``."""
     if isinstance(lr, torch.optim.Optimizer):
-        return {id(p): check_learning_rate(g["lr"], "a parameter group's lr") for g in lr.param_groups
-                for p in g["params"]}
+        rates = {id(p): check_learning_rate(g["lr"], "a parameter group's lr") for g in lr.param_groups
+                 for p in g["params"]}
+        if any(id(p) not in rates for p in params):   # its groups changed after construction (check_covers)
+            raise ValueError(f"lr= is an optimizer ({type(lr).__name__}) that no longer holds every preconditioned "
+                             "parameter")
+        return rates
     value = 1.0 if lr is None else check_learning_rate(lr() if callable(lr) else lr, "lr")
     return {id(p): value for p in params}
 

@@ -166,6 +166,7 @@ class Preconditioner(state.NotCopyable):
         self.fisher = FISHER[str(fisher).lower()]
         self.lr, self.kl_clip = lr, None if kl_clip is None else float(kl_clip)
         kl_clipping.check_lr(lr, kl_clip)
+        kl_clipping.check_covers(lr, self.names, self.params)
         #: the one owner of the damping (failures raise it, good steps bring it back, Levenberg–Marquardt moves it)
         self.damper = Damping(damping, min_damping, max_damping, damping_increase, damping_recovery)
         self.max_retries = s["max_retries"]
