@@ -97,6 +97,34 @@ def test_a_checkpoint_of_another_kind_is_refused_by_name(other, match):
     assert opt.preconditioner.steps == 0
 
 
+@pytest.mark.parametrize("old", [False, True], ids=["named", "earlier-layout"])
+@pytest.mark.parametrize("saved_rule,rule", [("eigen-adam", "graft"), ("graft", "eigen-adam"), ("clip", "graft"),
+                                             ("graft", "clip"), ("eigen-adam", "clip"), ("clip", "eigen-adam")])
+def test_a_checkpoint_of_another_step_rule_is_refused_by_name(saved_rule, rule, old):
+    """Another rule's moments were read as this rule's: a raw KeyError at the next step (graft <-> eigen-adam), or
+    silently ignored (clip).  Refused before anything changes; a checkpoint of earlier versions, which did not
+    name its rule, is told by its parameters' state."""
+    def kw(r):   # momentum and kl_clip are clip's settings
+        return {k: v for k, v in KW.items() if k not in ("momentum", "kl_clip") or r == "clip"}
+    a = mlp()
+    opt = ig.nn.NaturalGradient(a, **kw(saved_rule), step_rule=saved_rule)
+    train(a, opt, 3)
+    saved = opt.state_dict()
+    if old:
+        del saved["state"][0]["natural_gradient"]["step_rule"]
+    model = mlp()
+    other = ig.nn.NaturalGradient(model, **kw(rule), step_rule=rule)
+    train(model, other, 1)
+    before = {p: {k: v.clone() for k, v in st.items() if isinstance(v, torch.Tensor)} for p, st in other.state.items()}
+    with pytest.raises(ValueError, match=f"saved with step_rule='{saved_rule}', this optimizer uses '{rule}'"):
+        other.load_state_dict(saved)
+    assert other.preconditioner.steps == 1
+    assert all(torch.equal(other.state[p][k], v) for p, st in before.items() for k, v in st.items())
+    same_rule = ig.nn.NaturalGradient(mlp(), **kw(saved_rule), step_rule=saved_rule)
+    same_rule.load_state_dict(saved)   # its own rule takes it
+    assert same_rule.preconditioner.steps == 3
+
+
 def test_a_checkpoint_of_another_width_is_refused_before_anything_changes():
     saved = _saved()
     model = mlp(sizes=(4, 7, 3))

@@ -387,7 +387,9 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
                   for g in out["param_groups"] for i in g["params"]}
         own = {"preconditioner": self.preconditioner.state_dict(),
                # the tensors of the parameters' states (a state dict filled by a distributed load is checked)
-               "moments": state.tensor_count(states)}
+               "moments": state.tensor_count(states),
+               # whose moments these are (another rule's would be read as this one's)
+               "step_rule": state.name_tensor(self.step_rule)}
         prev = self._own["previous_step"]
         if prev is not None:
             own["previous_step"] = {n: t.clone() for n, t in prev.items()}
@@ -399,7 +401,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         """Restore :meth:`state_dict`, checked against this optimizer first (one ``ValueError`` naming the first
         mismatch, nothing changed); the argument is neither changed nor kept (its tensors are copied)."""
         pre = self.preconditioner
-        pre_state, prev, lrs, states = state.check_optimizer(pre, self.param_groups, state_dict, _KEY)
+        pre_state, prev, lrs, states = state.check_optimizer(pre, self.param_groups, state_dict, _KEY, self.step_rule)
         rest = copy.deepcopy({"state": {k: v for k, v in states.items() if v},
                               "param_groups": state_dict["param_groups"]})
         for g, lr in zip(rest["param_groups"], lrs):

@@ -26,7 +26,7 @@ same on every rank; a rank continues the Monte Carlo stream it loads if it was s
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Mapping, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import torch
 
@@ -70,7 +70,7 @@ class NotCopyable:
 _NAME_BYTES = 32
 
 
-def _name(text: str) -> torch.Tensor:
+def name_tensor(text: str) -> torch.Tensor:
     raw = list(text.encode())
     return torch.tensor(raw + [0] * (_NAME_BYTES - len(raw)), dtype=torch.uint8)
 
@@ -83,7 +83,7 @@ def checkpoint(pre) -> Dict[str, Any]:
     """The preconditioner's state as tensors and numbers."""
     est = pre.estimate
     out: Dict[str, Any] = {"step": pre.state["step"], **pre.damper.state_dict(), "rng": est.generator.get_state(),
-                           "rank": dd.rank(), "kind": _name(pre.kind), "fisher": _name(pre.fisher),
+                           "rank": dd.rank(), "kind": name_tensor(pre.kind), "fisher": name_tensor(pre.fisher),
                            "world_size": dd.world_size(),
                            "shapes": {n: torch.tensor(p.shape, dtype=torch.int64) for n, p in zip(pre.names, pre.params)},
                            "unfilled": est.unfilled}
@@ -365,11 +365,25 @@ def own_entry(state_dict: Mapping[str, Any], key: str) -> Tuple[Any, Dict[Any, A
     return states[first].get(key), rest
 
 
-def check_optimizer(pre, param_groups, state_dict: Any, key: str):
+#: a key of the per-parameter state that only one step rule keeps: the rule of a checkpoint that does not name it
+_RULE_KEYS = (("momentum_buffer", "clip"), ("direction_avg", "graft"), ("step", "eigen-adam"))
+
+
+def saved_rule(own: Mapping[str, Any], states: Mapping[Any, Any]) -> Optional[str]:
+    """The step rule a :class:`~.natural_gradient.NaturalGradient` checkpoint was saved with: named in its own entry
+    ``own``, or (earlier versions) told by its parameters' ``states``; ``None`` when nothing tells (no step taken)."""
+    if "step_rule" in own:
+        return _text(own["step_rule"])
+    keys = {k for st in states.values() if isinstance(st, Mapping) for k in st}
+    return next((rule for k, rule in _RULE_KEYS if k in keys), None)
+
+
+def check_optimizer(pre, param_groups, state_dict: Any, key: str, rule: Optional[str] = None):
     """A :class:`~.natural_gradient.NaturalGradient` checkpoint checked against the optimizer (its preconditioner
     ``pre``, ``param_groups``) before anything changes: ``(the preconditioner's state, the previous step, the
     groups' lrs as the floats checked, the per-parameter states)``, or one ``ValueError`` naming the first
-    mismatch; ``key``: the optimizer's own entry (:func:`own_entry`).  The parameters may be named by their
+    mismatch; ``key``: the optimizer's own entry (:func:`own_entry`); ``rule``: the optimizer's step rule, which the
+    checkpoint's must be (another's state would be read as this one's).  The parameters may be named by their
     indices (``state_dict()``) or by any other distinct keys, as ``torch.distributed.checkpoint``'s
     ``set_state_dict`` names them (their qualified names)."""
     if not isinstance(state_dict, Mapping) or not {"state", "param_groups"} <= set(state_dict) or \
@@ -385,6 +399,10 @@ def check_optimizer(pre, param_groups, state_dict: Any, key: str):
         pre_state.setdefault("base_damping", mine["base_damping"])
     pre_state = check(pre, pre_state)
     check_param_states(states, key)
+    was = saved_rule(mine, states)
+    if rule is not None and was is not None and was != rule:
+        raise ValueError(f"checkpoint: saved with step_rule={was!r}, this optimizer uses {rule!r}: its moments are "
+                         f"another rule's; load it into a NaturalGradient built with step_rule={was!r}")
     held = tensor_count(states)
     saved = mine.get("moments", 0)
     if isinstance(saved, bool) or not isinstance(saved, int) or saved < 0:
