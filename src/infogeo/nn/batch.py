@@ -1,6 +1,7 @@
 """The inputs a network is called with: positional and keyword arguments, batch axis first."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Tuple, Union
 
@@ -79,7 +80,10 @@ class Batch:
 
     def call(self, model: torch.nn.Module, params: Dict[str, torch.Tensor]) -> Any:
         """``model(*args, **kwargs)`` with ``params`` (and buffers) substituted, the model untouched."""
-        return functional_call(model, params, self.args, self.kwargs, strict=False)
+        if _wrapped is None or not any(_wrapped(p) for p in params.values()):
+            return functional_call(model, params, self.args, self.kwargs, strict=False)
+        with _transformable(model):   # under a torch.func transform (per-example products)
+            return functional_call(model, params, self.args, self.kwargs, strict=False)
 
     def signature(self) -> tuple:
         """Shapes, dtypes and devices of the inputs (equal signatures: the same network shapes)."""
@@ -105,3 +109,34 @@ class Batch:
         merged = {**constant, **per}
         return Batch(tuple(merged[i] for i in range(len(self.args))),
                      {k: merged[k] for k in self.kwargs})
+
+
+_wrapped = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", None)
+
+
+@contextlib.contextmanager
+def _transformable(model: torch.nn.Module):
+    """The model evaluated as ``torch.func`` transforms can, its values unchanged:
+
+    - activation checkpointing off where a module has Hugging Face's switch (``gradient_checkpointing``, set by
+      ``gradient_checkpointing_enable``): its non-reentrant form keeps tensors through saved-tensor hooks, which
+      the transforms refuse, and it changes what is kept, never a value;
+    - ``requires_grad_`` a no-op on a transformed tensor (torch refuses it there), for the forward hooks that ask
+      an activation to require grad (Hugging Face's ``enable_input_require_grads``, which the same call puts on
+      the input embeddings): the transform differentiates through it whatever the flag says.
+
+    Both are put back on leaving."""
+    switched = [m for m in model.modules() if getattr(m, "gradient_checkpointing", None) is True]
+    given = torch.Tensor.requires_grad_
+
+    def requires_grad_(self, requires_grad=True):
+        return self if _wrapped(self) else given(self, requires_grad)
+    try:
+        for m in switched:
+            m.gradient_checkpointing = False
+        torch.Tensor.requires_grad_ = requires_grad_   # type: ignore[method-assign]
+        yield
+    finally:
+        torch.Tensor.requires_grad_ = given   # type: ignore[method-assign]
+        for m in switched:
+            m.gradient_checkpointing = True
