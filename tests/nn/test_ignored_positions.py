@@ -471,3 +471,61 @@ def test_the_warning_on_another_loss_does_not_call_a_given_cross_entropy_the_def
     text = " ".join(str(w.message) for w in said if "does not sum to zero" in str(w.message))
     assert "movedim(1, -1)" in text and "default output_metric" not in text
     pre.remove()
+
+
+class PaddedClassifier(torch.nn.Module):
+    """Embedding, a Linear per position, one attention that ignores padded keys, a Linear per position after it, and
+    a head on the first position (a [CLS] read-out): padding never reaches the loss, and after the attention only
+    the first position does."""
+
+    def __init__(self, V=7, d=4, C=3):
+        super().__init__()
+        self.emb, self.pre, self.post, self.head = (torch.nn.Embedding(V, d), torch.nn.Linear(d, d),
+                                                    torch.nn.Linear(d, d), torch.nn.Linear(d, C))
+
+    def forward(self, ids, pad):
+        h = torch.tanh(self.pre(self.emb(ids)))
+        scores = (h @ h.transpose(1, 2)).masked_fill(pad.unsqueeze(1), float("-inf"))
+        h = torch.tanh(self.post(torch.softmax(scores, -1) @ h))
+        return self.head(h[:, 0])
+
+
+def _padded(T, lengths=(3, 5, 2), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.zeros(len(lengths), T, dtype=torch.long)
+    for n, L in enumerate(lengths):
+        ids[n, :L] = torch.randint(1, 7, (L,), generator=g)
+    pad = torch.arange(T).unsqueeze(0) >= torch.tensor(lengths).unsqueeze(1)
+    return ids, pad
+
+
+@pytest.mark.parametrize("kind", ["kfac", "ekfac"])
+@pytest.mark.parametrize("fisher", ["exact", "empirical"])
+def test_a_sequence_classifiers_factors_do_not_depend_on_its_padding(kind, fisher):
+    """Outputs without positions: A is the mean over the positions that reach the loss through the layer.  The
+    padding leaves it (it counted, so the same examples padded to 9 instead of 6 gave other factors), and after the
+    attention only the read-out position is kept: ``post``'s A is the mean of its input at position 0, as for a
+    layer applied once per example (against a reference computed here)."""
+    torch.manual_seed(1)
+    m = PaddedClassifier().double()
+    y = torch.tensor([0, 2, 1])
+    spaces = [ig.nn.ParameterSpace(m, torch.nn.CrossEntropyLoss(), data=_padded(T), targets=y) for T in (6, 9)]
+    blocks = [{b.names[0]: b for b in s.curvature(kind, fisher).blocks} for s in spaces]
+    assert set(blocks[0]) == set(blocks[1]) == {"emb.weight", "pre.weight", "post.weight", "head.weight"}
+    for name in blocks[0]:
+        for factor in ("A", "G"):
+            a, b = getattr(blocks[0][name], factor), getattr(blocks[1][name], factor)
+            assert torch.allclose(a, b, rtol=1e-12, atol=1e-15), (name, factor)
+    ids, pad = _padded(6)
+    with torch.no_grad():
+        h = torch.tanh(m.pre(m.emb(ids)))
+        scores = (h @ h.transpose(1, 2)).masked_fill(pad.unsqueeze(1), float("-inf"))
+        mixed = torch.softmax(scores, -1) @ h
+    def bias_augmented_mean(rows):
+        rows = torch.cat([rows, torch.ones(len(rows), 1, dtype=F64)], 1)
+        return rows.T @ rows / len(rows)
+    A = blocks[0]
+    assert torch.allclose(A["post.weight"].A, bias_augmented_mean(mixed[:, 0]), rtol=1e-12, atol=0)
+    assert torch.allclose(A["pre.weight"].A, bias_augmented_mean(m.emb(ids)[~pad].detach()), rtol=1e-12, atol=0)
+    counts = torch.bincount(ids[~pad], minlength=7).to(F64) / int((~pad).sum())
+    assert torch.allclose(A["emb.weight"].A, counts, rtol=1e-12, atol=0)

@@ -94,6 +94,12 @@ def kron_blocks(space, layer: bp.Layer, cls: type, layout: Layout, approx: str =
         # positions: the keys and values of an ignored position feed the others); only positions with no
         # gradient here leave A, as they leave G
         mask = mask | reached.reshape(mask.shape)
+    elif mask is None and reached is not None and rule.rows_are_positions and reached.numel() > N \
+            and not bool(reached.all()):
+        # outputs without positions (a sequence classifier): the positions that never reach the loss through this
+        # layer (padding; after the last attention, all but those a pooled read-out takes) leave A as they leave G,
+        # so that A does not depend on how much padding a batch has
+        mask = reached.reshape(N, -1)
     if "weight" in layer.params or not own:
         A, rows = rule.input_factor(layer, approx, mask, diagonal=layout[1])
         blocks.append(cls(layer.params.get("weight"), None if own else bias, tuple(weight.shape), A,

@@ -148,6 +148,12 @@ class AffineRule(LayerRule):
     #: moment of its pseudo-gradients :meth:`bias_gradient`, instead of a column of :math:`\bar W` (a bias whose
     #: gradient is not the sum of the output-gradient rows: a transposed convolution's)
     separate_bias = False
+    #: whether the rows of :math:`A` are the input's own last axis (Linear, Hugging Face ``Conv1D``): the
+    #: optimizer's row route applies
+    rows_are_inputs = False
+    #: whether the rows of :math:`A` are the input's positions, one each (Linear and ``Conv1D`` on ``(N, ..., in)``,
+    #: Embedding): a position with no gradient at the layer (padding) leaves :math:`A` (:func:`~..kfac.kron_blocks`)
+    rows_are_positions = False
 
     def out_features(self, module: Any) -> int:
         w = module.weight
@@ -305,9 +311,10 @@ class AffineRule(LayerRule):
         r"""Column sink accumulating :math:`\sum_{j,n,t} b_{jnt} b_{jnt}^T` into ``layer.stat`` (K-FAC's :math:`G`;
         with ``reduce_positions``, of :math:`\sum_t b_{jnt}`; with ``diagonal``, only its diagonal), and for a
         :attr:`separate_bias` the second moment of the bias pseudo-gradients into ``layer.bias_stat``; with
-        ``reached`` (a loss that ignores positions), the rows with a non-zero gradient in any column into
+        ``reached`` (a loss that ignores positions), and for a layer whose rows are its inputs' positions (a Linear
+        on a sequence, whose padding may never reach the loss), the rows with a non-zero gradient in any column into
         ``layer.reached``."""
-        track = reached and not reduce_positions
+        track = not reduce_positions and (reached or self.rows_are_positions)
         own = "bias" in layer.params and self.separate_bias
 
         def moment(b, acc):
@@ -319,7 +326,7 @@ class AffineRule(LayerRule):
         def sink(j, g):
             rows = self.summed_outputs(g) if reduce_positions else self.position_rows(g)
             layer.stat = moment(rows, layer.stat)
-            if track:   # the rows through which this layer reaches the loss (any column)
+            if track and (reached or rows.shape[0] > g.shape[0]):   # the rows through which the layer reaches the loss
                 nonzero = rows.ne(0).any(-1)
                 layer.reached = nonzero if layer.reached is None else layer.reached.logical_or_(nonzero)
             if own:

@@ -32,6 +32,7 @@ class EmbeddingRule(AffineRule):
     transposed = True
     #: the input factor of one-hot inputs is diagonal (see :func:`~..kfac.factor_layout`)
     diagonal_inputs = True
+    rows_are_positions = True
 
     def matches(self, module, args, kwargs) -> bool:
         # max_norm renormalises the weight in the forward, scale_grad_by_freq and sparse change the backward:

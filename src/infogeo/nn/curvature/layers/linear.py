@@ -12,8 +12,8 @@ class LinearRule(AffineRule):
     """A Linear layer (or a subclass that keeps its forward) called on one floating-point tensor."""
 
     name = "linear"
-    #: the rows of :math:`A` are the input's own last axis (the optimizer's row route applies)
     rows_are_inputs = True
+    rows_are_positions = True
     description = "`torch.nn.Linear`: Kronecker factors; positions of (N, ..., in) inputs shared (Eschenhagen et al. 2023)"
 
     def matches(self, module, args, kwargs) -> bool:
