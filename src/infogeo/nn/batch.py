@@ -133,10 +133,10 @@ def _transformable(model: torch.nn.Module):
         return self if _wrapped(self) else given(self, requires_grad)
     try:
         for m in switched:
-            m.gradient_checkpointing = False
+            setattr(m, "gradient_checkpointing", False)
         torch.Tensor.requires_grad_ = requires_grad_   # type: ignore[method-assign]
         yield
     finally:
         torch.Tensor.requires_grad_ = given   # type: ignore[method-assign]
         for m in switched:
-            m.gradient_checkpointing = True
+            setattr(m, "gradient_checkpointing", True)
