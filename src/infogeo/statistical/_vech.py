@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import backend as B
 
-__all__ = ["_Vech", "_check_spd", "_miller_cov_block", "_cov_of_t", "_mT", "_outer"]
+__all__ = ["_Vech", "_check_spd", "_miller_cov_block", "_cov_of_t", "_mT", "_outer", "_whitened_inner"]
 
 
 class _Vech:
@@ -74,6 +74,22 @@ def _miller_cov_block(Si, vh: _Vech):
     """
     w = B.array(vh.w, like=Si)
     return _cov_of_t(None, Si, vh, with_mean=False) / (w[:, None] * w[None, :])
+
+
+def _whitened_inner(S, U, V, u=None, v=None):
+    r""":math:`\tfrac12\mathrm{tr}(\Sigma^{-1}U\Sigma^{-1}V) + u^T\Sigma^{-1}v` (the Fisher inner product of a Gaussian's
+    covariance directions ``U, V`` and mean directions ``u, v``; batched), from :math:`\Sigma = LL^T`:
+    :math:`\tfrac12\langle L^{-1}UL^{-T}, L^{-1}VL^{-T}\rangle_F + (L^{-1}u)^T(L^{-1}v)`.  Accurate to the condition
+    number :math:`\kappa` of :math:`\Sigma`, where the dense Fisher matrix (:func:`_miller_cov_block`, of condition
+    :math:`\kappa^2`) loses every digit of its small eigenvalues once :math:`\kappa^2\epsilon` nears 1."""
+    L = B.cholesky(S)
+
+    def white(M):   # L^-1 M L^-T for a symmetric M
+        return B.solve(L, _mT(B.solve(L, M)))
+    out = 0.5 * B.einsum("...ij,...ij->...", white(U), white(V))
+    if u is not None:
+        out = out + B.einsum("...ik,...ik->...", B.solve(L, u[..., None]), B.solve(L, v[..., None]))
+    return out
 
 
 def _cov_of_t(mu, S, vh: _Vech, with_mean: bool = True):

@@ -19,7 +19,9 @@ import numpy as np
 from .. import backend as B
 from ..geometry import points as _points
 from ..geometry.charts import per_point
-from ..geometry.metric import Metric
+from ..backend import tree as _tree
+from ..geometry.metric import Metric, check_components
+from ..geometry.vectors import TangentVector
 
 __all__ = ["ClosedGeodesics", "FisherMetric"]
 
@@ -84,6 +86,21 @@ class FisherMetric(Metric):
 
     def matrix(self, x):
         return self.family.fisher(x)
+
+    def inner(self, u, v):
+        r""":math:`\langle u, v\rangle_x`; by the family's own form where it has one (a Gaussian's, whitened by the
+        covariance's Cholesky factor: the dense matrix squares the covariance's condition number and, from
+        :math:`\kappa \approx 10^8` on, comes out indefinite), else :math:`u^TG(x)v`."""
+        own = getattr(self.family, "_fisher_inner", None)
+        if own is not None and isinstance(u, TangentVector) and isinstance(v, TangentVector) \
+                and not isinstance(u.components, dict) and not isinstance(v.components, dict) \
+                and {u.chart, v.chart} <= {None, self.family.chart} and _tree.tree_equal(u.base, v.base):
+            x = self.family._as_point(u.base)
+            out = own(x, check_components(u.components, self.dim, "tangent vector"),
+                      check_components(v.components, self.dim, "tangent vector"))
+            if out is not None:   # an extreme point (a covariance of 1e-300) overflows: an error, not inf
+                return _points.finite_result(out, f"the Fisher inner product of {self.family.name}", x)
+        return super().inner(u, v)
 
     @property
     def batches_points(self) -> bool:

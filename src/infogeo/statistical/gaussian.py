@@ -50,7 +50,7 @@ from ..geometry.charts import Chart
 from . import _stable
 from . import gaussian_bounds as _bounds
 from ._inputs import check_fits, finite_velocity, observations_of
-from ._vech import _check_spd, _cov_of_t, _miller_cov_block, _outer, _Vech
+from ._vech import _check_spd, _cov_of_t, _miller_cov_block, _outer, _Vech, _whitened_inner
 from .exponential_family import ExponentialFamily
 
 logger = logging.getLogger(__name__)
@@ -407,6 +407,15 @@ class FullGaussian(Gaussian):
     def _direct_map(self, source, target):
         m2s, s2m = self._mean_std
         return {("mean", "standard"): m2s, ("standard", "mean"): s2m}.get((source, target))
+
+    def _fisher_inner(self, x, u, v):
+        """The Fisher inner product of tangent components ``u, v`` at ``x`` in the standard chart, whitened by the
+        covariance's Cholesky factor (:func:`~._vech._whitened_inner`); ``None`` in another chart."""
+        if self.chart != "standard":
+            return None
+        d = self.d
+        return _whitened_inner(self.vh.sym(x[..., d:]), self.vh.sym(u[..., d:]), self.vh.sym(v[..., d:]),
+                               u[..., :d], v[..., :d])
 
     def _fisher_closed(self, x):
         mu, S = self._mu_cov(self._to_chart(x, "standard"))

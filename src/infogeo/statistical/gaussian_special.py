@@ -15,7 +15,7 @@ from ..geometry import points as _points
 from ..geometry.charts import Chart
 from . import _spaces
 from ._inputs import observations_of
-from ._vech import _check_spd, _cov_of_t, _miller_cov_block
+from ._vech import _check_spd, _cov_of_t, _miller_cov_block, _whitened_inner
 
 LOG2PI = math.log(2 * math.pi)
 from .gaussian import Gaussian
@@ -183,6 +183,13 @@ class ZeroMeanGaussian(_MeanIsStandard, Gaussian):
                                          "precision matrix (from the natural parameters)")
         return _mean_is_standard_charts(to_nat, from_nat, check, "vech of an SPD covariance",
                                         check_nat, "vech coefficients of -Lambda/2")
+
+    def _fisher_inner(self, x, u, v):
+        """The Fisher inner product of tangent components ``u, v`` at ``x`` in the standard (= mean) chart, whitened by
+        the covariance's Cholesky factor (:func:`~._vech._whitened_inner`); ``None`` in the natural chart."""
+        if self.chart not in ("standard", "mean"):
+            return None
+        return _whitened_inner(self.vh.sym(x), self.vh.sym(u), self.vh.sym(v))
 
     def _fisher_closed(self, x):
         S = self.vh.sym(self._to_chart(x, "standard"))
