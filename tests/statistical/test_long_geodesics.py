@@ -48,14 +48,22 @@ def test_a_batch_with_one_step_too_long_is_refused_as_a_whole():
 
 @pytest.mark.parametrize("make", [ig.Bernoulli, lambda: ig.Categorical(3)])
 def test_log_of_logits_that_round_onto_the_simplex_boundary_is_refused(make):
-    """Logits of 40 are valid points, but their probability rounds to 1 in the mean chart where the sphere
-    geodesics are computed: a clear error instead of a NaN velocity."""
+    """Logits of 40 are valid points whose probability rounds to 1 in the mean chart: the log is computed from the
+    logits (its length is the distance); logits of 2000, whose ratios overflow there too, are a clear error
+    instead of a NaN velocity; exp back toward such a point is refused rather than rounded."""
     M = make().in_chart("natural")
-    far, near = np.full(M.dim, 40.0), np.zeros(M.dim)
-    far[1:] = 0.0
+    near = np.zeros(M.dim)
+    far = np.zeros(M.dim)
+    far[0] = 40.0
     for a, b in ((far, near), (near, far)):
-        with pytest.raises(ValueError, match="rounds onto the boundary"):
-            M.log(a, b)
+        v = M.log(a, b)
+        assert np.all(np.isfinite(v.components))
+        assert float(M.metric.norm(v)) == pytest.approx(float(M.dist(a, b)), rel=1e-12)
+    with pytest.raises(ValueError, match="not a valid point|rounds onto the boundary"):
+        M.exp(near, M.log(near, far))   # a class whose probability ends at e^-40 of where it started
+    far[0] = 2000.0
+    with pytest.raises(ValueError, match="rounds onto the boundary"):
+        M.log(far, near)
     v = M.log(np.full(M.dim, 5.0), near).components          # far from the boundary: unchanged
     assert np.all(np.isfinite(v)) and float(M.dist(np.full(M.dim, 5.0), near)) > 0
 

@@ -35,6 +35,9 @@ from .exponential_family import ExponentialFamily
 __all__ = ["FiniteFamily", "Categorical", "Bernoulli", "IndependenceModel"]
 
 SIMPLEX_TOL = 1e-9
+#: the smallest ratio u_i(1)/u_i of a square-root probability along a geodesic that :meth:`Categorical._exp_in_chart`
+#: computes in the logits (below it the ratio has lost four of its digits and more)
+_END_RATIO = 1e-4
 
 
 def _rowsum(x, xp=B):
@@ -247,6 +250,55 @@ class Categorical(FiniteFamily):
         log_diff = xp.where(zero, -1e300 + 0.0 * h, 0.5 * log_a + log_g)
         chord = xp.exp(0.5 * xp.logsumexp(2.0 * log_diff, axis=-1))
         return 4.0 * xp.arcsin(0.5 * chord)          # chord <= sqrt 2 (the positive orthant of the sphere)
+
+    def _log_in_chart(self, p, q):
+        r""":math:`\log_p q` from the logits (natural chart; ``None`` in the others, or where it overflows):
+        the mean chart's log pushed to the logits without the differences of probabilities, which round (a
+        relative error of :math:`\epsilon/|q - p|`: 1.8e-6 for logits 1e-10 apart).  With
+        :math:`g_i = \mathrm{expm1}(\tfrac12\log(q_i/p_i))` (:meth:`_log_probs_and_ratios`), the chord between
+        :math:`\sqrt p` and :math:`\sqrt q` is :math:`d = \sqrt p\odot g`, the component of :math:`d` normal to
+        :math:`\sqrt p` has length :math:`n = |d|\sqrt{1 - |d|^2/4}`, the angle is
+        :math:`\theta = \mathrm{atan2}(n, 1 - |d|^2/2)`, and the logits move by
+        :math:`v_i = 2(\theta/n)(g_i - g_k)` (:math:`k` the reference class)."""
+        if self.chart != "natural":
+            return None
+        xp = B.ops_of(p, q)
+        log_a, log_r = self._log_probs_and_ratios(p, q, xp)
+        with np.errstate(over="ignore", invalid="ignore"):
+            g = xp.expm1(0.5 * log_r)
+            d2 = xp.sum(xp.exp(log_a) * g * g, axis=-1, keepdims=True)
+            n = xp.sqrt(d2 * (1.0 - 0.25 * d2))
+            theta = xp.arctan2(n, 1.0 - 0.5 * d2)
+            scale = xp.where(n > 0, theta / xp.where(n > 0, n, 1.0 + 0.0 * n), 1.0 + 0.0 * n)
+            v = 2.0 * scale * (g[..., :-1] - g[..., -1:])
+        return v if _points.all_finite(v) else None   # logits far apart: the mean chart's route
+
+    def _exp_in_chart(self, p, v):
+        r"""The geodesic's end point from the logits ``p`` and a velocity ``v`` of the logits (natural chart; ``None`` in
+        the others, or where the great circle may leave the simplex: the mean chart's route says so).  On the sphere
+        of :math:`u = \sqrt p` the velocity is :math:`\dot u = u\odot w`, :math:`w_i = (v_i - p\cdot v)/2`
+        (:math:`v_k = 0`), of length :math:`n`; :math:`u_i(1) = u_i(\cos n + w_i\sin n/n)`, so the logits move by
+        :math:`2[\log(1 + c + s w_i) - \log(1 + c + s w_k)]` with :math:`c = \cos n - 1 = -2\sin^2(n/2)`,
+        :math:`s = \sin n/n` (``log1p``): no probability is formed, which rounds a step of 1e-10 by a part in 1e5."""
+        if self.chart != "natural":
+            return None
+        xp = B.ops_of(p, v)
+        ta = self._with_reference(p)
+        prob = xp.exp(ta - xp.logsumexp(ta, axis=-1, keepdims=True))
+        vk = self._with_reference(v)
+        w = 0.5 * (vk - xp.sum(prob * vk, axis=-1, keepdims=True))
+        n = xp.sqrt(xp.sum(prob * w * w, axis=-1, keepdims=True))
+        # coordinate i of the circle first reaches 0 at n t = pi/2 + atan2(w_i, n): refused by the mean chart's route
+        if bool(np.any(B.to_numpy(n) >= B.to_numpy(np.pi / 2 + xp.arctan2(w, n)))) or not _points.all_finite(n):
+            return None
+        c = -2.0 * xp.sin(0.5 * n) ** 2
+        sinc = xp.where(n > 0, xp.sin(n) / xp.where(n > 0, n, 1.0 + 0.0 * n), 1.0 + 0.0 * n)
+        # u_i(1)/u_i = 1 + c + s w_i is rounded to a part in 1e16 of 1 + |s w_i|: where it ends near 0 (a class
+        # whose probability falls by 1e8 or more) the logits would lose their digits, as the probabilities do
+        if bool(np.any(B.to_numpy(1.0 + c + sinc * w) < _END_RATIO * (1.0 + B.to_numpy(xp.abs(sinc * w))))):
+            return None
+        grow = xp.log1p(c + sinc * w)
+        return p + 2.0 * (grow[..., :-1] - grow[..., -1:])
 
     def _kl(self, p, q):
         r""":math:`\sum_i p_i \log(p_i / q_i) = \sum_i (q_i - p_i - p_i\log(q_i/p_i))`, a sum of terms

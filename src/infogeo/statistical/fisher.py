@@ -168,6 +168,9 @@ class FisherMetric(Metric):
         fam, g = self.family, self.family.geometry_chart
         if g == fam.chart:
             return self._hook("exp", x, v, like=x)
+        here = getattr(fam, "_exp_in_chart", None)   # as log's (:meth:`log`)
+        if here is not None and (out := here(x, v)) is not None:
+            return out
         xg, vg = B.jvp(lambda z: fam._to_chart(z, g), x, v)
         # checked in the geometry chart too: the map back would fail on an invalid point with a bare LinAlgError
         yg = self._valid_end(self._hook("exp", xg, vg, like=x), g)
@@ -198,6 +201,11 @@ class FisherMetric(Metric):
         if (out := self._route("log", x, y)) is not _BY_CHART:
             return out
         fam, g = self.family, self.family.geometry_chart
+        # a family may compute the log in its current chart where the geometry chart loses accuracy (categorical
+        # logits: the differences of nearby probabilities round)
+        here = getattr(fam, "_log_in_chart", None)
+        if here is not None and fam.chart != g and (out := here(x, y)) is not None:
+            return out
         if g != fam.chart:
             # the velocity is pushed back at each base point: one base point per pair (a jvp at one point
             # with a batch of tangents mixed the batch up)
