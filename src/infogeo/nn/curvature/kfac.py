@@ -89,17 +89,18 @@ def kron_blocks(space, layer: bp.Layer, cls: type, layout: Layout, approx: str =
     own = bias is not None and rule.separate_bias
     blocks = []
     reached = layer.reached
-    if mask is not None and reached is not None and reached.numel() == mask.numel():
+    if reached is not None and rule.rows_are_positions and reached.numel() > N:
+        # a layer whose rows are its input's positions: those with no gradient here leave A as they leave G, and
+        # only those (padding behind an attention mask; after the last attention, all but the positions a read-out
+        # takes; positions the loss ignores), whatever the outputs' positions are: an encoder's are not its
+        # decoder's, whose ignored labels said nothing of the encoder's padding.  Where every position reaches
+        # the loss, A is the mean over all of them
+        mask = None if bool(reached.all()) else reached.reshape(N, -1)
+    elif mask is not None and reached is not None and reached.numel() == mask.numel():
         # positions the loss ignores still count where they reach it through this layer (attention mixes the
         # positions: the keys and values of an ignored position feed the others); only positions with no
         # gradient here leave A, as they leave G
         mask = mask | reached.reshape(mask.shape)
-    elif mask is None and reached is not None and rule.rows_are_positions and reached.numel() > N \
-            and not bool(reached.all()):
-        # outputs without positions (a sequence classifier): the positions that never reach the loss through this
-        # layer (padding; after the last attention, all but those a pooled read-out takes) leave A as they leave G,
-        # so that A does not depend on how much padding a batch has
-        mask = reached.reshape(N, -1)
     if "weight" in layer.params or not own:
         A, rows = rule.input_factor(layer, approx, mask, diagonal=layout[1])
         blocks.append(cls(layer.params.get("weight"), None if own else bias, tuple(weight.shape), A,

@@ -57,6 +57,16 @@ class Part(NamedTuple):
     output_shape: Tuple[int, ...]
 
 
+def _beyond_rounding(rows: torch.Tensor) -> torch.Tensor:
+    """Whether each row of one column's output gradients is more than rounding: its largest entry above the
+    dtype's epsilon (at most float32's) times the column's largest.  A gradient that is zero in exact arithmetic
+    can come out as 1e-21 (the query of a first token under causal attention, which attends to itself alone):
+    an exact test kept or left out such a position by where the padding put it."""
+    mag = rows.abs().amax(-1)
+    eps = min(torch.finfo(rows.dtype).eps, torch.finfo(torch.float32).eps)
+    return mag > eps * mag.amax()
+
+
 class LayerRule:
     """How one layer type feeds the curvatures (module docstring).  Subclass and :func:`register` it.
 
@@ -312,8 +322,8 @@ class AffineRule(LayerRule):
         with ``reduce_positions``, of :math:`\sum_t b_{jnt}`; with ``diagonal``, only its diagonal), and for a
         :attr:`separate_bias` the second moment of the bias pseudo-gradients into ``layer.bias_stat``; with
         ``reached`` (a loss that ignores positions), and for a layer whose rows are its inputs' positions (a Linear
-        on a sequence, whose padding may never reach the loss), the rows with a non-zero gradient in any column into
-        ``layer.reached``."""
+        on a sequence, whose padding may never reach the loss), the rows with a gradient above rounding in any
+        column (:func:`_beyond_rounding`) into ``layer.reached``."""
         track = not reduce_positions and (reached or self.rows_are_positions)
         own = "bias" in layer.params and self.separate_bias
 
@@ -327,7 +337,7 @@ class AffineRule(LayerRule):
             rows = self.summed_outputs(g) if reduce_positions else self.position_rows(g)
             layer.stat = moment(rows, layer.stat)
             if track and (reached or rows.shape[0] > g.shape[0]):   # the rows through which the layer reaches the loss
-                nonzero = rows.ne(0).any(-1)
+                nonzero = _beyond_rounding(rows)
                 layer.reached = nonzero if layer.reached is None else layer.reached.logical_or_(nonzero)
             if own:
                 layer.bias_stat = moment(self.bias_gradient(g), layer.bias_stat)
