@@ -280,7 +280,62 @@ def plain_model(rank):
     return out
 
 
-SCENARIOS = {"branches": branches_on_one_rank, "empty": empty_on_one_rank, "nan_memory": lambda r: nan_on_one_rank(r, "memory"), "nan_comm": lambda r: nan_on_one_rank(r, "comm"),
+class _DeepBranch(torch.nn.Module):
+    """A trunk, and a branch of two Linear layers (an expert) that only some batches take."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.trunk = torch.nn.Linear(5, 3).double()
+        self.branch = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(), torch.nn.Linear(4, 3)).double()
+
+    def forward(self, x, use_branch):
+        return self.trunk(x) + (self.branch(x) if use_branch else 0)
+
+
+def deep_branch_on_one_rank(rank):
+    """A branch of two layers reached by rank 1's batch only: rank 0's one zero block for all four of its
+    parameters takes the branch's two Kronecker blocks (it raised 'other structures'); both ranks step alike."""
+    model = _DeepBranch()
+    net = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
+    opt = ig.nn.NaturalGradient(net, curvature="kfac", curvature_update_period=1, fisher="exact")
+    x, y = _branch_input(rank), torch.randint(0, 3, (4,), generator=torch.Generator().manual_seed(rank))
+    steps = []
+    for use in (True, rank == 1, rank == 1):
+        opt.zero_grad()
+        F.cross_entropy(net(x, use), y).backward()
+        steps.append(outcome(lambda: opt.step() or "stepped"))
+    kinds = sorted((b.kind, tuple(b.names)) for b in opt.preconditioner.curvature.blocks)
+    return steps, kinds, flat(model)
+
+
+def _disagreeing(rank, what):
+    """Rank 1 differs in ``what`` (a setting, its lr, or a parameter without a gradient): both ranks raise the same
+    ValueError at the first step (another step rule hung in a collective only one rank entered, another lr or a
+    .grad set to None on one rank drifted the ranks apart), and neither moved."""
+    model, X, y = problem()
+    net = torch.nn.parallel.DistributedDataParallel(model)
+    kw = dict(curvature="kfac", damping=1e-2, fisher="exact", curvature_update_period=1)
+    if what == "rule":
+        kw["step_rule"] = "graft" if rank == 1 else "eigen-adam"
+    elif what == "curvature":
+        kw["curvature"] = "ekfac" if rank == 1 else "kfac"
+    elif what == "lr":
+        kw["lr"] = 0.02 if rank == 1 else 0.01
+    opt = ig.nn.NaturalGradient(net, **kw)
+    before = flat(model)
+    opt.zero_grad()
+    F.cross_entropy(net(X[0, rank * 8:rank * 8 + 8]), y[0, rank * 8:rank * 8 + 8]).backward()
+    if what == "idle" and rank == 1:
+        model[0].bias.grad = None
+    got = outcome(lambda: opt.step() or "stepped")
+    return got, flat(model) == before
+
+
+SCENARIOS = {"deep_branch": deep_branch_on_one_rank, "disagree_rule": lambda r: _disagreeing(r, "rule"),
+             "disagree_curvature": lambda r: _disagreeing(r, "curvature"), "disagree_lr": lambda r: _disagreeing(r, "lr"),
+             "disagree_idle": lambda r: _disagreeing(r, "idle"),
+             "branches": branches_on_one_rank, "empty": empty_on_one_rank, "nan_memory": lambda r: nan_on_one_rank(r, "memory"), "nan_comm": lambda r: nan_on_one_rank(r, "comm"),
              "adam_nan": adam_nan_on_one_rank, "error": error_on_one_rank, "unequal": unequal_batches,
              "adaptive": adaptive_quadratic,
              "refusals": refusals, "scaled": scaled_on_one_rank, "empty_fsdp2": empty_under_fsdp2_on_one_rank,
@@ -419,3 +474,18 @@ def test_a_model_neither_in_ddp_nor_sharded_is_refused_unless_its_ranks_hold_the
     assert "DistributedDataParallel" in errors[0][1] and "drift apart" in errors[0][1]
     trained = [g[True] for g in got]
     assert trained[0][0] == "ok" and trained[0] == trained[1], trained   # by hand: allowed, one model
+
+
+def test_a_branch_of_several_layers_reached_on_one_rank_is_adopted(results):
+    (s0, k0, p0), (s1, k1, p1) = ok(results, "deep_branch")
+    assert [tuple(s) for s in s0] == [tuple(s) for s in s1] == [("ok", "stepped")] * 3
+    assert p0 == p1 and k0 == k1
+    assert ("kfac", ("branch.0.weight", "branch.0.bias")) in k0 and ("kfac", ("branch.2.weight", "branch.2.bias")) in k0
+
+
+@pytest.mark.parametrize("what,match", [("rule", "other settings"), ("curvature", "other settings"),
+                                        ("lr", "other settings"), ("idle", "without a gradient")])
+def test_ranks_that_would_take_other_steps_raise_the_same_error_and_move_nothing(results, what, match):
+    (got0, same0), (got1, same1) = ok(results, f"disagree_{what}")
+    assert got0[0] == got1[0] == "ValueError" and match in got0[1] and got0[1] == got1[1]
+    assert same0 and same1

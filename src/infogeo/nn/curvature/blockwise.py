@@ -13,7 +13,7 @@ import torch
 
 from .._params import ParamLayout, Params, all_finite
 from .base import Curvature
-from .blocks import Block
+from .blocks import Block, DiagBlock
 class BlockCurvature(Curvature):
     """A curvature made of independent blocks covering all parameters once."""
 
@@ -187,11 +187,26 @@ class BlockCurvature(Curvature):
         """This curvature with each block of a layer no example reached replaced by ``templates``' block for the
         same parameters where that is of another kind (its zero statistics, in this curvature's dtype and device)."""
         ref = self._reference()
-        blocks = []
+
+        def zero(t: Block) -> Block:
+            return t.with_stats({k: v.to(device=ref.device, dtype=ref.dtype) for k, v in t.stats().items()})
+        blocks: List[Block] = []
         for b in self.blocks:
             t = templates.get(tuple(b.names))
             if t is not None and t.kind != b.kind and _unused(b):
-                b = t.with_stats({k: v.to(device=ref.device, dtype=ref.dtype) for k, v in t.stats().items()})
+                b = zero(t)
+            elif _unused(b) and isinstance(b, DiagBlock) and len(b.names) > 1:
+                # the one zero block of every parameter this batch did not reach (a branch of several layers):
+                # the templates of its layers, and a zero diagonal for what no template covers
+                parts, covered = [], set()
+                for key, t in templates.items():
+                    if set(key) < set(b.names) and not covered & set(key):
+                        parts.append(zero(t))
+                        covered |= set(key)
+                if parts:
+                    rest = [n for n in b.names if n not in covered]
+                    blocks.extend(parts + ([DiagBlock({n: b.d[n] for n in rest})] if rest else []))
+                    continue
             blocks.append(b)
         # in the parameters' order, the same on every rank (a builder orders its blocks by kind first)
         where = {n: i for i, n in enumerate(self.layout.names)}

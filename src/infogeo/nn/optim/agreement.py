@@ -3,7 +3,9 @@ r"""The step's one agreement over the ranks, with the structure of their new cur
 Statistics are all-reduced entry by entry, so every rank's must have one structure (block kinds, parameters,
 shapes).  A layer that the batches of some ranks only reached (a branch, an expert) is a zero block of another
 kind on the others: they adopt its kind (:meth:`~infogeo.nn.curvature.blockwise.BlockCurvature.adopting`), which
-is what the statistics of the union batch hold.  Any other difference raises one error on every rank.
+is what the statistics of the union batch hold.  Any other difference raises one error on every rank, as do
+ranks whose steps would differ (:func:`settings_codes`: another step rule or learning rate, another set of
+parameters without a gradient).
 """
 from __future__ import annotations
 
@@ -14,12 +16,12 @@ import torch
 
 from .. import distributed as dd
 
-__all__ = ["agree_step", "replicas_differ", "InBackward"]
+__all__ = ["agree_step", "settings_codes", "replicas_differ", "InBackward"]
 
 
 def agree_step(error: Optional[BaseException], finite: bool, n: int, new: Optional[Tuple[Any, int]],
-               replicas: Optional[Tuple[Dict[str, torch.Tensor], Sequence[torch.Tensor]]] = None
-               ) -> Tuple[bool, torch.Tensor, Optional[Tuple[Any, int]]]:
+               replicas: Optional[Tuple[Dict[str, torch.Tensor], Sequence[torch.Tensor]]] = None,
+               settings: Sequence[float] = (-1.0, -1.0)) -> Tuple[bool, torch.Tensor, Optional[Tuple[Any, int]]]:
     """The step's one agreement over the ranks (:func:`~infogeo.nn.distributed.agree`): this rank's ``error``,
     whether its gradients are ``finite``, its batch size ``n`` and the structure of its ``new`` statistics.
     Returns whether some rank's gradient is not finite, every rank's ``n`` (column 0), and ``new``.
@@ -28,16 +30,22 @@ def agree_step(error: Optional[BaseException], finite: bool, n: int, new: Option
     (the same on all ranks when the user all-reduces its gradients): their sums are compared, and ranks that
     differ raise the same ``ValueError`` (:func:`replicas_differ`) before they drift apart.
 
+    ``settings``: :func:`settings_codes` of this rank (-1 where not computed): ranks whose steps would differ (another
+    step rule, curvature or learning rate; another set of parameters without a gradient) raise the same
+    ``ValueError`` instead of drifting apart or waiting in a collective the others skip.
+
     Statistics of other structures cannot be averaged.  Where a layer was reached by the batches of some ranks
     only (a branch, an expert), the others adopt its block kind with zero statistics (one exchange of the
     blocks' descriptions, only then; not for EKFAC's statistics awaiting their scales); any other difference
     raises the same ``ValueError`` on every rank instead of exchanging tensors of other shapes."""
     sums = _sums(*replicas) if replicas is not None and error is None and finite else [0.0, 0.0]
-    (nonfinite,), values = dd.agree(error, [not finite], [n, _structure_code(new)] + sums)
-    if replicas is not None and not nonfinite and bool((values[:, 2:] != values[0, 2:]).any()):
+    # whether this rank's statistics can adopt another's blocks: the exchange is entered by all ranks or none
+    adopts = float(new is not None and hasattr(new[0], "templates") and not getattr(new[0], "deferred", False))
+    (nonfinite,), values = dd.agree(error, [not finite], [n, _structure_code(new), adopts] + sums + list(settings))
+    _settings_agree(values[:, 5:])
+    if replicas is not None and not nonfinite and bool((values[:, 3:5] != values[0, 3:5]).any()):
         raise replicas_differ()
-    if not nonfinite and len({c for c in values[:, 1].tolist() if c >= 0}) > 1 and new is not None and \
-            hasattr(new[0], "templates") and not getattr(new[0], "deferred", False):
+    if not nonfinite and len({c for c in values[:, 1].tolist() if c >= 0}) > 1 and bool((values[:, 2] == 1).all()):
         offers = dd.all_gather_objects(new[0].templates())
         templates: Dict[tuple, Any] = {}
         for offer in offers:
@@ -51,6 +59,29 @@ def agree_step(error: Optional[BaseException], finite: bool, n: int, new: Option
                          "reach the same layers on the steps that refresh the statistics), or other optimizer "
                          "settings on some ranks (curvature, its options)")
     return nonfinite, values, new
+
+
+def settings_codes(pre: Any) -> List[float]:
+    """Two numbers that differ between ranks whose steps would differ: one of the settings (curvature, Fisher,
+    placement, what the preconditioner's owner adds, :attr:`~.preconditioner.Preconditioner.owner_settings`: a
+    NaturalGradient's step rule and Adam's rates; the learning rate of every parameter), one of the parameters
+    without a gradient (which the step leaves alone)."""
+    lrs = pre.learning_rates()
+    text = repr((pre.kind, pre.fisher, pre.placement, pre.owner_settings(), [lrs[id(p)] for p in pre.params]))
+    idle = repr([n for n, p in zip(pre.names, pre.params) if p.grad is None])
+    return [float(zlib.crc32(text.encode())), float(zlib.crc32(idle.encode()))]
+
+
+def _settings_agree(codes: torch.Tensor) -> None:
+    """The same ``ValueError`` on every rank where the ranks' :func:`settings_codes` differ."""
+    for col, what in ((0, "other settings (step rule, curvature, Fisher, learning rates, Adam's rates) on some "
+                          "ranks: build the optimizer alike on every rank and step its schedulers alike"),
+                      (1, "other parameters without a gradient on some ranks (a .grad set to None on one rank "
+                          "only, e.g. zero_grad() between backward() and step()): each rank would step other "
+                          "parameters")):
+        c = codes[:, col]
+        if bool((c >= 0).all()) and bool((c != c[0]).any()):
+            raise ValueError(f"the ranks would take other steps: {what}")
 
 
 def _sums(grads: Dict[str, torch.Tensor], params: Sequence[torch.Tensor]) -> List[float]:

@@ -195,6 +195,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         self.nesterov, self.state_dtype = s.nesterov, s.state_dtype
         if s.step_rule == "eigen-adam":
             self.preconditioner.estimate.basis_dtype = s.state_dtype
+        self.preconditioner.owner_settings = self._settings
         self.damping_adaptation_period, self.damping_factor = s.damping_adaptation_period, s.damping_factor
         self.max_retries = self.preconditioner.max_retries
 
@@ -211,6 +212,11 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
     @property
     def _first(self) -> torch.Tensor:
         return next(p for g in self.param_groups for p in g["params"])
+
+    def _settings(self) -> tuple:
+        """What the ranks must share beyond the preconditioner's settings (numbers and strings)."""
+        return (self.step_rule, self.quadratic_model, self.adaptive_damping, self.eps, self.nesterov,
+                str(self.state_dtype), [(g.get("betas"), g.get("momentum")) for g in self.param_groups])
 
     def add_param_group(self, param_group: Dict[str, Any]) -> None:
         """Groups are fixed once built (the curvature covers the parameters given at construction; a group added

@@ -38,7 +38,7 @@ def take_step(pre: "Preconditioner", grads, inputs, targets, error, solve: bool)
 
 def _step(pre, grads, inputs, targets, error, solve):
     new = template = gathered = None
-    finite, n = True, -1
+    finite, n, settings = True, -1, [-1.0, -1.0]
     later = pre.sharded and pre.estimate.from_gradients   # Shampoo's statistics of sharded gradients
     if error is None:
         try:
@@ -46,6 +46,8 @@ def _step(pre, grads, inputs, targets, error, solve):
             if pre.estimate.captures:   # layers whose gradients came from a pass the hooks did not see
                 guards.check_tracked(pre.untracked())
             grads = pre.grads() if grads is None else pre.estimate.layout.check(grads, "grads", real=True)
+            if dd.world_size() > 1:
+                settings = agreement.settings_codes(pre)
             n = pre.estimate.batch_size(inputs)
             if n == 0:
                 raise empty_batch()
@@ -56,7 +58,7 @@ def _step(pre, grads, inputs, targets, error, solve):
         except Exception as exc:
             error = exc
     replicas = (grads, pre.params) if pre.by_hand and dd.world_size() > 1 else None   # kept equal by the user?
-    nonfinite, sizes, new = agreement.agree_step(error, finite, n, new, replicas)
+    nonfinite, sizes, new = agreement.agree_step(error, finite, n, new, replicas, settings)
     pre.skip_reason = None
     if nonfinite:
         if pre.grad_scaler is not None:   # an overflow of the scaled loss: the scaler skips this step

@@ -176,6 +176,9 @@ class Preconditioner(state.NotCopyable):
         KINDS[self.kind].check_options(options)
         self.placement, self.grad_scaler, self.output_fn = placement, grad_scaler, output_fn
         self.state: Dict[str, Any] = {"step": 0}
+        #: the settings of the optimizer that owns this preconditioner, which the ranks must share (numbers and
+        #: strings; :func:`~.agreement.settings_codes`): a NaturalGradient's step rule and Adam's rates
+        self.owner_settings: Callable[[], tuple] = tuple
         #: why the last step was skipped (``None`` if it was taken): "gradient", "overflow" or "direction"
         self.skip_reason: Optional[str] = None
         self._rows: Dict[str, tuple] = {}

@@ -2,12 +2,14 @@ r"""Any other module called once per forward: per-example vector-Jacobian produc
 
 By ``torch.func.vmap`` of the module's own vjp per example, or a loop over examples where vmap
 cannot batch the module (the fused kernels of ``nn.RNN``/``LSTM``/``GRU``, data-dependent control
-flow).  Exact for any module whose examples do not interact (LayerNorm, Embedding, attention,
+flow), with autograd's vjp where ``torch.func`` cannot run it at all (a recurrent layer on a
+``PackedSequence``).  Exact for any module whose examples do not interact (LayerNorm, Embedding, attention,
 recurrent layers, grouped convolutions, a user's own module).
 """
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any, Callable, Dict, Iterator
 
 import torch
@@ -72,7 +74,9 @@ def per_row_vjps(call: Callable[[Batch, Dict[str, torch.Tensor]], Any], p: Dict[
             try:
                 # grad enabled, as in the loop: under no_grad some kernels (a float32 LSTM's) take an inference
                 # path without the backward the vjp needs
-                with torch.enable_grad(), math_attention():
+                with torch.enable_grad(), math_attention(), warnings.catch_warnings():
+                    # an operator without a batching rule is looped by torch, with a warning the user cannot act on
+                    warnings.filterwarnings("ignore", message="There is a performance drop")
                     res = torch.func.vmap(one, in_dims=(None, 0, 0))(p, {k: x[n_idx] for k, x in per.items()}, g)
                 yield {n: t.detach() for n, t in res.items()}
                 continue
@@ -95,9 +99,28 @@ def _row_loop(f_of, p: Dict[str, torch.Tensor], per: Dict[Any, torch.Tensor], n_
     for n in torch.unique(n_idx).tolist():
         idx = (n_idx == n).nonzero().flatten()
         with torch.enable_grad(), math_attention():   # the fused kernels refuse a mask that requires grad
-            z, vjp = torch.func.vjp(f_of({k: x[n] for k, x in per.items()}), p)[:2]
+            f = f_of({k: x[n] for k, x in per.items()})
+            try:
+                z, vjp = torch.func.vjp(f, p)[:2]
+            except RuntimeError as err:   # what torch.func cannot run (an LSTM on a PackedSequence): autograd's vjp
+                logger.debug("per-example gradients by autograd (torch.func failed: %s)", err)
+                z, vjp = _autograd_vjp(f, p, err)
             for i in idx.tolist():
                 res = vjp(g[i].unsqueeze(0).to(z.dtype))[0]
                 for name, t in res.items():
                     out[name][i] = t.detach()
     return out
+
+
+def _autograd_vjp(f: Callable[[Dict[str, torch.Tensor]], Any], p: Dict[str, torch.Tensor], err: Exception):
+    """``(z, vjp)`` as ``torch.func.vjp(f, p)`` gives them, by autograd on detached copies of ``p`` (one graph, kept
+    for every row's vjp); ``err`` is raised again where ``f`` does not give one tensor."""
+    leaves = {k: t.detach().requires_grad_(True) for k, t in p.items()}
+    z = f(leaves)
+    if not isinstance(z, torch.Tensor):
+        raise err
+
+    def vjp(g: torch.Tensor):
+        grads = torch.autograd.grad(z, list(leaves.values()), grad_outputs=g, retain_graph=True, allow_unused=True)
+        return ({k: torch.zeros_like(t) if d is None else d for (k, t), d in zip(leaves.items(), grads)},)
+    return z, vjp
