@@ -198,7 +198,8 @@ class BlockCurvature(Curvature):
             elif _unused(b) and isinstance(b, DiagBlock) and len(b.names) > 1:
                 # the one zero block of every parameter this batch did not reach (a branch of several layers):
                 # the templates of its layers, and a zero diagonal for what no template covers
-                parts, covered = [], set()
+                parts: List[Block] = []
+                covered: set = set()
                 for key, t in templates.items():
                     if set(key) < set(b.names) and not covered & set(key):
                         parts.append(zero(t))

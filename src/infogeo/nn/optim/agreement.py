@@ -45,7 +45,8 @@ def agree_step(error: Optional[BaseException], finite: bool, n: int, new: Option
     _settings_agree(values[:, 5:])
     if replicas is not None and not nonfinite and bool((values[:, 3:5] != values[0, 3:5]).any()):
         raise replicas_differ()
-    if not nonfinite and len({c for c in values[:, 1].tolist() if c >= 0}) > 1 and bool((values[:, 2] == 1).all()):
+    if not nonfinite and len({c for c in values[:, 1].tolist() if c >= 0}) > 1 and bool((values[:, 2] == 1).all()) \
+            and new is not None:   # (every rank's adopts: so is this one's new)
         offers = dd.all_gather_objects(new[0].templates())
         templates: Dict[tuple, Any] = {}
         for offer in offers:
