@@ -112,6 +112,8 @@ def natural_gradient_flow(family: Any, f: Callable[[np.ndarray], Any], theta0: A
         raise ValueError(f"theta0 must be a finite vector of shape ({T.shape[1]},), got {theta0.shape}")
     if not (0 < tol < 1):
         raise ValueError(f"tol must be in (0, 1), got {tol!r}")
+    if isinstance(t_max, bool) or not (0 < float(t_max) <= np.inf):   # a negative time runs the flow uphill
+        raise ValueError(f"t_max must be a positive time, got {t_max!r}")
     if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
         raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
     log_tol = np.log(tol)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 import numpy as np
@@ -134,11 +135,11 @@ class DiscreteIGO:
         self.weights = weights
         w = self._rank_weights()
         lr = learning_rate if learning_rate is not None else min(0.5, math.sqrt(1.0 / np.sum(w ** 2) / self.dim))
-        if isinstance(lr, bool) or not (isinstance(lr, (int, float)) and 0 < lr <= 1):
+        if isinstance(lr, (bool, np.bool_)) or not (isinstance(lr, numbers.Real) and 0 < lr <= 1):
             raise ValueError(f"learning_rate must be in (0, 1], got {learning_rate!r}")
         self.learning_rate = float(lr)
         tm = theta_max if theta_max is not None else 0.5 * math.log(max(self.n - 1, 2))
-        if not (isinstance(tm, (int, float)) and tm > 0 and math.isfinite(tm)):
+        if isinstance(tm, (bool, np.bool_)) or not (isinstance(tm, numbers.Real) and tm > 0 and math.isfinite(tm)):
             raise ValueError(f"theta_max must be a positive finite number, got {theta_max!r}")
         self.theta_max = float(tm)
         if isinstance(max_evals, bool) or not isinstance(max_evals, (int, np.integer)) or max_evals < self.population:

@@ -95,11 +95,13 @@ class GradientDescent(Solver):
         return super().minimize(manifold, cost, x0, **kwargs)
 
     def _geodesic_errors(self) -> tuple:
-        """The error of an ``exp`` step whose geodesic cannot be followed (none for retractions)."""
+        """The errors of an ``exp`` step whose geodesic cannot be followed (the ODE's ``GeodesicError``) or whose end
+        point is not a valid point (a closed form's ``ValueError``: a variance of 0 or below); none for
+        retractions."""
         if self.update != "exp":
             return ()
         from ..geometry.geodesics import GeodesicError  # on demand: it loads scipy.integrate
-        return (GeodesicError,)
+        return (GeodesicError, ValueError)
 
     def _move(self, manifold: Manifold, x: Any, v):
         return manifold.exp(x, v) if self.update == "exp" else manifold.retract(x, v)

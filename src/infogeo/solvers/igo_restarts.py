@@ -113,7 +113,7 @@ def igo_minimize(f: Callable[[np.ndarray], Any], x0: Any, sigma0: float, *, rest
             break
         es = IGOSearch(mean0, sigma, popsize=lam, covariance=covariance, seed=rng,
                        max_evals=budget, f_target=f_target,
-                       max_iter=None if max_iter is None else max_iter - nit, **options)
+                       max_iter=None if max_iter is None else max_iter - nit, verbose=verbose, **options)
         if verbose:
             logger.info("IGO search run %d (%s regime): popsize %d, sigma0 %.3g", run, regime, lam, sigma)
 
@@ -134,7 +134,10 @@ def igo_minimize(f: Callable[[np.ndarray], Any], x0: Any, sigma0: float, *, rest
             break
     assert es is not None and best is not None, "the budget must allow one population"
     last = es.result
-    why = last.message
+    # a run's limits are what remained of the user's: the message names the user's
+    why = last.message.replace(f"(max_evals={es.max_evals})", f"(max_evals={max_evals})")
+    if max_iter is not None:
+        why = why.replace(f"(max_iter={es.max_iter})", f"(max_iter={max_iter})")
     if out_of_budget:
         why += f"; remaining budget ({max_evals - nfev} evaluations) too small for another run"
     elif restarts and not any(k in last.stop for k in _STOPPING_ALL):

@@ -45,7 +45,7 @@ import numpy as np
 
 from .. import backend as B
 from ..geometry.points import random_generator
-from .base import log_every
+from .base import _ensure_console_handler, log_every
 from .igo import rank_mu_step, rank_order
 from .igo_parameters import StrategyParameters
 from .igo_sampling import SAMPLINGS, standard_normal_samples
@@ -167,8 +167,12 @@ class IGOSearch:
                     "tolstagnation": (int(100 + 100 * n ** 1.5 / self.popsize) if tolstagnation is None
                                       else int(tolstagnation))}
         self.verbose = verbose
-        # verbose=k logs every k-th iteration; True about 20 rows over the iteration budget (default 2000)
-        self._log_every = log_every(verbose, max_iter if max_iter else 2000)
+        # verbose=k logs every k-th iteration; True about 20 rows over the iteration budget: the iteration limit or
+        # what the evaluation budget allows, whichever is smaller (2000 without either)
+        budget = min(max_iter or math.inf, self.max_evals / self.popsize)
+        self._log_every = log_every(verbose, int(budget) if math.isfinite(budget) else 2000)
+        if self._log_every:
+            _ensure_console_handler()
         self.countiter = self.countevals = 0
         self.best_x, self.best_f = m.copy(), math.inf
         self.history: list = []

@@ -91,29 +91,39 @@ def online_mle(family, observations: Sequence[Any], x0: Any, step_size: StepSize
 
     .. math:: x_{k} = R_{x_{k-1}}\big(-\alpha_k\, F^{-1}\nabla(-\log p_{x_{k-1}}(x_k))\big).
 
-    In the mean chart this is :math:`\eta_k = \eta_{k-1} - \alpha_k(\eta_{k-1} - t(x_k))`,
+    The step is taken in the mean chart, whatever the family's chart (the iterates are returned in the family's),
+    where the retraction is the straight line: :math:`\eta_k = \eta_{k-1} - \alpha_k(\eta_{k-1} - t(x_k))`,
     so with :math:`\alpha_k = 1/(k + k_0)` (:class:`~infogeo.solvers.InverseTime`)
     the iterate is the running mean of the sufficient statistics, the start
     counting as :math:`k_0` pseudo-observations; :math:`k_0 = 0` (the plain
-    :math:`1/k`) makes every iterate the running MLE of the data alone.  (With
+    :math:`1/k`) makes every iterate the running MLE of the data alone.  (The
+    straight line of another chart, the standard chart's variance for one, is
+    not that average: it gave a Gaussian's variance 2.39 for 0.014 after two
+    observations.)  (With
     :math:`k_0 = 0` the first iterate is :math:`t(x_1)`, a boundary point — a
     degenerate distribution — for discrete and full-Gaussian families, where
-    the Fisher metric is singular; use :math:`k_0 \ge 1` there.)
+    the Fisher metric is singular; use :math:`k_0 \ge 1` there.)  A family without
+    a mean chart steps in its own.
 
     Returns the list of iterates ``[x_1, ..., x_n]`` (``x0`` is not modified).
     """
     x = family.point(x0)
+    charted = family.chart != "mean" and "mean" in getattr(family, "charts", ())
+    fam = family.in_chart("mean") if charted else family
+    if charted:
+        x = fam.point(family.to_chart(x, "mean"))
     out = []
     for k, obs in enumerate(observations, start=1):
         batch = [obs]
 
         def nll(z, batch=batch):
-            return -family.log_prob(z, batch)[0]
+            return -fam.log_prob(z, batch)[0]
 
-        v = family.gradient(nll, x)
-        x = family.retract(x, -step_at(step_size, k) * v)
-        family.check_point(x)
-        out.append(x)
+        v = fam.gradient(nll, x)
+        x = fam.retract(x, -step_at(step_size, k) * v)
+        fam.check_point(x)
+        here = family.point(family.from_chart(x, "mean")) if charted else x
+        out.append(here)
         if callback is not None:
-            callback(k, x)
+            callback(k, here)
     return out

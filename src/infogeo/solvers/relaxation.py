@@ -131,12 +131,15 @@ class StochasticRelaxation(Solver):
         self.max_evals, self.f_target, self.seed, self.min_sigma = int(max_evals), f_target, seed, min_sigma
         self.precision_pattern = precision_pattern
 
-    def minimize(self, f: Callable[[np.ndarray], Any], x0: Any, **_: Any) -> OptimizeResult:  # type: ignore[override]
+    def minimize(self, f: Callable[[np.ndarray], Any], x0: Any, *,  # type: ignore[override]
+                 callback: Optional[Callable[[dict], Any]] = None) -> OptimizeResult:
+        """Minimise ``f`` (a batch ``(popsize, d) -> (popsize,)``) from the mean ``x0``; ``callback``: as for every
+        solver (each iteration's history entry; a true return stops the search), in place of the constructor's."""
         if self.verbose:
             _ensure_console_handler()
         return igo_minimize(f, x0, self.sigma0, restarts=self.restarts, restart_strategy=self.restart_strategy,
                             popsize=self.population, covariance=self.covariance, max_evals=self.max_evals,
-                            f_target=self.f_target, seed=self.seed, callback=self.callback,
+                            f_target=self.f_target, seed=self.seed, callback=callback or self.callback,
                             max_iter=self.max_iter, verbose=self.verbose, c_m=self.lr_mean, c_mu=self.lr_cov,
                             tolx=self.min_sigma, sampling=self.sampling,
                             **({} if self.precision_pattern is None else {"precision_pattern": self.precision_pattern}))
