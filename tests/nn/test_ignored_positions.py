@@ -619,3 +619,21 @@ def test_left_padding_gives_a_causal_classifier_the_same_steps():
         return torch.cat([(p.detach() - start[n]).reshape(-1) for n, p in model.named_parameters()])
     a, b = update(8), update(12)
     assert float((a - b).norm() / a.norm()) < 1e-10
+
+
+@pytest.mark.parametrize("approx", ["expand", "reduce"])
+@pytest.mark.parametrize("fisher", ["exact", "empirical"])
+def test_an_example_whose_positions_are_all_ignored_adds_nothing(approx, fisher):
+    """Appending an example whose targets are all ``ignore_index`` leaves the loss, and so the curvature, as it
+    was: K-FAC-reduce counted it as a row of A (its mean input, zero, with a bias of 1: A 0.15 off)."""
+    ce = torch.nn.CrossEntropyLoss(ignore_index=-100)
+    ids, y = batch()
+    g = torch.Generator().manual_seed(5)
+    more_ids = torch.cat([ids, torch.randint(0, 7, (1, ids.shape[1]), generator=g)])
+    more_y = torch.cat([y, torch.full((1, y.shape[1]), -100)])
+
+    def K(data, targets):
+        space = ig.nn.ParameterSpace(model(), ce, data=data, targets=targets)
+        return space.curvature("kfac", fisher, kfac_approx=approx).to_dense()
+    a, b = K(ids, y), K(more_ids, more_y)
+    assert torch.allclose(a, b, rtol=1e-12, atol=1e-15)

@@ -276,9 +276,10 @@ class AffineRule(LayerRule):
         """
         a, order = self.inputs(layer)
         if mask is not None and mask.shape == a.shape[:2]:
-            if approx == "reduce":
+            if approx == "reduce":   # an example none of whose positions carries a loss is no row (as in expand)
                 w = mask.to(a.dtype).unsqueeze(-1)
-                return (a * w).sum(1) / w.sum(1).clamp_min(1), order
+                kept = mask.any(1)
+                return ((a * w).sum(1) / w.sum(1).clamp_min(1))[kept], order
             return a[mask], order
         if approx == "reduce":
             return a.mean(1), order
