@@ -114,7 +114,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     for name in ("independence", "interaction"):
         runs = res[name]
         print(f"{name:<12} model: {sum(r['at_minimum'] for r in runs)}/{len(runs)} flows reach the minimum; "
-              f"the others end at {sorted({tuple(r['mode']) for r in runs if not r['at_minimum']})}")
+              f"the others end at {sorted({tuple(int(s) for s in r['mode']) for r in runs if not r['at_minimum']})}")
     return res
 
 

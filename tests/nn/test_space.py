@@ -667,3 +667,21 @@ def test_a_spaces_meta_probe_is_kept_for_the_next_space_and_bound_again_where_th
     _outputs._PROBED.clear()
     with pytest.raises(ValueError, match="outputs have 14 examples"):
         ig.nn.ParameterSpace(model, "categorical", data=X)
+
+
+def test_a_parameter_whose_tensor_is_replaced_is_seen_by_the_space():
+    """``torch.nn.utils.vector_to_parameters`` assigns ``p.data``: the space kept viewing the old tensors, so its
+    loss and metric were those of the old point with no sign (a probe found loss 0.796 for 0.693)."""
+    torch.manual_seed(0)
+    X, y = torch.randn(6, 3, dtype=torch.float64), torch.randint(0, 2, (6,))
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2)).double()
+    space = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=y)
+    v = {n: torch.randn_like(p) for n, p in space.point.items()}
+    before = space.metric.mv(None, v)
+    vec = torch.nn.utils.parameters_to_vector(model.parameters())
+    torch.nn.utils.vector_to_parameters(0.5 * vec + 0.1, model.parameters())
+    assert float(space.loss()) == pytest.approx(float(torch.nn.functional.cross_entropy(model(X), y)), rel=1e-14)
+    fresh = ig.nn.ParameterSpace(model, torch.nn.CrossEntropyLoss(), data=X, targets=y)
+    got, want = space.metric.mv(None, v), fresh.metric.mv(None, v)
+    assert all(torch.allclose(got[n], want[n], rtol=1e-12, atol=1e-15) for n in v)
+    assert not all(torch.allclose(got[n], before[n]) for n in v)

@@ -49,6 +49,15 @@ __all__ = ["ParameterSpace", "NetworkMetric"]
 Cost = Callable[[Params], torch.Tensor]
 
 
+def _replaced(view: torch.Tensor, p: torch.Tensor) -> bool:
+    """Whether the parameter ``p`` holds another tensor than ``view`` was taken of (another storage, shape or
+    dtype); a tensor whose storage cannot be read (a DTensor's) is taken as the same."""
+    try:
+        return view.data_ptr() != p.data_ptr() or view.shape != p.shape or view.dtype != p.dtype
+    except RuntimeError:
+        return False
+
+
 class ParameterSpace(Manifold):
     r"""Parameters of ``model`` as a manifold, with the pullback metric of ``output_metric`` over ``data``.
 
@@ -116,6 +125,7 @@ class ParameterSpace(Manifold):
         self.model = model
         self.names = [n for n, _ in named]
         # a view of the model's current values (no copy); the model is never written to
+        self._params = named
         self._point = CurrentPoint(self, {n: p.detach() for n, p in named})
         self.layout = ParamLayout.of(self._point)
         self.batch, self.output_fn = Batch.of(data), output_fn
@@ -134,7 +144,13 @@ class ParameterSpace(Manifold):
     # ------------------------------------------------------------ the map
     @property
     def point(self) -> CurrentPoint:  # type: ignore[override]
-        """The model's current parameters (views); calling it is the manifold protocol's ``point(coords)``."""
+        """The model's current parameters (views); calling it is the manifold protocol's ``point(coords)``.
+
+        A parameter whose tensor was replaced (``p.data = ...``: ``vector_to_parameters``, ``model.double()``) is
+        viewed anew; an in-place update is seen by its version counter, except one through ``p.data`` (which
+        hides it from autograd and from the counter alike): update in place under ``torch.no_grad()``."""
+        if any(_replaced(self._point[n], p) for n, p in self._params):
+            self._point = CurrentPoint(self, {n: p.detach() for n, p in self._params})
         return self._point
 
     @property

@@ -39,11 +39,12 @@ def unit_gradients(net: BernoulliNet, state: State, weights: torch.Tensor) -> Li
 
 def write_grads(net: BernoulliNet, blocks: List[torch.Tensor], sign: float = -1.0) -> None:
     """Store ``sign * blocks`` in the ``.grad`` of ``net``'s parameters (``-1``: an ascent direction
-    becomes the gradient a torch optimiser descends)."""
+    becomes the gradient a torch optimiser descends); a frozen parameter (``requires_grad=False``) gets none, so
+    that the optimiser leaves it alone, as autograd would."""
     for c, g in zip(net.conditionals(), blocks):
         if c.weight is not None:
-            c.weight.grad = sign * g[:, :-1].contiguous()
-        c.bias.grad = sign * g[:, -1].contiguous()
+            c.weight.grad = sign * g[:, :-1].contiguous() if c.weight.requires_grad else None
+        c.bias.grad = sign * g[:, -1].contiguous() if c.bias.requires_grad else None
 
 
 @dataclass

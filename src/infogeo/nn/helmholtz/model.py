@@ -188,7 +188,8 @@ class HelmholtzMachine(torch.nn.Module):
     dtype : torch.dtype, optional
         Of every parameter (default: torch's default dtype).
     seed : int, optional
-        Seeds the initialisation (PyTorch's default ``nn.Linear`` initialisation; prior logits 0).
+        Seeds the initialisation (PyTorch's default ``nn.Linear`` initialisation; prior logits 0), as
+        ``torch.manual_seed(seed)`` before it would, without moving torch's global generator.
 
     Examples
     --------
@@ -198,10 +199,12 @@ class HelmholtzMachine(torch.nn.Module):
 
     def __init__(self, sizes: Sequence[int], dtype: Optional[torch.dtype] = None, seed: Optional[int] = None):
         super().__init__()
-        if seed is not None:
-            torch.manual_seed(seed)
-        self.p = SigmoidBeliefNet(sizes)
-        self.q = RecognitionNet(sizes)
+        if seed is None:
+            self.p, self.q = SigmoidBeliefNet(sizes), RecognitionNet(sizes)
+        else:   # the same draws as after torch.manual_seed(seed), the caller's generator left where it was
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                self.p, self.q = SigmoidBeliefNet(sizes), RecognitionNet(sizes)
         if dtype is not None:
             self.to(dtype)
 
