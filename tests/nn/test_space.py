@@ -685,3 +685,21 @@ def test_a_parameter_whose_tensor_is_replaced_is_seen_by_the_space():
     got, want = space.metric.mv(None, v), fresh.metric.mv(None, v)
     assert all(torch.allclose(got[n], want[n], rtol=1e-12, atol=1e-15) for n in v)
     assert not all(torch.allclose(got[n], before[n]) for n in v)
+
+
+def test_the_metric_at_a_point_that_is_not_finite_is_refused():
+    """``metric.mv(x, v)`` and ``metric.matrix(x)`` at a point with NaN gave NaN with no sign (the numpy pullback
+    metric refused it)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2)).double()
+    space = ig.nn.ParameterSpace(model, "categorical", data=torch.randn(6, 3, dtype=torch.float64))
+    v = {n: torch.randn_like(p) for n, p in space.point.items()}
+    bad = {n: t * float("nan") for n, t in space.point.items()}
+    with pytest.raises(ValueError, match="NaN or inf"):
+        space.metric.mv(bad, v)
+    with pytest.raises(ValueError, match="NaN or inf"):
+        space.metric.matrix(bad)
+    x = {n: t + 0.1 for n, t in space.point.items()}   # a finite point other than the model's: taken
+    G = space.metric.matrix(x)
+    flat = torch.cat([space.metric.mv(x, v)[n].reshape(-1) for n in space.names])
+    assert torch.allclose(G @ torch.cat([v[n].reshape(-1) for n in space.names]), flat, rtol=1e-10, atol=1e-12)

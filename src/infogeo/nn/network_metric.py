@@ -92,7 +92,7 @@ class NetworkMetric(PullbackMetric):
     def _point(self, x: Optional[Params], v: Any) -> Params:
         """The point of a product: ``x``, else the base of a vector or covector, else the current point."""
         if x is not None:
-            return x
+            return self.space._as_point(x)   # checked (NaN gave NaN products with no sign)
         return v.base if isinstance(v, (TangentVector, Covector)) else self.space.point
 
     def mv(self, x: Optional[Params], v: Any = ONE_ARGUMENT) -> Params:
@@ -114,7 +114,7 @@ class NetworkMetric(PullbackMetric):
     def matrix(self, x: Optional[Params] = None) -> torch.Tensor:
         """Dense :math:`G(x)`, shape ``(P, P)`` in :class:`~infogeo.nn._params.ParamLayout` order (``jacrev``)."""
         sp = self.space
-        x = sp.point if x is None else x
+        x = sp.point if x is None else sp._as_point(x)   # a given point checked: finite, this space's shapes
         prim = {n: x[n].detach() for n in sp.names}
 
         def outputs(p):
