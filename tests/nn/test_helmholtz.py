@@ -300,3 +300,13 @@ def test_a_frozen_parameter_is_left_alone(natural):
     H.ReweightedWakeSleep(hm, lr=0.5, natural=natural, seed=0).step(x)
     assert torch.equal(hm.p.prior, frozen[0]) and torch.equal(hm.q.layers[0].weight, frozen[1])
     assert any(not torch.equal(p, others[n]) for n, p in hm.named_parameters() if p.requires_grad)
+
+
+def test_counts_are_checked_at_construction_and_numpy_integers_taken():
+    """``samples=0`` failed only at the first step, an lr of NaN trained to NaN, numpy integers were refused."""
+    np = pytest.importorskip("numpy")
+    hm = H.HelmholtzMachine(tuple(np.array([4, 3])), seed=0)
+    assert hm.sizes == (4, 3) and hm.p.sample(np.int64(3))[0].shape == (3, 4)
+    for bad in ({"samples": 0}, {"sleep_samples": 0}, {"lr": float("nan")}, {"lr": -1.0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            H.ReweightedWakeSleep(hm, **bad)

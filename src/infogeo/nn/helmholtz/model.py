@@ -16,6 +16,7 @@ recognition network reads bottom-up, ``q(h \\mid x) = \\prod_{l \\ge 1} q(h_l \\
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, cast
 
@@ -23,6 +24,17 @@ import torch
 
 F = torch.nn.functional
 State = List[torch.Tensor]
+
+
+def _is_count(n) -> bool:
+    return isinstance(n, numbers.Integral) and not isinstance(n, bool) and n >= 1
+
+
+def count(n, label: str) -> int:
+    """``n`` as a positive int (numpy's integers too), or a ``ValueError`` naming ``label``."""
+    if not _is_count(n):
+        raise ValueError(f"{label} must be a positive int, got {n!r}")
+    return int(n)
 
 
 @dataclass(frozen=True)
@@ -77,9 +89,9 @@ class BernoulliNet(torch.nn.Module):
     def __init__(self, sizes: Sequence[int]):
         super().__init__()
         sizes = tuple(sizes)
-        if len(sizes) < 2 or any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in sizes):
+        if len(sizes) < 2 or any(not _is_count(n) for n in sizes):
             raise ValueError(f"sizes must be at least two positive ints (data layer first), got {sizes!r}")
-        self.sizes = sizes
+        self.sizes = tuple(int(n) for n in sizes)
 
     def conditionals(self) -> List[Conditional]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -137,8 +149,7 @@ class SigmoidBeliefNet(BernoulliNet):
 
     def sample(self, n: int, generator: Optional[torch.Generator] = None) -> State:
         """``n`` ancestral samples ``(x, h) ~ p``: "dreams"."""
-        if not isinstance(n, int) or n < 1:
-            raise ValueError(f"n must be a positive int, got {n!r}")
+        n = count(n, "n")
         like = self.prior
         state = [torch.empty(n, s, dtype=like.dtype, device=like.device) for s in self.sizes]
         return self._sample_from(state, generator)
@@ -219,8 +230,7 @@ class HelmholtzMachine(torch.nn.Module):
     def wake_samples(self, x: torch.Tensor, samples: int, generator: Optional[torch.Generator] = None):
         """``samples`` draws ``h ~ q(. | x_b)`` per row: the state of ``(K B)`` rows (row ``k B + b``) and
         the log importance weights reshaped ``(K, B)``."""
-        if not isinstance(samples, int) or samples < 1:
-            raise ValueError(f"samples must be a positive int, got {samples!r}")
+        samples = count(samples, "samples")
         x = check_binary(x, self.sizes[0], self.p.prior)
         state = self.q.sample(x.repeat(samples, 1), generator)
         with torch.no_grad():
@@ -239,8 +249,7 @@ class HelmholtzMachine(torch.nn.Module):
         Rows are processed in chunks of at most ``chunk`` samples.
         """
         x = check_binary(x, self.sizes[0], self.p.prior)
-        if not isinstance(samples, int) or samples < 1:
-            raise ValueError(f"samples must be a positive int, got {samples!r}")
+        samples = count(samples, "samples")
         rows = max(1, chunk // samples)
         out = []
         for i in range(0, x.shape[0], rows):

@@ -12,13 +12,15 @@ torch optimiser takes the step, so SGD, momentum or any ``torch.optim`` rule app
 """
 from __future__ import annotations
 
+import math
+import numbers
 from typing import List, Optional
 
 import torch
 
 from .fisher import NetFisher
 from .gradients import reweighted_wake_sleep, write_grads
-from .model import HelmholtzMachine, State
+from .model import HelmholtzMachine, State, count
 
 
 def _rows(state: State, m: int) -> State:
@@ -69,8 +71,13 @@ class ReweightedWakeSleep:
             raise TypeError(f"machine must be a HelmholtzMachine, got {type(machine).__name__}")
         if q_updates not in self.Q_UPDATES:
             raise ValueError(f"q_updates must be one of {self.Q_UPDATES}, got {q_updates!r}")
-        if fisher_samples is not None and (not isinstance(fisher_samples, int) or fisher_samples < 1):
-            raise ValueError(f"fisher_samples must be a positive int, got {fisher_samples!r}")
+        # checked here, not at the first step
+        if optimizer is None and (isinstance(lr, bool) or not isinstance(lr, numbers.Real)
+                                  or not (math.isfinite(lr) and lr > 0)):
+            raise ValueError(f"lr must be a positive finite number, got {lr!r}")
+        samples = count(samples, "samples")
+        sleep_samples = None if sleep_samples is None else count(sleep_samples, "sleep_samples")
+        fisher_samples = None if fisher_samples is None else count(fisher_samples, "fisher_samples")
         self.machine, self.natural, self.samples = machine, bool(natural), samples
         self.sleep_samples, self.q_updates, self.fisher_samples = sleep_samples, q_updates, fisher_samples
         self.optimizer = optimizer if optimizer is not None else torch.optim.SGD(machine.parameters(), lr=lr)
