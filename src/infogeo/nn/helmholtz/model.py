@@ -27,7 +27,7 @@ State = List[torch.Tensor]
 
 
 def _is_count(n) -> bool:
-    return isinstance(n, numbers.Integral) and not isinstance(n, bool) and n >= 1
+    return isinstance(n, numbers.Integral) and not isinstance(n, bool) and int(n) >= 1
 
 
 def count(n, label: str) -> int:
