@@ -24,7 +24,8 @@ from typing import List, Optional
 
 import torch
 
-from .model import BernoulliNet, HelmholtzMachine, State, count
+from ...geometry.points import positive_int
+from .model import BernoulliNet, HelmholtzMachine, State
 
 
 def unit_gradients(net: BernoulliNet, state: State, weights: torch.Tensor) -> List[torch.Tensor]:
@@ -79,7 +80,7 @@ def reweighted_wake_sleep(machine: HelmholtzMachine, x: torch.Tensor, samples: i
     K, B = logw.shape
     omega = torch.softmax(logw, dim=0).reshape(-1) / B
     bound = float((torch.logsumexp(logw, 0) - math.log(K)).mean())
-    S = B if sleep_samples is None else count(sleep_samples, "sleep_samples")
+    S = B if sleep_samples is None else positive_int(sleep_samples, "sleep_samples")
     dreams = machine.p.sample(S, generator)
     uniform = torch.full((S,), 1.0 / S, dtype=logw.dtype, device=logw.device)
     return WakeSleepGradients(p=unit_gradients(machine.p, state, omega),

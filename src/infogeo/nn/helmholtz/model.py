@@ -16,25 +16,15 @@ recognition network reads bottom-up, ``q(h \\mid x) = \\prod_{l \\ge 1} q(h_l \\
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, cast
 
 import torch
 
+from ...geometry.points import positive_int
+
 F = torch.nn.functional
 State = List[torch.Tensor]
-
-
-def _is_count(n) -> bool:
-    return isinstance(n, numbers.Integral) and not isinstance(n, bool) and int(n) >= 1
-
-
-def count(n, label: str) -> int:
-    """``n`` as a positive int (numpy's integers too), or a ``ValueError`` naming ``label``."""
-    if not _is_count(n):
-        raise ValueError(f"{label} must be a positive int, got {n!r}")
-    return int(n)
 
 
 @dataclass(frozen=True)
@@ -89,9 +79,9 @@ class BernoulliNet(torch.nn.Module):
     def __init__(self, sizes: Sequence[int]):
         super().__init__()
         sizes = tuple(sizes)
-        if len(sizes) < 2 or any(not _is_count(n) for n in sizes):
+        if len(sizes) < 2:
             raise ValueError(f"sizes must be at least two positive ints (data layer first), got {sizes!r}")
-        self.sizes = tuple(int(n) for n in sizes)
+        self.sizes = tuple(positive_int(n, "sizes (data layer first)") for n in sizes)
 
     def conditionals(self) -> List[Conditional]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -149,7 +139,7 @@ class SigmoidBeliefNet(BernoulliNet):
 
     def sample(self, n: int, generator: Optional[torch.Generator] = None) -> State:
         """``n`` ancestral samples ``(x, h) ~ p``: "dreams"."""
-        n = count(n, "n")
+        n = positive_int(n, "n")
         like = self.prior
         state = [torch.empty(n, s, dtype=like.dtype, device=like.device) for s in self.sizes]
         return self._sample_from(state, generator)
@@ -230,7 +220,7 @@ class HelmholtzMachine(torch.nn.Module):
     def wake_samples(self, x: torch.Tensor, samples: int, generator: Optional[torch.Generator] = None):
         """``samples`` draws ``h ~ q(. | x_b)`` per row: the state of ``(K B)`` rows (row ``k B + b``) and
         the log importance weights reshaped ``(K, B)``."""
-        samples = count(samples, "samples")
+        samples = positive_int(samples, "samples")
         x = check_binary(x, self.sizes[0], self.p.prior)
         state = self.q.sample(x.repeat(samples, 1), generator)
         with torch.no_grad():
@@ -249,7 +239,7 @@ class HelmholtzMachine(torch.nn.Module):
         Rows are processed in chunks of at most ``chunk`` samples.
         """
         x = check_binary(x, self.sizes[0], self.p.prior)
-        samples = count(samples, "samples")
+        samples = positive_int(samples, "samples")
         rows = max(1, chunk // samples)
         out = []
         for i in range(0, x.shape[0], rows):

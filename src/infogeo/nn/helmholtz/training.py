@@ -20,7 +20,8 @@ import torch
 
 from .fisher import NetFisher
 from .gradients import reweighted_wake_sleep, write_grads
-from .model import HelmholtzMachine, State, count
+from ...geometry.points import positive_int
+from .model import HelmholtzMachine, State
 
 
 def _rows(state: State, m: int) -> State:
@@ -75,9 +76,9 @@ class ReweightedWakeSleep:
         if optimizer is None and (isinstance(lr, bool) or not isinstance(lr, numbers.Real)
                                   or not (math.isfinite(lr) and lr > 0)):
             raise ValueError(f"lr must be a positive finite number, got {lr!r}")
-        samples = count(samples, "samples")
-        sleep_samples = None if sleep_samples is None else count(sleep_samples, "sleep_samples")
-        fisher_samples = None if fisher_samples is None else count(fisher_samples, "fisher_samples")
+        samples = positive_int(samples, "samples")
+        sleep_samples = None if sleep_samples is None else positive_int(sleep_samples, "sleep_samples")
+        fisher_samples = None if fisher_samples is None else positive_int(fisher_samples, "fisher_samples")
         self.machine, self.natural, self.samples = machine, bool(natural), samples
         self.sleep_samples, self.q_updates, self.fisher_samples = sleep_samples, q_updates, fisher_samples
         self.optimizer = optimizer if optimizer is not None else torch.optim.SGD(machine.parameters(), lr=lr)

@@ -34,10 +34,8 @@ def check_lr(lr: LearningRate, kl_clip: Optional[float]) -> None:
 def check_covers(lr: LearningRate, names: Sequence[str], params: Sequence[torch.Tensor]) -> None:
     """A ``ValueError`` when ``lr`` is an optimizer that does not hold every one of the preconditioned ``params``
     (named ``names``): the trust region needs each one's learning rate, and the optimizer gives none for the rest."""
-    if not isinstance(lr, torch.optim.Optimizer):
-        return
-    held = {id(p) for g in lr.param_groups for p in g["params"]}
-    missing = [n for n, p in zip(names, params) if id(p) not in held]
+    lacking = _not_held(lr, params)
+    missing = [n for n, p in zip(names, params) if id(p) in lacking]
     if missing:
         raise ValueError(f"lr= is an optimizer ({type(lr).__name__}) that does not hold {len(missing)} of the "
                          f"{len(params)} preconditioned parameters ({', '.join(repr(n) for n in missing[:3])}"
@@ -46,13 +44,21 @@ def check_covers(lr: LearningRate, names: Sequence[str], params: Sequence[torch.
                          "or a number or function as lr=")
 
 
+def _not_held(lr: LearningRate, params: Sequence[torch.Tensor]) -> set:
+    """The ids of ``params`` that ``lr``, an optimizer, holds in none of its groups (none for a number or function)."""
+    if not isinstance(lr, torch.optim.Optimizer):
+        return set()
+    held = {id(p) for g in lr.param_groups for p in g["params"]}
+    return {id(p) for p in params if id(p) not in held}
+
+
 def learning_rates(lr: LearningRate, params: Sequence[torch.Tensor]) -> Dict[int, float]:
     """The learning rate of each parameter (by ``id``), checked finite and positive: an optimizer's groups
     (read now, so that a scheduler is followed), a function's value, a number, or 1 for ``None``."""
     if isinstance(lr, torch.optim.Optimizer):
         rates = {id(p): check_learning_rate(g["lr"], "a parameter group's lr") for g in lr.param_groups
                  for p in g["params"]}
-        if any(id(p) not in rates for p in params):   # its groups changed after construction (check_covers)
+        if _not_held(lr, params):   # its groups changed after construction (check_covers)
             raise ValueError(f"lr= is an optimizer ({type(lr).__name__}) that no longer holds every preconditioned "
                              "parameter")
         return rates

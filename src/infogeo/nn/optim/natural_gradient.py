@@ -211,7 +211,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
 
     @property
     def _first(self) -> torch.Tensor:
-        return next(p for g in self.param_groups for p in g["params"])
+        return state.first_param(self.param_groups)
 
     def _settings(self) -> tuple:
         """What the ranks must share beyond the preconditioner's settings (numbers and strings)."""
@@ -386,7 +386,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         ``torch.distributed.checkpoint`` (``get_state_dict``, ``set_state_dict``) takes it as it takes torch's
         optimizers' (this optimizer's own entry in the first parameter's state, no ``None``)."""
         out = super().state_dict()
-        first = next(i for g in out["param_groups"] for i in g["params"])
+        first = state.first_param(out["param_groups"])
         # every parameter has an entry, an empty one if its step rule keeps nothing (torch's distributed
         # set_state_dict asks for one)
         states = {i: {n: v for n, v in out["state"].get(i, {}).items() if n != _KEY}

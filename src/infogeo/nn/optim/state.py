@@ -348,6 +348,12 @@ def _narrower(a: torch.dtype, b: torch.dtype) -> bool:
     return fa.eps > fb.eps or fa.max < fb.max or fa.tiny > fb.tiny
 
 
+def first_param(groups: Any) -> Any:
+    """The first parameter (or its index) of the first group that has one: where a NaturalGradient keeps its own
+    entry (torch takes an empty group); ``None`` where no group has one."""
+    return next((p for g in groups if isinstance(g, Mapping) for p in g.get("params") or ()), None)
+
+
 def own_entry(state_dict: Mapping[str, Any], key: str) -> Tuple[Any, Dict[Any, Any]]:
     """``(the optimizer's own entry, the per-parameter states without it)`` of an optimizer checkpoint: the entry
     ``key`` in the state of the first parameter, of the first group that has one (where
@@ -357,7 +363,7 @@ def own_entry(state_dict: Mapping[str, Any], key: str) -> Tuple[Any, Dict[Any, A
     if key in states:
         return states[key], {k: v for k, v in states.items() if k != key}
     groups = state_dict["param_groups"]
-    first = next((g["params"][0] for g in groups if isinstance(g, Mapping) and g.get("params")), None)
+    first = first_param(groups)
     if first is None or not isinstance(states.get(first), Mapping):
         return None, dict(states)
     rest = dict(states)
