@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import torch
 
 from ...linalg import NotPositiveDefiniteError
-from .._params import ParamLayout, held_dtype, working, working_dtype
+from .._params import ParamLayout, held_dtype, held_product, working, working_dtype
 from .factor_eigh import factor_eigh, null_dim
 from .kron import KronBlock
 
@@ -215,10 +215,19 @@ class EigenbasisKronBlock(KronBlock):
     def rotate_rows(self, b: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         r""":math:`U_G^T\bar VU_A` of the gradient :math:`\bar V = b^T\bar a` from its rows, :math:`(bU_G)^T(\bar aU_A)`:
         :math:`R(\text{out}^2+\text{in}^2+\text{out}\cdot\text{in})` multiply-adds instead of
-        :math:`\text{out}\cdot\text{in}\,(\text{out}+\text{in})`."""
-        Ua, Ug = self._working_basis()
-        bt = b if Ug is None else b @ Ug
-        return bt.T @ self._inputs_times(a, Ua)
+        :math:`\text{out}\cdot\text{in}\,(\text{out}+\text{in})`.  A basis held in bfloat16 multiplies as
+        :func:`~infogeo.nn._params.held_product` does, the result in the working dtype."""
+        Ua, Ug = self.basis()
+        work = self.working_dtype
+        bt = b.to(work) if Ug is None else held_product(b, Ug, work)
+        if Ua is not None and Ua.dtype != work and self.weight is not None:
+            # a held basis; the bias column implicit, as in _inputs_times: [a, 1] U_A = a U_A[:-1] + U_A[-1]
+            aU = held_product(a, Ua[:-1] if self.bias is not None else Ua, work)
+            if self.bias is not None:
+                aU = aU + Ua[-1:].to(aU.dtype)
+        else:
+            aU = self._inputs_times(a.to(work), None if Ua is None else Ua.to(work))
+        return held_product(bt.T, aU, work).to(work)
 
     def solve_rows(self, b, a, damping):
         r"""The gradient rotated from its rows (:meth:`rotate_rows`), then scaled and rotated back."""

@@ -34,7 +34,9 @@ undone, not recomputed.
 
 The state (moments, kept step, and the eigenbases a block holds) may be held narrower than it is computed in
 (``state_dtype``; :func:`~infogeo.nn._params.held_dtype`): each step computes from the held values in the working
-dtype and rounds what it keeps, so a step recomputed from the state has the same bits.
+dtype and rounds what it keeps, so a step recomputed from the state has the same bits.  A basis held in bfloat16
+rotates in bfloat16 where the device multiplies it natively and the product is large
+(:func:`~infogeo.nn._params.held_product`): those rotations are most of a step's own cost on small models.
 """
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ from typing import Any, Collection, Dict, List, Optional, Tuple, Union, cast
 
 import torch
 
-from .._params import held_dtype, working, working_dtype
+from .._params import held_dtype, held_product, working, working_dtype
 from ..curvature.eigenbasis import EigenbasisKronBlock
 from .gradient_basis import gradient_basis, matrix_view
 from .step import LastSteps, adam_directions, adam_moments, started_afresh
@@ -225,13 +227,10 @@ def _as_param(name: str, shape: torch.Size, u: torch.Tensor) -> Dict[str, torch.
 
 
 def _out_of_basis(u: torch.Tensor, state: Dict[str, torch.Tensor]) -> torch.Tensor:
-    r""":math:`U_G\,u\,U_A^T` with the basis kept in ``state`` (none: the raw coordinates), in ``u``'s dtype."""
-    Ua, Ug = _as(state.get("U_A"), u.dtype), _as(state.get("U_G"), u.dtype)
-    return u if Ua is None and Ug is None else _turn(u, Ug, Ua.T if Ua is not None else None)
-
-
-def _as(U: Optional[torch.Tensor], dtype: torch.dtype) -> Optional[torch.Tensor]:
-    return None if U is None else U.to(dtype)
+    r""":math:`U_G\,u\,U_A^T` with the basis kept in ``state`` (none: the raw coordinates), in ``u``'s dtype
+    (:func:`_rotate`)."""
+    Ua, Ug = state.get("U_A"), state.get("U_G")
+    return u if Ua is None and Ug is None else _rotate(u, Ug, Ua.T if Ua is not None else None)
 
 
 def _eigen_direction(state: Dict[str, torch.Tensor], betas: Tuple[float, float], eps: float,
@@ -276,8 +275,8 @@ def rotated_gradient(state: Dict[str, torch.Tensor], g: Optional[torch.Tensor], 
         if rotated is not None:
             g = rotated.to(work)
         else:
-            Ua, Ug = _as(basis[0], work), _as(basis[1], work)
-            g = _turn(cast(torch.Tensor, g).to(work), Ug.T if Ug is not None else None, Ua)
+            Ua, Ug = basis
+            g = _rotate(cast(torch.Tensor, g).to(work), Ug.T if Ug is not None else None, Ua)
     g = working(cast(torch.Tensor, g))
     if "exp_avg" not in state:
         held_as = held_dtype(held, g.dtype) or g.dtype
@@ -313,6 +312,16 @@ def eigen_adam(state: Dict[str, torch.Tensor], g: Optional[torch.Tensor], basis:
 def _dtype(basis: Basis, g: torch.Tensor) -> torch.dtype:
     """The basis' dtype (a diagonal factor's side has no matrix: ``None``)."""
     return next((U.dtype for U in basis if U is not None), g.dtype)
+
+
+def _rotate(V: torch.Tensor, left: Optional[torch.Tensor], right: Optional[torch.Tensor]) -> torch.Tensor:
+    """``left @ V @ right`` in ``V``'s dtype with the basis as held (``None``: the identity): the large products of a
+    basis held in bfloat16 in bfloat16 where the device multiplies it natively (:func:`~.._params.held_product`),
+    the rest in ``V``'s dtype."""
+    work = V.dtype
+    V = V if left is None else held_product(left, V, work)
+    V = V if right is None else held_product(V, right, work)
+    return V.to(work)
 
 
 def _turn(V: torch.Tensor, left: Optional[torch.Tensor], right: Optional[torch.Tensor]) -> torch.Tensor:
