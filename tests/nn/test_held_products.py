@@ -121,3 +121,29 @@ def test_the_rotation_from_rows_matches_the_rotated_gradient(narrow, setting):
     assert err < (2e-2 if setting else 1e-5), err
     if setting:
         assert err > 1e-5   # the bfloat16 path was taken
+
+
+@pytest.mark.parametrize("setting", [True, False])
+def test_moments_carried_to_a_new_basis_held_in_bfloat16(narrow, setting):
+    r""":func:`change_basis` between two 160-wide bases held in bfloat16 (products of 160^3 multiply-adds) against a
+    float64 reference from the same held bases: :math:`m' = R_G m R_A^T` and :math:`v' = (R_G\odot R_G) v
+    (R_A\odot R_A)^T` with :math:`R = U'^TU`, within bfloat16's rounding when narrowed, float32's when not."""
+    from infogeo.nn.optim.eigen_adam import change_basis
+    narrow(setting)
+    g = torch.Generator().manual_seed(5)
+
+    def basis():
+        return torch.linalg.qr(torch.randn(160, 160, generator=g, dtype=torch.float64))[0].to(BF)
+    old, new = (basis(), basis()), (basis(), basis())
+    m, v = torch.randn(160, 160, generator=g), torch.rand(160, 160, generator=g)
+    state = {"exp_avg": m.clone(), "exp_avg_sq": v.clone(), "U_A": old[0], "U_G": old[1]}
+    change_basis(state, new, torch.float32)
+    Ra, Rg = (n.double().T @ o.double() for n, o in zip(new, old))
+    refs = Rg @ m.double() @ Ra.T, Rg.square() @ v.double() @ Ra.square().T
+    for key, ref in zip(("exp_avg", "exp_avg_sq"), refs):
+        assert state[key].dtype == torch.float32
+        err = float((state[key].double() - ref).norm() / ref.norm())
+        assert err < (2e-2 if setting else 1e-5), (key, err)
+        if setting:
+            assert err > 1e-5
+    assert state["U_A"] is new[0] and state["U_G"] is new[1]

@@ -42,9 +42,9 @@ NARROW_PRODUCTS: Optional[bool] = None
 
 
 @functools.lru_cache(maxsize=None)
-def _native_bfloat16(device_type: str) -> bool:
+def _native_bfloat16(device_type: str, index: Optional[int]) -> bool:
     if device_type == "cuda":
-        return torch.cuda.is_bf16_supported() and torch.cuda.get_device_capability() >= (8, 0)
+        return torch.cuda.get_device_capability(index) >= (8, 0)
     if device_type == "cpu":
         try:   # oneDNN's test for the AVX512-BF16 / AMX instructions
             return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
@@ -56,7 +56,7 @@ def _native_bfloat16(device_type: str) -> bool:
 def multiplies_bfloat16(device: torch.device) -> bool:
     """Whether ``device`` multiplies bfloat16 matrices natively (CUDA from compute capability 8.0; a CPU with
     AVX512-BF16 or AMX), unless :data:`NARROW_PRODUCTS` decides."""
-    return _native_bfloat16(device.type) if NARROW_PRODUCTS is None else NARROW_PRODUCTS
+    return _native_bfloat16(device.type, device.index) if NARROW_PRODUCTS is None else NARROW_PRODUCTS
 
 
 def held_product(X: torch.Tensor, Y: torch.Tensor, work: torch.dtype) -> torch.Tensor:

@@ -324,12 +324,6 @@ def _rotate(V: torch.Tensor, left: Optional[torch.Tensor], right: Optional[torch
     return V.to(work)
 
 
-def _turn(V: torch.Tensor, left: Optional[torch.Tensor], right: Optional[torch.Tensor]) -> torch.Tensor:
-    """``left @ V @ right``, ``None`` standing for the identity (the eigenbasis of a diagonal factor)."""
-    V = V if left is None else left @ V
-    return V if right is None else V @ right
-
-
 def _in_dtype(state: Dict[str, torch.Tensor], dtype: torch.dtype) -> None:
     """The moments in ``state`` in ``dtype``, in place: ``torch.optim.Optimizer.load_state_dict`` casts a
     checkpoint's floating-point state to the parameter's dtype, which is not theirs where they are held in
@@ -349,7 +343,8 @@ def change_basis(state: Dict[str, torch.Tensor], basis: Basis, work: Optional[to
     it becomes the diagonal of that matrix in the new one,
     :math:`v' = (R_G\odot R_G)\,v\,(R_A\odot R_A)^T`, which keeps the squared scale of every direction
     (and is :math:`v` itself when the basis only permutes or flips its vectors).  Computed in ``work`` (default:
-    the moments' dtype) and held in the moments' dtype; the state keeps the basis as given (as held).
+    the moments' dtype; the large products of bases held in bfloat16 as :func:`~.._params.held_product` computes
+    them) and held in the moments' dtype; the state keeps the basis as given (as held).
     """
     Ua, Ug = basis
     known = "U_A" in state or "U_G" in state
@@ -362,11 +357,12 @@ def change_basis(state: Dict[str, torch.Tensor], basis: Basis, work: Optional[to
     if known and "exp_avg" in state and not (same(old_a, Ua) and same(old_g, Ug)):
         dt, work = state["exp_avg"].dtype, work or state["exp_avg"].dtype
         # a side without a matrix (a diagonal factor) keeps its identity basis: no rotation there
-        Ra = Ua.to(work).T @ old_a.to(work) if Ua is not None and old_a is not None else None
-        Rg = Ug.to(work).T @ old_g.to(work) if Ug is not None and old_g is not None else None
-        state["exp_avg"] = _turn(state["exp_avg"].to(work), Rg, Ra.T if Ra is not None else None).to(dt)
-        state["exp_avg_sq"] = _turn(state["exp_avg_sq"].to(work), Rg.square() if Rg is not None else None,
-                                    Ra.square().T if Ra is not None else None).to(dt)
+        # bases held in bfloat16 multiply as the steps' rotations do (held_product)
+        Ra = held_product(Ua.T, old_a, work) if Ua is not None and old_a is not None else None
+        Rg = held_product(Ug.T, old_g, work) if Ug is not None and old_g is not None else None
+        state["exp_avg"] = _rotate(state["exp_avg"].to(work), Rg, Ra.T if Ra is not None else None).to(dt)
+        state["exp_avg_sq"] = _rotate(state["exp_avg_sq"].to(work), Rg.square() if Rg is not None else None,
+                                      Ra.square().T if Ra is not None else None).to(dt)
     for key, U in (("U_A", Ua), ("U_G", Ug)):
         if U is None:
             state.pop(key, None)
