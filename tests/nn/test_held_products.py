@@ -147,3 +147,12 @@ def test_moments_carried_to_a_new_basis_held_in_bfloat16(narrow, setting):
         if setting:
             assert err > 1e-5
     assert state["U_A"] is new[0] and state["U_G"] is new[1]
+
+
+def test_the_benchmark_runs(capsys):
+    """``benchmarks/held_products.py --quick``: both copies trained on the same batches, the ratio printed."""
+    from .._helpers import load_benchmark
+    assert load_benchmark("held_products").main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "classifier" in out and "ratio of medians" in out
+    assert _params.NARROW_PRODUCTS is None   # the setting given back
