@@ -227,6 +227,7 @@ def run_fsdp(rank, world):
         out[case] = train(shard(model), X[:, part], y[:, part], *case)[:2]
     out["owned"] = {rule: owned_statistics(part, rule) for rule in ("graft", "clip")}
     out["nan"] = nan_statistics(part)
+    out["update"] = bare_update(part)
     if world == 4:
         for case in CASES_HSDP:
             model, X, y = problem(case[2])
@@ -325,6 +326,29 @@ def nan_statistics(part):
         whole = torch.cat([p.full_tensor().detach().reshape(-1) for p in model.parameters()])
         out[layout] = ([str(w.message) for w in caught if "curvature statistics" in str(w.message)], whole.tolist(),
                        est.owner_only)
+    return out
+
+
+def bare_update(part):
+    """A ``Preconditioner`` whose ``update()`` feeds a rule of one's own (one that reads the factorisation): whether
+    it kept owner-only statistics and any block without them after 2 updates; and what ``update()`` says after
+    ``step()`` solved with owner-only statistics."""
+    from infogeo.nn.curvature.blocks import AbsentBlock
+    model, X, y = problem("mlp")
+    model = shard(model)
+    out = {}
+    for first in ("update", "step"):
+        pre = ig.nn.Preconditioner(model, "kfac", 1e-2, fisher="exact", kl_clip=None)
+        for xb, yb in zip(X[:2, part], y[:2, part]):
+            model.zero_grad()
+            F.cross_entropy(model(xb), yb).backward()
+            if first == "update":
+                pre.update()
+            else:
+                pre.step()
+        out[first] = (pre.estimate.owner_only, any(isinstance(b, AbsentBlock) for b in pre.solver.blocks),
+                      outcome(pre.update))
+        pre.remove()
     return out
 
 
@@ -610,6 +634,16 @@ def test_a_nan_in_one_ranks_statistics_is_discarded_on_every_rank_as_when_replic
         assert torch.allclose(a, b, rtol=0, atol=1e-12), (a - b).abs().max()
         assert (a - c).abs().max() > 1e-6
     assert two[0]["nan"]["owner"][1] == two[1]["nan"]["owner"][1]
+
+
+def test_a_preconditioner_that_updates_keeps_every_blocks_statistics_and_one_that_solved_refuses_to(two):
+    """``Preconditioner.update()`` serves rules that read the whole factorisation: its statistics stay replicated
+    under FSDP2; after ``step()`` solved with owner-only statistics, ``update()`` raises on every rank, saying so."""
+    for r in range(2):
+        got = two[r]["update"]
+        assert got["update"] == (False, False, ("ok", None)), got["update"]
+        owner_only, absent, (name, message) = got["step"]
+        assert owner_only and absent and name == "ValueError" and "owner rank alone" in message, got["step"]
 
 
 def test_fsdp2_is_recognised_and_other_dtensors_refused_without_a_process_group():
