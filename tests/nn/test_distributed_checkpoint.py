@@ -7,7 +7,9 @@ its first parameter's state.  A run saved with ``dcp.save`` after 4 steps and re
 go), with the optimizer state dict flattened (``flatten_optimizer_state_dict=True``, torchtitan's choice) or not:
 in one process, and on 2 gloo ranks under DDP and under FSDP2 (the ranks spawned by :mod:`.test_distributed`).
 A state dict that ``dcp.load`` could not fill (taken from an optimizer that has no state yet) is refused when set,
-with what to do, instead of resuming with fresh statistics unseen.
+with what to do, instead of resuming with fresh statistics unseen.  Under FSDP2 with K-FAC and ``"graft"`` each rank
+saves the statistics of its own blocks (owner-only): their union resumes on 2 ranks, on 4 (and a 4-rank one on 2),
+in one process, and a DDP checkpoint resumes under FSDP2.
 """
 import tempfile
 
@@ -161,6 +163,52 @@ def saved_at_half(X, y, path, wrap=None):
     msd, osd = sd_api.get_state_dict(half, half_opt, options=options)
     dcp.save({"model": msd, "optim": osd}, checkpoint_id=path)
     return path, whole(net).tolist()
+
+
+def across(rank, port, queue, world, path, save):
+    """A spawned rank (:func:`.test_distributed.spawn_ranks`) under FSDP2: 4 steps saved to ``path`` by
+    ``dcp.save`` (``save``), or that checkpoint resumed (:func:`resumed_from`); puts ``(rank, the whole parameters
+    or, saving, whether its statistics were owner-only)``."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    from .test_distributed import PG_TIMEOUT
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=PG_TIMEOUT)
+    try:
+        torch.set_num_threads(1)
+        part = slice(rank * N // world, (rank + 1) * N // world)
+        X, y = problem()
+        X, y = X[:, part], y[:, part]
+        if save:
+            net, opt = build(fully_shard, step_rule="graft")
+            run(net, opt, X[:4], y[:4])
+            options = sd_api.StateDictOptions(flatten_optimizer_state_dict=True)
+            msd, osd = sd_api.get_state_dict(net, opt, options=options)
+            dcp.save({"model": msd, "optim": osd}, checkpoint_id=path)
+            queue.put((rank, opt.preconditioner.estimate.owner_only))
+        else:
+            queue.put((rank, resumed_from(path, X, y, fully_shard)))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("saved_on, resumed_on", [(2, 4), (4, 2)])
+def test_an_fsdp2_dcp_checkpoint_resumes_on_another_number_of_ranks(tmp_path, saved_on, resumed_on):
+    """Owner-only statistics saved by 2 (4) FSDP2 ranks, each its own blocks', resume on 4 (2), whose blocks have
+    other owners: DCP's union holds every block's, and the run continues as one process's on the whole batch (to
+    1e-8)."""
+    fsdp_api = pytest.importorskip("torch.distributed.fsdp")
+    if not hasattr(fsdp_api, "fully_shard"):
+        pytest.skip("this torch has no fully_shard (FSDP2)")
+    from .test_distributed import spawn_ranks
+    path = str(tmp_path)
+    assert all(spawn_ranks(saved_on, across, (path, True)).values())
+    got = spawn_ranks(resumed_on, across, (path, False))
+    X, y = problem()
+    net, opt = build(step_rule="graft")
+    run(net, opt, X, y)
+    for r in range(resumed_on):
+        assert float((torch.tensor(got[r], dtype=torch.float64) - whole(net)).abs().max()) < 1e-8, r
 
 
 @pytest.fixture(scope="module")
