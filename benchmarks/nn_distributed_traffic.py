@@ -5,11 +5,11 @@ Run with torchrun (gloo on CPU is enough: the bytes do not depend on the backend
     torchrun --nproc_per_node=2 benchmarks/nn_distributed_traffic.py
     torchrun --nproc_per_node=4 benchmarks/nn_distributed_traffic.py
 
-Counted: the collectives ``NaturalGradient.step()`` issues (statistics all-reduce, agreements,
-broadcasts of directions or factorisations, and under FSDP2 the all-gather of the sharded
-gradients), as bytes *received per rank* with the usual ring costs: all-reduce of ``n`` bytes
-``2n(R-1)/R``, all-gather to ``n`` bytes ``n(R-1)/R``, broadcast ``n`` on the ranks that receive it
-(averaged over the ranks).  The reference is DDP's own all-reduce of the gradients,
+Counted: the collectives ``NaturalGradient.step()`` issues (statistics all-reduce, or under FSDP2 with
+``"memory"`` their reduce to each block's owner, agreements, broadcasts of directions or factorisations, and under
+FSDP2 the all-gather of the sharded gradients), as bytes *received per rank* with the usual ring costs: all-reduce
+of ``n`` bytes ``2n(R-1)/R``, all-gather to ``n`` bytes ``n(R-1)/R``, broadcast ``n`` on the ranks that receive it
+and reduce ``n(R-1)`` on its root (both averaged over the ranks).  The reference is DDP's own all-reduce of the gradients,
 ``2bP(R-1)/R`` for ``P`` parameters of ``b`` bytes.  FSDP2's own all-gathers of the parameters and
 reduce-scatters of the gradients (forward and backward) are not counted: they replace DDP's.
 Rank 0 prints the table (means over the steps, and their range over the refresh cycle).
@@ -38,7 +38,7 @@ class Counter:
     def __init__(self):
         self.on, self.bytes = False, 0.0
         R = dist.get_world_size()
-        orig = {k: getattr(dist, k) for k in ("all_reduce", "broadcast", "all_gather")}
+        orig = {k: getattr(dist, k) for k in ("all_reduce", "broadcast", "all_gather", "reduce")}
 
         def all_reduce(t, *a, **k):
             if self.on:
@@ -50,11 +50,16 @@ class Counter:
                 self.bytes += t.numel() * t.element_size() * (R - 1) / R
             return orig["broadcast"](t, *a, **k)
 
+        def reduce(t, *a, **k):   # the mirror of a broadcast
+            if self.on:
+                self.bytes += t.numel() * t.element_size() * (R - 1) / R
+            return orig["reduce"](t, *a, **k)
+
         def all_gather(out, t, *a, **k):
             if self.on:
                 self.bytes += t.numel() * t.element_size() * (R - 1)
             return orig["all_gather"](out, t, *a, **k)
-        dist.all_reduce, dist.broadcast, dist.all_gather = all_reduce, broadcast, all_gather
+        dist.all_reduce, dist.broadcast, dist.all_gather, dist.reduce = all_reduce, broadcast, all_gather, reduce
         gather = fsdp.gather
 
         def counted_gather(tensors):

@@ -79,6 +79,8 @@ def held_bytes(torch, root: Any, exclude: set) -> int:
         if isinstance(obj, torch.Tensor):
             if id(obj) in exclude or obj.device.type == "meta":
                 continue
+            if hasattr(obj, "to_local"):   # a DTensor (FSDP2): this rank's shard is what it holds
+                obj = obj.to_local()
             st = obj.untyped_storage()
             key = (st.data_ptr(), obj.device.type)
             if key not in seen_storage and st.data_ptr() not in exclude:

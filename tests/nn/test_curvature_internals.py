@@ -272,3 +272,32 @@ def test_foreign_uses_are_found_in_lists_kwargs_and_nested_arguments_but_not_ins
         with watch:
             use()
         assert watch.foreign == want[case], case
+
+
+def test_a_block_another_rank_holds_keeps_its_structure_and_no_statistics():
+    """Owner-only statistics (:class:`~infogeo.nn.curvature.blocks.AbsentBlock`): a block kept as its structure has
+    its kind, parameters and statistics' shapes and no tensor but empty ones; it leaves the curvature's structure
+    as it was (averaged statistic by statistic with another of that structure), its statistics given back make a
+    block of its own class again, and its products say that another rank holds it."""
+    from infogeo.nn.curvature.blocks import AbsentBlock, structure
+    from infogeo.nn import distributed as dd
+    _, K = kron_blocks("tikhonov")
+    kept = [i == 0 for i in range(len(K.blocks))]
+    held = K.keeping(kept)
+    assert held.same_structure(K) and held.stat_shapes() == K.stat_shapes()
+    assert set(held.stats()) == {k for k in K.stats() if k.startswith("0/")}
+    for b, orig in zip(held.blocks[1:], K.blocks[1:]):
+        assert isinstance(b, AbsentBlock) and b.stats() == {} and b.kind == orig.kind and b.names == orig.names
+        assert all(t.numel() == 0 for t in structure(b).stats().values())
+        assert structure(b).weight == orig.weight and not b.factorised
+        with pytest.raises(RuntimeError, match="held by another rank"):
+            b.mv({n: torch.zeros(1) for n in b.names})
+    back = held.with_stats(K.stats())
+    assert [type(b) for b in back.blocks] == [type(b) for b in K.blocks]
+    assert all(torch.equal(back.stats()[k], t) for k, t in K.stats().items())
+    averaged = held.ema(held, 0.5)
+    assert set(averaged.stats()) == set(held.stats()) and isinstance(averaged.blocks[1], AbsentBlock)
+    assert set(held.held_diagonal()) == set(K.blocks[0].names)
+    # one process: each tensor's mean is itself, on its owner (rank 0)
+    ts = [torch.arange(3.0), torch.ones(2, 2, dtype=torch.float64)]
+    assert all(torch.equal(a, b) for a, b in zip(dd.reduce_mean_to_owners(ts, [0, 0]), ts))

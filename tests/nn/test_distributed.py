@@ -117,13 +117,14 @@ def _worker(rank, port, queue, world=2):
         dist.destroy_process_group()
 
 
-def spawn_ranks(world):
+def spawn_ranks(world, target=None, args=()):
     """What ``world`` spawned gloo ranks computed, ``{rank: {"cases": ..., "fsdp": ..., "faults": ...}}``, in
-    bounded time."""
+    bounded time; ``target``: another worker, called as ``target(rank, port, queue, world, *args)``, which puts
+    ``(rank, what it computed)`` on the queue."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_worker, args=(r, port, queue, world)) for r in range(world)]
+    procs = [ctx.Process(target=target or _worker, args=(r, port, queue, world) + tuple(args)) for r in range(world)]
     for p in procs:
         p.start()
     results, start = {}, time.monotonic()

@@ -6,8 +6,12 @@ reduce-scatters the gradients.  After several steps the parameters must equal th
 training the unsharded model on the whole batch (float64, exact Fisher), for K-FAC (both placements),
 EKFAC, the diagonal, both step rules, on an MLP and a small transformer block, and with hybrid sharding (HSDP) on
 four ranks.  The Monte Carlo
-Fisher and bf16 mixed precision must train (finite, decreasing losses; statistics in float32).
+Fisher and bf16 mixed precision must train (finite, decreasing losses; statistics in float32).  K-FAC under
+``placement="memory"`` with ``"graft"`` or ``"clip"`` keeps each block's statistics on its owner alone (owner-only
+statistics): each rank holds its own blocks' factors, and a NaN in one rank's statistics is discarded on every rank.
 """
+import math
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -55,6 +59,19 @@ class Branch(torch.nn.Module):
 
     def forward(self, x):
         return self.net(x)
+
+
+class Switch(torch.nn.Module):
+    """The MLP and a layer added to its output from the third forward on (a branch taken later): the statistics'
+    structure changes at the refresh of step 2 (that layer's zero diagonal becomes its Kronecker factors)."""
+
+    def __init__(self):
+        super().__init__()
+        self.net, self.spare, self.calls = mlp(), torch.nn.Linear(4, 3), 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.net(x) + self.spare(x) if self.calls > 2 else self.net(x)
 
 
 class Attention(torch.nn.Module):
@@ -113,7 +130,7 @@ class Tied(torch.nn.Module):
 def problem(arch, dtype=torch.float64):
     """A freshly seeded model and ``STEPS`` batches of ``N`` examples."""
     torch.manual_seed(0)
-    model = {"mlp": mlp, "block": Block, "branch": Branch, "attention": Attention, "tied": Tied,
+    model = {"mlp": mlp, "block": Block, "branch": Branch, "switch": Switch, "attention": Attention, "tied": Tied,
              "encoder": Encoder, "checkpointed": Checkpointed}[arch]().to(dtype)
     g = torch.Generator().manual_seed(1)
     tokens = arch in ("block", "attention", "encoder", "checkpointed")
@@ -182,8 +199,11 @@ CASES = [("kfac", "memory", "mlp", "clip"), ("kfac", "comm", "mlp", "clip"), ("d
          ("shampoo", "memory", "mlp", "graft"), ("soap", "comm", "mlp", "eigen-adam"),
          # a layer no example reaches: zero statistics of its whole shape (it was never gathered)
          ("kfac", "memory", "branch", "eigen-adam"), ("kfac", "comm", "branch", "clip"),
-         ("diag", "memory", "branch", "clip")]
-CASES_4 = [("kfac", "memory", "mlp", "clip"), ("ekfac", "comm", "mlp", "clip")]
+         ("diag", "memory", "branch", "clip"),
+         # owner-only statistics meeting a change of structure: gathered, averaged as when replicated, owned again
+         ("kfac", "memory", "switch", "graft"), ("kfac", "memory", "switch", "clip")]
+CASES_4 = [("kfac", "memory", "mlp", "clip"), ("kfac", "memory", "mlp", "graft"), ("kfac", "memory", "switch", "graft"),
+           ("ekfac", "comm", "mlp", "clip")]
 # weights used outside their own modules (attention's out_proj.weight, a tied read-out): the whole-network route,
 # with the root alone sharded (FSDP2 needs a weight in the unit of the module that reads it)
 CASES_FOREIGN = [("diag", "memory", "attention", "graft"), ("kfac", "memory", "attention", "clip"),
@@ -205,6 +225,9 @@ def run_fsdp(rank, world):
     for case in (CASES if world == 2 else CASES_4):
         model, X, y = problem(case[2])
         out[case] = train(shard(model), X[:, part], y[:, part], *case)[:2]
+    out["owned"] = {rule: owned_statistics(part, rule) for rule in ("graft", "clip")}
+    out["nan"] = nan_statistics(part)
+    out["update"] = bare_update(part)
     if world == 4:
         for case in CASES_HSDP:
             model, X, y = problem(case[2])
@@ -225,6 +248,107 @@ def run_fsdp(rank, world):
         out["resume_between"] = resume(part, at=3)   # step 3 refreshes nothing (default periods: 0, 1, 2, 4, ...)
         # eigen-adam's own schedule: statistics only at factorisations, the factors held as their factorisation
         out["resume_eigen_between"] = resume(part, "eigen-adam", at=3)
+    return out
+
+
+def deep_mlp():
+    """An MLP of five Linear layers (more blocks than four ranks), float64."""
+    torch.manual_seed(0)
+    sizes, layers = (4, 8, 8, 8, 8, 3), []
+    for i in range(len(sizes) - 1):
+        layers += [torch.nn.Linear(sizes[i], sizes[i + 1]), torch.nn.Tanh()]
+    return torch.nn.Sequential(*layers[:-1]).double()
+
+
+def owned_statistics(part, step_rule):
+    """What this rank holds of the curvature after the steps of a five-layer MLP under FSDP2 (K-FAC,
+    ``placement="memory"``, ``step_rule``): whether the statistics are owner-only, the blocks' owners, the keys of
+    the statistics held, the bytes of the factors held, of their structure's blocks (absent here: tensors
+    only of size 0), of every block's statistics, and of all the estimate holds (``held_bytes`` of
+    ``benchmarks/nn_scale.py``), also with the statistics replicated (today's layout, forced for the comparison)."""
+    from infogeo.nn.curvature.blocks import AbsentBlock
+    from .._helpers import load_benchmark
+    held_bytes = load_benchmark("nn_scale").held_bytes
+    _, X, y = problem("mlp")
+    out = {}
+    for layout in ("owner", "replicated"):
+        model = shard(deep_mlp())
+        opt = ig.nn.NaturalGradient(model, lr=0.05, curvature="kfac", damping=1e-2, fisher="exact",
+                                    curvature_update_period=2, inverse_update_period=3, step_rule=step_rule)
+        est = opt.preconditioner.estimate
+        est.read_everywhere = layout == "replicated"
+        for xb, yb in zip(X[:, part], y[:, part]):
+            opt.zero_grad()
+            F.cross_entropy(model(xb), yb).backward()
+            opt.step()
+        nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts)  # noqa: E731
+        absent = [b for c in (est.curvature, est.solver) for b in c.blocks if isinstance(b, AbsentBlock)]
+        total = sum(math.prod(s) * 8 for s in est.curvature.stat_shapes().values())
+        params = [p for p in model.parameters()]
+        exclude = {id(p) for p in params} | {p.to_local().untyped_storage().data_ptr() for p in params}
+        out[layout] = {"owner_only": est.owner_only, "owners": list(est.owners),
+                       "keys": sorted(est.curvature.stats()), "solver_keys": sorted(est.solver.stats()),
+                       "bytes": nbytes(est.curvature.stats().values()),
+                       "absent_bytes": nbytes(t for b in absent for t in b.template.stats().values()),
+                       "absent": [i for i, b in enumerate(est.curvature.blocks) if isinstance(b, AbsentBlock)],
+                       "total": total, "held": held_bytes(torch, est, exclude)}
+    return out
+
+
+def nan_statistics(part):
+    """A NaN in this rank's (rank 1's) local statistics of the first block at the second refresh, owner-only and
+    replicated (forced): ``{layout: (the warnings' messages, the whole parameters after the steps)}``, and the
+    owner-only run without the NaN."""
+    import warnings
+    rank = torch.distributed.get_rank()
+    out = {}
+    for layout in ("owner", "replicated", "clean"):
+        model, X, y = problem("mlp")
+        model = shard(model)
+        opt = ig.nn.NaturalGradient(model, lr=0.05, curvature="kfac", damping=1e-2, fisher="exact",
+                                    curvature_update_period=2, inverse_update_period=3, step_rule="graft")
+        est = opt.preconditioner.estimate
+        est.read_everywhere = layout == "replicated"
+        local = est.local
+
+        def poisoned(step, *args, local=local, **kw):
+            new, template = local(step, *args, **kw)
+            if new is not None and step == 2 and rank == 1 and layout != "clean":
+                next(iter(new[0].stats().values())).mul_(float("nan"))   # in place: the block keeps its rows
+            return new, template
+        est.local = poisoned
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for xb, yb in zip(X[:, part], y[:, part]):
+                opt.zero_grad()
+                F.cross_entropy(model(xb), yb).backward()
+                opt.step()
+        whole = torch.cat([p.full_tensor().detach().reshape(-1) for p in model.parameters()])
+        out[layout] = ([str(w.message) for w in caught if "curvature statistics" in str(w.message)], whole.tolist(),
+                       est.owner_only)
+    return out
+
+
+def bare_update(part):
+    """A ``Preconditioner`` whose ``update()`` feeds a rule of one's own (one that reads the factorisation): whether
+    it kept owner-only statistics and any block without them after 2 updates; and what ``update()`` says after
+    ``step()`` solved with owner-only statistics."""
+    from infogeo.nn.curvature.blocks import AbsentBlock
+    model, X, y = problem("mlp")
+    model = shard(model)
+    out = {}
+    for first in ("update", "step"):
+        pre = ig.nn.Preconditioner(model, "kfac", 1e-2, fisher="exact", kl_clip=None)
+        for xb, yb in zip(X[:2, part], y[:2, part]):
+            model.zero_grad()
+            F.cross_entropy(model(xb), yb).backward()
+            if first == "update":
+                pre.update()
+            else:
+                pre.step()
+        out[first] = (pre.estimate.owner_only, any(isinstance(b, AbsentBlock) for b in pre.solver.blocks),
+                      outcome(pre.update))
+        pre.remove()
     return out
 
 
@@ -459,6 +583,67 @@ def test_a_checkpoint_resumes_bit_identically_under_fsdp2(two):
         assert diff == 0.0
         diff, _ = two[r]["resume_eigen_between"]
         assert diff == 0.0
+
+
+def check_owned(results, world):
+    """Each rank holds the statistics of its own blocks alone, and its bytes of them are its blocks' share."""
+    for rule in ("graft", "clip"):
+        owner = [results[r]["owned"][rule]["owner"] for r in range(world)]
+        replicated = [results[r]["owned"][rule]["replicated"] for r in range(world)]
+        owners = owner[0]["owners"]
+        assert len(owners) == 5 and all(o["owners"] == owners for o in owner), rule
+        assert sorted(set(owners)) == list(range(world)), owners   # five blocks: every rank owns one at least
+        total = owner[0]["total"]
+        assert all(o["total"] == total for o in owner + replicated)
+        for r in range(world):
+            mine = [i for i, o in enumerate(owners) if o == r]
+            o, rep = owner[r], replicated[r]
+            assert o["owner_only"] and not rep["owner_only"], (rule, r)
+            assert sorted({int(k.split("/")[0]) for k in o["keys"]}) == mine, (rule, r, o["keys"])
+            assert {int(k.split("/")[0]) for k in o["solver_keys"]} <= set(mine), (rule, r)
+            assert o["absent"] == [i for i in range(5) if i not in mine] and o["absent_bytes"] == 0, (rule, r)
+            assert rep["bytes"] == total and rep["absent"] == [], (rule, r)   # today's layout: every factor
+            assert 0 < o["bytes"] < total
+            # what the whole estimate holds shrinks by the factors (and their factorisations) of the others' blocks
+            assert o["held"] <= rep["held"] - (total - o["bytes"]), (rule, r, o["held"], rep["held"])
+        # the owned shares make up the whole, each rank's its blocks' (the owners balance factorisation costs)
+        assert sum(o["bytes"] for o in owner) == total, rule
+
+
+def test_each_rank_holds_only_its_own_blocks_statistics_under_fsdp2(two):
+    """K-FAC, ``placement="memory"``, ``"graft"`` and ``"clip"``: the statistics are reduced to each block's owner,
+    and the other ranks keep only the block's structure (an ``AbsentBlock``: no tensor of its factors' sizes)."""
+    check_owned(two, 2)
+
+
+def test_each_of_four_ranks_holds_only_its_own_blocks_statistics_under_fsdp2(four_ranks):
+    check_owned({r: four_ranks[r]["fsdp"] for r in range(4)}, 4)
+
+
+def test_a_nan_in_one_ranks_statistics_is_discarded_on_every_rank_as_when_replicated(two):
+    """A NaN in rank 1's local statistics of one block: its owner finds it after the reduce, the ranks agree, and
+    every rank discards the refresh with the same warning, as with the statistics replicated; the parameters after
+    the steps equal the replicated run's (and differ from those of the run without the NaN)."""
+    for r in range(2):
+        got = two[r]["nan"]
+        owner, replicated, clean = got["owner"], got["replicated"], got["clean"]
+        assert owner[2] and not replicated[2]
+        assert len(owner[0]) == 1 and "contain NaN or inf; they are discarded" in owner[0][0], owner[0]
+        assert owner[0] == replicated[0] and clean[0] == []
+        a, b, c = (torch.tensor(x[1], dtype=torch.float64) for x in (owner, replicated, clean))
+        assert torch.allclose(a, b, rtol=0, atol=1e-12), (a - b).abs().max()
+        assert (a - c).abs().max() > 1e-6
+    assert two[0]["nan"]["owner"][1] == two[1]["nan"]["owner"][1]
+
+
+def test_a_preconditioner_that_updates_keeps_every_blocks_statistics_and_one_that_solved_refuses_to(two):
+    """``Preconditioner.update()`` serves rules that read the whole factorisation: its statistics stay replicated
+    under FSDP2; after ``step()`` solved with owner-only statistics, ``update()`` raises on every rank, saying so."""
+    for r in range(2):
+        got = two[r]["update"]
+        assert got["update"] == (False, False, ("ok", None)), got["update"]
+        owner_only, absent, (name, message) = got["step"]
+        assert owner_only and absent and name == "ValueError" and "owner rank alone" in message, got["step"]
 
 
 def test_fsdp2_is_recognised_and_other_dtensors_refused_without_a_process_group():

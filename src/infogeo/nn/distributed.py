@@ -23,6 +23,10 @@ al., 2021):
     rank holds all of them and preconditions locally (communication-optimised: a
     broadcast only when the factorisations are refreshed).
 
+Under FSDP2 the memory-optimised placement goes one step further for K-FAC: each block's statistics are reduced
+to its owner alone (:func:`reduce_mean_to_owners`), which keeps their running average, so that each rank holds
+the factors of its own blocks only (:attr:`~infogeo.nn.optim.estimate.CurvatureEstimate.owner_only`).
+
 Every decision that changes what a step does next (skip it, undo it, retry the solve with a
 larger damping, refuse the batch, stop on an error) is taken from flags agreed over the ranks
 first (:func:`agree`: one all-gather of a few numbers), so the ranks never take different
@@ -42,7 +46,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.distributed as dist
 
-__all__ = ["world_size", "rank", "share", "all_reduce_mean", "all_reduce_min", "all_gather", "all_gather_objects", "assign_owners", "broadcast_from",
+__all__ = ["world_size", "rank", "share", "all_reduce_mean", "reduce_mean_to_owners", "all_reduce_min", "all_gather", "all_gather_objects", "assign_owners", "broadcast_from",
            "agree", "PeerFailure", "PLACEMENTS"]
 
 PLACEMENTS = ("memory", "comm")
@@ -93,6 +97,26 @@ def all_reduce_mean(tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
             dist.all_reduce(flat)
             flat.div_(n)
     return _bucketed(tensors, mean)
+
+
+def reduce_mean_to_owners(tensors: Sequence[torch.Tensor], owners: Sequence[int]) -> List[Optional[torch.Tensor]]:
+    """The mean over ranks of each tensor, on its owner ``owners[i]`` alone (one reduce per owner, dtype and
+    device, entered by every rank in the same order), ``None`` on the other ranks; inputs untouched."""
+    n, me = world_size(), rank()
+    out: List[Optional[torch.Tensor]] = [None] * len(tensors)
+    for r in sorted(set(owners)):
+        idx = [i for i, o in enumerate(owners) if o == r]
+
+        def mean(flat, r=r):
+            if n > 1:
+                dist.reduce(flat, r)
+            if r == me:
+                flat.div_(n)
+        part = _bucketed([tensors[i] for i in idx], mean)
+        if r == me:
+            for i, t in zip(idx, part):
+                out[i] = t
+    return out
 
 
 class PeerFailure(RuntimeError):

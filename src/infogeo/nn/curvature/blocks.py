@@ -63,6 +63,46 @@ class Block:
                           for n in names])
 
 
+class AbsentBlock(Block):
+    """The structure of a block whose statistics another rank holds (owner-only statistics,
+    :attr:`~infogeo.nn.optim.estimate.CurvatureEstimate.owner_only`): its kind, parameters and statistics' shapes,
+    no tensor of their sizes.  Its products and solves are its owner's; :meth:`with_stats` of statistics gives the
+    block itself again (of its own class)."""
+
+    #: nothing factorised here (a distributed step leaves this block to its owner)
+    factorised = False
+
+    def __init__(self, block: Block):
+        self.names, self.kind, self.shapes = list(block.names), block.kind, dict(block.stat_shapes())
+        like = block.reference()
+        self._like = like.new_empty(0)
+        #: the block's own class and layout with empty statistics (what :meth:`with_stats` fills)
+        self.template = block.with_stats({k: self._like for k in self.shapes})
+
+    def stats(self) -> Dict[str, torch.Tensor]:
+        return {}
+
+    def with_stats(self, stats: Dict[str, torch.Tensor]) -> Block:
+        return self if not stats else self.template.with_stats(stats)
+
+    def reference(self) -> torch.Tensor:
+        return self._like
+
+    def stat_shapes(self) -> Dict[str, Tuple[int, ...]]:
+        return dict(self.shapes)
+
+    def _absent(self, *args, **kwargs):
+        raise RuntimeError(f"the statistics of {self.names} are held by another rank (owner-only statistics)")
+
+    mv = solve = diagonal = dense = _absent   # type: ignore[assignment]
+
+
+def structure(block: Block) -> Block:
+    """The block, or the layout of one whose statistics another rank holds (:class:`AbsentBlock`): what tells which
+    parameters and layout it has (e.g. a Kronecker block's weight and bias)."""
+    return block.template if isinstance(block, AbsentBlock) else block
+
+
 class DiagBlock(Block):
     r"""A diagonal block :math:`\operatorname{diag}(d)`."""
 

@@ -13,7 +13,9 @@ import torch
 
 from .._params import ParamLayout, Params, all_finite
 from .base import Curvature
-from .blocks import Block, DiagBlock
+from .blocks import AbsentBlock, Block, DiagBlock
+
+
 class BlockCurvature(Curvature):
     """A curvature made of independent blocks covering all parameters once."""
 
@@ -41,6 +43,21 @@ class BlockCurvature(Curvature):
         for b in self.blocks:
             out.update(b.diagonal())
         return {n: out[n] for n in self.layout.names}
+
+    def held_diagonal(self) -> Params:
+        r""":math:`\operatorname{diag} C` of the parameters whose blocks this rank holds (all of them but those of an
+        :class:`~.blocks.AbsentBlock`)."""
+        out: Params = {}
+        for b in self.blocks:
+            if not isinstance(b, AbsentBlock):
+                out.update(b.diagonal())
+        return out
+
+    def keeping(self, kept: Sequence[bool]) -> "BlockCurvature":
+        """This curvature with the blocks not ``kept`` reduced to their structure (:class:`~.blocks.AbsentBlock`:
+        another rank holds their statistics)."""
+        blocks = [b if keep or isinstance(b, AbsentBlock) else AbsentBlock(b) for b, keep in zip(self.blocks, kept)]
+        return type(self)._from_blocks(self, blocks)
 
     def to_dense(self) -> torch.Tensor:
         ref = self.blocks[0].reference()

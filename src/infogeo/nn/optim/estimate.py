@@ -4,7 +4,8 @@ Statistics of a batch are recorded by hooks on the user's own forward and backwa
 (:mod:`.hooks`) or computed on a named batch (one forward); under ``torch.distributed`` they are averaged over the
 ranks (each weighted by its batch size, or by its rows: K-FAC's :math:`A` by the positions the loss keeps), then over
 steps (:math:`C \leftarrow \beta C + (1-\beta) C_\text{new}`), and factorised on schedule, on
-the owners of the blocks (:mod:`infogeo.nn.distributed`).  Work that can fail on one rank
+the owners of the blocks (:mod:`infogeo.nn.distributed`); under FSDP2 K-FAC's are reduced to those owners alone
+(:attr:`CurvatureEstimate.owner_only`).  Work that can fail on one rank
 only (:meth:`CurvatureEstimate.local`) is kept apart from the collectives
 (:meth:`CurvatureEstimate.install`), so that the ranks agree on the outcome in between.
 """
@@ -69,6 +70,11 @@ class CurvatureEstimate(RefreshSchedule):
         self.pending = StatisticsPool()   # statistics recorded by this step's backward passes
         self.unreached = Unreached()   # parameters with a gradient but no curvature are pointed out
         self.owners: Optional[List[int]] = None   # block owners under torch.distributed
+        #: a step rule reads every block's factorisation on every rank (``"eigen-adam"``'s eigenbases): the
+        #: statistics stay replicated (:attr:`owner_only`)
+        self.read_everywhere = False
+        #: the number of curvature statistics of the checkpoint loaded (:mod:`.state`), while they wait
+        self.loaded_total = 0
         self.spaces = BatchSpaces(module, names, output_metric, cg_max_iter=cg_max_iter, output_fn=output_fn,
                                   implicit=kind == "implicit")
         #: statistics of the gradients in ``.grad`` (Shampoo's), not of the model's output metric
@@ -84,6 +90,26 @@ class CurvatureEstimate(RefreshSchedule):
             self.recorder.on_gradient = self._read.read
         if kind in ("kfac", "ekfac"):   # Kronecker blocks solve small batches from their rows
             self.recorder.rows = RowCapture.of(self.recorder.layers)  # type: ignore[assignment]
+
+    @property
+    def owner_only(self) -> bool:
+        """Whether each block's statistics are kept on its owner alone (KAISA's memory-optimised placement,
+        Pauloski et al. 2021, carried to the statistics): under FSDP2, ``placement="memory"``, K-FAC, and a step
+        rule that only reads the directions (the owners solve them), so that no rank reads another's blocks."""
+        return self.sharded and self.placement == "memory" and self.kind == "kfac" and not self.read_everywhere \
+            and dd.world_size() > 1
+
+    def owners_for(self, curvature) -> List[int]:
+        """The owner of each block of ``curvature``, balancing the cost of factorising them (the same on every
+        rank: a function of the blocks' shapes)."""
+        return dd.assign_owners([float(sum(math.prod(s) for s in b.stat_shapes().values())) ** 1.5
+                                 for b in curvature.blocks])
+
+    def owned_keys(self, curvature, owners: Optional[List[int]] = None) -> List[str]:
+        """The keys of ``curvature``'s statistics (:meth:`~infogeo.nn.curvature.blockwise.BlockCurvature.stats`)
+        that this rank holds under :attr:`owner_only` (``owners``: default :meth:`owners_for`)."""
+        owners = self.owners_for(curvature) if owners is None else owners
+        return [k for k in curvature.stat_shapes() if owners[int(k.split("/", 1)[0])] == dd.rank()]
 
     @property
     def captures(self) -> bool:
@@ -240,14 +266,32 @@ class CurvatureEstimate(RefreshSchedule):
             return curvature
         return curvature.with_stats({k: t.to(self.factor_dtype) for k, t in stats.items()})
 
-    def _all_reduce(self, curvature, weight: float):
+    def _all_reduce(self, curvature, weight: float, owners: Optional[List[int]] = None):
         """The statistics of the union of the ranks' batches: each rank's weighted by its share ``weight`` of the examples,
-        or of the rows of a mean over rows (``stat_rows``); gradient statistics are already averaged by DDP."""
+        or of the rows of a mean over rows (``stat_rows``); gradient statistics are already averaged by DDP.
+        ``owners`` (:attr:`owner_only`): each block's reduced to its owner, the others kept as their structure."""
         if dd.world_size() == 1 or self.from_gradients:
             return curvature
         stats, rows = curvature.stats(), dd.row_shares(getattr(curvature, "stat_rows", dict)())
         local = [t if (w := rows.get(k, weight)) == 1.0 else t * w for k, t in stats.items()]
-        return curvature.with_stats(dict(zip(stats, dd.all_reduce_mean(local))))
+        if owners is None:
+            return curvature.with_stats(dict(zip(stats, dd.all_reduce_mean(local))))
+        reduced = dd.reduce_mean_to_owners(local, [owners[int(k.split("/", 1)[0])] for k in stats])
+        mine = [o == dd.rank() for o in owners]
+        return curvature.keeping(mine).with_stats({k: t for k, t in zip(stats, reduced) if t is not None})
+
+    def _gathered(self, curvature: Any) -> Any:
+        """Every block's statistics on every rank, each broadcast by its owner (:attr:`owner_only`, for a change of
+        structure, which is averaged as with replicated statistics)."""
+        shapes, mine, owners = curvature.stat_shapes(), curvature.stats(), cast(List[int], self.owners)
+        device = curvature._reference().device
+        out: Dict[str, torch.Tensor] = {}
+        for r in sorted(set(owners)):
+            keys = [k for k in shapes if owners[int(k.split("/", 1)[0])] == r]
+            local = [mine[k] if r == dd.rank() else torch.empty(shapes[k], dtype=self.factor_dtype, device=device)
+                     for k in keys]
+            out.update(zip(keys, dd.broadcast_from(r, local)))
+        return curvature.with_stats(out)
 
     def factorise(self, curvature, damping: Optional[float]):
         """The solver: factorised here, on the owners (``"comm"``), or lazily by the owners (``"memory"``);
@@ -259,8 +303,7 @@ class CurvatureEstimate(RefreshSchedule):
         if dd.world_size() == 1 or blocks is None:
             return curvature.precompute(damping)
         if self.owners is None or len(self.owners) != len(blocks):
-            self.owners = dd.assign_owners([float(sum(math.prod(s) for s in b.stat_shapes().values())) ** 1.5
-                                            for b in blocks])   # ~ the cost of factorising each block
+            self.owners = self.owners_for(curvature)
         if self.placement == "comm" and damping is not None:
             dd.share_factorisations(blocks, self.owners, damping)
         return curvature
@@ -287,11 +330,21 @@ class CurvatureEstimate(RefreshSchedule):
                                                basis_of=None if renew else self.solver)
                 self.solver = self.factorise(self.curvature, damping) if renew else self.curvature
                 return
+        owned = self.owner_only and new is not None
+        if new is not None and owned and self.curvature is not None and not self.curvature.same_structure(new[0]):
+            # another structure (a layer one of the batches did not reach): averaged as when replicated
+            self.curvature, owned = self._gathered(self.curvature), False
         if new is not None:
-            fresh = self._cast(self._all_reduce(new[0], weight))
-            if not fresh.is_finite():
+            owners = self.owners_for(new[0]) if owned else None
+            fresh = self._cast(self._all_reduce(new[0], weight, owners))
+            # held by their owners, the statistics are checked there: the outcome agreed
+            bad = dd.agree(None, [not fresh.is_finite()])[0][0] if owned else not fresh.is_finite()
+            if bad:
                 warnings.warn("Preconditioner: the curvature statistics contain NaN or inf; they are discarded "
                               "and the last good ones kept", RuntimeWarning, stacklevel=4)
+            elif owned and self.curvature is None:   # they start the average, on their owners
+                self.mixing(step, first=True)
+                self.curvature, self.solver, self.owners = fresh, None, owners
             elif self.curvature is None or not self.curvature.same_structure(fresh):
                 pair = getattr(fresh, "aligned", lambda old: None)(self.curvature)
                 if pair is None:   # another structure: start over from this batch
@@ -304,6 +357,11 @@ class CurvatureEstimate(RefreshSchedule):
                 if self.solver is not None and self.solver is not self.curvature and \
                         hasattr(self.solver, "share_factors") and self.solver.same_structure(self.curvature):
                     self.solver.share_factors(self.curvature)   # its decompositions stay; its old factors go
+        if self.owner_only and self.curvature is not None and not owned and new is not None:
+            # after a change of structure: each block's statistics on its owner again (a new structure's solver,
+            # None, is factorised below; a kept one has the kept structure's owners)
+            self.owners = self.owners_for(self.curvature)
+            self.curvature = self.curvature.keeping([o == dd.rank() for o in self.owners])
         if self.curvature is not None and (self.solver is None or step % self.inverse_update_period == 0 or
                                            (new is not None and self.early(step))):
             self.solver = self.factorise(self.curvature, damping)

@@ -195,6 +195,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         self.nesterov, self.state_dtype = s.nesterov, s.state_dtype
         if s.step_rule == "eigen-adam":
             self.preconditioner.estimate.basis_dtype = s.state_dtype
+            self.preconditioner.estimate.read_everywhere = True   # every block's basis rotates on every rank
         self.preconditioner.owner_settings = self._settings
         self.damping_adaptation_period, self.damping_factor = s.damping_adaptation_period, s.damping_factor
         self.max_retries = self.preconditioner.max_retries

@@ -327,8 +327,19 @@ class Preconditioner(state.NotCopyable):
 
         For step rules that use the factorisation itself (:attr:`solver`, e.g. its eigenbases) instead of the
         direction.  Returns ``False`` if the step is skipped (:attr:`skip_reason`: ``"gradient"`` or
-        ``"overflow"``); the step is counted either way.
+        ``"overflow"``); the step is counted either way.  Such a rule reads every block on every rank, so a
+        preconditioner that updates keeps every block's statistics there (not only its owner's,
+        :attr:`~.estimate.CurvatureEstimate.owner_only`): decided at its first statistics, after which one that
+        solved with owner-only statistics refuses to update.
         """
+        est = self.estimate
+        if est.owner_only:
+            if est.curvature is not None:   # (the same on every rank: no rank goes on alone)
+                raise ValueError("update() reads every block's factorisation on every rank, and this preconditioner "
+                                 "keeps each block's statistics on its owner rank alone (FSDP2, K-FAC, "
+                                 "placement='memory', its steps so far solved by precondition() or step()); build "
+                                 "one for update() alone, or with placement='comm'")
+            est.read_everywhere = True
         return take_step(self, grads, inputs, targets, error, solve=False) is not None
 
     @torch.no_grad()

@@ -31,6 +31,7 @@ from typing import Dict, List, Optional, Sequence
 import torch
 
 from .. import distributed as dd
+from ..curvature.blocks import structure
 from ..curvature.kron import KronBlock
 from ..curvature.layers import rule_for
 
@@ -175,6 +176,7 @@ class RowCapture:
     def plan(self, blocks, grads: Dict[str, torch.Tensor]) -> List[Optional[tuple]]:
         """Per block, the rows ``(b, a)`` that give its gradient in ``grads`` (gathered over the ranks under
         ``torch.distributed``), else ``None``; the layers' checks are read together (one synchronisation)."""
+        blocks = [structure(b) for b in blocks]   # (a block another rank holds: its layer's rows all the same)
         local = [self._local(block, grads) for block in blocks]
         rows = self._gathered(blocks, local, next(iter(grads.values())).device) if dd.world_size() > 1 else local
         checks = [self._agrees(self.by_weight[blk.weight], blk, grads, *r) for blk, r in zip(blocks, rows)

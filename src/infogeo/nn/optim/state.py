@@ -20,8 +20,11 @@ Loading checks everything before it changes anything, raises one ``ValueError`` 
 first mismatch, copies what it keeps (the caller's dict is neither changed nor aliased), and
 converts floating statistics to the preconditioner's ``factor_dtype`` (a checkpoint of a float32
 model loaded into a float64 one).  The number of ranks may differ: the statistics are the
-same on every rank; a rank continues the Monte Carlo stream it loads if it was saved on that rank, and otherwise
-(a distributed checkpoint keeps one rank's copy of what the ranks hold alike) one of its own drawn from it.
+same on every rank, or, owner-only (:attr:`~.estimate.CurvatureEstimate.owner_only`), each rank's are those of its
+own blocks (``"counts"`` names all of them), whose union a distributed checkpoint saves and from which each rank
+takes its own blocks' (a rank's own checkpoint resumes that rank); a rank continues the Monte Carlo stream it
+loads if it was saved on that rank, and otherwise (a distributed checkpoint keeps one rank's copy of what the
+ranks hold alike) one of its own drawn from it.
 """
 from __future__ import annotations
 
@@ -89,7 +92,7 @@ def checkpoint(pre) -> Dict[str, Any]:
                            "unfilled": est.unfilled}
     if est.loaded is not None:  # saved again before the next step: what was loaded
         out.update({k: {n: t.clone() for n, t in v.items()} for k, v in est.loaded.items()})
-        return _counted(out)
+        return _counted(out, est.loaded_total if est.owner_only else None)
     current = est.curvature.stats() if est.curvature is not None and hasattr(est.curvature, "stats") else {}
     for key, c in (("curvature", est.curvature), ("solver", est.solver)):
         if c is not None and hasattr(c, "stats"):
@@ -100,17 +103,19 @@ def checkpoint(pre) -> Dict[str, Any]:
     if est.solver is not None and hasattr(est.solver, "bases"):
         # EKFAC between factorisations: the basis is not that of the solver's own (later) factors
         out["basis"] = {k: t.detach().clone() for k, t in est.solver.bases().items()}
-    return _counted(out)
+    total = len(est.curvature.stat_shapes()) if est.owner_only and est.curvature is not None else None
+    return _counted(out, total)
 
 
-def _counted(out: Dict[str, Any]) -> Dict[str, Any]:
+def _counted(out: Dict[str, Any], total: Optional[int] = None) -> Dict[str, Any]:
     """``out`` with the number of curvature statistics (``"counts"``, the same on every rank) and which sections of
     statistics it has (``"sections"``, 1 or 0: under ``placement="memory"`` a rank holds the factorisations of its
     own blocks only, so their number is not a rank's to state).  A state dict that
     ``torch.distributed.checkpoint.load`` filled has only the entries it held before, which :func:`check` tells
     from a checkpoint that has none; and a flattened distributed state dict drops an empty section, which
-    :func:`normalised` tells from one that was not there."""
-    out["counts"] = {"curvature": len(out.get("curvature", ()))}
+    :func:`normalised` tells from one that was not there.  ``total``: the statistics of the whole curvature where
+    this rank holds those of its own blocks only (owner-only statistics)."""
+    out["counts"] = {"curvature": len(out.get("curvature", ())) if total is None else total}
     out["sections"] = {k: int(k in out) for k in _SECTIONS}
     return out
 
@@ -161,7 +166,10 @@ def check(pre, saved: Any) -> Dict[str, Any]:
     rank = saved.get("rank", 0)
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
         raise ValueError(f"checkpoint: 'rank' must be an integer >= 0, got {rank!r}")
-    _check_counts(saved)
+    est = pre.estimate
+    # owner-only statistics with a structure known: this rank needs those of its own blocks
+    need = est.owned_keys(est.curvature) if est.owner_only and est.curvature is not None else None
+    _check_counts(saved, need, est.owner_only)
     rng = saved["rng"]
     try:
         torch.Generator(pre.estimate.generator.device).set_state(torch.as_tensor(rng).cpu())
@@ -191,6 +199,14 @@ def check(pre, saved: Any) -> Dict[str, Any]:
     current = pre.estimate.curvature
     if current is not None and hasattr(current, "stat_shapes"):
         given.append(("this preconditioner's curvature", current.stat_shapes()))
+    if need is not None:   # a rank's own blocks (or more): each statistic one of this structure's, of its shape
+        mine = given.pop()[1]
+        for what, shapes in given:
+            diff = [k for k in shapes if mine.get(k) != shapes[k]]
+            if diff:
+                raise ValueError(f"checkpoint: the {what} statistics and this preconditioner's curvature differ "
+                                 f"(first differences: {diff[:4]}); was it saved for another architecture?")
+        given = []
     for what, shapes in given[1:]:
         if shapes != given[0][1]:
             diff = sorted(set(shapes) ^ set(given[0][1])) or [k for k in shapes if shapes[k] != given[0][1][k]]
@@ -247,17 +263,30 @@ def tensor_count(states: Mapping[Any, Any]) -> int:
     return sum(isinstance(t, torch.Tensor) for s in states.values() if isinstance(s, Mapping) for t in s.values())
 
 
-def _check_counts(saved: Mapping[str, Any]) -> None:
-    """Raise a ValueError if a section of statistics holds fewer tensors than were saved in it (``"counts"``)."""
+def _check_counts(saved: Mapping[str, Any], need: Optional[list] = None, owner_only: bool = False) -> None:
+    """Raise a ValueError if a section of statistics holds fewer tensors than were saved in it (``"counts"``).
+
+    Owner-only statistics (:attr:`~.estimate.CurvatureEstimate.owner_only`): ``need``, the keys of this rank's own
+    blocks where its structure is known, must all be there; else, where this preconditioner keeps owner-only
+    statistics, some (a rank's own state dict, whose blocks are checked at the next step, :func:`check_fits`); else
+    (statistics replicated here) every one that was saved."""
     counts, sections = saved.get("counts", {}), saved.get("sections", {})
     for key, value, low, high in (("counts", counts, 0, math.inf), ("sections", sections, 0, 1)):
         if not isinstance(value, Mapping) or any(isinstance(n, bool) or not isinstance(n, int) or not low <= n <= high
                                                  for n in value.values()):
             raise ValueError(f"checkpoint: {key!r} must map sections to integers in [{low}, {high}], got {value!r}")
-    short = {k: (len(saved.get(k) or {}), n) for k, n in counts.items() if len(saved.get(k) or {}) < n}
+    have = {k: len(saved.get(k) or {}) for k in counts}
+    if need is not None:
+        lacking = [k for k in need if k not in (saved.get("curvature") or {})]
+        short = {"curvature": (len(need) - len(lacking), f"the {len(need)} of this rank's blocks")} if lacking else {}
+    else:
+        short = {k: (have[k], f"{n}") for k, n in counts.items() if (have[k] == 0 if owner_only else have[k] < n) and n}
     if short:
-        got = ", ".join(f"{k}: {have} of {n}" for k, (have, n) in short.items())
-        raise ValueError(f"checkpoint: it holds fewer statistics than were saved ({got}). "
+        got = ", ".join(f"{k}: {h} of {n}" for k, (h, n) in short.items())
+        split = " Under FSDP2 a rank's own state_dict() holds the statistics of its own blocks alone (the " \
+                "others' are kept by their owners): resume each rank from its own, or save and load them all " \
+                "with torch.distributed.checkpoint (dcp.save keeps their union)." if have.get("curvature") else ""
+        raise ValueError(f"checkpoint: it holds fewer statistics than were saved ({got}).{split} "
                          f"{_take_a_step('statistics')}")
 
 
@@ -286,6 +315,7 @@ def load(pre, saved: Dict[str, Any]) -> None:
     est.unfilled = float(saved.get("unfilled", 0.0 if "curvature" in saved else 1.0))
     est.loaded = {k: {n: t.detach().clone() for n, t in saved[k].items()} for k in _CURVATURE_KEYS + ("basis",)
                   if k in saved}
+    est.loaded_total = int(saved.get("counts", {}).get("curvature", len(saved.get("curvature") or {})))
     if "solver" in est.loaded:   # the statistics it shared with the curvature: the same (copied) tensors
         est.loaded["solver"] = _solver_stats(est.loaded)
     est.curvature = est.solver = None
@@ -295,24 +325,40 @@ def load(pre, saved: Dict[str, Any]) -> None:
 def check_fits(est, template) -> None:
     """Raise a ValueError unless the loaded statistics fit ``template``, the curvature structure of this batch."""
     expected = template.stat_shapes()
+    need = est.owned_keys(template) if est.owner_only else None   # this rank's own blocks (owner-only)
     for key, stats in est.loaded.items():
         if key not in _CURVATURE_KEYS:
             continue   # the EKFAC basis: checked against the factors when adopted
         got = {k: tuple(t.shape) for k, t in stats.items()}
-        if got != expected:
+        if need is None and got != expected:
             diff = sorted(set(got) ^ set(expected)) or [k for k in got if got[k] != expected[k]]
+        else:
+            diff = [k for k in got if expected.get(k) != got[k]]
+        if diff:
             raise ValueError(f"checkpoint: the saved {key} statistics do not fit this model's curvature "
                              f"(first differences: {diff[:4]}); was it saved for another architecture?")
+        lacking = [k for k in need or () if k not in got] if key == "curvature" else []
+        if lacking:
+            raise ValueError(f"checkpoint: it lacks the statistics {lacking[:4]} of the blocks this rank owns (a "
+                             f"rank's own state_dict() holds those of its blocks only: resume each rank from its "
+                             f"own with the same number of ranks, or save and load them all with "
+                             f"torch.distributed.checkpoint)")
 
 
 def restore(est, template, damping: float) -> None:
     """Put the loaded statistics (checked by :func:`check_fits`) into ``template``."""
     loaded, est.loaded = est.loaded, None
     device = template._reference().device
+    kept = None
+    if est.owner_only:   # this rank's own blocks' statistics, the others' structure
+        est.owners = est.owners_for(template)
+        kept = set(est.owned_keys(template, est.owners))
+        template = template.keeping([o == dd.rank() for o in est.owners])
     for key in _CURVATURE_KEYS:
         if key not in loaded:
             continue
-        stats = template.with_stats({k: t.to(device=device, dtype=est.factor_dtype) for k, t in loaded[key].items()})
+        stats = template.with_stats({k: t.to(device=device, dtype=est.factor_dtype) for k, t in loaded[key].items()
+                                     if kept is None or k in kept})
         if key == "curvature":
             est.curvature = stats
         else:

@@ -28,7 +28,8 @@ class Unreached:
     def _zero(self, curvature: Any) -> FrozenSet[str]:
         if self._of is None or self._of[0]() is not curvature:   # (an id could be a freed curvature's)
             try:
-                d: Dict[str, torch.Tensor] = curvature.diagonal()
+                # (owner-only statistics: the blocks this rank holds, their owner warns of the others)
+                d: Dict[str, torch.Tensor] = getattr(curvature, "held_diagonal", curvature.diagonal)()
             except (NotImplementedError, AttributeError, RuntimeError, ValueError):   # no cheap diagonal
                 d = {}
             if any(fsdp.is_dtensor(t) for t in d.values()):   # sharded: its reductions would be collectives
