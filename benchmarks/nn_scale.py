@@ -21,7 +21,10 @@ The distributed section runs DDP over gloo with 1, 2 and 4 processes on CPU: ste
 median wall time) and the bytes each rank sends into collectives per step, averaged over the steps,
 for DDP's gradient all-reduce (counted by a communication hook) and infogeo's own collectives
 (``torch.distributed`` calls from :mod:`infogeo.nn.distributed`), with ``placement="memory"`` and
-``"comm"``, and each rank's optimizer state over the parameters' bytes (the largest rank's is printed).
+``"comm"``, and each rank's optimizer state over the parameters' bytes (the largest rank's is printed); and K-FAC
+under FSDP2 (each Linear and the root ``fully_shard``-ed, its default step rule ``"graft"``, ``"memory"``: each
+block's statistics on its owner rank alone), where the state multiple is over the whole parameters' bytes and
+FSDP2's own collectives are not counted (the DDP column then reads 0).
 Bytes are payloads handed to the collectives, not wire traffic.
 
 Plots (``--out``, default ``benchmarks/results``): ``nn_scale_width.png`` (time and memory against
@@ -198,18 +201,26 @@ def _dist_worker(rank: int, world: int, port: int, cfg: Dict[str, Any], queue) -
             sent[0] += t.numel() * t.element_size()
             return fn(tensor_or_list, *args, **kwargs)
         return wrapper
-    for name in ("all_reduce", "broadcast", "all_gather"):
+    for name in ("all_reduce", "reduce", "broadcast", "all_gather"):
         setattr(dist, name, counted(getattr(dist, name)))
     torch.manual_seed(0)
-    model = DDP(_mlp(torch, cfg["width"], cfg["depth"], cfg["d_in"], cfg["classes"]))
+    net = _mlp(torch, cfg["width"], cfg["depth"], cfg["d_in"], cfg["classes"])
     ddp_bytes = [0]
+    if cfg.get("wrapper") == "fsdp2":   # each Linear a unit, then the root; FSDP2's own collectives not counted
+        from torch.distributed.fsdp import fully_shard
+        for m in net:
+            if isinstance(m, torch.nn.Linear):
+                fully_shard(m)
+        model = fully_shard(net)
+    else:
+        model = DDP(net)
 
-    def hook(state, bucket):   # DDP's gradient all-reduce (the mean over the ranks), its bytes counted
-        buf = bucket.buffer()
-        ddp_bytes[0] += buf.numel() * buf.element_size()
-        fut = reduce_uncounted(buf.div_(world), async_op=True).get_future()
-        return fut.then(lambda f: f.value()[0])
-    model.register_comm_hook(None, hook)
+        def hook(state, bucket):   # DDP's gradient all-reduce (the mean over the ranks), its bytes counted
+            buf = bucket.buffer()
+            ddp_bytes[0] += buf.numel() * buf.element_size()
+            fut = reduce_uncounted(buf.div_(world), async_op=True).get_future()
+            return fut.then(lambda f: f.value()[0])
+        model.register_comm_hook(None, hook)
     if cfg["optimizer"] == "sgd":
         opt = torch.optim.SGD(model.parameters(), lr=1e-2)
     else:
@@ -234,8 +245,10 @@ def _dist_worker(rank: int, world: int, port: int, cfg: Dict[str, Any], queue) -
     # this rank's optimizer state over the parameters' bytes (under placement="memory" each block's moments and
     # factorisation live on one rank), every rank's
     params = list(model.parameters())
-    exclude = {id(p) for p in params} | {p.untyped_storage().data_ptr() for p in params}
+    local = [p.to_local() if hasattr(p, "to_local") else p for p in params]   # an FSDP2 shard: this rank's part
+    exclude = {id(p) for p in params + local} | {p.untyped_storage().data_ptr() for p in local}
     exclude |= {id(p.grad) for p in params if p.grad is not None}
+    # over the whole parameters' bytes (a DTensor's numel is the whole parameter's)
     mine = held_bytes(torch, opt, exclude) / sum(p.numel() * p.element_size() for p in params)
     every: List[Any] = [None] * world
     dist.all_gather_object(every, mine)
@@ -362,10 +375,13 @@ def main(argv=None) -> Dict[str, Any]:
               f"{'state x (max rank)':>18}")
         drows = []
         for world in args.ranks or ([1, 2] if q else [1, 2, 4]):
-            for o, placement in (("sgd", None), ("kfac", "memory"), ("kfac", "comm"), ("diag", "memory")):
-                r = distributed({**dcfg, "optimizer": o, "placement": placement}, world)
+            for o, placement, wrapper in (("sgd", None, "ddp"), ("kfac", "memory", "ddp"), ("kfac", "comm", "ddp"),
+                                          ("diag", "memory", "ddp"), ("kfac", "memory", "fsdp2")):
+                if wrapper == "fsdp2" and world == 1:
+                    continue
+                r = distributed({**dcfg, "optimizer": o, "placement": placement, "wrapper": wrapper}, world)
                 drows.append(r)
-                label = o if placement is None else f"{o}/{placement}"
+                label = (o if placement is None else f"{o}/{placement}") + ("/FSDP2" if wrapper == "fsdp2" else "")
                 ratio = r["infogeo_bytes"] / r["ddp_bytes"] if r["ddp_bytes"] else float("nan")
                 print(f"{world:>5} {label:>14} {r['median_s']:>9.4f} {r['ddp_bytes'] / 2**20:>8.2f} "
                       f"{r['infogeo_bytes'] / 2**20:>10.2f} {ratio:>11.2f} {max(r['state_multiples']):>18.2f}")
