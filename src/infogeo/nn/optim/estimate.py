@@ -297,13 +297,16 @@ class CurvatureEstimate(RefreshSchedule):
         gathered = curvature.with_stats(out)
         if bases_of is None or not hasattr(gathered, "blocks"):
             return gathered
-        for r in sorted(set(owners)):
-            blocks = [i for i, b in enumerate(gathered.blocks) if owners[i] == r and hasattr(b, "factorisation_like")]
+        for r in sorted(set(owners)):   # (the Kronecker blocks: known by their FACTORISATION_KEYS)
+            blocks = [i for i, b in enumerate(gathered.blocks)
+                      if owners[i] == r and hasattr(b, "FACTORISATION_KEYS")]
             local = [t for i in blocks for t in (bases_of.blocks[i].factorisation(0.0) if r == dd.rank()
                                                  else gathered.blocks[i].factorisation_like())]
             shared = dd.broadcast_from(r, local)
-            for j, i in enumerate(blocks):
-                gathered.blocks[i].adopt(shared[4 * j:4 * j + 4], 0.0)
+            for i in blocks:
+                k = len(gathered.blocks[i].FACTORISATION_KEYS)
+                gathered.blocks[i].adopt(shared[:k], 0.0)
+                shared = shared[k:]
         return gathered
 
     def factorise(self, curvature, damping: Optional[float]):
