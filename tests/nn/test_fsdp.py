@@ -234,6 +234,8 @@ def run_fsdp(rank, world):
     out["owned_ekfac"] = {rule: owned_statistics(part, rule, "ekfac") for rule in ("graft", "clip")}
     out["nan"] = nan_statistics(part)
     out["nan_ekfac"] = nan_statistics(part, "ekfac")
+    if world == 2:
+        out["failed_basis"] = failed_basis(part)
     out["update"] = bare_update(part)
     if world == 4:
         for case in CASES_HSDP:
@@ -337,6 +339,37 @@ def nan_statistics(part, curvature="kfac"):
         out[layout] = ([str(w.message) for w in caught if "curvature statistics" in str(w.message)], whole.tolist(),
                        est.owner_only)
     return out
+
+
+def failed_basis(part):
+    """EKFAC's owner-only statistics: rank 1's eigendecompositions fail at the refresh of step 2, where each owner
+    factorises its blocks before broadcasting their bases.  Per step, ``"ok"`` or the exception's type and message
+    (every rank raises, after the broadcasts: none waits on another), and the whole parameters after the steps."""
+    from infogeo.nn.curvature import eigenbasis
+    rank = torch.distributed.get_rank()
+    model, X, y = problem("mlp")
+    model = shard(model)
+    opt = ig.nn.NaturalGradient(model, lr=0.05, curvature="ekfac", damping=1e-2, fisher="exact",
+                                curvature_update_period=2, inverse_update_period=3, step_rule="graft")
+    own = eigenbasis._factor_eig
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("the eigendecomposition failed on this rank")
+    outcomes = []
+    for step, (xb, yb) in enumerate(zip(X[:, part], y[:, part])):
+        if step == 2 and rank == 1:
+            eigenbasis._factor_eig = failing
+        try:
+            outcomes.append(outcome(lambda: train_step(model, opt, xb, yb)))
+        finally:
+            eigenbasis._factor_eig = own
+    return outcomes, torch.cat([p.full_tensor().detach().reshape(-1) for p in model.parameters()]).tolist()
+
+
+def train_step(model, opt, xb, yb):
+    opt.zero_grad()
+    F.cross_entropy(model(xb), yb).backward()
+    opt.step()
 
 
 def bare_update(part):
@@ -644,6 +677,17 @@ def test_each_rank_holds_only_its_own_blocks_ekfac_statistics_under_fsdp2(two):
 
 def test_each_of_four_ranks_holds_only_its_own_blocks_ekfac_statistics_under_fsdp2(four_ranks):
     check_owned({r: four_ranks[r]["fsdp"] for r in range(4)}, 4, "owned_ekfac")
+
+
+def test_an_owners_failed_eigendecomposition_is_raised_on_every_rank_after_the_bases_broadcasts(two):
+    """EKFAC's owner-only refresh: rank 1 cannot factorise its blocks; it still takes part in the broadcasts of the
+    bases (placeholders), then raises its error, and rank 0 a PeerFailure naming it (agreed: no rank waits on
+    another); the statistics are left as they were, and the next steps go on alike on both ranks."""
+    (o0, p0), (o1, p1) = two[0]["failed_basis"], two[1]["failed_basis"]
+    assert o0[:2] == o1[:2] == [("ok", None)] * 2 and o0[3] == o1[3] == ("ok", None), (o0, o1)
+    assert o1[2][0] == "RuntimeError" and "eigendecomposition failed" in o1[2][1], o1[2]
+    assert o0[2][0] == "PeerFailure" and "[1]" in o0[2][1], o0[2]
+    assert p0 == p1
 
 
 @pytest.mark.parametrize("key", ["nan", "nan_ekfac"])
