@@ -22,8 +22,8 @@ median wall time) and the bytes each rank sends into collectives per step, avera
 for DDP's gradient all-reduce (counted by a communication hook) and infogeo's own collectives
 (``torch.distributed`` calls from :mod:`infogeo.nn.distributed`), with ``placement="memory"`` and
 ``"comm"``, and each rank's optimizer state over the parameters' bytes (the largest rank's is printed); and K-FAC
-under FSDP2 (each Linear and the root ``fully_shard``-ed, its default step rule ``"graft"``, ``"memory"``: each
-block's statistics on its owner rank alone), where the state multiple is over the whole parameters' bytes and
+and EKFAC under FSDP2 (each Linear and the root ``fully_shard``-ed, its default step rule ``"graft"``, ``"memory"``:
+each block's statistics on its owner rank alone), where the state multiple is over the whole parameters' bytes and
 FSDP2's own collectives are not counted (the DDP column then reads 0).
 Bytes are payloads handed to the collectives, not wire traffic.
 
@@ -376,7 +376,8 @@ def main(argv=None) -> Dict[str, Any]:
         drows = []
         for world in args.ranks or ([1, 2] if q else [1, 2, 4]):
             for o, placement, wrapper in (("sgd", None, "ddp"), ("kfac", "memory", "ddp"), ("kfac", "comm", "ddp"),
-                                          ("diag", "memory", "ddp"), ("kfac", "memory", "fsdp2")):
+                                          ("diag", "memory", "ddp"), ("kfac", "memory", "fsdp2"),
+                                          ("ekfac", "memory", "fsdp2")):
                 if wrapper == "fsdp2" and world == 1:
                     continue
                 r = distributed({**dcfg, "optimizer": o, "placement": placement, "wrapper": wrapper}, world)

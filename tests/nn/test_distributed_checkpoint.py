@@ -7,9 +7,9 @@ its first parameter's state.  A run saved with ``dcp.save`` after 4 steps and re
 go), with the optimizer state dict flattened (``flatten_optimizer_state_dict=True``, torchtitan's choice) or not:
 in one process, and on 2 gloo ranks under DDP and under FSDP2 (the ranks spawned by :mod:`.test_distributed`).
 A state dict that ``dcp.load`` could not fill (taken from an optimizer that has no state yet) is refused when set,
-with what to do, instead of resuming with fresh statistics unseen.  Under FSDP2 with K-FAC and ``"graft"`` each rank
-saves the statistics of its own blocks (owner-only): their union resumes on 2 ranks, on 4 (and a 4-rank one on 2),
-in one process, and a DDP checkpoint resumes under FSDP2.
+with what to do, instead of resuming with fresh statistics unseen.  Under FSDP2 with K-FAC or EKFAC and ``"graft"``
+each rank saves the statistics (and factorisations) of its own blocks (owner-only): their union resumes on 2 ranks,
+on 4 (and a 4-rank one on 2), in one process, and a DDP checkpoint resumes under FSDP2.
 """
 import tempfile
 
@@ -85,7 +85,9 @@ def refused(path, flat, wrap=None, **kw):
 
 #: (flattened, settings): bit-identical resumption (the exact Fisher: no Monte Carlo stream)
 CASES = [(False, {}), (True, {}), (True, {"step_rule": "graft"}), (False, {"step_rule": "eigen-adam"}),
-         (True, {"step_rule": "eigen-adam", "curvature": "ekfac"})]
+         (True, {"step_rule": "eigen-adam", "curvature": "ekfac"}),
+         # EKFAC's owner-only statistics under FSDP2 (factors, scales and the bases they were measured in)
+         (True, {"step_rule": "graft", "curvature": "ekfac"}), (False, {"step_rule": "clip", "curvature": "ekfac"})]
 
 
 def run_dcp(rank, world):
@@ -119,31 +121,33 @@ def run_dcp(rank, world):
         out[(name, "fresh")] = refused(path, True, wrap, fisher="mc")
         out[(name, "saved")] = saved_at_half(X, y, where(), wrap)
         out[(name, "sections")] = own_sections(X, y, wrap)
+        out[(name, "sections_ekfac")] = own_sections(X, y, wrap, "ekfac")
     if "fsdp" in wraps:   # saved under DDP (every rank every statistic), resumed under FSDP2 (each its own blocks')
         out[("fsdp", "from_ddp")] = resumed_from(out[("ddp", "saved")][0], X, y, wraps["fsdp"])
     return out
 
 
-def own_sections(X, y, wrap):
+def own_sections(X, y, wrap, curvature="kfac"):
     """``(the keys of the curvature statistics in this rank's state dict after 4 steps, its counts, the error of
-    loading it into an optimizer of the same model unwrapped, which keeps every block's statistics)``."""
-    half, half_opt = build(wrap, step_rule="graft")
+    loading it into an optimizer of the same model unwrapped, which keeps every block's statistics, the keys of
+    the factorisations it holds)``."""
+    half, half_opt = build(wrap, step_rule="graft", curvature=curvature)
     run(half, half_opt, X[:4], y[:4])
     pre = half_opt.state_dict()["state"][0]["natural_gradient"]["preconditioner"]
-    _, plain = build(step_rule="graft")
+    _, plain = build(step_rule="graft", curvature=curvature)
     try:
         plain.load_state_dict(half_opt.state_dict())
         error = None
     except ValueError as exc:
         error = str(exc)
-    return sorted(pre["curvature"]), pre["counts"], error
+    return sorted(pre["curvature"]), pre["counts"], error, sorted(pre.get("basis", ()))
 
 
-def resumed_from(path, X, y, wrap):
+def resumed_from(path, X, y, wrap, curvature="kfac"):
     """The whole parameters after a new model and optimizer under ``wrap`` (one step on another batch, then
     ``dcp.load`` of ``path``, saved after 4 steps by :func:`saved_at_half`, flattened) take the last 4 steps."""
     options = sd_api.StateDictOptions(flatten_optimizer_state_dict=True)
-    again, again_opt = build(wrap, step_rule="graft")
+    again, again_opt = build(wrap, step_rule="graft", curvature=curvature)
     run(again, again_opt, X[-1:], y[-1:])
     msd, osd = sd_api.get_state_dict(again, again_opt, options=options)
     dcp.load({"model": msd, "optim": osd}, checkpoint_id=path)
@@ -165,10 +169,10 @@ def saved_at_half(X, y, path, wrap=None):
     return path, whole(net).tolist()
 
 
-def across(rank, port, queue, world, path, save):
-    """A spawned rank (:func:`.test_distributed.spawn_ranks`) under FSDP2: 4 steps saved to ``path`` by
-    ``dcp.save`` (``save``), or that checkpoint resumed (:func:`resumed_from`); puts ``(rank, the whole parameters
-    or, saving, whether its statistics were owner-only)``."""
+def across(rank, port, queue, world, path, save, curvature="kfac"):
+    """A spawned rank (:func:`.test_distributed.spawn_ranks`) under FSDP2: 4 steps of ``curvature`` saved to
+    ``path`` by ``dcp.save`` (``save``), or that checkpoint resumed (:func:`resumed_from`); puts ``(rank, the whole
+    parameters or, saving, whether its statistics were owner-only)``."""
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
     from .test_distributed import PG_TIMEOUT
@@ -180,32 +184,33 @@ def across(rank, port, queue, world, path, save):
         X, y = problem()
         X, y = X[:, part], y[:, part]
         if save:
-            net, opt = build(fully_shard, step_rule="graft")
+            net, opt = build(fully_shard, step_rule="graft", curvature=curvature)
             run(net, opt, X[:4], y[:4])
             options = sd_api.StateDictOptions(flatten_optimizer_state_dict=True)
             msd, osd = sd_api.get_state_dict(net, opt, options=options)
             dcp.save({"model": msd, "optim": osd}, checkpoint_id=path)
             queue.put((rank, opt.preconditioner.estimate.owner_only))
         else:
-            queue.put((rank, resumed_from(path, X, y, fully_shard)))
+            queue.put((rank, resumed_from(path, X, y, fully_shard, curvature)))
     finally:
         dist.destroy_process_group()
 
 
+@pytest.mark.parametrize("curvature", ["kfac", "ekfac"])
 @pytest.mark.parametrize("saved_on, resumed_on", [(2, 4), (4, 2)])
-def test_an_fsdp2_dcp_checkpoint_resumes_on_another_number_of_ranks(tmp_path, saved_on, resumed_on):
+def test_an_fsdp2_dcp_checkpoint_resumes_on_another_number_of_ranks(tmp_path, saved_on, resumed_on, curvature):
     """Owner-only statistics saved by 2 (4) FSDP2 ranks, each its own blocks', resume on 4 (2), whose blocks have
-    other owners: DCP's union holds every block's, and the run continues as one process's on the whole batch (to
-    1e-8)."""
+    other owners: DCP's union holds every block's (EKFAC's bases too), and the run continues as one process's on the
+    whole batch (to 1e-8)."""
     fsdp_api = pytest.importorskip("torch.distributed.fsdp")
     if not hasattr(fsdp_api, "fully_shard"):
         pytest.skip("this torch has no fully_shard (FSDP2)")
     from .test_distributed import spawn_ranks
     path = str(tmp_path)
-    assert all(spawn_ranks(saved_on, across, (path, True)).values())
-    got = spawn_ranks(resumed_on, across, (path, False))
+    assert all(spawn_ranks(saved_on, across, (path, True, curvature)).values())
+    got = spawn_ranks(resumed_on, across, (path, False, curvature))
     X, y = problem()
-    net, opt = build(step_rule="graft")
+    net, opt = build(step_rule="graft", curvature=curvature)
     run(net, opt, X, y)
     for r in range(resumed_on):
         assert float((torch.tensor(got[r], dtype=torch.float64) - whole(net)).abs().max()) < 1e-8, r
@@ -252,21 +257,26 @@ def test_a_two_rank_dcp_checkpoint_resumes_in_one_process(two):
         assert float((whole(net) - torch.tensor(went_on, dtype=torch.float64)).abs().max()) < 1e-8, name
 
 
-def test_under_fsdp2_each_rank_saves_its_own_blocks_statistics_and_dcp_keeps_their_union(two):
-    """K-FAC with ``"graft"`` under FSDP2 keeps each block's statistics on its owner: each rank's state dict holds
-    those of its own blocks (counts: every block's), the two are disjoint and make up every statistic (the DCP
-    resumptions above, on 2 ranks and in one process, read that union); one rank's alone is refused by an
-    optimizer that needs them all, saying what to do.  Under DDP every rank holds them all, as before."""
-    if ("fsdp", "sections") not in two[0]:
+@pytest.mark.parametrize("section", ["sections", "sections_ekfac"])
+def test_under_fsdp2_each_rank_saves_its_own_blocks_statistics_and_dcp_keeps_their_union(two, section):
+    """K-FAC and EKFAC with ``"graft"`` under FSDP2 keep each block's statistics on its owner: each rank's state
+    dict holds those of its own blocks (counts: every block's; EKFAC's factorisations, its bases, too), the two are
+    disjoint and make up every statistic (the DCP resumptions above, on 2 ranks and in one process, read that
+    union); one rank's alone is refused by an optimizer that needs them all, saying what to do.  Under DDP every
+    rank holds them all, as before."""
+    if ("fsdp", section) not in two[0]:
         pytest.skip("this torch has no fully_shard (FSDP2)")
-    keys = [set(two[r][("fsdp", "sections")][0]) for r in range(2)]
-    counts = two[0][("fsdp", "sections")][1]
+    keys = [set(two[r][("fsdp", section)][0]) for r in range(2)]
+    counts = two[0][("fsdp", section)][1]
     assert keys[0] and keys[1] and not keys[0] & keys[1], keys
-    assert counts == {"curvature": len(keys[0] | keys[1])} == two[1][("fsdp", "sections")][1]
-    for r in range(2):
-        error = two[r][("fsdp", "sections")][2]
+    assert counts == {"curvature": len(keys[0] | keys[1])} == two[1][("fsdp", section)][1]
+    bases = [set(two[r][("fsdp", section)][3]) for r in range(2)]
+    assert not bases[0] & bases[1], bases
+    for r in range(2):   # a rank's factorisations are those of its own blocks
+        assert {k.split("/")[0] for k in bases[r]} <= {k.split("/")[0] for k in keys[r]}, (r, bases[r])
+        error = two[r][("fsdp", section)][2]
         assert error is not None and "fewer statistics" in error and "torch.distributed.checkpoint" in error, error
-        ddp_keys, ddp_counts, ddp_error = two[r][("ddp", "sections")]
+        ddp_keys, ddp_counts, ddp_error, _ = two[r][("ddp", section)]
         assert ddp_counts == counts and len(ddp_keys) == counts["curvature"] and ddp_error is None
 
 

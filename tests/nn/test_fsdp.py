@@ -6,9 +6,10 @@ reduce-scatters the gradients.  After several steps the parameters must equal th
 training the unsharded model on the whole batch (float64, exact Fisher), for K-FAC (both placements),
 EKFAC, the diagonal, both step rules, on an MLP and a small transformer block, and with hybrid sharding (HSDP) on
 four ranks.  The Monte Carlo
-Fisher and bf16 mixed precision must train (finite, decreasing losses; statistics in float32).  K-FAC under
-``placement="memory"`` with ``"graft"`` or ``"clip"`` keeps each block's statistics on its owner alone (owner-only
-statistics): each rank holds its own blocks' factors, and a NaN in one rank's statistics is discarded on every rank.
+Fisher and bf16 mixed precision must train (finite, decreasing losses; statistics in float32).  K-FAC and EKFAC
+under ``placement="memory"`` with ``"graft"`` or ``"clip"`` keep each block's statistics on its owner alone
+(owner-only statistics): each rank holds its own blocks' factors (EKFAC's bases and scales too), the steps equal
+those with the statistics replicated, and a NaN in one rank's statistics is discarded on every rank.
 """
 import math
 
@@ -201,9 +202,13 @@ CASES = [("kfac", "memory", "mlp", "clip"), ("kfac", "comm", "mlp", "clip"), ("d
          ("kfac", "memory", "branch", "eigen-adam"), ("kfac", "comm", "branch", "clip"),
          ("diag", "memory", "branch", "clip"),
          # owner-only statistics meeting a change of structure: gathered, averaged as when replicated, owned again
-         ("kfac", "memory", "switch", "graft"), ("kfac", "memory", "switch", "clip")]
+         ("kfac", "memory", "switch", "graft"), ("kfac", "memory", "switch", "clip"),
+         # EKFAC's owner-only statistics: the bases broadcast at each refresh, the scales measured on every rank
+         ("ekfac", "memory", "mlp", "graft"), ("ekfac", "memory", "switch", "graft")]
 CASES_4 = [("kfac", "memory", "mlp", "clip"), ("kfac", "memory", "mlp", "graft"), ("kfac", "memory", "switch", "graft"),
-           ("ekfac", "comm", "mlp", "clip")]
+           ("ekfac", "comm", "mlp", "clip"),
+           # three blocks on four ranks: one rank owns none, and still measures every block's scales
+           ("ekfac", "memory", "mlp", "graft"), ("ekfac", "memory", "switch", "clip")]
 # weights used outside their own modules (attention's out_proj.weight, a tied read-out): the whole-network route,
 # with the root alone sharded (FSDP2 needs a weight in the unit of the module that reads it)
 CASES_FOREIGN = [("diag", "memory", "attention", "graft"), ("kfac", "memory", "attention", "clip"),
@@ -226,7 +231,11 @@ def run_fsdp(rank, world):
         model, X, y = problem(case[2])
         out[case] = train(shard(model), X[:, part], y[:, part], *case)[:2]
     out["owned"] = {rule: owned_statistics(part, rule) for rule in ("graft", "clip")}
+    out["owned_ekfac"] = {rule: owned_statistics(part, rule, "ekfac") for rule in ("graft", "clip")}
     out["nan"] = nan_statistics(part)
+    out["nan_ekfac"] = nan_statistics(part, "ekfac")
+    if world == 2:
+        out["failed_basis"] = failed_basis(part)
     out["update"] = bare_update(part)
     if world == 4:
         for case in CASES_HSDP:
@@ -260,12 +269,13 @@ def deep_mlp():
     return torch.nn.Sequential(*layers[:-1]).double()
 
 
-def owned_statistics(part, step_rule):
-    """What this rank holds of the curvature after the steps of a five-layer MLP under FSDP2 (K-FAC,
+def owned_statistics(part, step_rule, curvature="kfac"):
+    """What this rank holds of the curvature after the steps of a five-layer MLP under FSDP2 (``curvature``,
     ``placement="memory"``, ``step_rule``): whether the statistics are owner-only, the blocks' owners, the keys of
-    the statistics held, the bytes of the factors held, of their structure's blocks (absent here: tensors
-    only of size 0), of every block's statistics, and of all the estimate holds (``held_bytes`` of
-    ``benchmarks/nn_scale.py``), also with the statistics replicated (today's layout, forced for the comparison)."""
+    the statistics held, of the factorisations the solver holds, the bytes of the factors held, of their
+    structure's blocks (absent here: tensors only of size 0), of every block's statistics, of all the estimate
+    holds (``held_bytes`` of ``benchmarks/nn_scale.py``), and the whole parameters after the steps, also with the
+    statistics replicated (today's layout, forced for the comparison)."""
     from infogeo.nn.curvature.blocks import AbsentBlock
     from .._helpers import load_benchmark
     held_bytes = load_benchmark("nn_scale").held_bytes
@@ -273,7 +283,7 @@ def owned_statistics(part, step_rule):
     out = {}
     for layout in ("owner", "replicated"):
         model = shard(deep_mlp())
-        opt = ig.nn.NaturalGradient(model, lr=0.05, curvature="kfac", damping=1e-2, fisher="exact",
+        opt = ig.nn.NaturalGradient(model, lr=0.05, curvature=curvature, damping=1e-2, fisher="exact",
                                     curvature_update_period=2, inverse_update_period=3, step_rule=step_rule)
         est = opt.preconditioner.estimate
         est.read_everywhere = layout == "replicated"
@@ -291,21 +301,23 @@ def owned_statistics(part, step_rule):
                        "bytes": nbytes(est.curvature.stats().values()),
                        "absent_bytes": nbytes(t for b in absent for t in b.template.stats().values()),
                        "absent": [i for i, b in enumerate(est.curvature.blocks) if isinstance(b, AbsentBlock)],
-                       "total": total, "held": held_bytes(torch, est, exclude)}
+                       "total": total, "held": held_bytes(torch, est, exclude),
+                       "bases": sorted(est.solver.bases()),
+                       "params": torch.cat([p.full_tensor().detach().reshape(-1) for p in params]).tolist()}
     return out
 
 
-def nan_statistics(part):
+def nan_statistics(part, curvature="kfac"):
     """A NaN in this rank's (rank 1's) local statistics of the first block at the second refresh, owner-only and
     replicated (forced): ``{layout: (the warnings' messages, the whole parameters after the steps)}``, and the
-    owner-only run without the NaN."""
+    owner-only run without the NaN (``curvature``: K-FAC's or EKFAC's)."""
     import warnings
     rank = torch.distributed.get_rank()
     out = {}
     for layout in ("owner", "replicated", "clean"):
         model, X, y = problem("mlp")
         model = shard(model)
-        opt = ig.nn.NaturalGradient(model, lr=0.05, curvature="kfac", damping=1e-2, fisher="exact",
+        opt = ig.nn.NaturalGradient(model, lr=0.05, curvature=curvature, damping=1e-2, fisher="exact",
                                     curvature_update_period=2, inverse_update_period=3, step_rule="graft")
         est = opt.preconditioner.estimate
         est.read_everywhere = layout == "replicated"
@@ -327,6 +339,37 @@ def nan_statistics(part):
         out[layout] = ([str(w.message) for w in caught if "curvature statistics" in str(w.message)], whole.tolist(),
                        est.owner_only)
     return out
+
+
+def failed_basis(part):
+    """EKFAC's owner-only statistics: rank 1's eigendecompositions fail at the refresh of step 2, where each owner
+    factorises its blocks before broadcasting their bases.  Per step, ``"ok"`` or the exception's type and message
+    (every rank raises, after the broadcasts: none waits on another), and the whole parameters after the steps."""
+    from infogeo.nn.curvature import eigenbasis
+    rank = torch.distributed.get_rank()
+    model, X, y = problem("mlp")
+    model = shard(model)
+    opt = ig.nn.NaturalGradient(model, lr=0.05, curvature="ekfac", damping=1e-2, fisher="exact",
+                                curvature_update_period=2, inverse_update_period=3, step_rule="graft")
+    own = eigenbasis._factor_eig
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("the eigendecomposition failed on this rank")
+    outcomes = []
+    for step, (xb, yb) in enumerate(zip(X[:, part], y[:, part])):
+        if step == 2 and rank == 1:
+            eigenbasis._factor_eig = failing
+        try:
+            outcomes.append(outcome(lambda: train_step(model, opt, xb, yb)))
+        finally:
+            eigenbasis._factor_eig = own
+    return outcomes, torch.cat([p.full_tensor().detach().reshape(-1) for p in model.parameters()]).tolist()
+
+
+def train_step(model, opt, xb, yb):
+    opt.zero_grad()
+    F.cross_entropy(model(xb), yb).backward()
+    opt.step()
 
 
 def bare_update(part):
@@ -585,11 +628,13 @@ def test_a_checkpoint_resumes_bit_identically_under_fsdp2(two):
         assert diff == 0.0
 
 
-def check_owned(results, world):
-    """Each rank holds the statistics of its own blocks alone, and its bytes of them are its blocks' share."""
+def check_owned(results, world, key="owned"):
+    """Each rank holds the statistics (and factorisations) of its own blocks alone, its bytes of them are its
+    blocks' share, and the steps equal those with the statistics replicated (to 1e-12: reduced to one rank rather
+    than all-reduced)."""
     for rule in ("graft", "clip"):
-        owner = [results[r]["owned"][rule]["owner"] for r in range(world)]
-        replicated = [results[r]["owned"][rule]["replicated"] for r in range(world)]
+        owner = [results[r][key][rule]["owner"] for r in range(world)]
+        replicated = [results[r][key][rule]["replicated"] for r in range(world)]
         owners = owner[0]["owners"]
         assert len(owners) == 5 and all(o["owners"] == owners for o in owner), rule
         assert sorted(set(owners)) == list(range(world)), owners   # five blocks: every rank owns one at least
@@ -601,6 +646,9 @@ def check_owned(results, world):
             assert o["owner_only"] and not rep["owner_only"], (rule, r)
             assert sorted({int(k.split("/")[0]) for k in o["keys"]}) == mine, (rule, r, o["keys"])
             assert {int(k.split("/")[0]) for k in o["solver_keys"]} <= set(mine), (rule, r)
+            assert {int(k.split("/")[0]) for k in o["bases"]} <= set(mine), (rule, r, o["bases"])
+            a, b = (torch.tensor(x["params"], dtype=torch.float64) for x in (o, rep))
+            assert torch.allclose(a, b, rtol=0, atol=1e-12), (rule, r, (a - b).abs().max())
             assert o["absent"] == [i for i in range(5) if i not in mine] and o["absent_bytes"] == 0, (rule, r)
             assert rep["bytes"] == total and rep["absent"] == [], (rule, r)   # today's layout: every factor
             assert 0 < o["bytes"] < total
@@ -620,12 +668,36 @@ def test_each_of_four_ranks_holds_only_its_own_blocks_statistics_under_fsdp2(fou
     check_owned({r: four_ranks[r]["fsdp"] for r in range(4)}, 4)
 
 
-def test_a_nan_in_one_ranks_statistics_is_discarded_on_every_rank_as_when_replicated(two):
+def test_each_rank_holds_only_its_own_blocks_ekfac_statistics_under_fsdp2(two):
+    """EKFAC, ``placement="memory"``, ``"graft"`` and ``"clip"``: factors, bases and scales of a block live on its
+    owner alone (the bases are broadcast at a refresh for every rank to measure its scales in, then dropped), and
+    the steps equal those with the statistics replicated."""
+    check_owned(two, 2, "owned_ekfac")
+
+
+def test_each_of_four_ranks_holds_only_its_own_blocks_ekfac_statistics_under_fsdp2(four_ranks):
+    check_owned({r: four_ranks[r]["fsdp"] for r in range(4)}, 4, "owned_ekfac")
+
+
+def test_an_owners_failed_eigendecomposition_is_raised_on_every_rank_after_the_bases_broadcasts(two):
+    """EKFAC's owner-only refresh: rank 1 cannot factorise its blocks; it still takes part in the broadcasts of the
+    bases (placeholders), then raises its error, and rank 0 a PeerFailure naming it (agreed: no rank waits on
+    another); the statistics are left as they were, and the next steps go on alike on both ranks."""
+    (o0, p0), (o1, p1) = two[0]["failed_basis"], two[1]["failed_basis"]
+    assert o0[:2] == o1[:2] == [("ok", None)] * 2 and o0[3] == o1[3] == ("ok", None), (o0, o1)
+    assert o1[2][0] == "RuntimeError" and "eigendecomposition failed" in o1[2][1], o1[2]
+    assert o0[2][0] == "PeerFailure" and "[1]" in o0[2][1], o0[2]
+    assert p0 == p1
+
+
+@pytest.mark.parametrize("key", ["nan", "nan_ekfac"])
+def test_a_nan_in_one_ranks_statistics_is_discarded_on_every_rank_as_when_replicated(two, key):
     """A NaN in rank 1's local statistics of one block: its owner finds it after the reduce, the ranks agree, and
     every rank discards the refresh with the same warning, as with the statistics replicated; the parameters after
-    the steps equal the replicated run's (and differ from those of the run without the NaN)."""
+    the steps equal the replicated run's (and differ from those of the run without the NaN).  K-FAC and EKFAC
+    (whose NaN factors are found before any basis is broadcast)."""
     for r in range(2):
-        got = two[r]["nan"]
+        got = two[r][key]
         owner, replicated, clean = got["owner"], got["replicated"], got["clean"]
         assert owner[2] and not replicated[2]
         assert len(owner[0]) == 1 and "contain NaN or inf; they are discarded" in owner[0][0], owner[0]
@@ -633,7 +705,7 @@ def test_a_nan_in_one_ranks_statistics_is_discarded_on_every_rank_as_when_replic
         a, b, c = (torch.tensor(x[1], dtype=torch.float64) for x in (owner, replicated, clean))
         assert torch.allclose(a, b, rtol=0, atol=1e-12), (a - b).abs().max()
         assert (a - c).abs().max() > 1e-6
-    assert two[0]["nan"]["owner"][1] == two[1]["nan"]["owner"][1]
+    assert two[0][key]["owner"][1] == two[1][key]["owner"][1]
 
 
 def test_a_preconditioner_that_updates_keeps_every_blocks_statistics_and_one_that_solved_refuses_to(two):

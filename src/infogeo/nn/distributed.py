@@ -23,8 +23,8 @@ al., 2021):
     rank holds all of them and preconditions locally (communication-optimised: a
     broadcast only when the factorisations are refreshed).
 
-Under FSDP2 the memory-optimised placement goes one step further for K-FAC: each block's statistics are reduced
-to its owner alone (:func:`reduce_mean_to_owners`), which keeps their running average, so that each rank holds
+Under FSDP2 the memory-optimised placement goes one step further for K-FAC and EKFAC: each block's statistics are
+reduced to its owner alone (:func:`reduce_mean_to_owners`), which keeps their running average, so that each rank holds
 the factors of its own blocks only (:attr:`~infogeo.nn.optim.estimate.CurvatureEstimate.owner_only`).
 
 Every decision that changes what a step does next (skip it, undo it, retry the solve with a

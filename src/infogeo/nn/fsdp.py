@@ -5,9 +5,9 @@ r"""Models sharded with FSDP2 (``torch.distributed.fsdp.fully_shard``): what the
 inputs and output gradients the hooks record (:mod:`.optim.hooks`) are those of the whole layer
 on this rank's batch, exactly as under ``DistributedDataParallel``.  The curvature statistics
 (K-FAC's factors :math:`A, G`, a diagonal, EKFAC's scales) are therefore computed and averaged over the ranks
-as under DDP (:mod:`.distributed`): they are per layer, not per shard.  Every rank holds them, except K-FAC's under
-``placement="memory"`` with a step rule that only reads the directions: each block's are reduced to its owner,
-which alone keeps them (:attr:`.optim.estimate.CurvatureEstimate.owner_only`).
+as under DDP (:mod:`.distributed`): they are per layer, not per shard.  Every rank holds them, except K-FAC's and
+EKFAC's under ``placement="memory"`` with a step rule that only reads the directions: each block's are reduced to
+its owner, which alone keeps them (:attr:`.optim.estimate.CurvatureEstimate.owner_only`).
 Statistics of the gradients themselves (Shampoo's and SOAP's kinds) are formed from the gathered
 gradients, once the ranks have agreed that the step goes ahead.
 

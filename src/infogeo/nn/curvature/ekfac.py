@@ -29,7 +29,7 @@ from . import _backprop as bp
 from ._reducers import accumulation_dtype
 from .base import Curvature
 from .blockwise import BlockCurvature
-from .blocks import Block
+from .blocks import AbsentBlock, Block
 from .eigenbasis import EigenbasisKronBlock
 from .kfac import (MAX_FACTOR_BYTES, MAX_FACTOR_DIM, check_factor_limits, factor_layout, factored_blocks,
                    kfac_reducer, kron_blocks, position_mask)
@@ -83,14 +83,8 @@ class EigenKronBlock(EigenbasisKronBlock):
         if eig is not None:
             self._eig = eig
         Ua, Ug = self.basis()
-        s: Any = None
-        for w, f in self.pending or ():
-            t = f(Ua, Ug).mul_(w)
-            s = t if s is None else s.add_(t)
-        if s is None:   # nothing measured: no example reached the layer
-            s = self.A.new_zeros(self.G.shape[0], self.A.shape[0])
         block = EigenKronBlock(self.weight, self.bias, self.wshape, self.A, self.G, self.transposed,
-                               s.to(self.A.dtype))
+                               _measure(self, Ua, Ug, self.A.dtype))
         block._eig = self._eig
         return block
 
@@ -110,6 +104,19 @@ class EigenKronBlock(EigenbasisKronBlock):
 
     def dense(self, layout):
         return self.dense_scaled(layout, self.s)
+
+
+def _measure(block: EigenKronBlock, Ua: Optional[torch.Tensor], Ug: Optional[torch.Tensor],
+             dtype: torch.dtype) -> torch.Tensor:
+    """The scales of ``block``'s pending measurements (this rank's batches, weighted) in the basis ``(U_A, U_G)``,
+    in ``dtype``; zeros where no example reached the layer."""
+    s: Any = None
+    for w, f in block.pending or ():
+        t = f(Ua, Ug).mul_(w)
+        s = t if s is None else s.add_(t)
+    if s is None:
+        s = block.A.new_zeros(block.G.shape[0], block.A.shape[0])
+    return s.to(dtype)
 
 
 def eigen_correction(space, layer: bp.Layer, cols: bp.Columns, Ua: torch.Tensor, Ug: torch.Tensor,
@@ -260,8 +267,10 @@ class EKFAC(BlockCurvature):
         return type(self)._from_blocks(self, blocks)
 
     def refreshed(self, old: Optional["EKFAC"], decay: float,
-                  reduce: Optional[Callable[[List[torch.Tensor]], List[torch.Tensor]]] = None,
-                  basis_of: Optional["Curvature"] = None) -> "EKFAC":
+                  reduce: Optional[Callable[[List[torch.Tensor]], List[Optional[torch.Tensor]]]] = None,
+                  basis_of: Optional["Curvature"] = None, local: Optional["EKFAC"] = None,
+                  share: Optional[Callable[..., List[Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]]]] = None,
+                  dtype: Optional[torch.dtype] = None) -> "EKFAC":
         r"""Deferred statistics (already averaged over the ranks) made current, with their basis.
 
         The factors are averaged with ``old``'s (:math:`\beta` = ``decay``); the scales are measured in the
@@ -269,6 +278,13 @@ class EKFAC(BlockCurvature):
         ``reduce`` (the mean over the ranks) is applied to them, and they are averaged with ``old``'s scales
         (George et al. 2018 keep averaging the scales when the basis is renewed).  The result keeps the
         basis it was measured in (it is factorised).
+
+        Owner-only statistics (the blocks another rank holds are :class:`~.blocks.AbsentBlock` in ``self``,
+        ``old`` and ``basis_of``): this rank's scales of every block are measured from ``local``, its own deferred
+        statistics before the reduce, in the bases ``share(indices, held, error)`` gives on every rank (each
+        Kronecker block's, at ``indices``, broadcast by its owner from ``held``: the bases of the blocks held here,
+        ``None`` elsewhere; ``error``: this rank's failure to compute them, agreed); ``reduce`` gives their mean on
+        the owners (``None`` elsewhere), and ``dtype`` is the statistics' dtype.
         """
         if old is not None and not (isinstance(old, EKFAC) and self.same_structure(old)):
             pair = self.aligned(old)   # layers unused in one of the batches keep their kind; else start over
@@ -276,7 +292,7 @@ class EKFAC(BlockCurvature):
                 old = None
             else:
                 old, aligned = cast("EKFAC", pair[0]), pair[1]
-                return cast("EKFAC", aligned).refreshed(old, decay, reduce, basis_of)
+                return cast("EKFAC", aligned).refreshed(old, decay, reduce, basis_of, local, share, dtype)
         known = {} if basis_of is None else {b.key: b.eig() for b in getattr(basis_of, "blocks", [])
                                              if isinstance(b, EigenKronBlock)}
         blocks: List[Block] = []
@@ -284,21 +300,42 @@ class EKFAC(BlockCurvature):
             o: Any = old.blocks[i] if old is not None else None
             if isinstance(b, EigenKronBlock):
                 A, G = (b.A, b.G) if o is None else (torch.lerp(b.A, o.A, decay), torch.lerp(b.G, o.G, decay))
-                fresh = EigenKronBlock(b.weight, b.bias, b.wshape, A, G, b.transposed, None, b.pending)
+                fresh = EigenKronBlock(b.weight, b.bias, b.wshape, A, G, b.transposed)
                 eig = known.get(b.key)
-                if eig is not None and not _fits((eig[1], eig[3]), fresh):
-                    eig = None
-                blocks.append(fresh.measured(eig))
+                if eig is not None and _fits((eig[1], eig[3]), fresh):
+                    fresh._eig = eig
+                blocks.append(fresh)
+            elif isinstance(b, AbsentBlock):   # another rank's (owner-only)
+                blocks.append(b)
             else:
                 cur = b.stats()
                 blocks.append(b if o is None else b.with_stats({k: torch.lerp(cur[k], t, decay)
                                                                 for k, t in o.stats().items()}))
-        kron = [b for b in blocks if isinstance(b, EigenKronBlock)]
-        scales = [cast(torch.Tensor, b.s) for b in kron]   # measured above
+        source = self if local is None else local   # whose pending measurements give this rank's scales
+        kron = [i for i, b in enumerate(source.blocks) if isinstance(b, EigenKronBlock)]
+        if share is None:
+            bases = [cast(EigenKronBlock, blocks[i]).basis() for i in kron]
+        else:   # the owners' bases, for every rank to measure its own scales in
+            held: List[Any] = []
+            error: Optional[BaseException] = None
+            for i in kron:
+                try:
+                    b = blocks[i]
+                    held.append(b.basis() if isinstance(b, EigenKronBlock) else None)
+                except Exception as exc:   # (a failed factorisation: agreed, every rank raises)
+                    error, held = exc, held + [None]
+            bases = share(kron, held, error)
+        scales: List[Optional[torch.Tensor]] = [
+            _measure(cast(EigenKronBlock, source.blocks[i]), Ua, Ug,
+                     cast(EigenKronBlock, blocks[i]).A.dtype if dtype is None else dtype)
+            for i, (Ua, Ug) in zip(kron, bases)]
         if reduce is not None and scales:
-            scales = reduce(scales)
-        for b, s in zip(kron, scales):
+            scales = reduce(cast(List[torch.Tensor], scales))
+        for i, s in zip(kron, scales):
+            if s is None:   # another rank's block
+                continue
+            b = cast(EigenKronBlock, blocks[i])
             if old is not None:
-                s = torch.lerp(s, cast(torch.Tensor, cast(EigenKronBlock, old.blocks[blocks.index(b)]).s), decay)
+                s = torch.lerp(s, cast(torch.Tensor, cast(EigenKronBlock, old.blocks[i]).s), decay)
             b.s = s
         return type(self)._from_blocks(self, blocks)

@@ -4,8 +4,8 @@ Statistics of a batch are recorded by hooks on the user's own forward and backwa
 (:mod:`.hooks`) or computed on a named batch (one forward); under ``torch.distributed`` they are averaged over the
 ranks (each weighted by its batch size, or by its rows: K-FAC's :math:`A` by the positions the loss keeps), then over
 steps (:math:`C \leftarrow \beta C + (1-\beta) C_\text{new}`), and factorised on schedule, on
-the owners of the blocks (:mod:`infogeo.nn.distributed`); under FSDP2 K-FAC's are reduced to those owners alone
-(:attr:`CurvatureEstimate.owner_only`).  Work that can fail on one rank
+the owners of the blocks (:mod:`infogeo.nn.distributed`); under FSDP2 K-FAC's and EKFAC's are reduced to those
+owners alone (:attr:`CurvatureEstimate.owner_only`).  Work that can fail on one rank
 only (:meth:`CurvatureEstimate.local`) is kept apart from the collectives
 (:meth:`CurvatureEstimate.install`), so that the ranks agree on the outcome in between.
 """
@@ -94,10 +94,12 @@ class CurvatureEstimate(RefreshSchedule):
     @property
     def owner_only(self) -> bool:
         """Whether each block's statistics are kept on its owner alone (KAISA's memory-optimised placement,
-        Pauloski et al. 2021, carried to the statistics): under FSDP2, ``placement="memory"``, K-FAC, and a step
-        rule that only reads the directions (the owners solve them), so that no rank reads another's blocks."""
-        return self.sharded and self.placement == "memory" and self.kind == "kfac" and not self.read_everywhere \
-            and dd.world_size() > 1
+        Pauloski et al. 2021, carried to the statistics): under FSDP2, ``placement="memory"``, K-FAC or EKFAC, and a
+        step rule that only reads the directions (the owners solve them), so that no rank reads another's blocks
+        (EKFAC's bases are broadcast at a refresh for every rank to measure its scales in, then dropped:
+        :meth:`_refresh_scales`)."""
+        return self.sharded and self.placement == "memory" and self.kind in ("kfac", "ekfac") and \
+            not self.read_everywhere and dd.world_size() > 1
 
     def owners_for(self, curvature) -> List[int]:
         """The owner of each block of ``curvature``, balancing the cost of factorising them (the same on every
@@ -280,9 +282,10 @@ class CurvatureEstimate(RefreshSchedule):
         mine = [o == dd.rank() for o in owners]
         return curvature.keeping(mine).with_stats({k: t for k, t in zip(stats, reduced) if t is not None})
 
-    def _gathered(self, curvature: Any) -> Any:
+    def _gathered(self, curvature: Any, bases_of: Any = None) -> Any:
         """Every block's statistics on every rank, each broadcast by its owner (:attr:`owner_only`, for a change of
-        structure, which is averaged as with replicated statistics)."""
+        structure, which is averaged as with replicated statistics); ``bases_of``: the owner-only solver whose
+        factorisations (EKFAC's bases) the gathered blocks adopt, as a replicated solver would hold them."""
         shapes, mine, owners = curvature.stat_shapes(), curvature.stats(), cast(List[int], self.owners)
         device = curvature._reference().device
         out: Dict[str, torch.Tensor] = {}
@@ -291,7 +294,20 @@ class CurvatureEstimate(RefreshSchedule):
             local = [mine[k] if r == dd.rank() else torch.empty(shapes[k], dtype=self.factor_dtype, device=device)
                      for k in keys]
             out.update(zip(keys, dd.broadcast_from(r, local)))
-        return curvature.with_stats(out)
+        gathered = curvature.with_stats(out)
+        if bases_of is None or not hasattr(gathered, "blocks"):
+            return gathered
+        for r in sorted(set(owners)):   # (the Kronecker blocks: known by their FACTORISATION_KEYS)
+            blocks = [i for i, b in enumerate(gathered.blocks)
+                      if owners[i] == r and hasattr(b, "FACTORISATION_KEYS")]
+            local = [t for i in blocks for t in (bases_of.blocks[i].factorisation(0.0) if r == dd.rank()
+                                                 else gathered.blocks[i].factorisation_like())]
+            shared = dd.broadcast_from(r, local)
+            for i in blocks:
+                k = len(gathered.blocks[i].FACTORISATION_KEYS)
+                gathered.blocks[i].adopt(shared[:k], 0.0)
+                shared = shared[k:]
+        return gathered
 
     def factorise(self, curvature, damping: Optional[float]):
         """The solver: factorised here, on the owners (``"comm"``), or lazily by the owners (``"memory"``);
@@ -308,6 +324,73 @@ class CurvatureEstimate(RefreshSchedule):
             dd.share_factorisations(blocks, self.owners, damping)
         return curvature
 
+    def _refresh_scales(self, step: int, local: Any, weight: float, damping: float) -> bool:
+        """EKFAC's refresh (:meth:`~infogeo.nn.curvature.ekfac.EKFAC.refreshed`): the factors averaged over the ranks
+        and steps, the scales measured on every rank in the basis of the averaged factors (or the solver's, between
+        factorisations) and averaged in turn.  Owner-only (:attr:`owner_only`): the factors are reduced to each
+        block's owner, which factorises them and broadcasts the basis; every rank measures its scales in it, and
+        they are reduced to the owner, which alone keeps factors, basis and scales (the bases travel once per
+        refresh, as large as the factors, and are dropped elsewhere once measured in).  ``False``: the factors
+        were not finite on some rank (agreed), and are discarded."""
+        owned = self.owner_only
+        if owned and self.curvature is not None and not self.curvature.same_structure(local):
+            # another structure (a layer one of the batches did not reach): averaged as when replicated, in the
+            # bases the solver holds, then owned again
+            self.curvature = self.solver = self._gathered(self.curvature, bases_of=self.solver)
+            owned = False
+        owners = self.owners_for(local) if owned else None
+        reduced = self._cast(self._all_reduce(local, weight, owners))   # the factors; the scales are measured next
+        # held by their owners, the factors are checked there: the outcome agreed
+        if dd.agree(None, [not reduced.is_finite()])[0][0] if owned else not reduced.is_finite():
+            warnings.warn("Preconditioner: the curvature statistics contain NaN or inf; they are discarded "
+                          "and the last good ones kept", RuntimeWarning, stacklevel=5)
+            return False
+        weighted = (lambda ts: ts) if weight == 1.0 else (lambda ts: [t * weight for t in ts])
+        kron = [i for i, b in enumerate(local.blocks) if hasattr(b, "pending")]   # the blocks with measured scales
+        reduce: Optional[Callable[[List[torch.Tensor]], List[Any]]] = None
+        share: Optional[Callable[..., List[Tuple[Any, Any]]]] = None
+        if owners is not None:   # the scales reduced to the owners, measured in the bases they broadcast
+            reduce = lambda ts: dd.reduce_mean_to_owners(weighted(ts), [owners[i] for i in kron])  # noqa: E731
+            share = lambda idx, held, error: \
+                self._bases_from_owners(reduced, owners, idx, held, error, local)  # noqa: E731
+        elif dd.world_size() > 1:
+            reduce = lambda ts: dd.all_reduce_mean(weighted(ts))  # noqa: E731
+        renew = self.refactorise_due(step)
+        self.curvature = reduced.refreshed(self.curvature, self._mixing(step), reduce,
+                                           basis_of=None if renew else self.solver, local=local if owned else None,
+                                           share=share, dtype=self.factor_dtype if owned else None)
+        if owned:
+            self.owners = owners
+        elif self.owner_only:   # after a change of structure: each block's statistics on its owner again
+            self.owners = self.owners_for(self.curvature)
+            self.curvature = self.curvature.keeping([o == dd.rank() for o in self.owners])
+        self.solver = self.factorise(self.curvature, damping) if renew else self.curvature
+        return True
+
+    def _bases_from_owners(self, curvature: Any, owners: List[int], index: List[int], held: List[Any],
+                           error: Optional[BaseException], local: Any) -> List[Tuple[Any, Any]]:
+        """The eigenbases ``(U_A, U_G)`` of ``curvature``'s Kronecker blocks at ``index`` on every rank, each
+        broadcast by its owner from ``held`` (this rank's own blocks', ``None`` elsewhere; a diagonal factor's is
+        ``None``, the identity), in the compute dtype.  ``error``, an owner's failure to compute its bases, is
+        agreed after the broadcasts (placeholders sent): every rank raises."""
+        device, me = local._reference().device, dd.rank()
+        sides = [[k for k in ("A", "G") if len(curvature.blocks[i].stat_shapes()[k]) == 2] for i in index]
+        out: List[Tuple[Any, Any]] = [(None, None)] * len(index)
+        for r in sorted({owners[i] for i in index}):
+            mine = [j for j, i in enumerate(index) if owners[i] == r]
+            send = []
+            for j in mine:
+                U = dict(zip(("A", "G"), held[j] or (None, None)))
+                shapes = curvature.blocks[index[j]].stat_shapes()
+                send += [U[k].to(self.compute_dtype) if r == me and U[k] is not None else
+                         torch.zeros(shapes[k], dtype=self.compute_dtype, device=device) for k in sides[j]]
+            got = iter(dd.broadcast_from(r, send))
+            for j in mine:
+                U = {k: next(got) for k in sides[j]}
+                out[j] = (U.get("A"), U.get("G"))
+        dd.agree(error)
+        return out
+
     def install(self, step: int, new: Optional[Tuple[Any, int]], template: Any, weight: float,
                 damping: float) -> None:
         """Average the new statistics into the curvature (over the ranks, then over steps) and refactorise when
@@ -318,18 +401,10 @@ class CurvatureEstimate(RefreshSchedule):
         if template is not None:
             state.restore(self, template, damping)
         if new is not None and getattr(new[0], "deferred", False):
-            reduced = self._cast(self._all_reduce(new[0], weight))   # the factors; the scales are measured next
-            if not reduced.is_finite():
-                warnings.warn("Preconditioner: the curvature statistics contain NaN or inf; they are discarded "
-                              "and the last good ones kept", RuntimeWarning, stacklevel=4)
-            else:
-                reduce = None if dd.world_size() == 1 else \
-                    (lambda ts: dd.all_reduce_mean(ts if weight == 1.0 else [t * weight for t in ts]))
-                renew = self.refactorise_due(step)
-                self.curvature = reduced.refreshed(self.curvature, self._mixing(step), reduce,
-                                               basis_of=None if renew else self.solver)
-                self.solver = self.factorise(self.curvature, damping) if renew else self.curvature
-                return
+            if not self._refresh_scales(step, new[0], weight, damping) and self.curvature is not None and \
+                    self.refactorise_due(step):   # discarded: factorised on schedule all the same
+                self.solver = self.factorise(self.curvature, damping)
+            return
         owned = self.owner_only and new is not None
         if new is not None and owned and self.curvature is not None and not self.curvature.same_structure(new[0]):
             # another structure (a layer one of the batches did not reach): averaged as when replicated

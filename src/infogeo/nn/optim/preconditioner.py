@@ -336,7 +336,7 @@ class Preconditioner(state.NotCopyable):
         if est.owner_only:
             if est.curvature is not None:   # (the same on every rank: no rank goes on alone)
                 raise ValueError("update() reads every block's factorisation on every rank, and this preconditioner "
-                                 "keeps each block's statistics on its owner rank alone (FSDP2, K-FAC, "
+                                 "keeps each block's statistics on its owner rank alone (FSDP2, K-FAC or EKFAC, "
                                  "placement='memory', its steps so far solved by precondition() or step()); build "
                                  "one for update() alone, or with placement='comm'")
             est.read_everywhere = True
