@@ -220,14 +220,7 @@ class EigenbasisKronBlock(KronBlock):
         Ua, Ug = self.basis()
         work = self.working_dtype
         bt = b.to(work) if Ug is None else held_product(b, Ug, work)
-        if Ua is not None and Ua.dtype != work and self.weight is not None:
-            # a held basis; the bias column implicit, as in _inputs_times: [a, 1] U_A = a U_A[:-1] + U_A[-1]
-            aU = held_product(a, Ua[:-1] if self.bias is not None else Ua, work)
-            if self.bias is not None:
-                aU = aU + Ua[-1:].to(aU.dtype)
-        else:
-            aU = self._inputs_times(a.to(work), None if Ua is None else Ua.to(work))
-        return held_product(bt.T, aU, work).to(work)
+        return held_product(bt.T, self._inputs_times(a.to(work), Ua), work).to(work)
 
     def solve_rows(self, b, a, damping):
         r"""The gradient rotated from its rows (:meth:`rotate_rows`), then scaled and rotated back."""

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, cast
 import torch
 
 from ...linalg import NotPositiveDefiniteError
-from .._params import ParamLayout, working, working_dtype
+from .._params import ParamLayout, held_product, working, working_dtype
 from .blocks import Block, shifted
 
 
@@ -146,8 +146,12 @@ class KronBlock(Block):
 
     def _inputs_times(self, a: torch.Tensor, M: Optional[torch.Tensor]) -> torch.Tensor:
         r""":math:`\bar a M` for input rows ``a`` (R, in) with the bias column :math:`\bar a = [a, 1]` implicit
-        (``M`` whole, a diagonal vector, or ``None`` for the identity)."""
+        (``M`` whole, a diagonal vector, or ``None`` for the identity).  A whole ``M`` held narrower than ``a``
+        (an eigenbasis held in bfloat16) multiplies as :func:`~infogeo.nn._params.held_product` does."""
         if M is not None and M.dim() == 2:
+            if M.dtype != a.dtype and self.weight is not None:
+                aM = held_product(a, M[:-1] if self.bias is not None else M, a.dtype)
+                return aM if self.bias is None else aM + M[-1:].to(aM.dtype)
             if self.bias is not None and self.weight is not None:
                 return torch.addmm(M[-1:], a, M[:-1])     # without concatenating the ones column
             if self.weight is not None:

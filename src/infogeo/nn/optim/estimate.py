@@ -111,7 +111,19 @@ class CurvatureEstimate(RefreshSchedule):
         """The keys of ``curvature``'s statistics (:meth:`~infogeo.nn.curvature.blockwise.BlockCurvature.stats`)
         that this rank holds under :attr:`owner_only` (``owners``: default :meth:`owners_for`)."""
         owners = self.owners_for(curvature) if owners is None else owners
-        return [k for k in curvature.stat_shapes() if owners[int(k.split("/", 1)[0])] == dd.rank()]
+        return [k for k in curvature.stat_shapes() if _owner(owners, k) == dd.rank()]
+
+    def owning(self, curvature):
+        """``curvature`` with this rank's own blocks kept and the others' reduced to their structure, the owners
+        (:meth:`owners_for`) set: after statistics held on every rank for a moment (a change of structure, a load)."""
+        self.owners = self.owners_for(curvature)
+        return curvature.keeping([o == dd.rank() for o in self.owners])
+
+    def _not_finite(self, curvature, owned: bool) -> bool:
+        """Whether the reduced statistics hold NaN or inf: checked where they are held (``owned``: on the owners,
+        the outcome agreed over the ranks, so every rank takes the same branch)."""
+        bad = not curvature.is_finite()
+        return dd.agree(None, [bad])[0][0] if owned else bad
 
     @property
     def captures(self) -> bool:
@@ -278,7 +290,7 @@ class CurvatureEstimate(RefreshSchedule):
         local = [t if (w := rows.get(k, weight)) == 1.0 else t * w for k, t in stats.items()]
         if owners is None:
             return curvature.with_stats(dict(zip(stats, dd.all_reduce_mean(local))))
-        reduced = dd.reduce_mean_to_owners(local, [owners[int(k.split("/", 1)[0])] for k in stats])
+        reduced = dd.reduce_mean_to_owners(local, [_owner(owners, k) for k in stats])
         mine = [o == dd.rank() for o in owners]
         return curvature.keeping(mine).with_stats({k: t for k, t in zip(stats, reduced) if t is not None})
 
@@ -290,7 +302,7 @@ class CurvatureEstimate(RefreshSchedule):
         device = curvature._reference().device
         out: Dict[str, torch.Tensor] = {}
         for r in sorted(set(owners)):
-            keys = [k for k in shapes if owners[int(k.split("/", 1)[0])] == r]
+            keys = [k for k in shapes if _owner(owners, k) == r]
             local = [mine[k] if r == dd.rank() else torch.empty(shapes[k], dtype=self.factor_dtype, device=device)
                      for k in keys]
             out.update(zip(keys, dd.broadcast_from(r, local)))
@@ -340,8 +352,7 @@ class CurvatureEstimate(RefreshSchedule):
             owned = False
         owners = self.owners_for(local) if owned else None
         reduced = self._cast(self._all_reduce(local, weight, owners))   # the factors; the scales are measured next
-        # held by their owners, the factors are checked there: the outcome agreed
-        if dd.agree(None, [not reduced.is_finite()])[0][0] if owned else not reduced.is_finite():
+        if self._not_finite(reduced, owned):
             warnings.warn("Preconditioner: the curvature statistics contain NaN or inf; they are discarded "
                           "and the last good ones kept", RuntimeWarning, stacklevel=5)
             return False
@@ -362,8 +373,7 @@ class CurvatureEstimate(RefreshSchedule):
         if owned:
             self.owners = owners
         elif self.owner_only:   # after a change of structure: each block's statistics on its owner again
-            self.owners = self.owners_for(self.curvature)
-            self.curvature = self.curvature.keeping([o == dd.rank() for o in self.owners])
+            self.curvature = self.owning(self.curvature)
         self.solver = self.factorise(self.curvature, damping) if renew else self.curvature
         return True
 
@@ -412,9 +422,7 @@ class CurvatureEstimate(RefreshSchedule):
         if new is not None:
             owners = self.owners_for(new[0]) if owned else None
             fresh = self._cast(self._all_reduce(new[0], weight, owners))
-            # held by their owners, the statistics are checked there: the outcome agreed
-            bad = dd.agree(None, [not fresh.is_finite()])[0][0] if owned else not fresh.is_finite()
-            if bad:
+            if self._not_finite(fresh, owned):
                 warnings.warn("Preconditioner: the curvature statistics contain NaN or inf; they are discarded "
                               "and the last good ones kept", RuntimeWarning, stacklevel=4)
             elif owned and self.curvature is None:   # they start the average, on their owners
@@ -435,8 +443,7 @@ class CurvatureEstimate(RefreshSchedule):
         if self.owner_only and self.curvature is not None and not owned and new is not None:
             # after a change of structure: each block's statistics on its owner again (a new structure's solver,
             # None, is factorised below; a kept one has the kept structure's owners)
-            self.owners = self.owners_for(self.curvature)
-            self.curvature = self.curvature.keeping([o == dd.rank() for o in self.owners])
+            self.curvature = self.owning(self.curvature)
         if self.curvature is not None and (self.solver is None or step % self.inverse_update_period == 0 or
                                            (new is not None and self.early(step))):
             self.solver = self.factorise(self.curvature, damping)
@@ -522,3 +529,8 @@ class CurvatureEstimate(RefreshSchedule):
         self.template_only = self.captures and self.loaded is not None and not self.statistics_due(step)
         self.recorder.armed = self.captures and (due or self.template_only)
 
+
+def _owner(owners: List[int], key: str) -> int:
+    """The owner of the statistic ``key`` (``"<block>/<name>"``, the keys of
+    :meth:`~infogeo.nn.curvature.blockwise.BlockCurvature.stats`)."""
+    return owners[int(key.split("/", 1)[0])]

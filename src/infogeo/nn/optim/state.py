@@ -351,9 +351,8 @@ def restore(est, template, damping: float) -> None:
     device = template._reference().device
     kept = None
     if est.owner_only:   # this rank's own blocks' statistics, the others' structure
-        est.owners = est.owners_for(template)
+        template = est.owning(template)
         kept = set(est.owned_keys(template, est.owners))
-        template = template.keeping([o == dd.rank() for o in est.owners])
     for key in _CURVATURE_KEYS:
         if key not in loaded:
             continue
