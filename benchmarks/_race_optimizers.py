@@ -140,6 +140,8 @@ CONTESTANTS: Dict[str, Contestant] = {c.name: c for c in (
     Contestant("NG defaults", (None,), _natural_gradient(), infogeo=True),
     # the defaults with Adam's first moment instead of NAdam's (the default before nesterov=True)
     Contestant("NG adam-moment", (None,), _natural_gradient(nesterov=False), infogeo=True),
+    # the defaults without the cautious mask (the default before cautious=True)
+    Contestant("NG unmasked", (None,), _natural_gradient(cautious=False), infogeo=True),
 )}
 
 

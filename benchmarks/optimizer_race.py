@@ -337,7 +337,9 @@ def plot(workload: Workload, result: Dict[str, Any], names: List[str], out: Path
 def verdict(ratios: Dict[str, Dict[str, Any]], names: List[str]) -> Dict[str, Any]:
     """Issue 22's goals over the workloads raced."""
     # the natural gradient's variants: infogeo's Shampoo and SOAP (gradient metrics) are raced, not counted here
-    ng = [n for n in names if CONTESTANTS[n].infogeo and CONTESTANTS[n].fisher and n != "NG defaults"]
+    # (tuned: a contestant run only at its defaults, as "NG defaults", is scored against AdamW below)
+    ng = [n for n in names
+          if CONTESTANTS[n].infogeo and CONTESTANTS[n].fisher and tuple(CONTESTANTS[n].grid) != (None,)]
     if not ng:
         print("\nno tuned natural-gradient variant raced (\"NG eigen\", ...): the 0.8x goal is not scored")
     best = {w: min((r[f"{n}/tight/cpu"]["median"] for n in ng), default=INF) for w, r in ratios.items() if r}

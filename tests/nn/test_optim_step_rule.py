@@ -230,8 +230,8 @@ def _kron_factors(model, X):
 
 @pytest.mark.parametrize("nesterov", [False, True])
 def test_eigen_adam_matches_rotate_adam_rotate_back_by_hand(nesterov):
-    """LayerNorm(4) -> Linear(4, 3): the Linear layer's step is U_G [m^/(sqrt(v^) + eps)] U_A^T with m, v the Adam
-    moments of U_G^T [W b] U_A, its basis that of factors built here by hand (refreshed every step, so the moments
+    """LayerNorm(4) -> Linear(4, 3), without the cautious mask: the Linear layer's step is
+    U_G [m^/(sqrt(v^) + eps)] U_A^T with m, v the Adam moments of U_G^T [W b] U_A, its basis that of factors built here by hand (refreshed every step, so the moments
     are carried between bases: m' = Q'^T Q m, v' = diag(Q'^T Q diag(v) Q^T Q') with dense Kronecker products Q);
     the LayerNorm (no Kronecker factors) takes torch.optim.Adam's step (NAdam's with nesterov=True:
     m^ = b1 m / (1 - b1^(t+1)) + (1 - b1) g / (1 - b1^t), torch.optim.NAdam with a constant b1)."""
@@ -247,7 +247,7 @@ def test_eigen_adam_matches_rotate_adam_rotate_back_by_hand(nesterov):
     lr, (b1, b2), eps = 3e-2, (0.9, 0.99), 1e-8
     opt = ig.nn.NaturalGradient(model, lr=lr, curvature="kfac", fisher="exact", step_rule="eigen-adam",
                                 betas=(b1, b2), curvature_update_period=1, inverse_update_period=1, ema_decay=0.0,
-                                nesterov=nesterov)
+                                nesterov=nesterov, cautious=False)
     m = v = Q = None
     for k in range(1, 4):
         X, y = data(12, seed=k)
@@ -281,6 +281,67 @@ def test_eigen_adam_matches_rotate_adam_rotate_back_by_hand(nesterov):
         torch.testing.assert_close(norm_step, lr * (flat_params(norm) - before_norm), rtol=1e-9, atol=1e-15)
 
 
+def _masked(u, g):
+    """The cautious mask by hand: u where u g > 0, else 0, divided by the share kept (at least 1e-3)."""
+    keep = (u * g > 0).to(u.dtype)
+    return u * keep / max(float(keep.mean()), 1e-3)
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_cautious_eigen_adam_matches_by_hand(nesterov):
+    """Linear(4, 4) (frozen) -> Tanh -> Linear(4, 3) with three Bernoulli outputs, the default cautious mask: the last
+    layer's step is U_G masked(u, g~) U_A^T for u = m^/(sqrt(v^) + eps) and g~ = U_G^T [W b] U_A, with factors
+    built here by hand (A of the inputs, G = mean of diag(p (1 - p)), the exact Bernoulli Fisher at the outputs)
+    and refreshed every step, the moments carried between bases as in the test above.  (Bernoulli outputs: the
+    softmax's G has the all-ones null direction, where g~ is rounding noise of either sign, and a mask decided by
+    noise would change the share kept.)  The mask is not a no-op: coordinates are dropped, and the plain rule's
+    steps differ."""
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 3)).double()
+    model[0].requires_grad_(False)
+    lr, (b1, b2), eps = 3e-2, (0.9, 0.99), 1e-8
+    kw = dict(lr=lr, curvature="kfac", fisher="exact", output_metric="bernoulli", step_rule="eigen-adam",
+              betas=(b1, b2), curvature_update_period=1, inverse_update_period=1, ema_decay=0.0, nesterov=nesterov)
+    opt = ig.nn.NaturalGradient(model, **kw)
+    assert opt.cautious is True
+    plain = copy.deepcopy(model)
+    opt_plain = ig.nn.NaturalGradient(plain, cautious=False, **kw)
+    gen = torch.Generator().manual_seed(2)
+    m = v = Q = None
+    dropped = []
+    for k in range(1, 6):
+        X = torch.randn(12, 4, generator=gen, dtype=torch.float64)
+        Y = (torch.rand(12, 3, generator=gen) < 0.5).double()
+        a = model[1](model[0](X))
+        abar = torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype)], dim=1)
+        p = torch.sigmoid(model(X)).detach()
+        A, G = (abar.T @ abar / len(X)).detach(), torch.diag((p * (1 - p)).mean(0))
+        Qn = torch.kron(torch.linalg.eigh(G)[1], torch.linalg.eigh(A)[1])
+        for net, o in ((model, opt), (plain, opt_plain)):
+            o.zero_grad()
+            F.binary_cross_entropy_with_logits(net(X), Y).backward()
+        lin = model[2]
+        g = torch.cat([lin.weight.grad, lin.bias.grad[:, None]], dim=1).reshape(-1)
+        if Q is not None:
+            R = Qn.T @ Q
+            m, v = R @ m, torch.diagonal(R @ torch.diag(v) @ R.T)
+        gt = Qn.T @ g
+        m = (1 - b1) * gt if m is None else b1 * m + (1 - b1) * gt
+        v = (1 - b2) * gt ** 2 if v is None else b2 * v + (1 - b2) * gt ** 2
+        m_hat = b1 * m / (1 - b1 ** (k + 1)) + (1 - b1) * gt / (1 - b1 ** k) if nesterov else m / (1 - b1 ** k)
+        u = m_hat / ((v / (1 - b2 ** k)).sqrt() + eps)
+        dropped.append(int((u * gt <= 0).sum()))
+        expected = -lr * (Qn @ _masked(u, gt)).reshape(3, 5)
+        Q = Qn
+        before = [t.detach().clone() for t in (lin.weight, lin.bias)]
+        opt.step()
+        opt_plain.step()
+        torch.testing.assert_close(lin.weight.detach() - before[0], expected[:, :4], rtol=1e-7, atol=1e-12)
+        torch.testing.assert_close(lin.bias.detach() - before[1], expected[:, 4], rtol=1e-7, atol=1e-12)
+    assert sum(dropped) > 0
+    assert float((flat_params(model) - flat_params(plain)).abs().max()) > 1e-4
+
+
 class _ConstantNAdam(torch.optim.NAdam):
     """torch.optim.NAdam with the constant momentum b1 (Dozat 2016's NAdam): momentum_decay so large that its
     schedule b1 (1 - 0.96^(t psi) / 2) is b1, its running product of the b1s kept in float64 (created at the first
@@ -296,6 +357,26 @@ class _ConstantNAdam(torch.optim.NAdam):
             return super().step(closure)
         finally:
             torch.set_default_dtype(old)
+
+
+def test_cautious_is_eigen_adams_default_and_checked():
+    """cautious defaults to True under eigen-adam with the model's Fisher (False with other rules, and for SOAP's
+    gradient statistics, as published); a non-bool, or True with another rule, is refused by name; the ranks
+    agree on it (it is among the settings they compare)."""
+    model = mlp()
+    assert ig.nn.NaturalGradient(model).cautious is True
+    assert ig.nn.NaturalGradient(model, curvature="ekfac", step_rule="eigen-adam").cautious is True
+    assert ig.nn.NaturalGradient(model, cautious=False).cautious is False
+    assert ig.nn.NaturalGradient(model, step_rule="graft").cautious is False
+    assert ig.nn.NaturalGradient(model, curvature="soap").cautious is False
+    assert ig.nn.NaturalGradient(model, curvature="soap", cautious=True).cautious is True
+    with pytest.raises(TypeError, match="cautious"):
+        ig.nn.NaturalGradient(model, cautious=1)
+    for rule in ("graft", "clip"):
+        with pytest.raises(ValueError, match="cautious=True"):
+            ig.nn.NaturalGradient(model, step_rule=rule, cautious=True)
+    a, b = ig.nn.NaturalGradient(model), ig.nn.NaturalGradient(model, cautious=False)
+    assert a._settings() != b._settings()
 
 
 def test_nesterov_is_eigen_adams_default_and_checked():
@@ -335,6 +416,60 @@ def test_eigen_adam_in_the_identity_basis_is_adam(nesterov):
             torch.testing.assert_close(-eigen_adam(state, gk, b, (0.8, 0.95), 1e-6, nesterov=nesterov), step,
                                        rtol=1e-12, atol=0)
         assert float((eigen_adam(other, gk, None, (0.8, 0.95), 1e-6, nesterov=not nesterov) + step).abs().max()) > 1e-3
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_cautious_eigen_adam_in_the_identity_basis_is_cautious_adam(nesterov):
+    """With U_A, U_G = I (and without a basis) and cautious=True, the rule's step is torch.optim.Adam's (NAdam's)
+    direction u masked by hand: kept where u g > 0, divided by the share kept; coordinates are dropped (the
+    gradients are drawn so that some disagree with the momentum)."""
+    from infogeo.nn.optim.eigen_adam import eigen_adam
+    g = torch.Generator().manual_seed(3)
+    grads = [torch.randn(3, 5, generator=g, dtype=torch.float64) for _ in range(6)]
+    w = torch.zeros(3, 5, dtype=torch.float64, requires_grad=True)
+    kw = dict(lr=1.0, betas=(0.8, 0.95), eps=1e-6)
+    reference = _ConstantNAdam([w], **kw) if nesterov else torch.optim.Adam([w], **kw)
+    identity, raw = {}, {}
+    basis = (torch.eye(5, dtype=torch.float64), torch.eye(3, dtype=torch.float64))
+    dropped = 0
+    for gk in grads:
+        before = w.detach().clone()
+        w.grad = gk.clone()
+        reference.step()
+        u = before - w.detach()   # lr = 1: Adam's direction
+        dropped += int((u * gk <= 0).sum())
+        for state, b in ((identity, basis), (raw, None)):
+            got = eigen_adam(state, gk, b, (0.8, 0.95), 1e-6, nesterov=nesterov, cautious=True)
+            torch.testing.assert_close(got, _masked(u, gk), rtol=1e-12, atol=0)
+    assert dropped > 0
+
+
+def test_cautious_mask_keeps_the_mean_and_bounds_the_scale():
+    """cautious_mask by hand: zero where u g < 0, the rest divided by the share kept, at most 1000x (the floor of the
+    share); coordinates where g is rounding (|g| <= n eps max|g|, here an exact 0 and a 1e-20) or in a block's
+    factor null space are left as they are and not counted (all of a zero gradient's); an empty tensor is
+    unchanged."""
+    from infogeo.nn.optim.step import CAUTIOUS_FLOOR, cautious_mask
+    u = torch.tensor([1.0, -2.0, 3.0, 4.0, 5.0], dtype=torch.float64)
+    g = torch.tensor([1.0, 1.0, 0.0, 2.0, -1e-20], dtype=torch.float64)
+    (out,) = cautious_mask([u], [g])   # decided: 1, -2, 4 (2 of 3 kept: scale 1.5); 3 and 5 as they are
+    torch.testing.assert_close(out, torch.tensor([1.5, 0.0, 3.0, 6.0, 5.0], dtype=torch.float64))
+    big = torch.ones(5000)
+    sign = -torch.ones(5000)
+    sign[0] = 1.0
+    (one,) = cautious_mask([big], [sign])   # 1 of 5000 kept: share 2e-4, floored at 1e-3
+    assert float(one[0]) == pytest.approx(1 / CAUTIOUS_FLOOR) and float(one[1:].abs().max()) == 0.0
+    U = torch.tensor([[1.0, 2.0, -3.0], [4.0, -5.0, 6.0]])
+    Gr = torch.tensor([[-1.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
+    # k_A = 1: the first column is the null space (as is, not counted); of the other four, 2 agree: scale 2
+    (nulled, plain) = cautious_mask([U, U], [Gr, Gr], {0: (1, 0)})
+    torch.testing.assert_close(nulled, torch.tensor([[1.0, 4.0, 0.0], [4.0, 0.0, 12.0]]))
+    keepers = torch.tensor([[0.0, 1.0, 0.0], [1.0, 0.0, 1.0]])   # u g > 0 at (0, 1), (1, 0), (1, 2): 3 of 6
+    torch.testing.assert_close(plain, U * keepers * 2.0)
+    (empty,) = cautious_mask([torch.zeros(0, 3)], [torch.zeros(0, 3)])
+    assert empty.shape == (0, 3)
+    (unseen, seen) = cautious_mask([U, U], [torch.zeros(2, 3), Gr])   # a zero gradient decides nothing
+    assert torch.equal(unseen, U) and torch.equal(seen, plain)
 
 
 def _null_rotated(U, k, g):

@@ -187,7 +187,8 @@ def test_state_multiples_of_the_default_settings():
     graft = {"step_rule": "graft"}
     for options, want in [(graft, 3 + 2 * sides / n),                         # factors, damped inverses, m, v, u
                           (dict(graft, inverse="eigen"), 3 + 2 * sides / n + eig),   # eigenbases and eigenvalues
-                          ({"nesterov": False}, 2 + 2 * sides / n + eig),     # eigen-adam: m, v only
+                          ({"nesterov": False, "cautious": False}, 2 + 2 * sides / n + eig),   # eigen-adam: m, v
+                          ({"nesterov": False}, 3 + 2 * sides / n + eig),    # cautious: and the last step
                           ({}, 3 + 2 * sides / n + eig)]:                     # the default: and the last step
         got = multiple(lambda m: ig.nn.NaturalGradient(m, curvature="kfac", curvature_update_period=1,
                                                        inverse_update_period=3, **options))
@@ -310,14 +311,15 @@ def test_a_block_held_as_its_factorisation_multiplies_and_averages_as_with_its_f
 def test_with_statistics_only_at_factorisations_each_factor_is_held_once():
     """Statistics every 3 steps, factorised every 3 (the default step rule's schedule: statistics only where the
     factors are decomposed): between refreshes each dense factor is held as its eigendecomposition only, so the
-    state is the eigenbases and eigenvalues and the step rule's moments (and the NAdam step kept to undo it);
+    state is the eigenbases and eigenvalues and the step rule's moments (and the NAdam or cautious step kept to
+    undo it);
     at the refresh the factors are rebuilt to be averaged, and nowhere else."""
     bench = load_benchmark("nn_scale")
     model = mlp(width=32)
     sides = sum((w.shape[0] ** 2 + (w.shape[1] + 1) ** 2) for w in (model[0].weight, model[2].weight, model[4].weight))
     n = sum(p.numel() for p in model.parameters())
     eig = sum(w.shape[0] + w.shape[1] + 1 for w in (model[0].weight, model[2].weight, model[4].weight)) / n
-    for options, want in [({}, 3 + sides / n + eig), ({"nesterov": False}, 2 + sides / n + eig),
+    for options, want in [({}, 3 + sides / n + eig), ({"nesterov": False, "cautious": False}, 2 + sides / n + eig),
                           ({"step_rule": "graft", "inverse": "eigen"}, 3 + sides / n + eig)]:
         model = mlp(width=32)
         opt = ig.nn.NaturalGradient(model, curvature="kfac", curvature_update_period=3, inverse_update_period=3,

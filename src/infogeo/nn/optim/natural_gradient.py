@@ -107,9 +107,15 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         ``"eigen-adam"``: NAdam's look-ahead first moment (Dozat 2016; :mod:`.eigen_adam`), the default (``None``)
         under the model's Fisher: it kept a larger learning rate stable on the race's classifiers and took its
         masked-character model to the target in 130-150 steps instead of 160-180 (docs/nn.md).  ``False``:
-        Adam's moment (the default with ``curvature="soap"``, SOAP as published; it holds one weight's worth
-        less, half that in bfloat16, the last step being recomputed instead of kept).  The other rules have no such option
+        Adam's moment (the default with ``curvature="soap"``, SOAP as published; with ``cautious=False`` too it
+        holds one weight's worth less, half that in bfloat16, the last step being recomputed instead of kept).  The other rules have no such option
         (``"clip"`` takes heavy-ball ``momentum``).
+    cautious : bool or None
+        ``"eigen-adam"``: mask each coordinate of the step in the eigenbasis whose sign disagrees with the rotated
+        gradient's, and scale the rest by the inverse of their share (Liang et al. 2024, "Cautious optimizers";
+        :mod:`.eigen_adam`).  The default (``None``) is ``True`` under the model's Fisher: in the race it took
+        fewer steps to the target and kept the larger learning rates stable (docs/nn.md).  ``False``: the plain
+        rule (the default with ``curvature="soap"``, SOAP as published).  The other rules have no such option.
     unfactored : {"soap", "adam"}
         ``"eigen-adam"``: the step of a weight matrix without Kronecker factors of the Fisher (a recurrent
         layer's, a shared weight's): Adam in the eigenbasis of its gradient's Shampoo statistics (SOAP), or
@@ -154,7 +160,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
     def __init__(self, params: Any, lr: Optional[float] = None, curvature: str = "kfac", damping: float = 1e-3, *,
                  model: Optional[torch.nn.Module] = None, step_rule: Optional[str] = None,
                  betas: Optional[Tuple[float, float]] = None, eps: float = 1e-8,
-                 nesterov: Optional[bool] = None, unfactored: str = "soap",
+                 nesterov: Optional[bool] = None, cautious: Optional[bool] = None, unfactored: str = "soap",
                  state_dtype: Union[str, torch.dtype] = "auto", momentum: float = 0.0,
                  kl_clip: Union[float, None, str] = "auto", quadratic_model: bool = False,
                  adaptive_damping: bool = False, damping_adaptation_period: int = 5,
@@ -173,7 +179,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
             raise ValueError("NaturalGradient needs the network to compute its curvature: pass the module first, "
                              "or model=<the module whose parameters these are>")
         s = check_step_settings(model, curvature, damping, options, lr=lr, step_rule=step_rule, betas=betas, eps=eps,
-                                nesterov=nesterov, unfactored=unfactored, state_dtype=state_dtype,
+                                nesterov=nesterov, cautious=cautious, unfactored=unfactored, state_dtype=state_dtype,
                                 momentum=momentum, kl_clip=kl_clip,
                                 quadratic_model=quadratic_model, adaptive_damping=adaptive_damping,
                                 damping_adaptation_period=damping_adaptation_period, damping_factor=damping_factor)
@@ -192,7 +198,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         self.model, self._own = model, {"previous_step": None}
         self.kl_clip, self.quadratic_model, self.adaptive_damping = s.kl_clip, s.quadratic_model, s.adaptive_damping
         self.step_rule, self.betas, self.eps, self.unfactored = s.step_rule, s.betas, s.eps, unfactored
-        self.nesterov, self.state_dtype = s.nesterov, s.state_dtype
+        self.nesterov, self.cautious, self.state_dtype = s.nesterov, s.cautious, s.state_dtype
         if s.step_rule == "eigen-adam":
             self.preconditioner.estimate.basis_dtype = s.state_dtype
             self.preconditioner.estimate.read_everywhere = True   # every block's basis rotates on every rank
@@ -216,7 +222,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
 
     def _settings(self) -> tuple:
         """What the ranks must share beyond the preconditioner's settings (numbers and strings)."""
-        return (self.step_rule, self.quadratic_model, self.adaptive_damping, self.eps, self.nesterov,
+        return (self.step_rule, self.quadratic_model, self.adaptive_damping, self.eps, self.nesterov, self.cautious,
                 str(self.state_dtype), [(g.get("betas"), g.get("momentum")) for g in self.param_groups])
 
     def add_param_group(self, param_group: Dict[str, Any]) -> None:
@@ -317,7 +323,8 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
             whole = LastSteps() if pre.sharded else last
             rates = {id(p): tuple(g["betas"]) for g in self.param_groups for p in g["params"]}
             steps = eigen_steps(pre, self.state, fsdp.gather(raw) if pre.sharded else raw, whole, rates,
-                                self.eps, self.unfactored, self.nesterov, held=self.state_dtype, idle=idle)
+                                self.eps, self.unfactored, self.nesterov, held=self.state_dtype, idle=idle,
+                                cautious=self.cautious)
             for n, p in zip(pre.names, pre.params):
                 if pre.sharded and n not in idle:
                     steps[n] = fsdp.shard_like(steps[n], p)

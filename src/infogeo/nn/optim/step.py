@@ -39,7 +39,7 @@ import torch
 from .._params import working
 
 __all__ = ["STEP_RULES", "OWN", "started_afresh", "graft", "grafted", "LastSteps", "heavy_ball", "adam_moments",
-           "adam_directions"]
+           "adam_directions", "cautious_mask", "CAUTIOUS_FLOOR"]
 
 #: the step rules NaturalGradient accepts
 STEP_RULES = ("graft", "clip", "eigen-adam")
@@ -127,6 +127,73 @@ def adam_moments(states: Sequence[Dict[str, torch.Tensor]], gs: Sequence[torch.T
     torch._foreach_mul_(vs, b2)
     torch._foreach_addcmul_(vs, list(gs), list(gs), value=1 - b2)
     torch._foreach_add_([s[step] for s in states], 1)
+
+
+#: the smallest fraction of a tensor's coordinates a cautious mask rescales by (:func:`cautious_mask`): fewer kept
+#: coordinates are not scaled up beyond 1000x
+CAUTIOUS_FLOOR = 1e-3
+
+
+def cautious_mask(directions: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
+                  null: Optional[Dict[int, Tuple[int, int]]] = None) -> List[torch.Tensor]:
+    r"""Each direction :math:`u` with the coordinates where it disagrees in sign with the gradient :math:`g` it was
+    updated with set to zero, the rest scaled by the inverse of their share
+    (Liang et al. 2024, "Cautious optimizers: improving training with one line of code"):
+
+    .. math:: u \leftarrow \frac{u\odot\mathbb 1[u\odot g > 0]}{\max(\overline{\mathbb 1[u\odot g > 0]},\ 10^{-3})}.
+
+    A coordinate where the averaged step would go uphill on this batch's gradient waits until the two agree
+    again: the overshoot of momentum across a valley is not taken, which damps the oscillation a large learning
+    rate otherwise brings; the rescaling keeps the mean size of the step.
+
+    Only coordinates where :math:`g` is more than rounding are decided: :math:`|g_i| > n\,\epsilon\max|g|`
+    (:math:`n` the longer side, :math:`\epsilon` of the dtype: numpy's rank tolerance), and, with ``null`` (by
+    position, the dimensions ``(k_A, k_G)`` of a Kronecker block's factor null spaces: its first columns and rows,
+    :func:`.eigen_adam.pool_null`), not those.  Where the gradient cancels exactly (a softmax's outputs sum to
+    one, a normalised layer's inputs to zero, a gradient statistic has rank below its side) its rotated
+    coordinates are rounding noise of either sign; decided by noise, they would change the share kept, and so the
+    whole step, with every rounding (another number of ranks, another eigensolver).  They are left as they are,
+    and the share is taken over the others.  Returns new tensors (``grads`` in the same coordinates), computed by
+    fused operations over all of them (a few kernels per step, not a few per tensor)."""
+    us, gs, null = list(directions), list(grads), null or {}
+    if any(u.numel() == 0 for u in us):   # nothing to mask (and no largest entry)
+        full = [i for i, u in enumerate(us) if u.numel()]
+        done = iter(cautious_mask([us[i] for i in full], [gs[i] for i in full],
+                                  {j: null[i] for j, i in enumerate(full) if i in null}))
+        return [next(done) if u.numel() else u.clone() for u in us]
+    if not us:
+        return []
+    if len({(u.device, u.dtype) for u in us + gs}) > 1:   # fused where they share a device and dtype
+        return [cautious_mask([u], [g], {0: null[i]} if i in null else None)[0]
+                for i, (u, g) in enumerate(zip(us, gs))]
+    eps = torch.finfo(us[0].dtype).eps
+    sides = torch.tensor([float(max(g.shape, default=1)) for g in gs], dtype=us[0].dtype, device=us[0].device)
+    decided = torch._foreach_abs(gs)
+    tol = torch.stack(_largest(decided)) * (sides * eps)
+    torch._foreach_sub_(decided, list(tol.unbind()))
+    torch._foreach_sign_(decided)
+    torch._foreach_clamp_min_(decided, 0.0)   # 1 where |g| > tol
+    for i, (ka, kg) in null.items():
+        if ka or kg:
+            decided[i][:kg] = 0
+            decided[i][:, :ka] = 0
+    keep = torch._foreach_mul(us, gs)
+    torch._foreach_sign_(keep)
+    torch._foreach_clamp_min_(keep, 0.0)
+    torch._foreach_mul_(keep, decided)   # 1 where decided and u g > 0 (ties dropped)
+    live = torch.stack([d.sum() for d in decided])   # (sums: a CPU's _foreach_norm is several times slower)
+    # (a tensor with nothing decided, a zero gradient, is left as it is: 0 / 1, not 0 / 0)
+    scale = live / torch.maximum(torch.stack([k.sum() for k in keep]), CAUTIOUS_FLOOR * live).clamp_min(1.0)
+    torch._foreach_mul_(keep, list(scale.unbind()))
+    torch._foreach_sub_(decided, 1.0)
+    torch._foreach_sub_(keep, decided)   # + 1 where undecided: left as it is
+    torch._foreach_mul_(keep, us)
+    return list(keep)
+
+
+def _largest(ts: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+    """The largest entry of each (non-empty) tensor: fused where torch has ``_foreach_max``."""
+    return list(torch._foreach_max(list(ts))) if hasattr(torch, "_foreach_max") else [t.amax() for t in ts]
 
 
 def adam_directions(states: Sequence[Dict[str, torch.Tensor]], betas: Tuple[float, float],

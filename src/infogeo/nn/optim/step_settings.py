@@ -1,5 +1,5 @@
 r"""The checks of :class:`~.natural_gradient.NaturalGradient`'s own arguments: its step rule and the settings that
-go with it (learning rate, betas, Nesterov, momentum, KL clipping, the classic K-FAC recipe).
+go with it (learning rate, betas, Nesterov, the cautious mask, momentum, KL clipping, the classic K-FAC recipe).
 
 They depend on one another and on the curvature's row of the kinds table, so they are checked together, before
 anything is built; the settings passed on to the :class:`~.preconditioner.Preconditioner` are checked there
@@ -33,6 +33,7 @@ class StepSettings(NamedTuple):
     betas: Tuple[float, float]
     eps: float
     nesterov: bool
+    cautious: bool
     state_dtype: Union[str, torch.dtype]
     momentum: float
     kl_clip: Optional[float]
@@ -45,6 +46,7 @@ class StepSettings(NamedTuple):
 def check_step_settings(model: torch.nn.Module, curvature: str, damping: float, options: Dict[str, Any], *,
                         lr: Optional[float], step_rule: Optional[str], betas: Optional[Tuple[float, float]],
                         eps: float, nesterov: Optional[bool], unfactored: str, state_dtype: Any, momentum: float,
+                        cautious: Optional[bool],
                         kl_clip: Union[float, None, str], quadratic_model: bool, adaptive_damping: bool,
                         damping_adaptation_period: int, damping_factor: float) -> StepSettings:
     """Raise a ``ValueError`` or ``TypeError`` naming the first argument that is out of range or does not go with
@@ -74,6 +76,10 @@ def check_step_settings(model: torch.nn.Module, curvature: str, damping: float, 
     if nesterov and rule != "eigen-adam":
         raise ValueError(f"nesterov=True is NAdam's first moment of step_rule='eigen-adam', got "
                          f"step_rule={rule!r}" + (" (its heavy-ball momentum is momentum=)" if rule == "clip" else ""))
+    cautious = rule == "eigen-adam" and fisher_basis if cautious is None else check_flag("cautious", cautious)
+    if cautious and rule != "eigen-adam":
+        raise ValueError(f"cautious=True masks the coordinates of step_rule='eigen-adam' in its eigenbasis, got "
+                         f"step_rule={rule!r}")
     if rule == "eigen-adam":
         if row is None or row.eigenbasis is None:
             known = [k.name for k in KINDS.values() if k.eigenbasis is not None]
@@ -103,5 +109,5 @@ def check_step_settings(model: torch.nn.Module, curvature: str, damping: float, 
     period = positive_int(damping_adaptation_period, "damping_adaptation_period", maximum=MAX_COUNT)
     factor = positive_number("damping_factor", damping_factor, maximum=1.0)
     positive_number("damping", damping)
-    return StepSettings(rule, lr, (b1, b2), eps, bool(nesterov), state_dtype, momentum, kl_clip, bool(quadratic_model),
-                        bool(adaptive_damping), period, factor)
+    return StepSettings(rule, lr, (b1, b2), eps, bool(nesterov), bool(cautious), state_dtype, momentum, kl_clip,
+                        bool(quadratic_model), bool(adaptive_damping), period, factor)
