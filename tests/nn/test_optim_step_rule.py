@@ -228,6 +228,21 @@ def _kron_factors(model, X):
     return (abar.T @ abar / len(X)).detach(), (torch.diag_embed(p) - p[:, :, None] * p[:, None, :]).mean(0)
 
 
+def _adam_in_basis(m, v, Q, Qn, g, k, betas, eps, nesterov):
+    """Step k of Adam (NAdam's moment with ``nesterov``) by hand in the dense basis ``Qn`` of a flattened block
+    gradient ``g``, the moments ``m, v`` kept in the previous basis ``Q`` carried over first (m' = R m,
+    v' = diag(R diag(v) R^T), R = Qn^T Q): ``(m, v, u = m^/(sqrt(v^) + eps), g~ = Qn^T g)``."""
+    b1, b2 = betas
+    if Q is not None:
+        R = Qn.T @ Q
+        m, v = R @ m, torch.diagonal(R @ torch.diag(v) @ R.T)
+    gt = Qn.T @ g
+    m = (1 - b1) * gt if m is None else b1 * m + (1 - b1) * gt
+    v = (1 - b2) * gt ** 2 if v is None else b2 * v + (1 - b2) * gt ** 2
+    m_hat = b1 * m / (1 - b1 ** (k + 1)) + (1 - b1) * gt / (1 - b1 ** k) if nesterov else m / (1 - b1 ** k)
+    return m, v, m_hat / ((v / (1 - b2 ** k)).sqrt() + eps), gt
+
+
 @pytest.mark.parametrize("nesterov", [False, True])
 def test_eigen_adam_matches_rotate_adam_rotate_back_by_hand(nesterov):
     """LayerNorm(4) -> Linear(4, 3), without the cautious mask: the Linear layer's step is
@@ -257,14 +272,8 @@ def test_eigen_adam_matches_rotate_adam_rotate_back_by_hand(nesterov):
         F.cross_entropy(model(X), y).backward()
         lin = model[1]
         g = torch.cat([lin.weight.grad, lin.bias.grad[:, None]], dim=1).reshape(-1)
-        if Q is not None:   # carry the moments into this step's basis
-            R = Qn.T @ Q
-            m, v = R @ m, torch.diagonal(R @ torch.diag(v) @ R.T)
-        gt = Qn.T @ g
-        m = (1 - b1) * gt if m is None else b1 * m + (1 - b1) * gt
-        v = (1 - b2) * gt ** 2 if v is None else b2 * v + (1 - b2) * gt ** 2
-        m_hat = b1 * m / (1 - b1 ** (k + 1)) + (1 - b1) * gt / (1 - b1 ** k) if nesterov else m / (1 - b1 ** k)
-        expected = -lr * (Qn @ (m_hat / ((v / (1 - b2 ** k)).sqrt() + eps))).reshape(3, 5)
+        m, v, u, _ = _adam_in_basis(m, v, Q, Qn, g, k, (b1, b2), eps, nesterov)
+        expected = -lr * (Qn @ u).reshape(3, 5)
         Q = Qn
         for pa, p in zip(norm.parameters(), model[0].parameters()):
             pa.grad = p.grad.clone()
@@ -322,14 +331,7 @@ def test_cautious_eigen_adam_matches_by_hand(nesterov):
             F.binary_cross_entropy_with_logits(net(X), Y).backward()
         lin = model[2]
         g = torch.cat([lin.weight.grad, lin.bias.grad[:, None]], dim=1).reshape(-1)
-        if Q is not None:
-            R = Qn.T @ Q
-            m, v = R @ m, torch.diagonal(R @ torch.diag(v) @ R.T)
-        gt = Qn.T @ g
-        m = (1 - b1) * gt if m is None else b1 * m + (1 - b1) * gt
-        v = (1 - b2) * gt ** 2 if v is None else b2 * v + (1 - b2) * gt ** 2
-        m_hat = b1 * m / (1 - b1 ** (k + 1)) + (1 - b1) * gt / (1 - b1 ** k) if nesterov else m / (1 - b1 ** k)
-        u = m_hat / ((v / (1 - b2 ** k)).sqrt() + eps)
+        m, v, u, gt = _adam_in_basis(m, v, Q, Qn, g, k, (b1, b2), eps, nesterov)
         dropped.append(int((u * gt <= 0).sum()))
         expected = -lr * (Qn @ _masked(u, gt)).reshape(3, 5)
         Q = Qn
