@@ -9,7 +9,6 @@ Python (so the text is fixed for a given Python version).
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
@@ -64,9 +63,13 @@ def digits(val_fraction: float = 0.2) -> Tuple[torch.Tensor, ...]:
 
 @functools.lru_cache(maxsize=None)
 def corpus() -> Tuple[torch.Tensor, torch.Tensor]:
-    """ASCII codes (non-ASCII characters as ``?``) of the corpus modules' sources: (train 90 %, validation 10 %)."""
-    import importlib
-    text = "\n".join(inspect.getsource(importlib.import_module(m)) for m in CORPUS_MODULES)
+    """ASCII codes (non-ASCII characters as ``?``) of the corpus modules' sources: (train 90 %, validation 10 %).
+    Read from the standard library's own directory, not imported: a file of the same name in the working directory
+    (a script called ``sched.py``) would otherwise be the one read, and the text would change unnoticed."""
+    import sysconfig
+    from pathlib import Path
+    std = Path(sysconfig.get_paths()["stdlib"])
+    text = "\n".join((std / f"{m}.py").read_text(encoding="utf-8") for m in CORPUS_MODULES)
     codes = torch.tensor([c if c < 128 else ord("?") for c in text.encode("ascii", "replace")], dtype=torch.long)
     n = int(0.9 * len(codes))
     return codes[:n], codes[n:]

@@ -68,3 +68,19 @@ def test_merge_pools_processes_split_by_seed_and_contestant(tmp_path):
 def test_train_only_needs_save():
     with pytest.raises(SystemExit):
         _load().main(["--quick", "--workloads", "cnn", "--train-only"])
+
+
+def test_the_corpus_is_the_standard_librarys_whatever_the_path_holds(tmp_path, monkeypatch):
+    """The text workloads' corpus is read from the standard library's directory: a module of the same name first
+    on the path (here a ``sched.py``) changes nothing, and every corpus module is there."""
+    import sys
+    _load()   # (imports its workloads module)
+    workloads = sys.modules["_race_workloads"]
+    reference = workloads.corpus.__wrapped__()
+    (tmp_path / "sched.py").write_text("print('not the scheduler')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "sched", raising=False)   # as in a fresh process: imported from the path
+    shadowed = workloads.corpus.__wrapped__()
+    assert all(torch.equal(a, b) for a, b in zip(reference, shadowed))
+    assert sum(len(t) for t in reference) > 400_000   # sixteen modules' sources, none missing
