@@ -37,8 +37,8 @@ whose sign disagrees with :math:`\tilde g`'s is set to zero and the others scale
 (per block; :func:`~.step.cautious_mask`, Liang et al. 2024, "Cautious optimizers: improving training with one
 line of code").  In the eigenbasis the coordinates are the curvature's directions, so a direction along which the
 momentum would carry the step uphill on this batch waits for the gradient to agree.  In the race it took fewer
-steps on every workload and kept ``lr=3e-2`` stable on the classifiers and CNNs where Adam's momentum alone
-oscillated (docs/nn.md).  It too makes the step depend on the gradient, which is then kept to be undone.
+steps to the target on four of the five workloads (as many on the fifth) and kept ``lr=3e-2`` stable on the digits
+classifier and CNN, where Adam's momentum alone oscillated on some seeds (docs/nn.md).  It too makes the step depend on the gradient, which is then kept to be undone.
 
 The state (moments, kept step, and the eigenbases a block holds) may be held narrower than it is computed in
 (``state_dtype``; :func:`~infogeo.nn._params.held_dtype`): each step computes from the held values in the working
