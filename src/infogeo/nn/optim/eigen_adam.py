@@ -32,13 +32,14 @@ and took the masked-character model to its target in 130-150 steps instead of 16
 on the gradient as well as on the state, so it is kept (one weight's worth, half that held in bfloat16) to be
 undone, not recomputed.
 
-With ``cautious=True`` (the default under the model's Fisher) each coordinate of :math:`\hat m/(\sqrt{\hat v}+\epsilon)`
-whose sign disagrees with :math:`\tilde g`'s is set to zero and the others scaled by the inverse of their share
-(per block; :func:`~.step.cautious_mask`, Liang et al. 2024, "Cautious optimizers: improving training with one
+With ``cautious=True`` (the default under the model's Fisher) each coordinate of
+:math:`\hat m/(\sqrt{\hat v}+\epsilon)` whose sign disagrees with :math:`\tilde g`'s is set to zero and the
+others scaled by the inverse of their share (per block; :func:`~.step.cautious_mask`, Liang et al. 2024, "Cautious optimizers: improving training with one
 line of code").  In the eigenbasis the coordinates are the curvature's directions, so a direction along which the
 momentum would carry the step uphill on this batch waits for the gradient to agree.  In the race it took fewer
 steps to the target on four of the five workloads (as many on the fifth) and kept ``lr=3e-2`` stable on the digits
-classifier and CNN, where Adam's momentum alone oscillated on some seeds (docs/nn.md).  It too makes the step depend on the gradient, which is then kept to be undone.
+classifier and CNN, where Adam's momentum alone oscillated on some seeds (docs/nn.md).  It too makes the step
+depend on the gradient, which is then kept to be undone.
 
 The state (moments, kept step, and the eigenbases a block holds) may be held narrower than it is computed in
 (``state_dtype``; :func:`~infogeo.nn._params.held_dtype`): each step computes from the held values in the working
