@@ -1,7 +1,8 @@
 r"""The ``"eigen-adam"`` step rule of :class:`~.natural_gradient.NaturalGradient` (the default with K-FAC).
 
 Adam in the Kronecker eigenbasis of the Fisher's K-FAC factors.  For a layer with factors
-:math:`A = U_A\Lambda_AU_A^T`, :math:`G = U_G\Lambda_GU_G^T` and (bias-augmented) gradient :math:`\bar W`, with :math:`\tilde g = U_G^T\bar WU_A` the gradient in the eigenbasis :math:`U_G\otimes U_A`::
+:math:`A = U_A\Lambda_AU_A^T`, :math:`G = U_G\Lambda_GU_G^T` and (bias-augmented) gradient :math:`\bar W`, with
+:math:`\tilde g = U_G^T\bar WU_A` the gradient in the eigenbasis :math:`U_G\otimes U_A`::
 
 .. math:: m \leftarrow \beta_1 m + (1-\beta_1)\tilde g,\quad
           v \leftarrow \beta_2 v + (1-\beta_2)\tilde g^{\odot 2},\quad
@@ -23,8 +24,7 @@ layers) take Adam's step on their raw coordinates.  With :math:`U_A, U_G` the id
 :math:`\eta` means what it means for Adam.
 
 With ``nesterov=True`` (the default under the model's Fisher) the first moment looks one step ahead, as NAdam's
-does (Dozat 2016,
-"Incorporating Nesterov momentum into Adam"; ``torch.optim.NAdam`` with a constant :math:`\beta_1`):
+does (Dozat 2016, "Incorporating Nesterov momentum into Adam"; ``torch.optim.NAdam`` with a constant :math:`\beta_1`):
 :math:`\hat m = \beta_1 m/(1-\beta_1^{t+1}) + (1-\beta_1)\tilde g/(1-\beta_1^t)` in place of
 :math:`m/(1-\beta_1^t)`.  The current gradient's larger share damps the overshoot of the averaged one: in the
 race (``benchmarks/optimizer_race.py``) it kept twice the learning rate stable on the digits classifier and CNN
@@ -34,12 +34,13 @@ undone, not recomputed.
 
 With ``cautious=True`` (the default under the model's Fisher) each coordinate of
 :math:`\hat m/(\sqrt{\hat v}+\epsilon)` whose sign disagrees with :math:`\tilde g`'s is set to zero and the
-others scaled by the inverse of their share (per block; :func:`~.step.cautious_mask`, Liang et al. 2024, "Cautious optimizers: improving training with one
-line of code").  In the eigenbasis the coordinates are the curvature's directions, so a direction along which the
-momentum would carry the step uphill on this batch waits for the gradient to agree.  In the race it took fewer
-steps to the target on four of the five workloads (as many on the fifth) and kept ``lr=3e-2`` stable on the digits
-classifier and CNN, where Adam's momentum alone oscillated on some seeds (docs/nn.md).  It too makes the step
-depend on the gradient, which is then kept to be undone.
+others scaled by the inverse of their share (per block; :func:`~.step.cautious_mask`, Liang et al. 2024,
+"Cautious optimizers: improving training with one line of code").  In the eigenbasis the coordinates are the
+curvature's directions, so a direction along which the momentum would carry the step uphill on this batch waits
+for the gradient to agree.  In the race it took fewer steps to the target on four of the five workloads (as many
+on the fifth) and took the digits classifier and CNN to it at ``lr=3e-2`` on more seeds, where Adam's momentum
+alone oscillated (docs/nn.md; some seeds still do).  It too makes the step depend on the gradient, which is then
+kept to be undone.
 
 The state (moments, kept step, and the eigenbases a block holds) may be held narrower than it is computed in
 (``state_dtype``; :func:`~infogeo.nn._params.held_dtype`): each step computes from the held values in the working
@@ -123,7 +124,8 @@ def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastS
         G = matrix_view(raw[n]) if unfactored == "soap" else None
         if G is not None:
             split = partial(_as_param, n, p.shape)
-            jobs.append(([n], states[p], rotated_gradient(states[p], G, gradient_basis(states[p], G), held=held), split))
+            basis = gradient_basis(states[p], G)
+            jobs.append(([n], states[p], rotated_gradient(states[p], G, basis, held=held), split))
         else:
             _as_raw(states[p], p.shape)
             jobs.append(([n], states[p], rotated_gradient(states[p], raw[n], None, held=held), None))

@@ -43,6 +43,15 @@ class StepSettings(NamedTuple):
     damping_factor: float
 
 
+def _eigen_adam_flag(name: str, value: Any, rule: str, fisher_basis: bool, what: str, hint: str = "") -> bool:
+    """A switch of ``step_rule="eigen-adam"`` alone (``nesterov``, ``cautious``): ``None`` resolves to on under the
+    model's Fisher with that rule, off otherwise; ``True`` with another rule is refused by name."""
+    flag = rule == "eigen-adam" and fisher_basis if value is None else check_flag(name, value)
+    if flag and rule != "eigen-adam":
+        raise ValueError(f"{name}=True {what} step_rule='eigen-adam', got step_rule={rule!r}{hint}")
+    return bool(flag)
+
+
 def check_step_settings(model: torch.nn.Module, curvature: str, damping: float, options: Dict[str, Any], *,
                         lr: Optional[float], step_rule: Optional[str], betas: Optional[Tuple[float, float]],
                         eps: float, nesterov: Optional[bool], unfactored: str, state_dtype: Any, momentum: float,
@@ -52,7 +61,8 @@ def check_step_settings(model: torch.nn.Module, curvature: str, damping: float, 
     """Raise a ``ValueError`` or ``TypeError`` naming the first argument that is out of range or does not go with
     the others; else the settings, defaults filled in.  ``options`` (the preconditioner's) take what
     ``step_rule="eigen-adam"`` needs of the curvature (e.g. K-FAC's eigenbases as its factorisation)."""
-    quadratic_model, adaptive_damping = check_flag("quadratic_model", quadratic_model), check_flag("adaptive_damping", adaptive_damping)
+    quadratic_model = check_flag("quadratic_model", quadratic_model)
+    adaptive_damping = check_flag("adaptive_damping", adaptive_damping)
     row = KINDS.get(CURVATURES.get(str(curvature).lower()) or "")
     sharded = any(fsdp.is_dtensor(p) for p in model.parameters())
     rule, betas = step_defaults(curvature, step_rule, betas, options,
@@ -72,14 +82,10 @@ def check_step_settings(model: torch.nn.Module, curvature: str, damping: float, 
         raise ValueError(f"step_rule={rule!r} averages with betas[0]; momentum belongs to step_rule='clip'")
     # by default under the model's Fisher; SOAP (curvature="soap") is Adam's moment, as published
     fisher_basis = row is not None and row.statistics == "metric"
-    nesterov = rule == "eigen-adam" and fisher_basis if nesterov is None else check_flag("nesterov", nesterov)
-    if nesterov and rule != "eigen-adam":
-        raise ValueError(f"nesterov=True is NAdam's first moment of step_rule='eigen-adam', got "
-                         f"step_rule={rule!r}" + (" (its heavy-ball momentum is momentum=)" if rule == "clip" else ""))
-    cautious = rule == "eigen-adam" and fisher_basis if cautious is None else check_flag("cautious", cautious)
-    if cautious and rule != "eigen-adam":
-        raise ValueError(f"cautious=True masks the coordinates of step_rule='eigen-adam' in its eigenbasis, got "
-                         f"step_rule={rule!r}")
+    nesterov = _eigen_adam_flag("nesterov", nesterov, rule, fisher_basis, "is NAdam's first moment of",
+                                " (its heavy-ball momentum is momentum=)" if rule == "clip" else "")
+    cautious = _eigen_adam_flag("cautious", cautious, rule, fisher_basis,
+                                "masks the coordinates in the eigenbasis of")
     if rule == "eigen-adam":
         if row is None or row.eigenbasis is None:
             known = [k.name for k in KINDS.values() if k.eigenbasis is not None]
