@@ -67,8 +67,9 @@ def held_product(X: torch.Tensor, Y: torch.Tensor, work: torch.dtype) -> torch.T
     rotation then costs what Muon's bfloat16 Newton-Schulz products cost; a small one stays in ``work``."""
     narrow = torch.bfloat16 in (X.dtype, Y.dtype) and work == torch.float32   # float64 work stays exact
     if narrow and X.shape[0] * X.shape[1] * Y.shape[1] >= NARROW_PRODUCT and multiplies_bfloat16(X.device):
-        return X.to(torch.bfloat16) @ Y.to(torch.bfloat16)
-    return X.to(work) @ Y.to(work)
+        work = torch.bfloat16
+    # (a cast only where the dtype differs: a no-op .to() still costs a dispatch, on every product of every step)
+    return (X if X.dtype == work else X.to(work)) @ (Y if Y.dtype == work else Y.to(work))
 
 
 def working(t: torch.Tensor) -> torch.Tensor:

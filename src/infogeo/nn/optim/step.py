@@ -167,10 +167,9 @@ def cautious_mask(directions: Sequence[torch.Tensor], grads: Sequence[torch.Tens
         return [cautious_mask([u], [g], {0: null[i]} if i in null else None)[0]
                 for i, (u, g) in enumerate(zip(us, gs))]
     eps = torch.finfo(us[0].dtype).eps
-    sides = torch.tensor([float(max(g.shape, default=1)) for g in gs], dtype=us[0].dtype, device=us[0].device)
     decided = torch._foreach_abs(gs)
-    tol = torch.stack(_largest(decided)) * (sides * eps)
-    torch._foreach_sub_(decided, list(tol.unbind()))
+    tol = torch._foreach_mul(_largest(decided), [max(g.shape, default=1) * eps for g in gs])
+    torch._foreach_sub_(decided, tol)
     torch._foreach_sign_(decided)
     torch._foreach_clamp_min_(decided, 0.0)   # 1 where |g| > tol
     for i, (ka, kg) in null.items():
