@@ -246,8 +246,9 @@ def _adam_in_basis(m, v, Q, Qn, g, k, betas, eps, nesterov):
 @pytest.mark.parametrize("nesterov", [False, True])
 def test_eigen_adam_matches_rotate_adam_rotate_back_by_hand(nesterov):
     """LayerNorm(4) -> Linear(4, 3), without the cautious mask: the Linear layer's step is
-    U_G [m^/(sqrt(v^) + eps)] U_A^T with m, v the Adam moments of U_G^T [W b] U_A, its basis that of factors built here by hand (refreshed every step, so the moments
-    are carried between bases: m' = Q'^T Q m, v' = diag(Q'^T Q diag(v) Q^T Q') with dense Kronecker products Q);
+    U_G [m^/(sqrt(v^) + eps)] U_A^T with m, v the Adam moments of U_G^T [W b] U_A, its basis that of factors built
+    here by hand (refreshed every step, so the moments are carried between bases: m' = Q'^T Q m,
+    v' = diag(Q'^T Q diag(v) Q^T Q') with dense Kronecker products Q);
     the LayerNorm (no Kronecker factors) takes torch.optim.Adam's step (NAdam's with nesterov=True:
     m^ = b1 m / (1 - b1^(t+1)) + (1 - b1) g / (1 - b1^t), torch.optim.NAdam with a constant b1)."""
     torch.manual_seed(0)

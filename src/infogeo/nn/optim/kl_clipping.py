@@ -56,8 +56,10 @@ def learning_rates(lr: LearningRate, params: Sequence[torch.Tensor]) -> Dict[int
     """The learning rate of each parameter (by ``id``), checked finite and positive: an optimizer's groups
     (read now, so that a scheduler is followed), a function's value, a number, or 1 for ``None``."""
     if isinstance(lr, torch.optim.Optimizer):
-        rates = {id(p): r for g in lr.param_groups for r in [check_learning_rate(g["lr"], "a parameter group's lr")]
-                 for p in g["params"]}   # checked once per group
+        rates: Dict[int, float] = {}
+        for g in lr.param_groups:   # checked once per group
+            r = check_learning_rate(g["lr"], "a parameter group's lr")
+            rates.update((id(p), r) for p in g["params"])
         if _not_held(lr, params):   # its groups changed after construction (check_covers)
             raise ValueError(f"lr= is an optimizer ({type(lr).__name__}) that no longer holds every preconditioned "
                              "parameter")

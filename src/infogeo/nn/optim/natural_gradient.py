@@ -108,15 +108,15 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         under the model's Fisher: it kept a larger learning rate stable on the race's classifiers and took its
         masked-character model to the target in 130-150 steps instead of 160-180 (docs/nn.md).  ``False``:
         Adam's moment (the default with ``curvature="soap"``, SOAP as published; with ``cautious=False`` too it
-        holds one weight's worth less, half that in bfloat16, the last step being recomputed instead of kept).  The other rules have no such option
-        (``"clip"`` takes heavy-ball ``momentum``).
+        holds one weight's worth less, half that in bfloat16, the last step being recomputed instead of kept).
+        The other rules have no such option (``"clip"`` takes heavy-ball ``momentum``).
     cautious : bool or None
         ``"eigen-adam"``: mask each coordinate of the step in the eigenbasis whose sign disagrees with the rotated
         gradient's, and scale the rest by the inverse of their share (Liang et al. 2024, "Cautious optimizers";
         :mod:`.eigen_adam`).  The default (``None``) is ``True`` under the model's Fisher: in the race it took
-        fewer steps to the target on four of five workloads (as many on the fifth) and kept ``lr=3e-2`` stable on
-        the digits classifier and CNN (docs/nn.md).  ``False``: the plain
-        rule (the default with ``curvature="soap"``, SOAP as published).  The other rules have no such option.
+        fewer steps to the target on four of five workloads (as many on the fifth) and took the digits classifier
+        and CNN to it at ``lr=3e-2`` on more seeds (docs/nn.md; some seeds still oscillate there).  ``False``: the
+        plain rule (the default with ``curvature="soap"``, SOAP as published).  The other rules have no such option.
     unfactored : {"soap", "adam"}
         ``"eigen-adam"``: the step of a weight matrix without Kronecker factors of the Fisher (a recurrent
         layer's, a shared weight's): Adam in the eigenbasis of its gradient's Shampoo statistics (SOAP), or
