@@ -7,6 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import infogeo as ig  # noqa: E402
+from infogeo.nn.optim.step_settings import INPUT_LR_SCALE  # noqa: E402
 from .conftest import categorical_Gz, mlp, reference_metric  # noqa: E402
 from .test_distributed import Shared  # noqa: E402
 from .test_optim import data, flat_params, plain_step  # noqa: E402
@@ -300,7 +301,8 @@ def _masked(u, g):
 @pytest.mark.parametrize("nesterov", [False, True])
 def test_cautious_eigen_adam_matches_by_hand(nesterov):
     """Linear(4, 4) (frozen) -> Tanh -> Linear(4, 3) with three Bernoulli outputs, the default cautious mask: the last
-    layer's step is U_G masked(u, g~) U_A^T for u = m^/(sqrt(v^) + eps) and g~ = U_G^T [W b] U_A, with factors
+    layer's step is U_G masked(u, g~) U_A^T for u = m^/(sqrt(v^) + eps) and g~ = U_G^T [W b] U_A (at input_lr_scale
+    times the rate: the layer reads the frozen part's output, a leaf of the autograd graph), with factors
     built here by hand (A of the inputs, G = mean of diag(p (1 - p)), the exact Bernoulli Fisher at the outputs)
     and refreshed every step, the moments carried between bases as in the test above.  (Bernoulli outputs: the
     softmax's G has the all-ones null direction, where g~ is rounding noise of either sign, and a mask decided by
@@ -334,7 +336,7 @@ def test_cautious_eigen_adam_matches_by_hand(nesterov):
         g = torch.cat([lin.weight.grad, lin.bias.grad[:, None]], dim=1).reshape(-1)
         m, v, u, gt = _adam_in_basis(m, v, Q, Qn, g, k, (b1, b2), eps, nesterov)
         dropped.append(int((u * gt <= 0).sum()))
-        expected = -lr * (Qn @ _masked(u, gt)).reshape(3, 5)
+        expected = -lr * INPUT_LR_SCALE * (Qn @ _masked(u, gt)).reshape(3, 5)
         Q = Qn
         before = [t.detach().clone() for t in (lin.weight, lin.bias)]
         opt.step()
@@ -563,7 +565,8 @@ def test_eigen_adam_options_are_checked():
 
 def test_eigen_adam_with_a_diagonal_factor_is_adam_in_the_other_factors_basis():
     """An Embedding's K-FAC block has a diagonal input factor (token counts): its eigenbasis is the identity on
-    that side, so eigen-adam's step on the embedding is Adam on U_Gᵀ W (per token row), rotated back by U_G."""
+    that side, so eigen-adam's step on the embedding is Adam on U_Gᵀ W (per token row), rotated back by U_G, at
+    input_lr_scale times the rate (the embedding reads the tokens)."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Embedding(7, 4), torch.nn.Tanh(), torch.nn.Flatten(),
                                 torch.nn.Linear(12, 3)).double()
@@ -581,7 +584,7 @@ def test_eigen_adam_with_a_diagonal_factor_is_adam_in_the_other_factors_basis():
     assert Ua is None and Ug is not None
     # first Adam step in the rotated coordinates: m̂/(√v̂+ε) = r/(|r|+ε), r = U_Gᵀ Wᵀ (W stored (V, d))
     r = Ug.T @ g.T
-    want = before - 1e-2 * (Ug @ (r / (r.abs() + 1e-8))).T
+    want = before - 1e-2 * INPUT_LR_SCALE * (Ug @ (r / (r.abs() + 1e-8))).T
     assert torch.allclose(model[0].weight.detach(), want, rtol=1e-10, atol=1e-12)
     for _ in range(5):
         opt.zero_grad()
@@ -679,3 +682,60 @@ def test_resume_is_bit_identical_where_the_moments_are_kept_in_another_dtype_tha
     steps(a, opt_a, 4)
     steps(b, opt_b, 4)
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+class _Reads(torch.nn.Module):
+    """A first Linear on the data, a hidden one called twice (on the hidden state and on the data), an embedding,
+    a GRU on a sequence of the data (recurrent: not a reading layer), and a head."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.twice = torch.nn.Linear(4, 6), torch.nn.Linear(4, 4)
+        self.emb, self.rnn, self.head = torch.nn.Embedding(5, 6), torch.nn.GRU(4, 6, batch_first=True), \
+            torch.nn.Linear(6, 3)
+
+    def forward(self, x, tokens, seq):
+        h = torch.tanh(self.first(x)) + self.emb(tokens)
+        r = self.rnn(seq)[0][:, -1]
+        return self.head(h + r + torch.cat([self.twice(x) + self.twice(h[:, :4]), h[:, 4:]], dim=1))
+
+
+def test_the_layers_that_read_the_data_step_at_input_lr_scale_times_the_rate():
+    """Under eigen-adam the default input_lr_scale (3) applies to the Linear, convolution and embedding layers
+    whose every call took leaves of the autograd graph (the data, also with requires_grad set; token indices):
+    the first Linear and the embedding, not the head, not a layer called on the data and on a hidden state, not
+    the recurrent layer.  Their first step is 3 times that of a run with input_lr_scale=1 (Adam's first step does
+    not depend on the rate otherwise), the other parameters' steps are the same."""
+    torch.manual_seed(0)
+    x = torch.randn(16, 4, dtype=torch.float64).requires_grad_()
+    tokens, y = torch.randint(0, 5, (16,)), torch.randint(0, 3, (16,))
+    seq = torch.randn(16, 2, 4, dtype=torch.float64)
+    runs = []
+    for scale in (None, 1.0):
+        torch.manual_seed(0)
+        model = _Reads().double()
+        opt = ig.nn.NaturalGradient(model, input_lr_scale=scale)
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        opt.zero_grad()
+        F.cross_entropy(model(x, tokens, seq), y).backward()
+        opt.step()
+        runs.append({n: p.detach() - before[n] for n, p in model.named_parameters()})
+        if scale is None:
+            assert opt.input_lr_scale == 3.0
+            assert sorted(opt.preconditioner.recorder.input_params()) == ["emb.weight", "first.bias", "first.weight"]
+    boosted, plain = runs
+    for n in plain:
+        factor = 3.0 if n.startswith(("first.", "emb.")) else 1.0
+        torch.testing.assert_close(boosted[n], factor * plain[n], rtol=1e-12, atol=0)
+        assert float(plain[n].abs().max()) > 0
+
+
+def test_input_lr_scale_is_eigen_adams_and_positive():
+    model = mlp()
+    assert ig.nn.NaturalGradient(model, curvature="soap").input_lr_scale == 1.0   # SOAP as published
+    assert ig.nn.NaturalGradient(model, step_rule="clip").input_lr_scale == 1.0
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="input_lr_scale"):
+            ig.nn.NaturalGradient(model, input_lr_scale=bad)
+    with pytest.raises(ValueError, match="input_lr_scale"):
+        ig.nn.NaturalGradient(model, step_rule="clip", input_lr_scale=2.0)

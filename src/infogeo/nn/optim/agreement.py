@@ -21,10 +21,12 @@ __all__ = ["agree_step", "settings_codes", "replicas_differ", "InBackward"]
 
 def agree_step(error: Optional[BaseException], finite: bool, n: int, new: Optional[Tuple[Any, int]],
                replicas: Optional[Tuple[Dict[str, torch.Tensor], Sequence[torch.Tensor]]] = None,
-               settings: Sequence[float] = (-1.0, -1.0)) -> Tuple[bool, torch.Tensor, Optional[Tuple[Any, int]]]:
+               settings: Sequence[float] = (-1.0, -1.0), reads: Optional[Dict[str, bool]] = None
+               ) -> Tuple[bool, torch.Tensor, Optional[Tuple[Any, int]], Optional[Dict[str, bool]]]:
     """The step's one agreement over the ranks (:func:`~infogeo.nn.distributed.agree`): this rank's ``error``,
     whether its gradients are ``finite``, its batch size ``n`` and the structure of its ``new`` statistics.
-    Returns whether some rank's gradient is not finite, every rank's ``n`` (column 0), and ``new``.
+    Returns whether some rank's gradient is not finite, every rank's ``n`` (column 0), ``new``, and ``reads``
+    agreed over the ranks.
 
     ``replicas``: ``(gradients, parameters)`` of a model that neither DDP nor FSDP2 keeps the same on every rank
     (the same on all ranks when the user all-reduces its gradients): their sums are compared, and ranks that
@@ -34,6 +36,11 @@ def agree_step(error: Optional[BaseException], finite: bool, n: int, new: Option
     step rule, curvature or learning rate; another set of parameters without a gradient) raise the same
     ``ValueError`` instead of drifting apart or waiting in a collective the others skip.
 
+    ``reads``: which layers called in this refresh's forwards read the data (by path;
+    :attr:`~.hooks.ForwardRecorder.reads_data`).  Where the ranks' differ (a layer only some batches reached), they
+    are exchanged and merged (a layer reads the data where it did on every rank that called it), so every rank
+    scales the same learning rates (one exchange, only then).
+
     Statistics of other structures cannot be averaged.  Where a layer was reached by the batches of some ranks
     only (a branch, an expert), the others adopt its block kind with zero statistics (one exchange of the
     blocks' descriptions, only then; not for EKFAC's statistics awaiting their scales); any other difference
@@ -41,8 +48,11 @@ def agree_step(error: Optional[BaseException], finite: bool, n: int, new: Option
     sums = _sums(*replicas) if replicas is not None and error is None and finite else [0.0, 0.0]
     # whether this rank's statistics can adopt another's blocks: the exchange is entered by all ranks or none
     adopts = float(new is not None and hasattr(new[0], "templates") and not getattr(new[0], "deferred", False))
-    (nonfinite,), values = dd.agree(error, [not finite], [n, _structure_code(new), adopts] + sums + list(settings))
-    _settings_agree(values[:, 5:])
+    (nonfinite,), values = dd.agree(error, [not finite], [n, _structure_code(new), adopts] + sums + list(settings)
+                                    + [_code(reads)])
+    _settings_agree(values[:, 5:7])
+    if not nonfinite and len({c for c in values[:, 7].tolist() if c >= 0}) > 1:
+        reads = _merged(dd.all_gather_objects(reads))
     if replicas is not None and not nonfinite and bool((values[:, 3:5] != values[0, 3:5]).any()):
         raise replicas_differ()
     if not nonfinite and len({c for c in values[:, 1].tolist() if c >= 0}) > 1 and bool((values[:, 2] == 1).all()) \
@@ -59,7 +69,21 @@ def agree_step(error: Optional[BaseException], finite: bool, n: int, new: Option
                          "by the batch of some ranks only (e.g. a branch or an expert: every rank's batch must "
                          "reach the same layers on the steps that refresh the statistics), or other optimizer "
                          "settings on some ranks (curvature, its options)")
-    return nonfinite, values, new
+    return nonfinite, values, new, reads
+
+
+def _code(reads: Optional[Dict[str, bool]]) -> float:
+    return -1.0 if reads is None else float(zlib.crc32(repr(sorted(reads.items())).encode()))
+
+
+def _merged(offers: List[Optional[Dict[str, bool]]]) -> Dict[str, bool]:
+    """The ranks' views of which layers read the data merged: a layer does where it did for every rank that called
+    it."""
+    merged: Dict[str, bool] = {}
+    for offer in offers:
+        for path, reads in (offer or {}).items():
+            merged[path] = merged.get(path, True) and reads
+    return merged
 
 
 def settings_codes(pre: Any) -> List[float]:

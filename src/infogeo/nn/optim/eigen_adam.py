@@ -21,7 +21,8 @@ A diagonal factor (an Embedding's token side, a vocabulary-sized side) has the i
 eigenbasis, so that side is not rotated; a weight matrix without Kronecker factors steps in the eigenbasis
 of its own gradient's statistics (SOAP's; :mod:`.gradient_basis`), and vectors (norms, biases of other
 layers) take Adam's step on their raw coordinates.  With :math:`U_A, U_G` the identity the rule is Adam;
-:math:`\eta` means what it means for Adam.
+:math:`\eta` means what it means for Adam.  The layers that read the data may step at a multiple of it
+(``lr_scales``: :class:`~.natural_gradient.NaturalGradient`'s ``input_lr_scale``).
 
 With ``nesterov=True`` (the default under the model's Fisher) the first moment looks one step ahead, as NAdam's
 does (Dozat 2016, "Incorporating Nesterov momentum into Adam"; ``torch.optim.NAdam`` with a constant :math:`\beta_1`):
@@ -81,7 +82,7 @@ def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastS
                 betas: Union[Tuple[float, float], Dict[int, Tuple[float, float]]],
                 eps: float, unfactored: str, nesterov: bool = False,
                 held: Union[None, str, torch.dtype] = None, idle: Collection[str] = (),
-                cautious: bool = False) -> Dict[str, torch.Tensor]:
+                cautious: bool = False, lr_scales: Optional[Dict[str, float]] = None) -> Dict[str, torch.Tensor]:
     r"""The ``"eigen-adam"`` steps :math:`-\eta\,u` of every parameter of the preconditioner ``pre``, from the gradients
     ``raw``: each Kronecker block's in its eigenbasis (rotated from the batch's rows where they give the
     gradient at less cost), each other matrix's in its gradient's eigenbasis (``unfactored="soap"``,
@@ -94,11 +95,12 @@ def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastS
     ``None``: an unused branch), left out with their state, as ``torch.optim.Adam`` leaves them (a block all of whose
     parameters are idle; no step is returned for them).  ``cautious``: each direction masked where it disagrees in
     sign with the rotated gradient (:func:`~.step.cautious_mask`, per block or parameter; such a step, too, is kept).
+    ``lr_scales``: a multiple of its rate for a parameter, by name (the layers that read the data; 1 for the others).
 
     The rotations are per block; Adam's elementwise updates of all blocks are fused (:func:`adam_moments`,
     :func:`adam_directions`: a handful of operations per step instead of a dozen per parameter, which is
     what a step of a small model costs on a GPU)."""
-    lrs = pre.learning_rates()
+    lrs, scales = pre.learning_rates(), lr_scales or {}
     params = dict(zip(pre.names, pre.params))
     rows = pre.take_rows()
     # per block or parameter: (its parameters, Adam state, gradient in the basis, the split of a direction
@@ -156,10 +158,10 @@ def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastS
         parts = {names[0]: u} if split is None else split(u)
         for n in names:
             p = params[n]
-            steps[n] = parts[n].to(p.dtype).mul_(-lrs[id(p)])
+            lr = lrs[id(p)] * scales.get(n, 1.0)
+            steps[n] = parts[n].to(p.dtype).mul_(-lr)
             last.record(n, partial(_kept, _narrowed(steps[n], held)) if kept else
-                        partial(eigen_adam_again, state, split, n, p.dtype, lrs[id(p)], betas=r, eps=eps,
-                                work=g.dtype))
+                        partial(eigen_adam_again, state, split, n, p.dtype, lr, betas=r, eps=eps, work=g.dtype))
     return steps
 
 

@@ -16,13 +16,14 @@ import contextlib
 import logging
 import weakref
 from functools import partial
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 import torch
 
 from .. import fsdp
 from ..batch import Batch
 from ..curvature import recorded
+from ..curvature.layers import rule_for
 from ..curvature.uses import ForeignUses
 from .compiled import EagerWhileArmed, compiling
 
@@ -142,6 +143,12 @@ class ForwardRecorder:
         #: the layers called in this step's forwards with autograd enabled, and those called with it disabled
         #: inside such a forward (:meth:`untracked`)
         self._tracked: Dict[bool, set] = {True: set(), False: set()}
+        #: per layer path: whether each of its calls in the last refresh that called it went to a rule with Kronecker
+        #: factors (a Linear, convolution or embedding; not a recurrent layer, whose recurrent weight reads its own
+        #: state) and took only leaves of the autograd graph (the data, also with requires_grad set, token indices, a
+        #: frozen part's output): the layers that read the data
+        self.reads_data: Dict[str, bool] = {}
+        self._read_now: set = set()   # the layers called since the last arming
         self._boxes: List[list] = []
         self._handles = [module.register_forward_pre_hook(Hook(self, module, "_pre"), with_kwargs=True)]
         for layer in self.layers:
@@ -162,6 +169,29 @@ class ForwardRecorder:
     def armed(self, value: bool) -> None:
         self._armed = bool(value)
         self._eager.set(self._armed)
+        if self._armed:
+            self._read_now = set()
+
+    def input_params(self) -> FrozenSet[str]:
+        """The parameters of the layers that read the data (:attr:`reads_data`); a parameter several modules hold
+        (a tied weight) is no single layer's, and is not among them."""
+        return frozenset(n for layer in self.layers if self.reads_data.get(layer.path, False)
+                         for n in layer.params.values())
+
+    def take_reads(self) -> Optional[Dict[str, bool]]:
+        """:attr:`reads_data` of the layers called since the last arming (``None``: none), once: for the ranks to
+        agree on (:func:`~.agreement.agree_step`)."""
+        called, self._read_now = self._read_now, set()
+        return {p: self.reads_data[p] for p in sorted(called)} if called else None
+
+    def _note_inputs(self, path: str, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any]) -> None:
+        tensors = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)]
+        reads = bool(tensors) and all(t.grad_fn is None for t in tensors)   # leaves: no computation with autograd
+        reads = reads and rule_for(module, args, kwargs).kronecker
+        if path in self._read_now:   # every call of the layer must read the data
+            reads = reads and self.reads_data[path]
+        self._read_now.add(path)
+        self.reads_data[path] = reads
 
     @contextlib.contextmanager
     def paused(self):
@@ -202,6 +232,7 @@ class ForwardRecorder:
             self._tracked[torch.is_grad_enabled()].add(path)
         if self._calls is not None:
             self._sinks[path](module, args, kwargs, output)
+            self._note_inputs(path, module, args, kwargs)
         # not inside a compiled region: the rows' tensor hooks would break its graph (the solve then reads .grad)
         if self.rows is not None and not self._paused and torch.is_grad_enabled() and not compiling():
             self.rows.record(path, args, kwargs, output)
