@@ -193,7 +193,8 @@ def branches_on_one_rank(rank):
         if len(steps) == 2:
             blocks = {b.names[0]: b for b in opt.preconditioner.curvature.blocks}
             after = {n: (blocks[n].kind, blocks[n].A.tolist()) for n in ("a.weight", "b.weight")}
-    return steps, after, flat(model)
+            reads = sorted(opt.preconditioner.recorder.input_params())
+    return steps, after, flat(model), reads
 
 
 def empty_on_one_rank(rank):
@@ -433,9 +434,12 @@ def test_a_layer_reached_on_some_ranks_only_is_averaged_as_the_union_batch(resul
     (1 - w) times rank 1's (its gradient factor holds rank 1's four examples of eight); ``a``'s is w times step 0's
     mean plus (1 - w) times rank 0's, for the weight w = β/(1 + β) that the bias-corrected average keeps at its
     second refresh (β = 0.9)."""
-    (s0, after0, p0), (s1, after1, p1) = ok(results, "branches")
+    (s0, after0, p0, r0), (s1, after1, p1, r1) = ok(results, "branches")
     assert [tuple(s) for s in s0] == [tuple(s) for s in s1] == [("ok", "stepped")] * 3
     assert p0 == p1 and after0 == after1
+    # both layers read the data: rank 0, whose batch did not reach b, learnt it from rank 1 at the refresh (and
+    # stepped b at the same rate: the parameters are equal)
+    assert r0 == r1 == ["a.bias", "a.weight", "b.bias", "b.weight"]
 
     def A(x):
         xb = torch.cat([x, torch.ones(len(x), 1, dtype=torch.float64)], 1)
