@@ -148,7 +148,8 @@ class ForwardRecorder:
         #: state) and took only leaves of the autograd graph (the data, also with requires_grad set, token indices, a
         #: frozen part's output): the layers that read the data
         self.reads_data: Dict[str, bool] = {}
-        self._read_now: set = set()   # the layers called since the last arming
+        #: the same for the layers called since the last arming, until the step agrees on it (:meth:`take_reads`)
+        self._reads_now: Dict[str, bool] = {}
         self._boxes: List[list] = []
         self._handles = [module.register_forward_pre_hook(Hook(self, module, "_pre"), with_kwargs=True)]
         for layer in self.layers:
@@ -170,7 +171,7 @@ class ForwardRecorder:
         self._armed = bool(value)
         self._eager.set(self._armed)
         if self._armed:
-            self._read_now = set()
+            self._reads_now = {}
 
     def input_params(self) -> FrozenSet[str]:
         """The parameters of the layers that read the data (:attr:`reads_data`); a parameter several modules hold
@@ -179,19 +180,16 @@ class ForwardRecorder:
                          for n in layer.params.values())
 
     def take_reads(self) -> Optional[Dict[str, bool]]:
-        """:attr:`reads_data` of the layers called since the last arming (``None``: none), once: for the ranks to
-        agree on (:func:`~.agreement.agree_step`)."""
-        called, self._read_now = self._read_now, set()
-        return {p: self.reads_data[p] for p in sorted(called)} if called else None
+        """Whether each layer called since the last arming read the data (``None``: none was), once: the step's
+        agreement over the ranks puts what they agree on into :attr:`reads_data` (:func:`~.agreement.agree_step`)."""
+        reads, self._reads_now = self._reads_now, {}
+        return dict(sorted(reads.items())) or None
 
     def _note_inputs(self, path: str, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any]) -> None:
         tensors = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)]
         reads = bool(tensors) and all(t.grad_fn is None for t in tensors)   # leaves: no computation with autograd
         reads = reads and rule_for(module, args, kwargs).kronecker
-        if path in self._read_now:   # every call of the layer must read the data
-            reads = reads and self.reads_data[path]
-        self._read_now.add(path)
-        self.reads_data[path] = reads
+        self._reads_now[path] = self._reads_now.get(path, True) and reads   # every call of it must read the data
 
     @contextlib.contextmanager
     def paused(self):
