@@ -183,7 +183,7 @@ class ForwardRecorder:
         """Whether each layer called since the last arming read the data (``None``: none was), once: the step's
         agreement over the ranks puts what they agree on into :attr:`reads_data` (:func:`~.agreement.agree_step`)."""
         reads, self._reads_now = self._reads_now, {}
-        return dict(sorted(reads.items())) or None
+        return reads or None
 
     def _note_inputs(self, path: str, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any]) -> None:
         tensors = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)]

@@ -120,15 +120,15 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
     input_lr_scale : float or None
         ``"eigen-adam"``: the layers that read the data (Linear, convolution and embedding layers each of whose
         calls in the last refresh took only leaves of the autograd graph: the input itself, token indices, the
-        output of a frozen part; not a recurrent layer) step at
-        ``input_lr_scale * lr``; the others at ``lr``.  Adam's step moves every coordinate by about its rate, so
+        output of a frozen part; not a recurrent layer, not a weight tied to another layer's) step at
+        ``input_lr_scale * lr``, the others at ``lr``.  Adam's step moves every coordinate by about its rate, so
         the rate that suits a hidden layer is small for the layers at the input (a maximal-update
         parametrisation gives the input weights a rate of order one and the hidden ones one of order
         1/width; Yang et al. 2021, "Tensor Programs V").  The default (``None``) is ``3`` under the model's
         Fisher (``INPUT_LR_SCALE``): on the race's workloads (3 seeds, steps to the tight target) it took the
         digits classifier there in 135-140 steps instead of 165 and the CNN in 100-110 instead of 130-140, the
-        others in about as many (docs/nn.md); ``1`` with ``curvature="soap"`` (SOAP as published).  A weight tied to another layer's (an
-        embedding shared with the output) is not a reading layer's.  The other rules take ``1`` only.
+        others in about as many (docs/nn.md); ``1`` with ``curvature="soap"`` (SOAP as published).  The other
+        rules take ``1`` only.
     unfactored : {"soap", "adam"}
         ``"eigen-adam"``: the step of a weight matrix without Kronecker factors of the Fisher (a recurrent
         layer's, a shared weight's): Adam in the eigenbasis of its gradient's Shampoo statistics (SOAP), or
@@ -245,7 +245,7 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         """The parameters stepped at a multiple of their group's rate (the layers reading the data), by name."""
         if self.input_lr_scale == 1.0:
             return {}
-        return dict.fromkeys(sorted(self.preconditioner.recorder.input_params()), self.input_lr_scale)
+        return dict.fromkeys(self.preconditioner.recorder.input_params(), self.input_lr_scale)
 
     def add_param_group(self, param_group: Dict[str, Any]) -> None:
         """Groups are fixed once built (the curvature covers the parameters given at construction; a group added
