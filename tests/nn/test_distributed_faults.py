@@ -193,7 +193,8 @@ def branches_on_one_rank(rank):
         if len(steps) == 2:
             blocks = {b.names[0]: b for b in opt.preconditioner.curvature.blocks}
             after = {n: (blocks[n].kind, blocks[n].A.tolist()) for n in ("a.weight", "b.weight")}
-            reads = sorted(opt.preconditioner.recorder.input_params())
+            recorder = opt.preconditioner.recorder
+            reads = [sorted(recorder.input_params()), sorted(recorder.output_params())]
     return steps, after, flat(model), reads
 
 
@@ -437,9 +438,9 @@ def test_a_layer_reached_on_some_ranks_only_is_averaged_as_the_union_batch(resul
     (s0, after0, p0, r0), (s1, after1, p1, r1) = ok(results, "branches")
     assert [tuple(s) for s in s0] == [tuple(s) for s in s1] == [("ok", "stepped")] * 3
     assert p0 == p1 and after0 == after1
-    # both layers read the data: rank 0, whose batch did not reach b, learnt it from rank 1 at the refresh (and
-    # stepped b at the same rate: the parameters are equal)
-    assert r0 == r1 == ["a.bias", "a.weight", "b.bias", "b.weight"]
+    # both layers read the data and write the output: rank 0, whose batch did not reach b, learnt it from rank 1 at
+    # the refresh (and stepped b at the same rate: the parameters are equal)
+    assert r0 == r1 == [["a.bias", "a.weight", "b.bias", "b.weight"]] * 2
 
     def A(x):
         xb = torch.cat([x, torch.ones(len(x), 1, dtype=torch.float64)], 1)

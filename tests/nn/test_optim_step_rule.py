@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import infogeo as ig  # noqa: E402
-from infogeo.nn.optim.step_settings import INPUT_LR_SCALE  # noqa: E402
+from infogeo.nn.optim.step_settings import INPUT_LR_SCALE, OUTPUT_LR_SCALE  # noqa: E402
 from .conftest import categorical_Gz, mlp, reference_metric  # noqa: E402
 from .test_distributed import Shared  # noqa: E402
 from .test_optim import data, flat_params, plain_step  # noqa: E402
@@ -247,7 +247,8 @@ def _adam_in_basis(m, v, Q, Qn, g, k, betas, eps, nesterov):
 @pytest.mark.parametrize("nesterov", [False, True])
 def test_eigen_adam_matches_rotate_adam_rotate_back_by_hand(nesterov):
     """LayerNorm(4) -> Linear(4, 3), without the cautious mask: the Linear layer's step is
-    U_G [m^/(sqrt(v^) + eps)] U_A^T with m, v the Adam moments of U_G^T [W b] U_A, its basis that of factors built
+    U_G [m^/(sqrt(v^) + eps)] U_A^T (at output_lr_scale times the rate: the layer writes the output) with m, v the
+    Adam moments of U_G^T [W b] U_A, its basis that of factors built
     here by hand (refreshed every step, so the moments are carried between bases: m' = Q'^T Q m,
     v' = diag(Q'^T Q diag(v) Q^T Q') with dense Kronecker products Q);
     the LayerNorm (no Kronecker factors) takes torch.optim.Adam's step (NAdam's with nesterov=True:
@@ -275,7 +276,7 @@ def test_eigen_adam_matches_rotate_adam_rotate_back_by_hand(nesterov):
         lin = model[1]
         g = torch.cat([lin.weight.grad, lin.bias.grad[:, None]], dim=1).reshape(-1)
         m, v, u, _ = _adam_in_basis(m, v, Q, Qn, g, k, (b1, b2), eps, nesterov)
-        expected = -lr * (Qn @ u).reshape(3, 5)
+        expected = -lr * OUTPUT_LR_SCALE * (Qn @ u).reshape(3, 5)
         Q = Qn
         for pa, p in zip(norm.parameters(), model[0].parameters()):
             pa.grad = p.grad.clone()
@@ -731,12 +732,81 @@ def test_the_layers_that_read_the_data_step_at_input_lr_scale_times_the_rate():
         assert float(plain[n].abs().max()) > 0
 
 
-def test_input_lr_scale_is_eigen_adams_and_positive():
+class _Writes(torch.nn.Module):
+    """A hidden Linear, a head whose output the model returns seen through ``how`` (a rearrangement or not), and a
+    Linear called twice."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.hidden, self.head, self.twice = torch.nn.Linear(4, 6), torch.nn.Linear(6, 6), torch.nn.Linear(6, 6)
+        self.how = how
+
+    def forward(self, x):
+        h = self.twice(self.twice(torch.tanh(self.hidden(x))))
+        return self.how(self.head(torch.tanh(h)))
+
+
+@pytest.mark.parametrize("how,writes", [
+    (lambda z: z, True), (lambda z: z.reshape(-1, 3, 2).transpose(1, 2).reshape(-1, 6), True),
+    (lambda z: z[:, :].clone(), True), (lambda z: z * 2.0, False), (lambda z: z + 0.0, False)])
+def test_the_layer_that_writes_the_output_steps_at_output_lr_scale_times_the_rate(how, writes):
+    """Under eigen-adam the default output_lr_scale (2) applies to the layer whose one call's output is the model's
+    output, also through a reshape, a transpose, a slice or a copy, and to no layer where the output is computed
+    from it (a product, a sum); not to a hidden layer, nor to one called twice.  Its first step is twice that of
+    a run with output_lr_scale=1, the others the same; the layer that reads the data keeps input_lr_scale."""
+    x = torch.randn(16, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    y = torch.randint(0, 6, (16,), generator=torch.Generator().manual_seed(1))
+    runs = []
+    for scale in (None, 1.0):
+        torch.manual_seed(0)
+        model = _Writes(how).double()
+        opt = ig.nn.NaturalGradient(model, output_lr_scale=scale)
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        runs.append({n: p.detach() - before[n] for n, p in model.named_parameters()})
+        recorder = opt.preconditioner.recorder
+        assert sorted(recorder.output_params()) == (["head.bias", "head.weight"] if writes else [])
+        assert sorted(recorder.input_params()) == ["hidden.bias", "hidden.weight"]
+    assert opt.output_lr_scale == 1.0
+    boosted, plain = runs
+    for n in plain:
+        factor = OUTPUT_LR_SCALE if writes and n.startswith("head.") else 1.0
+        torch.testing.assert_close(boosted[n], factor * plain[n], rtol=1e-12, atol=1e-14)
+        assert float(plain[n].abs().max()) > 0
+
+
+def test_the_output_layer_of_a_model_with_output_fn_and_of_several_forwards():
+    """With ``output_fn`` (the logits of what the model returns) the head still writes the output; a refresh of two
+    forwards (two micro-batches) keeps the role where every forward gave it."""
+    class Returns(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body, self.head = torch.nn.Linear(4, 5), torch.nn.Linear(5, 3)
+
+        def forward(self, x):
+            return {"logits": self.head(torch.tanh(self.body(x))), "aux": x.sum()}
+
+    model = Returns().double()
+    opt = ig.nn.NaturalGradient(model, output_fn=lambda out: out["logits"])
+    X = torch.randn(8, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    y = torch.arange(8) % 3
+    opt.zero_grad()
+    for part in (slice(0, 4), slice(4, 8)):
+        (F.cross_entropy(model(X[part])["logits"], y[part]) / 2).backward()
+    opt.step()
+    assert sorted(opt.preconditioner.recorder.output_params()) == ["head.bias", "head.weight"]
+    assert opt.output_lr_scale == OUTPUT_LR_SCALE
+
+
+@pytest.mark.parametrize("name", ["input_lr_scale", "output_lr_scale"])
+def test_the_lr_scales_are_eigen_adams_and_positive(name):
     model = mlp()
-    assert ig.nn.NaturalGradient(model, curvature="soap").input_lr_scale == 1.0   # SOAP as published
-    assert ig.nn.NaturalGradient(model, step_rule="clip").input_lr_scale == 1.0
+    assert getattr(ig.nn.NaturalGradient(model, curvature="soap"), name) == 1.0   # SOAP as published
+    assert getattr(ig.nn.NaturalGradient(model, step_rule="clip"), name) == 1.0
     for bad in (0.0, -1.0, float("nan"), float("inf")):
-        with pytest.raises(ValueError, match="input_lr_scale"):
-            ig.nn.NaturalGradient(model, input_lr_scale=bad)
-    with pytest.raises(ValueError, match="input_lr_scale"):
-        ig.nn.NaturalGradient(model, step_rule="clip", input_lr_scale=2.0)
+        with pytest.raises(ValueError, match=name):
+            ig.nn.NaturalGradient(model, **{name: bad})
+    with pytest.raises(ValueError, match=name):
+        ig.nn.NaturalGradient(model, step_rule="clip", **{name: 2.0})

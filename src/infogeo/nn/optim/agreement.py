@@ -18,14 +18,17 @@ from .. import distributed as dd
 
 __all__ = ["agree_step", "settings_codes", "replicas_differ", "InBackward"]
 
+#: a layer's roles in a refresh: whether it read the data, whether it wrote the output (:mod:`.hooks`)
+Roles = Tuple[bool, ...]
+
 
 def agree_step(error: Optional[BaseException], finite: bool, n: int, new: Optional[Tuple[Any, int]],
                replicas: Optional[Tuple[Dict[str, torch.Tensor], Sequence[torch.Tensor]]] = None,
-               settings: Sequence[float] = (-1.0, -1.0), reads: Optional[Dict[str, bool]] = None
-               ) -> Tuple[bool, torch.Tensor, Optional[Tuple[Any, int]], Optional[Dict[str, bool]]]:
+               settings: Sequence[float] = (-1.0, -1.0), roles: Optional[Dict[str, Roles]] = None
+               ) -> Tuple[bool, torch.Tensor, Optional[Tuple[Any, int]], Optional[Dict[str, Roles]]]:
     """The step's one agreement over the ranks (:func:`~infogeo.nn.distributed.agree`): this rank's ``error``,
     whether its gradients are ``finite``, its batch size ``n`` and the structure of its ``new`` statistics.
-    Returns whether some rank's gradient is not finite, every rank's ``n`` (column 0), ``new``, and ``reads``
+    Returns whether some rank's gradient is not finite, every rank's ``n`` (column 0), ``new``, and ``roles``
     agreed over the ranks.
 
     ``replicas``: ``(gradients, parameters)`` of a model that neither DDP nor FSDP2 keeps the same on every rank
@@ -36,9 +39,9 @@ def agree_step(error: Optional[BaseException], finite: bool, n: int, new: Option
     step rule, curvature or learning rate; another set of parameters without a gradient) raise the same
     ``ValueError`` instead of drifting apart or waiting in a collective the others skip.
 
-    ``reads``: which layers called in this refresh's forwards read the data (by path;
-    :attr:`~.hooks.ForwardRecorder.reads_data`).  Where the ranks' differ (a layer only some batches reached), they
-    are exchanged and merged (a layer reads the data where it did on every rank that called it), so every rank
+    ``roles``: whether each layer called in this refresh's forwards read the data and wrote the output (by path;
+    :meth:`~.hooks.ForwardRecorder.take_roles`).  Where the ranks' differ (a layer only some batches reached), they
+    are exchanged and merged (a layer has a role where it had it on every rank that called it), so every rank
     scales the same learning rates (one exchange, only then).
 
     Statistics of other structures cannot be averaged.  Where a layer was reached by the batches of some ranks
@@ -49,10 +52,10 @@ def agree_step(error: Optional[BaseException], finite: bool, n: int, new: Option
     # whether this rank's statistics can adopt another's blocks: the exchange is entered by all ranks or none
     adopts = float(new is not None and hasattr(new[0], "templates") and not getattr(new[0], "deferred", False))
     (nonfinite,), values = dd.agree(error, [not finite], [n, _structure_code(new), adopts] + sums + list(settings)
-                                    + [_code(reads)])
+                                    + [_code(roles)])
     _settings_agree(values[:, 5:7])
     if len({c for c in values[:, 7].tolist() if c >= 0}) > 1:   # (every rank decides alike: also on a skipped step)
-        reads = _merged(dd.all_gather_objects(reads))
+        roles = _merged(dd.all_gather_objects(roles))
     if replicas is not None and not nonfinite and bool((values[:, 3:5] != values[0, 3:5]).any()):
         raise replicas_differ()
     if not nonfinite and len({c for c in values[:, 1].tolist() if c >= 0}) > 1 and bool((values[:, 2] == 1).all()) \
@@ -69,20 +72,21 @@ def agree_step(error: Optional[BaseException], finite: bool, n: int, new: Option
                          "by the batch of some ranks only (e.g. a branch or an expert: every rank's batch must "
                          "reach the same layers on the steps that refresh the statistics), or other optimizer "
                          "settings on some ranks (curvature, its options)")
-    return nonfinite, values, new, reads
+    return nonfinite, values, new, roles
 
 
-def _code(reads: Optional[Dict[str, bool]]) -> float:
-    return -1.0 if reads is None else float(zlib.crc32(repr(sorted(reads.items())).encode()))
+def _code(roles: Optional[Dict[str, Roles]]) -> float:
+    return -1.0 if roles is None else float(zlib.crc32(repr(sorted(roles.items())).encode()))
 
 
-def _merged(offers: List[Optional[Dict[str, bool]]]) -> Dict[str, bool]:
-    """The ranks' views of which layers read the data merged: a layer does where it did for every rank that called
+def _merged(offers: List[Optional[Dict[str, Roles]]]) -> Dict[str, Roles]:
+    """The ranks' views of the layers' roles merged: a layer has a role where it had it for every rank that called
     it."""
-    merged: Dict[str, bool] = {}
+    merged: Dict[str, Roles] = {}
     for offer in offers:
-        for path, reads in (offer or {}).items():
-            merged[path] = merged.get(path, True) and reads
+        for path, roles in (offer or {}).items():
+            before = merged.get(path, (True,) * len(roles))
+            merged[path] = tuple(a and b for a, b in zip(before, roles))
     return merged
 
 

@@ -21,8 +21,9 @@ A diagonal factor (an Embedding's token side, a vocabulary-sized side) has the i
 eigenbasis, so that side is not rotated; a weight matrix without Kronecker factors steps in the eigenbasis
 of its own gradient's statistics (SOAP's; :mod:`.gradient_basis`), and vectors (norms, biases of other
 layers) take Adam's step on their raw coordinates.  With :math:`U_A, U_G` the identity the rule is Adam;
-:math:`\eta` means what it means for Adam.  The layers that read the data may step at a multiple of it
-(``lr_scales``: :class:`~.natural_gradient.NaturalGradient`'s ``input_lr_scale``).
+:math:`\eta` means what it means for Adam.  The layers that read the data and the one that writes the output may
+step at a multiple of it (``lr_scales``: :class:`~.natural_gradient.NaturalGradient`'s ``input_lr_scale`` and
+``output_lr_scale``).
 
 With ``nesterov=True`` (the default under the model's Fisher) the first moment looks one step ahead, as NAdam's
 does (Dozat 2016, "Incorporating Nesterov momentum into Adam"; ``torch.optim.NAdam`` with a constant :math:`\beta_1`):
@@ -95,7 +96,8 @@ def eigen_steps(pre: Any, states: Any, raw: Dict[str, torch.Tensor], last: LastS
     ``None``: an unused branch), left out with their state, as ``torch.optim.Adam`` leaves them (a block all of whose
     parameters are idle; no step is returned for them).  ``cautious``: each direction masked where it disagrees in
     sign with the rotated gradient (:func:`~.step.cautious_mask`, per block or parameter; such a step, too, is kept).
-    ``lr_scales``: a multiple of its rate for a parameter, by name (the layers that read the data; 1 for the others).
+    ``lr_scales``: a multiple of its rate for a parameter, by name (the layers that read the data, the one that
+    writes the output; 1 for the others).
 
     The rotations are per block; Adam's elementwise updates of all blocks are fused (:func:`adam_moments`,
     :func:`adam_directions`: a handful of operations per step instead of a dozen per parameter, which is

@@ -148,8 +148,17 @@ class ForwardRecorder:
         #: state) and took only leaves of the autograd graph (the data, also with requires_grad set, token indices, a
         #: frozen part's output): the layers that read the data
         self.reads_data: Dict[str, bool] = {}
-        #: the same for the layers called since the last arming, until the step agrees on it (:meth:`take_reads`)
-        self._reads_now: Dict[str, bool] = {}
+        #: per layer path: whether it went to a rule with Kronecker factors, was called once in each forward of the last
+        #: refresh that called it, and that call's output was the model's output :math:`z` (or a rearrangement or
+        #: selection of its entries: a view, a reshape, a transpose, a slice): the layers that write the output
+        self.writes_output: Dict[str, bool] = {}
+        #: ``(reads the data, writes the output)`` of the layers called since the last arming, until the step agrees on
+        #: them (:meth:`take_roles`)
+        self._roles_now: Dict[str, Tuple[bool, bool]] = {}
+        #: this forward's layer calls: path -> the autograd nodes of their outputs (``None``: not a tensor with a
+        #: graph), and whether each call went to a Kronecker rule and took only leaves
+        self._outputs: Dict[str, List[Any]] = {}
+        self._reads_forward: Dict[str, bool] = {}
         self._boxes: List[list] = []
         self._handles = [module.register_forward_pre_hook(Hook(self, module, "_pre"), with_kwargs=True)]
         for layer in self.layers:
@@ -171,25 +180,49 @@ class ForwardRecorder:
         self._armed = bool(value)
         self._eager.set(self._armed)
         if self._armed:
-            self._reads_now = {}
+            self._roles_now = {}
 
     def input_params(self) -> FrozenSet[str]:
         """The parameters of the layers that read the data (:attr:`reads_data`); a parameter several modules hold
         (a tied weight) is no single layer's, and is not among them."""
-        return frozenset(n for layer in self.layers if self.reads_data.get(layer.path, False)
-                         for n in layer.params.values())
+        return self._params_where(self.reads_data)
 
-    def take_reads(self) -> Optional[Dict[str, bool]]:
-        """Whether each layer called since the last arming read the data (``None``: none was), once: the step's
-        agreement over the ranks puts what they agree on into :attr:`reads_data` (:func:`~.agreement.agree_step`)."""
-        reads, self._reads_now = self._reads_now, {}
-        return reads or None
+    def output_params(self) -> FrozenSet[str]:
+        """The parameters of the layers that write the model's output (:attr:`writes_output`); not a tied weight's."""
+        return self._params_where(self.writes_output)
 
-    def _note_inputs(self, path: str, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any]) -> None:
+    def _params_where(self, role: Dict[str, bool]) -> FrozenSet[str]:
+        return frozenset(n for layer in self.layers if role.get(layer.path, False) for n in layer.params.values())
+
+    def take_roles(self) -> Optional[Dict[str, Tuple[bool, bool]]]:
+        """Whether each layer called since the last arming read the data and wrote the output (``None``: none was
+        called), once: the step's agreement over the ranks gives what they agree on to :meth:`adopt_roles`
+        (:func:`~.agreement.agree_step`)."""
+        roles, self._roles_now = self._roles_now, {}
+        return roles or None
+
+    def adopt_roles(self, roles: Dict[str, Tuple[bool, bool]]) -> None:
+        """Record the agreed ``(reads the data, writes the output)`` of the layers a refresh called."""
+        for path, (reads, writes) in roles.items():
+            self.reads_data[path], self.writes_output[path] = bool(reads), bool(writes)
+
+    def _note_call(self, path: str, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any], output: Any) -> None:
         tensors = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)]
-        reads = bool(tensors) and all(t.grad_fn is None for t in tensors)   # leaves: no computation with autograd
-        reads = reads and rule_for(module, args, kwargs).kronecker
-        self._reads_now[path] = self._reads_now.get(path, True) and reads   # every call of it must read the data
+        kronecker = rule_for(module, args, kwargs).kronecker
+        reads = kronecker and bool(tensors) and all(t.grad_fn is None for t in tensors)   # leaves: no computation
+        self._reads_forward[path] = self._reads_forward.get(path, True) and reads   # every call of it must read
+        node = output.grad_fn if isinstance(output, torch.Tensor) and kronecker else None
+        self._outputs.setdefault(path, []).append(node)
+
+    def _note_roles(self, z: Any) -> None:
+        """This forward's roles into :attr:`_roles_now` (every forward of the refresh must agree): the layers that
+        read the data, and the layer whose one call's output is ``z`` up to a rearrangement of its entries."""
+        written = _rearranged_from(z) if isinstance(z, torch.Tensor) and z.requires_grad else set()
+        for path, nodes in self._outputs.items():
+            writes = len(nodes) == 1 and nodes[0] is not None and nodes[0] in written
+            reads_before, writes_before = self._roles_now.get(path, (True, True))
+            self._roles_now[path] = (reads_before and self._reads_forward[path], writes_before and writes)
+        self._outputs, self._reads_forward = {}, {}
 
     @contextlib.contextmanager
     def paused(self):
@@ -213,6 +246,7 @@ class ForwardRecorder:
             self._calls = None
             return
         self.inputs = Batch(tuple(args), dict(kwargs))
+        self._outputs, self._reads_forward = {}, {}
         if self.armed:
             self._calls = Recorded({l.path: [] for l in self.layers})
             self._sinks = {l.path: recorded.recording_hook(self._calls, l.path, self._copied.get(l.path, ()))
@@ -230,7 +264,7 @@ class ForwardRecorder:
             self._tracked[torch.is_grad_enabled()].add(path)
         if self._calls is not None:
             self._sinks[path](module, args, kwargs, output)
-            self._note_inputs(path, module, args, kwargs)
+            self._note_call(path, module, args, kwargs, output)
         # not inside a compiled region: the rows' tensor hooks would break its graph (the solve then reads .grad)
         if self.rows is not None and not self._paused and torch.is_grad_enabled() and not compiling():
             self.rows.record(path, args, kwargs, output)
@@ -243,10 +277,13 @@ class ForwardRecorder:
         calls, self._calls, self._sinks = self._calls, None, {}
         live, self._live = self._live, False
         if output is None:
+            self._outputs, self._reads_forward = {}, {}
             return
         raw = output
         if live and self.output_fn is not None:
             output = self.output_fn(output)   # the outputs z in what the model returns
+        if calls is not None:
+            self._note_roles(output)
         if not live or not (isinstance(output, torch.Tensor) and output.requires_grad) or self.inputs is None:
             return
         # a loss on what the model returns, when output_fn only selects its entries (torch's (N, C, ...) layout
@@ -338,6 +375,25 @@ class ForwardRecorder:
         _remove(self._handles)
         self._eager.set(False)
 
+
+
+#: autograd nodes whose output holds entries of their input unchanged, each at most once: a rearrangement or a
+#: selection (a layer's output seen through them is still that layer's output)
+_REARRANGING = frozenset({"ViewBackward0", "UnsafeViewBackward0", "ReshapeAliasBackward0", "TransposeBackward0",
+                          "TransposeBackward1", "PermuteBackward0", "TBackward0", "SqueezeBackward0",
+                          "SqueezeBackward1", "SqueezeBackward2", "UnsqueezeBackward0", "CloneBackward0",
+                          "SliceBackward0", "SelectBackward0", "AliasBackward0"})
+
+
+def _rearranged_from(z: torch.Tensor) -> set:
+    """The autograd nodes whose outputs ``z`` is, up to a chain of :data:`_REARRANGING` nodes (``z``'s own first)."""
+    found, node = set(), z.grad_fn
+    while node is not None:
+        found.add(node)
+        if type(node).__name__ not in _REARRANGING:
+            break
+        node = next((f for f, _ in node.next_functions if f is not None), None)
+    return found
 
 
 def _transformed(t: torch.Tensor) -> bool:

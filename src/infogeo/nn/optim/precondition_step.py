@@ -58,10 +58,10 @@ def _step(pre, grads, inputs, targets, error, solve):
         except Exception as exc:
             error = exc
     replicas = (grads, pre.params) if pre.by_hand and dd.world_size() > 1 else None   # kept equal by the user?
-    reads = pre.recorder.take_reads()   # which layers of this step's refresh read the data (their learning rates)
-    nonfinite, sizes, new, reads = agreement.agree_step(error, finite, n, new, replicas, settings, reads)
-    if reads is not None:
-        pre.recorder.reads_data.update(reads)
+    roles = pre.recorder.take_roles()   # the layers of this step's refresh reading the data, writing the output
+    nonfinite, sizes, new, roles = agreement.agree_step(error, finite, n, new, replicas, settings, roles)
+    if roles is not None:
+        pre.recorder.adopt_roles(roles)
     pre.skip_reason = None
     if nonfinite:
         if pre.grad_scaler is not None:   # an overflow of the scaled loss: the scaler skips this step

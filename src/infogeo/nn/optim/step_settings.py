@@ -19,13 +19,15 @@ from .settings import (CURVATURES, KINDS, MAX_COUNT, agrees, check_betas, check_
                        step_defaults)
 from .step import STEP_RULES
 
-__all__ = ["DEFAULT_LR", "INPUT_LR_SCALE", "StepSettings", "check_step_settings"]
+__all__ = ["DEFAULT_LR", "INPUT_LR_SCALE", "OUTPUT_LR_SCALE", "StepSettings", "check_step_settings"]
 
 #: the learning rate of each step rule when none is given
 DEFAULT_LR = {"graft": 1e-2, "clip": 0.1, "eigen-adam": 1e-2}
 #: ``input_lr_scale`` of ``step_rule="eigen-adam"`` under the model's Fisher when none is given: the layers that read
 #: the data step at this multiple of the learning rate (:class:`~.natural_gradient.NaturalGradient`)
 INPUT_LR_SCALE = 3.0
+#: ``output_lr_scale`` likewise: the layer that writes the model's output steps at this multiple of the learning rate
+OUTPUT_LR_SCALE = 2.0
 
 
 class StepSettings(NamedTuple):
@@ -38,6 +40,7 @@ class StepSettings(NamedTuple):
     nesterov: bool
     cautious: bool
     input_lr_scale: float
+    output_lr_scale: float
     state_dtype: Union[str, torch.dtype]
     momentum: float
     kl_clip: Optional[float]
@@ -60,6 +63,7 @@ def check_step_settings(model: torch.nn.Module, curvature: str, damping: float, 
                         lr: Optional[float], step_rule: Optional[str], betas: Optional[Tuple[float, float]],
                         eps: float, nesterov: Optional[bool], unfactored: str, state_dtype: Any, momentum: float,
                         cautious: Optional[bool], input_lr_scale: Optional[float],
+                        output_lr_scale: Optional[float],
                         kl_clip: Union[float, None, str], quadratic_model: bool, adaptive_damping: bool,
                         damping_adaptation_period: int, damping_factor: float) -> StepSettings:
     """Raise a ``ValueError`` or ``TypeError`` naming the first argument that is out of range or does not go with
@@ -90,12 +94,17 @@ def check_step_settings(model: torch.nn.Module, curvature: str, damping: float, 
                                 " (its heavy-ball momentum is momentum=)" if rule == "clip" else "")
     cautious = _eigen_adam_flag("cautious", cautious, rule, fisher_basis,
                                 "masks the coordinates in the eigenbasis of")
-    if input_lr_scale is None:
-        input_lr_scale = INPUT_LR_SCALE if rule == "eigen-adam" and fisher_basis else 1.0
-    input_lr_scale = positive_number("input_lr_scale", input_lr_scale)
-    if input_lr_scale != 1.0 and rule != "eigen-adam":
-        raise ValueError(f"input_lr_scale scales the learning rate of step_rule='eigen-adam' in the layers that read "
-                         f"the data, got step_rule={rule!r}")
+    scales = []
+    for name, value, default, which in (("input_lr_scale", input_lr_scale, INPUT_LR_SCALE, "the layers that read the data"),
+                                        ("output_lr_scale", output_lr_scale, OUTPUT_LR_SCALE,
+                                         "the layer that writes the output")):
+        if value is None:
+            value = default if rule == "eigen-adam" and fisher_basis else 1.0
+        value = positive_number(name, value)
+        if value != 1.0 and rule != "eigen-adam":
+            raise ValueError(f"{name} scales the learning rate of step_rule='eigen-adam' in {which}, got "
+                             f"step_rule={rule!r}")
+        scales.append(value)
     if rule == "eigen-adam":
         if row is None or row.eigenbasis is None:
             known = [k.name for k in KINDS.values() if k.eigenbasis is not None]
@@ -125,5 +134,5 @@ def check_step_settings(model: torch.nn.Module, curvature: str, damping: float, 
     period = positive_int(damping_adaptation_period, "damping_adaptation_period", maximum=MAX_COUNT)
     factor = positive_number("damping_factor", damping_factor, maximum=1.0)
     positive_number("damping", damping)
-    return StepSettings(rule, lr, (b1, b2), eps, bool(nesterov), bool(cautious), input_lr_scale, state_dtype,
+    return StepSettings(rule, lr, (b1, b2), eps, bool(nesterov), bool(cautious), scales[0], scales[1], state_dtype,
                         momentum, kl_clip, bool(quadratic_model), bool(adaptive_damping), period, factor)
