@@ -155,10 +155,9 @@ class ForwardRecorder:
         #: ``(reads the data, writes the output)`` of the layers called since the last arming, until the step agrees on
         #: them (:meth:`take_roles`)
         self._roles_now: Dict[str, Tuple[bool, bool]] = {}
-        #: this forward's layer calls: path -> the autograd nodes of their outputs (``None``: not a tensor with a
-        #: graph), and whether each call went to a Kronecker rule and took only leaves
-        self._outputs: Dict[str, List[Any]] = {}
-        self._reads_forward: Dict[str, bool] = {}
+        #: this forward's layer calls: path -> whether every call went to a Kronecker rule and took only leaves, and
+        #: the autograd nodes of their outputs (``None``: not a Kronecker rule's tensor with a graph)
+        self._forward: Dict[str, Tuple[bool, List[Any]]] = {}
         self._boxes: List[list] = []
         self._handles = [module.register_forward_pre_hook(Hook(self, module, "_pre"), with_kwargs=True)]
         for layer in self.layers:
@@ -210,19 +209,19 @@ class ForwardRecorder:
         tensors = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)]
         kronecker = rule_for(module, args, kwargs).kronecker
         reads = kronecker and bool(tensors) and all(t.grad_fn is None for t in tensors)   # leaves: no computation
-        self._reads_forward[path] = self._reads_forward.get(path, True) and reads   # every call of it must read
+        before, nodes = self._forward.get(path, (True, []))
         node = output.grad_fn if isinstance(output, torch.Tensor) and kronecker else None
-        self._outputs.setdefault(path, []).append(node)
+        self._forward[path] = (before and reads, nodes + [node])   # every call of it must read the data
 
     def _note_roles(self, z: Any) -> None:
         """This forward's roles into :attr:`_roles_now` (every forward of the refresh must agree): the layers that
         read the data, and the layer whose one call's output is ``z`` up to a rearrangement of its entries."""
         written = _rearranged_from(z) if isinstance(z, torch.Tensor) and z.requires_grad else set()
-        for path, nodes in self._outputs.items():
+        for path, (reads, nodes) in self._forward.items():
             writes = len(nodes) == 1 and nodes[0] is not None and nodes[0] in written
             reads_before, writes_before = self._roles_now.get(path, (True, True))
-            self._roles_now[path] = (reads_before and self._reads_forward[path], writes_before and writes)
-        self._outputs, self._reads_forward = {}, {}
+            self._roles_now[path] = (reads_before and reads, writes_before and writes)
+        self._forward = {}
 
     @contextlib.contextmanager
     def paused(self):
@@ -246,7 +245,7 @@ class ForwardRecorder:
             self._calls = None
             return
         self.inputs = Batch(tuple(args), dict(kwargs))
-        self._outputs, self._reads_forward = {}, {}
+        self._forward = {}
         if self.armed:
             self._calls = Recorded({l.path: [] for l in self.layers})
             self._sinks = {l.path: recorded.recording_hook(self._calls, l.path, self._copied.get(l.path, ()))
@@ -277,7 +276,7 @@ class ForwardRecorder:
         calls, self._calls, self._sinks = self._calls, None, {}
         live, self._live = self._live, False
         if output is None:
-            self._outputs, self._reads_forward = {}, {}
+            self._forward = {}   # (the outputs' graph nodes not held past the forward)
             return
         raw = output
         if live and self.output_fn is not None:

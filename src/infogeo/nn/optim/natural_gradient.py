@@ -258,12 +258,8 @@ class NaturalGradient(state.NotCopyable, torch.optim.Optimizer):
         """The parameters stepped at a multiple of their group's rate (the layers reading the data, the layer writing
         the output; one that does both takes the input's), by name."""
         recorder = self.preconditioner.recorder
-        scales = {}
-        if self.output_lr_scale != 1.0:
-            scales.update(dict.fromkeys(recorder.output_params(), self.output_lr_scale))
-        inputs = recorder.input_params()
-        for n in inputs:
-            scales[n] = self.input_lr_scale
+        scales = dict.fromkeys(recorder.output_params(), self.output_lr_scale)
+        scales.update(dict.fromkeys(recorder.input_params(), self.input_lr_scale))
         return {n: v for n, v in scales.items() if v != 1.0}
 
     def add_param_group(self, param_group: Dict[str, Any]) -> None:
